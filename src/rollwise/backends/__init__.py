@@ -1,0 +1,7 @@
+"""Backends: continue token sequences (``generate(sequences, sampling) -> completions``)."""
+
+from rollwise.registry import Registry
+
+REGISTRY = Registry("backend")
+REGISTRY.register("hf", "rollwise.backends.hf:HFBackend")
+REGISTRY.register("scripted", "rollwise.backends.scripted:ScriptedBackend")

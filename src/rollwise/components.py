@@ -1,0 +1,158 @@
+"""Building a run's parts from a validated ``Config``: names -> registry entries -> objects.
+
+``check(cfg)`` resolves every strategy name and validates its options without loading a
+model (called by ``load_config``). ``build_task``, ``build_strategies`` and ``build_policy``
+construct the parts in the order the loop needs: everything that can reject user input
+comes before the model is loaded.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from rollwise.registry import Registry, UserError, validate_options
+
+
+def _registries() -> dict[str, Registry]:
+    from rollwise import control, filter as filters, replay, tasks
+    from rollwise.objectives import ADVANTAGES, OBJECTIVES
+
+    return {"task": tasks.REGISTRY, "control": control.REGISTRY, "replay": replay.REGISTRY,
+            "advantage": ADVANTAGES, "objective": OBJECTIVES, "filter": filters.REGISTRY}
+
+
+def resolve(cfg, section: str) -> tuple[Any, Any, str | None]:
+    """(object, validated options, argument) for a single-strategy section."""
+    sec = getattr(cfg, section)
+    res = _registries()[section].resolve(sec.name)
+    return res.obj, validate_options(section, sec.name, res.obj, dict(sec.options)), res.arg
+
+
+def check_model(cfg) -> None:
+    from rollwise.train import tiny
+
+    name = cfg.model.name
+    if name not in tiny.NAMES:
+        from rollwise.train.hf_models import check_model_name
+
+        check_model_name(name, builtin_names=tiny.NAMES)
+    if cfg.model.lora.enabled:
+        import importlib.util
+
+        if importlib.util.find_spec("peft") is None:
+            raise UserError("model.lora.enabled needs peft: pip install 'rollwise[hf]'")
+
+
+def check(cfg) -> None:
+    check_model(cfg)
+    for section in ("task", "control", "replay", "advantage", "objective"):
+        resolve(cfg, section)
+    build_filters(cfg)
+
+
+def build_filters(cfg) -> list[tuple[str, Callable]]:
+    reg = _registries()["filter"]
+    unknown = sorted(set(cfg.filter.options) - set(cfg.filter.names))
+    if unknown:
+        raise UserError(f"filter.options has entries for filters not in filter.names: {unknown}")
+    out = []
+    for name in cfg.filter.names:
+        fn = reg.get(name)
+        opts = validate_options("filter", name, fn, dict(cfg.filter.options.get(name, {})))
+        out.append((name, (lambda f, o: (lambda g: f(g, o) if o is not None else f(g)))(fn, opts)))
+    return out
+
+
+def build_task(cfg):
+    make, opts, arg = resolve(cfg, "task")
+    task = make(arg, opts)
+    if not task.train_prompts():
+        raise UserError(f"task {cfg.task.name!r} has an empty train split")
+    if not task.heldout_prompts():
+        raise UserError(f"task {cfg.task.name!r} has an empty held-out split")
+    return task
+
+
+@dataclass
+class Strategies:
+    controller: Any
+    filters: list[tuple[str, Callable]]
+    replay: Any
+    advantage: Callable
+    advantage_options: Any
+    objective: Callable
+    objective_options: Any
+    extra: dict = field(default_factory=dict)
+
+
+def build_strategies(cfg, task) -> Strategies:
+    ctrl_cls, ctrl_opts, _ = resolve(cfg, "control")
+    rep_cls, rep_opts, _ = resolve(cfg, "replay")
+    adv, adv_opts, _ = resolve(cfg, "advantage")
+    obj, obj_opts, _ = resolve(cfg, "objective")
+    seed = cfg.run.seed
+    return Strategies(
+        controller=ctrl_cls(task.train_prompts(), cfg.control, ctrl_opts, seed),
+        filters=build_filters(cfg), replay=rep_cls(cfg.replay, rep_opts, seed),
+        advantage=adv, advantage_options=adv_opts if adv_opts is not None else adv.Options(),
+        objective=obj, objective_options=obj_opts if obj_opts is not None else obj.Options(),
+    )
+
+
+def prepare_run_dir(cfg, resume: bool) -> Path:
+    """Create (or reuse when resuming) the run directory; fail early if it is not writable."""
+    run_dir = cfg.run_dir()
+    if run_dir.exists() and not resume:
+        if cfg.run.overwrite:
+            import shutil
+
+            shutil.rmtree(run_dir)
+        elif any(run_dir.iterdir()):
+            raise UserError(f"run directory {run_dir} already exists; use --resume {run_dir}, "
+                            "another run.name, or run.overwrite=true")
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = run_dir / ".write-test"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as e:
+        raise UserError(f"run directory {run_dir} is not writable: {e.strerror or e}") from None
+    return run_dir
+
+
+def build_policy(cfg, task, log=print):
+    """Load (or build and warm-start) the policy; returns (model, codec)."""
+    import torch
+
+    from rollwise.tokens import Codec
+    from rollwise.train import tiny
+
+    if cfg.run.threads:
+        torch.set_num_threads(cfg.run.threads)
+    name = cfg.model.name
+    if name in tiny.NAMES:
+        from rollwise.train.warm_start import warm_start
+
+        model, tok = tiny.build_tiny(name, seed=cfg.run.seed)
+        codec = Codec(tok, use_chat=False)
+        key = {"model": tiny.canonical(name), "task": cfg.task.name, "task_options": cfg.task.options,
+               "sampling_max": cfg.sampling.max_new_tokens}
+        how = warm_start(model, codec, task, cfg.model.warm_start, cfg.run.seed, key, log=log)
+        log(f"warm start: {how}")
+    else:
+        from rollwise.train.hf_models import load_pretrained
+
+        model, tok = load_pretrained(name, dtype=cfg.model.dtype)
+        codec = Codec(tok, use_chat=True)
+    if cfg.model.dtype == "bfloat16":
+        model = model.to(torch.bfloat16)
+    if cfg.model.lora.enabled:
+        from rollwise.train.hf_models import apply_lora
+
+        lc = cfg.model.lora
+        model = apply_lora(model, r=lc.r, alpha=lc.alpha, dropout=lc.dropout, target_modules=list(lc.target_modules))
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    return model, codec

@@ -1,0 +1,207 @@
+"""Typed configuration (DESIGN.md §5): pydantic models, one section per stage, loaded from TOML
+and overridden with ``section.key=value`` strings. Defaults live only here. ``load_config``
+rejects unknown keys, bad values, unknown strategy names and invalid strategy options before
+any model is loaded, naming the key and the valid choices.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from rollwise.registry import UserError, format_validation
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class RunConfig(Section):
+    name: str | None = Field(None, description="Run name; the run directory is <dir>/<name>. Default: <task>-<controller>-s<seed>.")
+    dir: str = Field("runs", description="Parent directory of run directories.")
+    seed: int = Field(0, ge=0, description="Seed for model init, prompt order and sampling.")
+    checkpoint_every: int = Field(20, ge=0, description="Save a checkpoint every N steps (0: only at the end).")
+    keep_checkpoints: int = Field(2, ge=1, description="How many most recent checkpoints to keep.")
+    threads: int | None = Field(None, ge=1, description="torch CPU threads (default: all cores).")
+    overwrite: bool = Field(False, description="Replace an existing run directory instead of refusing.")
+    progress: bool = Field(True, description="Show a progress bar.")
+
+
+class LoraConfig(Section):
+    enabled: bool = Field(False, description="Train LoRA adapters instead of all weights (needs peft).")
+    r: int = Field(16, ge=1, description="LoRA rank.")
+    alpha: int = Field(32, ge=1, description="LoRA alpha.")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="LoRA dropout.")
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        description="Module names that get adapters.")
+
+
+class WarmStartConfig(Section):
+    steps: int = Field(300, ge=0, description="Supervised steps on task examples before RL (built-in tiny model only; 0 = none).")
+    batch_size: int = Field(64, ge=1, description="Warm-start batch size.")
+    lr: float = Field(1e-3, gt=0, description="Warm-start learning rate.")
+    cache: bool = Field(True, description="Cache the warm-started weights under ~/.cache/rollwise (or $ROLLWISE_CACHE).")
+
+
+class ModelConfig(Section):
+    name: str = Field("tiny", description="'tiny' / 'tiny-s' / 'tiny-m' / 'tiny-l' (built-in), 'smollm2-135m', a local HF model directory, or a .gguf file.")
+    dtype: Literal["float32", "bfloat16"] = Field("float32", description="Weights and compute dtype.")
+    max_batch: int = Field(256, ge=1, description="Most sequences per generation forward pass.")
+    lora: LoraConfig = Field(default_factory=LoraConfig, description="LoRA options.")
+    warm_start: WarmStartConfig = Field(default_factory=WarmStartConfig, description="Supervised warm start of the built-in model.")
+
+
+class StrategyConfig(Section):
+    name: str
+    options: dict[str, Any] = Field(default_factory=dict, description="Options of the chosen strategy (validated by it).")
+
+
+class TaskConfig(StrategyConfig):
+    name: str = Field("arithmetic", description="'arithmetic', 'reasoning_gym:<dataset>' or 'jsonl:<path>'.")
+
+
+class SamplingConfig(Section):
+    temperature: float = Field(1.0, ge=0.0, description="Sampling temperature for training rollouts (0 = greedy).")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+    max_new_tokens: int = Field(8, ge=1, description="Most tokens generated per rollout.")
+
+
+class ControlConfig(StrategyConfig):
+    name: str = Field("uniform", description="Controller: which prompts and how many rollouts each.")
+    prompts_per_step: int = Field(16, ge=1, description="Prompts drawn per step.")
+    rollouts_per_prompt: int = Field(8, ge=1, description="Rollouts per prompt (group size n).")
+    budget_rollouts: int | None = Field(None, ge=1, description="Most rollouts per step (default prompts_per_step * rollouts_per_prompt).")
+
+
+class FilterConfig(Section):
+    names: list[str] = Field(default_factory=list, description="Filters applied in order, e.g. ['zero_variance'].")
+    options: dict[str, dict[str, Any]] = Field(default_factory=dict, description="Options per filter name.")
+
+
+class ReplayConfig(StrategyConfig):
+    name: str = Field("on_policy", description="Replay source mixing fresh and stored groups.")
+
+
+class AdvantageConfig(StrategyConfig):
+    name: str = Field("grpo", description="Advantage estimator.")
+
+
+class ObjectiveConfig(StrategyConfig):
+    name: str = Field("grpo", description="Policy objective.")
+
+
+class TrainConfig(Section):
+    steps: int = Field(60, ge=0, description="RL steps (optimizer steps).")
+    lr: float = Field(2e-4, gt=0, description="AdamW learning rate.")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    betas: tuple[float, float] = Field((0.9, 0.99), description="AdamW betas.")
+    max_grad_norm: float = Field(1.0, ge=0, description="Gradient clipping (0 = off).")
+    warmup_steps: int = Field(0, ge=0, description="Linear learning-rate warm-up steps.")
+    micro_batch: int = Field(64, ge=1, description="Sequences per forward/backward pass (gradient accumulation is exact).")
+
+
+class EvalConfig(Section):
+    every: int = Field(10, ge=0, description="Evaluate every N steps (0 = only at start and end).")
+    n_prompts: int = Field(200, ge=1, description="Held-out prompts evaluated (first N of the held-out split).")
+    samples: int = Field(4, ge=1, description="Samples per held-out prompt.")
+    k: list[int] = Field(default_factory=lambda: [4], description="k values for pass@k and maj@k (each <= samples).")
+    temperature: float | None = Field(None, ge=0.0, description="Evaluation temperature (default: the training temperature).")
+    at_start: bool = Field(True, description="Evaluate before the first step.")
+
+    @model_validator(mode="after")
+    def _k_le_samples(self):
+        bad = [k for k in self.k if k < 1 or k > self.samples]
+        if bad:
+            raise ValueError(f"eval.k values {bad} must be between 1 and eval.samples={self.samples}")
+        return self
+
+
+class Config(Section):
+    run: RunConfig = Field(default_factory=RunConfig, description="Run directory, seed, checkpoints.")
+    model: ModelConfig = Field(default_factory=ModelConfig, description="Policy model.")
+    task: TaskConfig = Field(default_factory=TaskConfig, description="Prompt source and verifier.")
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig, description="Rollout sampling.")
+    control: ControlConfig = Field(default_factory=ControlConfig, description="Prompt selection and rollout allocation.")
+    filter: FilterConfig = Field(default_factory=FilterConfig, description="Group filters.")
+    replay: ReplayConfig = Field(default_factory=ReplayConfig, description="Replay source.")
+    advantage: AdvantageConfig = Field(default_factory=AdvantageConfig, description="Advantage estimator.")
+    objective: ObjectiveConfig = Field(default_factory=ObjectiveConfig, description="Policy objective.")
+    train: TrainConfig = Field(default_factory=TrainConfig, description="Optimizer and steps.")
+    eval: EvalConfig = Field(default_factory=EvalConfig, description="Held-out evaluation.")
+
+    def run_name(self) -> str:
+        if self.run.name:
+            return self.run.name
+        task = self.task.name.split(":")[0]
+        return f"{task}-{self.control.name}-s{self.run.seed}"
+
+    def run_dir(self) -> Path:
+        return Path(self.run.dir) / self.run_name()
+
+
+# ---------------------------------------------------------------- loading
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """'a.b=value' -> (['a', 'b'], value); the value is read as TOML, else kept as a string."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise UserError(f"bad override {text!r}: expected section.key=value")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return [p for p in key.strip().split(".")], value
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    for text in overrides:
+        path, value = parse_override(text)
+        node = data
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise UserError(f"override {text!r}: {part!r} is not a section")
+        node[path[-1]] = value
+    return data
+
+
+def read_toml(path: str | Path) -> dict:
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"config file not found: {p}")
+    try:
+        return tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"config file {p} is not valid TOML: {e}") from None
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None, data: dict | None = None) -> Config:
+    """Build a validated ``Config`` from a TOML file, a dict and ``section.key=value`` overrides."""
+    raw = dict(data or {})
+    if path is not None:
+        raw = read_toml(path) | raw
+    raw = apply_overrides(raw, list(overrides or []))
+    try:
+        cfg = Config.model_validate(raw)
+    except ValidationError as e:
+        raise UserError("invalid configuration:\n" + format_validation(e)) from None
+    check_strategies(cfg)
+    return cfg
+
+
+def check_strategies(cfg: Config) -> None:
+    """Resolve every strategy name and validate its options (imports strategy modules, no models)."""
+    from rollwise import components
+
+    components.check(cfg)
+
+
+def to_toml(cfg: Config) -> str:
+    import tomli_w
+
+    return tomli_w.dumps(cfg.model_dump(mode="json", exclude_none=True))

@@ -1,0 +1,85 @@
+"""``uniform``: the baseline controller. Each step draws ``prompts_per_step`` prompts from the
+train split in a seeded shuffled order (a new permutation every epoch) and gives each
+``rollouts_per_prompt`` rollouts in one round, capped by ``budget_rollouts``.
+
+State: the data position (epoch, index) and the shuffle RNG; both go into checkpoints.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Sequence
+
+from rollwise.types import Group, Plan, Prompt, Request
+
+
+class PromptStream:
+    """Seeded epoch-wise shuffled stream over the train prompts (shared by controllers)."""
+
+    def __init__(self, prompts: Sequence[Prompt], seed: int):
+        self.prompts = list(prompts)
+        self.rng = random.Random(seed)
+        self.epoch, self.index = 0, 0
+        self.order = self._permute()
+
+    def _permute(self) -> list[int]:
+        order = list(range(len(self.prompts)))
+        self.rng.shuffle(order)
+        return order
+
+    def take(self, n: int) -> list[Prompt]:
+        out = []
+        while len(out) < n:
+            if self.index >= len(self.order):
+                self.epoch, self.index = self.epoch + 1, 0
+                self.order = self._permute()
+            out.append(self.prompts[self.order[self.index]])
+            self.index += 1
+        return out
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "index": self.index, "order": self.order, "rng": self.rng.getstate()}
+
+    def load_state_dict(self, s: dict) -> None:
+        self.epoch, self.index, self.order = s["epoch"], s["index"], list(s["order"])
+        v, internal, gauss = s["rng"]
+        self.rng.setstate((v, tuple(internal), gauss))
+
+
+def cap_plan(requests: list[Request], budget: int) -> Plan:
+    """Trim request sizes (last ones first) so the plan's total stays within ``budget``."""
+    out, left = [], budget
+    for r in requests:
+        n = min(r.n, left)
+        left -= n
+        if n > 0:
+            out.append(Request(r.prompt, n, r.prefix))
+    return Plan(tuple(out))
+
+
+class Uniform:
+    def __init__(self, prompts: Sequence[Prompt], cfg, options, seed: int):
+        self.cfg = cfg
+        self.stream = PromptStream(prompts, seed)
+
+    @property
+    def budget(self) -> int:
+        return self.cfg.budget_rollouts or self.cfg.prompts_per_step * self.cfg.rollouts_per_prompt
+
+    def select(self, state) -> list[Prompt]:
+        return self.stream.take(self.cfg.prompts_per_step)
+
+    def plan(self, prompts: list[Prompt], state) -> Plan:
+        return cap_plan([Request(p, self.cfg.rollouts_per_prompt) for p in prompts], self.budget)
+
+    def next_round(self, groups: list[Group], state) -> Plan:
+        return Plan()
+
+    def observe(self, groups: list[Group], state) -> None:
+        pass
+
+    def state_dict(self) -> dict:
+        return {"stream": self.stream.state_dict()}
+
+    def load_state_dict(self, s: dict) -> None:
+        self.stream.load_state_dict(s["stream"])

@@ -1,0 +1,83 @@
+"""The compute ledger (DESIGN.md §6): ``metrics.jsonl`` (one line per training step, cumulative
+costs), ``eval.jsonl`` (one line per evaluation) and ``plots/``.
+
+Training costs come only from the pool's ``StepCost`` of training rounds; evaluation is
+recorded separately and never charged. Lines are appended and flushed at once, so a killed run
+loses nothing it had recorded; ``truncate(step)`` drops lines written after the checkpoint a
+run resumes from, so a resumed run's files read as if it had never stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from pathlib import Path
+
+COST_KEYS = ("generated_tokens", "trained_tokens", "rollouts", "verifier_calls", "unverified")
+
+
+class Ledger:
+    def __init__(self, run_dir: Path):
+        self.dir = Path(run_dir)
+        self.metrics_path = self.dir / "metrics.jsonl"
+        self.eval_path = self.dir / "eval.jsonl"
+        self.totals = {k: 0 for k in COST_KEYS}
+        self.filter_counts: Counter[str] = Counter()
+        self.elapsed_before = 0.0  # wall seconds of earlier (resumed-from) sessions
+        self.t0 = time.perf_counter()
+
+    def wall_s(self) -> float:
+        return self.elapsed_before + time.perf_counter() - self.t0
+
+    def record(self, step: int, version: int, cost, trained_tokens: int, extra: dict) -> dict:
+        self.totals["generated_tokens"] += cost.generated_tokens
+        self.totals["rollouts"] += cost.rollouts
+        self.totals["verifier_calls"] += cost.verifier_calls
+        self.totals["unverified"] += cost.unverified
+        self.totals["trained_tokens"] += trained_tokens
+        line = {"step": step, "policy_version": version, "wall_s": round(self.wall_s(), 4)}
+        line.update({f"cost/{k}": v for k, v in self.totals.items()})
+        line.update({"time/generate_s": cost.generate_s, "time/verify_s": cost.verify_s})
+        line.update(extra)
+        self._append(self.metrics_path, line)
+        return line
+
+    def record_eval(self, step: int, metrics: dict) -> dict:
+        line = {"step": step, "cost/generated_tokens": self.totals["generated_tokens"],
+                "cost/rollouts": self.totals["rollouts"], "wall_s": round(self.wall_s(), 4), **metrics}
+        self._append(self.eval_path, line)
+        return line
+
+    @staticmethod
+    def _append(path: Path, line: dict) -> None:
+        with open(path, "a") as f:
+            f.write(json.dumps(line) + "\n")
+            f.flush()
+
+    def truncate(self, step: int) -> None:
+        """Keep metrics lines with step < ``step`` and eval lines with step <= ``step``."""
+        for path, keep in ((self.metrics_path, lambda s: s < step), (self.eval_path, lambda s: s <= step)):
+            if path.exists():
+                lines = [ln for ln in path.read_text().splitlines() if ln.strip() and keep(json.loads(ln)["step"])]
+                path.write_text("".join(ln + "\n" for ln in lines))
+
+    def state_dict(self) -> dict:
+        return {"totals": dict(self.totals), "filter_counts": dict(self.filter_counts), "wall_s": self.wall_s()}
+
+    def load_state_dict(self, s: dict) -> None:
+        self.totals = dict(s["totals"])
+        self.filter_counts = Counter(s["filter_counts"])
+        self.elapsed_before, self.t0 = s["wall_s"], time.perf_counter()
+
+    def plot(self) -> None:
+        from rollwise.eval.plots import plot_run
+
+        plot_run(self.dir)
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    path = Path(path)
+    if not path.exists():
+        return []
+    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]

@@ -1,0 +1,78 @@
+"""The training loop: rollwise's table of contents (DESIGN.md §1).
+
+Each stage is one named call; strategies plug in through the parts built by ``Run`` and never
+subclass this loop. Generation may take several rounds (a controller can top up groups), then
+filters drop groups with a reason, the controller observes the survivors, the replay source
+mixes the training groups, advantages are a pure function of rewards and group ids, and the
+trainer takes one optimizer step. The ledger records every step's cost.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from rollwise.config import Config, load_config
+from rollwise.session import Run, RunResult, now, step_metrics
+from rollwise.train.batching import collate, flatten
+
+
+def train(cfg: Config, *, resume: bool = False, backend=None, log=print) -> RunResult:
+    run = Run(cfg, resume=resume, backend=backend, log=log)
+    st, parts = run.state, run.parts
+    ctrl = parts.controller
+    with run.progress() as show:
+        if st.step == 0 and cfg.eval.at_start and not run.evals:
+            run.evaluate()
+            show()
+        while st.step < cfg.train.steps:
+            prompts = ctrl.select(st)                                    # which prompts
+            plan = ctrl.plan(prompts, st)                                # how many rollouts each
+            groups, planned = [], []
+            while plan:                                                  # a controller may top up
+                planned.append(plan.total)
+                groups = run.pool.generate(plan, groups, st.policy_version)
+                plan = ctrl.next_round(groups, st)
+            kept, dropped = apply_filters(parts.filters, groups)         # keep/drop with reasons
+            ctrl.observe(kept, st)                                       # per-prompt statistics
+            batch_groups = parts.replay.mix(kept, st)                    # fresh + replayed data
+            parts.replay.add(kept)
+            rows, rewards, gidx = flatten(batch_groups)
+            advs = parts.advantage(rewards, gidx, parts.advantage_options)
+            batch = collate(rows, rewards, gidx, advs, run.codec.pad_id)
+            t0 = now()
+            metrics = run.trainer.optimize(batch)                        # objective + optimizer step
+            metrics["time/train_s"] = now() - t0
+            st.policy_version += 1
+            metrics.update(step_metrics(groups, dropped, planned))
+            line = run.ledger.record(st.step, st.policy_version, run.pool.take_cost(), batch.num_loss_tokens, metrics)
+            st.step += 1
+            if run.due(cfg.eval.every):
+                run.evaluate()
+            if run.due(cfg.run.checkpoint_every):
+                run.checkpoint()
+            show(reward=f"{line['reward/mean']:.3f}", tokens=f"{line['cost/generated_tokens']:,}")
+        return run.finish()
+
+
+def apply_filters(filters, groups):
+    """Run each filter in order; return kept groups and a Counter of drop reasons."""
+    dropped: Counter[str] = Counter()
+    kept = []
+    for g in groups:
+        for _, f in filters:
+            d = f(g)
+            if not d.keep:
+                dropped[d.reason] += 1
+                break
+        else:
+            kept.append(g)
+    return kept, dropped
+
+
+def evaluate_run(run_dir: str | Path, log=print) -> dict:
+    """Evaluate the latest checkpoint of a run on its held-out split (``rollwise eval``)."""
+    run_dir = Path(run_dir)
+    cfg = load_config(run_dir / "config.resolved.toml", [f"run.dir={run_dir.parent}", f"run.name={run_dir.name}", "run.progress=false"])
+    run = Run(cfg, resume=True, log=log)
+    return run.evaluate()

@@ -1,0 +1,18 @@
+"""Objectives ``(batch, new_logprobs, options, entropy) -> LossOut`` and advantage estimators
+``(rewards, group_index, options) -> Advantages`` (DESIGN.md §3)."""
+
+from rollwise.registry import Registry
+
+OBJECTIVES = Registry("objective")
+OBJECTIVES.register("grpo", "rollwise.objectives.grpo:loss")
+OBJECTIVES.register("dapo", "rollwise.objectives.dapo:loss")
+OBJECTIVES.register("gspo", "rollwise.objectives.gspo:loss")
+OBJECTIVES.register("cispo", "rollwise.objectives.cispo:loss")
+OBJECTIVES.register("decoupled_ppo", "rollwise.objectives.decoupled_ppo:loss")
+
+ADVANTAGES = Registry("advantage")
+ADVANTAGES.register("grpo", "rollwise.objectives.advantages:grpo")
+ADVANTAGES.register("dr_grpo", "rollwise.objectives.advantages:dr_grpo")
+ADVANTAGES.register("rloo", "rollwise.objectives.advantages:rloo")
+ADVANTAGES.register("reinforce_pp_baseline", "rollwise.objectives.advantages:reinforce_pp_baseline")
+ADVANTAGES.register("median", "rollwise.objectives.advantages:median")

@@ -1,0 +1,69 @@
+"""GRPO objective: PPO's clipped surrogate on group-relative advantages.
+
+Paper: DeepSeekMath, Shao et al. 2024, arXiv 2402.03300 (allocation.md §0.3). Maximised::
+
+    J = E[ (1/G) sum_i (1/|y_i|) sum_t min(r_it A_i, clip(r_it, 1-eps, 1+eps) A_i) ] - beta KL(pi_theta || pi_ref)
+
+with ``r_it = pi_theta / pi_old`` per token. Here the *loss* ``-J`` is returned per
+:mod:`rollwise.objectives.common` (global denominators, metric sums, off-policy options).
+
+Defaults and differences from the paper:
+
+- ``clip_eps = 0.2`` (paper). ``kl_coef = 0.0`` (the paper uses beta = 0.04; most RLVR recipes
+  since DAPO / Dr. GRPO drop the KL term), estimator ``k3`` (the paper's estimator).
+- ``aggregation = "seq_mean_token_mean"`` (the paper's 1/G sum_i 1/|y_i| sum_t), with G replaced
+  by the step's global number of sequences so micro-batches add up exactly.
+- The KL term is added per token and aggregated with the same mode as the policy loss (as in
+  the paper's per-token formulation; TRL and verl do the same).
+- ``entropy_coef`` (default 0) and the TIS / decoupled behaviour weight are options the paper
+  does not have.
+
+This module also holds :func:`clipped_loss`, the clipped-PPO loss with separate lower and upper
+clip bounds, which ``dapo`` (clip-higher) and ``decoupled_ppo`` (AReaL) reuse.
+"""
+
+from __future__ import annotations
+
+import torch
+from pydantic import Field
+
+from rollwise.objectives.common import (
+    AGGREGATION_HELP,
+    Aggregation,
+    ObjectiveOptions,
+    anchor_logprobs,
+    clipped_surrogate,
+    finish,
+    masked_sum,
+    objective,
+    safe_exp,
+)
+from rollwise.types import Batch, LossOut
+
+
+class Options(ObjectiveOptions):
+    aggregation: Aggregation = Field("seq_mean_token_mean", description=AGGREGATION_HELP)
+    clip_eps: float = Field(0.2, gt=0, description="Symmetric clip range: the ratio is clipped to [1 - clip_eps, 1 + clip_eps].")
+
+
+def clipped_loss(
+    batch: Batch,
+    new_logprobs: torch.Tensor,
+    opts: ObjectiveOptions,
+    entropy: torch.Tensor | None,
+    eps_low: float,
+    eps_high: float,
+) -> LossOut:
+    """Token-level clipped PPO loss with ratio ``exp(new - old)`` clipped to [1-eps_low, 1+eps_high]."""
+    mask = batch.loss_mask.to(new_logprobs.dtype)
+    ratio = safe_exp(new_logprobs - anchor_logprobs(batch).to(new_logprobs.dtype))
+    advantages = batch.advantages.to(new_logprobs.dtype)[:, None]
+    per_token, clipped = clipped_surrogate(ratio, advantages, eps_low, eps_high)
+    metrics = {"ratio_sum": masked_sum(ratio, mask), "clip_frac_sum": masked_sum(clipped, mask)}
+    return finish(batch, new_logprobs, per_token, opts, entropy, metrics)
+
+
+@objective(Options)
+def loss(batch: Batch, new_logprobs: torch.Tensor, opts: Options, entropy: torch.Tensor | None = None) -> LossOut:
+    """GRPO loss (minimise): symmetric clip ``clip_eps``, optional KL / entropy / behaviour weight."""
+    return clipped_loss(batch, new_logprobs, opts, entropy, opts.clip_eps, opts.clip_eps)

@@ -1,0 +1,105 @@
+"""Name tables for pluggable stages (DESIGN.md §3).
+
+Each stage package owns one ``Registry``. Entries are objects or lazy ``"module:attr"`` strings
+so heavy members import only when chosen. A name may carry an argument after a colon
+(``"reasoning_gym:leg_counting"``, ``"jsonl:data/train.jsonl"``) when its entry accepts one, and
+any ``"package.module:attr"`` string that is not a registered name loads a user plugin.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+
+class UserError(Exception):
+    """A mistake in the user's input (config, file, name). The CLI prints it without a traceback."""
+
+
+@dataclass(frozen=True)
+class Resolved:
+    name: str  # registered name (or the plugin path)
+    obj: Any  # the class or function
+    arg: str | None  # text after "name:" for parametrised entries
+
+
+def load_attr(path: str) -> Any:
+    module, _, attr = path.partition(":")
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        raise UserError(f"cannot import module {module!r} for {path!r}: {e}") from None
+    try:
+        return getattr(mod, attr) if attr else mod
+    except AttributeError:
+        raise UserError(f"module {module!r} has no attribute {attr!r}") from None
+
+
+class Registry:
+    def __init__(self, family: str):
+        self.family = family
+        self._entries: dict[str, Any] = {}
+        self._takes_arg: set[str] = set()
+
+    def register(self, name: str, obj: Any, *, takes_arg: bool = False) -> None:
+        if name in self._entries:
+            raise ValueError(f"{self.family} {name!r} is already registered")
+        self._entries[name] = obj
+        if takes_arg:
+            self._takes_arg.add(name)
+
+    def names(self) -> list[str]:
+        return sorted(n + (":<arg>" if n in self._takes_arg else "") for n in self._entries)
+
+    def resolve(self, name: str) -> Resolved:
+        head, sep, arg = name.partition(":")
+        if head in self._entries:
+            if head in self._takes_arg and not arg:
+                raise UserError(f"{self.family} {head!r} needs an argument: write '{head}:<value>'")
+            if sep and head not in self._takes_arg:
+                raise UserError(f"{self.family} {head!r} takes no argument (got {name!r})")
+            obj = self._entries[head]
+            if isinstance(obj, str):
+                obj = load_attr(obj)
+            return Resolved(head, obj, arg or None)
+        if sep and "." in head:  # "package.module:attr" plugin
+            return Resolved(name, load_attr(name), None)
+        raise UserError(f"unknown {self.family} {name!r}; known: {', '.join(self.names())}")
+
+    def get(self, name: str) -> Any:
+        return self.resolve(name).obj
+
+    def __contains__(self, name: str) -> bool:
+        try:
+            self.resolve(name)
+            return True
+        except UserError:
+            return False
+
+
+def validate_options(family: str, name: str, obj: Any, options: dict) -> Any:
+    """Validate an options table against ``obj.Options`` (a pydantic model), if it has one."""
+    model = getattr(obj, "Options", None)
+    if model is None:
+        if options:
+            raise UserError(f"{family} {name!r} takes no options (got {sorted(options)})")
+        return None
+    from pydantic import ValidationError
+
+    try:
+        return model.model_validate(options)
+    except ValidationError as e:
+        raise UserError(f"invalid options for {family} {name!r}:\n" + format_validation(e, f"{family}.options")) from None
+
+
+def format_validation(err: Any, prefix: str = "") -> str:
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"])
+        key = f"{prefix}.{loc}" if prefix and loc else (prefix or loc)
+        lines.append(f"  {key}: {e['msg']}" + (f" (got {e['input']!r})" if "input" in e and not isinstance(e["input"], dict) else ""))
+    return "\n".join(lines)
+
+
+Factory = Callable[..., Any]

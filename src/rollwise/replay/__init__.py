@@ -1,0 +1,6 @@
+"""Replay sources: ``add(groups)``, ``mix(fresh, state) -> groups``, ``state_dict`` (DESIGN.md §3)."""
+
+from rollwise.registry import Registry
+
+REGISTRY = Registry("replay")
+REGISTRY.register("on_policy", "rollwise.replay.on_policy:OnPolicy")

@@ -1,0 +1,158 @@
+"""A run's assembled parts and its bookkeeping (set-up, evaluation, checkpoints, progress),
+kept out of ``loop.py`` so the loop reads as the table of contents.
+
+``Run.open`` builds the parts in an order that rejects bad input early: run directory, task
+(reads files), strategies (validated options), and only then the model.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from rollwise import components
+from rollwise.config import Config, to_toml
+from rollwise.distributed.local import LocalPool
+from rollwise.eval.evaluate import evaluate
+from rollwise.ledger import Ledger
+from rollwise.train import checkpoint
+from rollwise.train.trainer import Trainer
+from rollwise.types import RunState, Sampling
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    steps: int
+    first_eval: dict = field(default_factory=dict)
+    last_eval: dict = field(default_factory=dict)
+    totals: dict = field(default_factory=dict)
+
+    def summary(self) -> str:
+        a, b = self.first_eval.get("eval/pass@1"), self.last_eval.get("eval/pass@1")
+        acc = f"held-out pass@1 {a:.3f} -> {b:.3f} ({100 * (b - a):+.1f} pts)" if a is not None and b is not None else "no evaluation"
+        return (f"{self.steps} steps, {acc}, {self.totals.get('generated_tokens', 0):,} generated tokens, "
+                f"{self.totals.get('rollouts', 0):,} rollouts")
+
+
+class Run:
+    def __init__(self, cfg: Config, resume: bool = False, backend=None, log=print):
+        self.cfg, self.log = cfg, log
+        self.dir = components.prepare_run_dir(cfg, resume)
+        self.task = components.build_task(cfg)
+        self.parts = components.build_strategies(cfg, self.task)
+        (self.dir / "config.resolved.toml").write_text(to_toml(cfg))
+        seed = cfg.run.seed
+        random.seed(seed), np.random.seed(seed), torch.manual_seed(seed)
+        ckpt = checkpoint.latest(self.dir) if resume else None
+        if ckpt is not None:  # weights come from the checkpoint: skip the warm start
+            cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"warm_start": cfg.model.warm_start.model_copy(update={"steps": 0})})})
+        self.model, self.codec = components.build_policy(cfg, self.task, log=log)
+        s = cfg.sampling
+        self.sampling = Sampling(s.temperature, s.top_p, s.max_new_tokens)
+        if backend is None:
+            from rollwise.backends.hf import HFBackend
+
+            backend = HFBackend(self.model, self.codec.eos_ids, self.codec.pad_id, cfg.model.max_batch, seed)
+        self.backend = backend
+        self.pool = LocalPool(backend, self.codec, self.task.verify, self.sampling)
+        self.trainer = Trainer(self.model, self.parts.objective, self.parts.objective_options, cfg.train, s.temperature)
+        self.ledger = Ledger(self.dir)
+        self.state = RunState(seed=seed)
+        self.evals: list[dict] = []
+        if resume:
+            self._resume(ckpt)
+
+    # -------------------------------------------------------------- checkpoints
+    def _stateful(self) -> dict:
+        p = self.parts
+        return {"controller": p.controller, "replay": p.replay, "trainer": self.trainer, "ledger": self.ledger,
+                "backend": self.backend}
+
+    def checkpoint(self) -> Path:
+        state = {name: obj.state_dict() for name, obj in self._stateful().items() if hasattr(obj, "state_dict")}
+        state["run_state"] = vars(self.state).copy()
+        return checkpoint.save(self.dir, self.state.step, self.model, state, self.cfg.run.keep_checkpoints)
+
+    def _resume(self, ckpt: Path | None) -> None:
+        if ckpt is None:
+            self.log(f"no checkpoint in {self.dir}; starting from step 0")
+            self.ledger.truncate(0)
+            (self.dir / "eval.jsonl").unlink(missing_ok=True)
+            return
+        state = checkpoint.load(ckpt, self.model)
+        for name, obj in self._stateful().items():
+            if name in state and hasattr(obj, "load_state_dict"):
+                obj.load_state_dict(state[name])
+        self.state = RunState(**state["run_state"])
+        self.ledger.truncate(self.state.step)
+        from rollwise.ledger import read_jsonl
+
+        self.evals = read_jsonl(self.ledger.eval_path)
+        self.log(f"resumed from {ckpt} (step {self.state.step})")
+
+    # -------------------------------------------------------------- evaluation
+    def evaluate(self) -> dict:
+        m = evaluate(self.pool, self.task.heldout_prompts(), self.cfg.eval, self.sampling, self.cfg.run.seed,
+                     self.state.step, self.state.policy_version)
+        line = self.ledger.record_eval(self.state.step, m)
+        self.evals.append(line)
+        self.ledger.plot()
+        return line
+
+    def due(self, every: int) -> bool:
+        step = self.state.step
+        return step == self.cfg.train.steps or (every > 0 and step % every == 0)
+
+    def finish(self) -> RunResult:
+        if not self.evals or self.evals[-1]["step"] != self.state.step:
+            self.evaluate()
+        if not checkpoint.list_steps(self.dir) or checkpoint.list_steps(self.dir)[-1] != self.state.step:
+            self.checkpoint()
+        return RunResult(self.dir, self.state.step, self.evals[0] if self.evals else {}, self.evals[-1] if self.evals else {},
+                         dict(self.ledger.totals))
+
+    # -------------------------------------------------------------- progress
+    @contextmanager
+    def progress(self):
+        if not self.cfg.run.progress:
+            yield lambda **kw: None
+            return
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        cols = (TextColumn("step"), MofNCompleteColumn(), BarColumn(), TextColumn("reward {task.fields[reward]}"),
+                TextColumn("pass@1 {task.fields[acc]}"), TextColumn("tokens {task.fields[tokens]}"), TimeElapsedColumn())
+        with Progress(*cols) as bar:
+            tid = bar.add_task("train", total=self.cfg.train.steps, completed=self.state.step, reward="-", acc=self._acc(), tokens="0")
+
+            def update(**kw):
+                bar.update(tid, completed=self.state.step, acc=self._acc(), **kw)
+
+            yield update
+
+    def _acc(self) -> str:
+        return f"{self.evals[-1]['eval/pass@1']:.3f}" if self.evals else "-"
+
+
+def step_metrics(groups, dropped: dict[str, int], plan_sizes: list[int]) -> dict:
+    """Per-step reward, degeneracy, filter and allocation metrics of the generated groups."""
+    scores = [s for g in groups for s in g.rewards() if s is not None]
+    degenerate = sum(1 for g in groups if len({s for s in g.rewards() if s is not None}) <= 1)
+    sizes = [g.size for g in groups] or [0]
+    out = {"reward/mean": sum(scores) / len(scores) if scores else 0.0,
+           "groups/count": len(groups), "groups/degenerate_frac": degenerate / max(1, len(groups)),
+           "control/rollouts_per_prompt_mean": sum(sizes) / len(sizes),
+           "control/rollouts_per_prompt_min": min(sizes), "control/rollouts_per_prompt_max": max(sizes),
+           "control/budget_used": sum(plan_sizes)}
+    out.update({f"filter/{reason}": n for reason, n in dropped.items()})
+    return out
+
+
+def now() -> float:
+    return time.perf_counter()

@@ -1,0 +1,12 @@
+"""Tasks: prompt sources with train / held-out splits and their verifier (DESIGN.md §3).
+
+A task entry is a factory ``make(arg: str | None, options) -> Task`` with an ``Options``
+attribute (pydantic model) validated at config load time.
+"""
+
+from rollwise.registry import Registry
+
+REGISTRY = Registry("task")
+REGISTRY.register("arithmetic", "rollwise.tasks.arithmetic:make")
+REGISTRY.register("reasoning_gym", "rollwise.tasks.reasoning_gym:make", takes_arg=True)
+REGISTRY.register("jsonl", "rollwise.tasks.jsonl:make", takes_arg=True)

@@ -1,0 +1,258 @@
+"""Built-in integer arithmetic with difficulty levels (the embedded default task).
+
+Text only, printable ASCII, made for a tiny character-level model: the prompt is the expression
+and an equals sign (``"12+34="``), the reference answer the decimal result (``"46"``); the model's
+completion is the answer followed by EOS. Verified by ``rollwise.verify.exact``.
+
+Levels (operands drawn uniformly, results never negative, evaluation left to right):
+
+=====  ============================================================  ===========
+level  expressions                                                   how many
+=====  ============================================================  ===========
+1      ``a+b``; a, b in 0..9                                                 100
+2      ``a+b`` or ``a-b``; a, b in 0..99, at least one >= 10; a >= b for -     14 895
+3      ``a±b±c``; a, b, c in 0..99; every partial result >= 0             2 510 050
+4      ``a+b`` or ``a-b``; a, b in 0..999, at least one >= 100; a >= b for -  1 485 450
+5      ``a*b``; a, b in 0..99                                             10 000
+=====  ============================================================  ===========
+
+The level sets are disjoint, so an expression has exactly one level (``metadata["level"]``).
+
+Splits (both fixed by ``seed``; each holds distinct expressions; the two are disjoint):
+
+- held-out: ``n_heldout`` expressions shared evenly between the chosen levels, at most a quarter
+  of any level's expressions (level 1 can give at most 25); what a level cannot give goes to the
+  others. It does not depend on ``n_train``.
+- train: ``n_train`` expressions shared the same way among those not held out.
+
+A split that cannot be filled raises ``UserError`` at construction. Prompt ids are
+``"arithmetic/<expression>"``, stable and unique because expressions are distinct.
+
+Chain of thought (``cot = true``, optional): the prompt is unchanged, the SFT target is a digit-by-
+digit trace ending in ``=ANSWER`` (``"47+85="`` -> ``"7+5+0=12,4+8+1=13,=132"``), which gives
+response lengths that grow with the number of digits and operations; the verifier then reads the
+last integer of the completion (``metadata["cot"]``).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Sequence
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from rollwise.registry import UserError
+from rollwise.tasks._common import coerce_options, sample_prompts
+from rollwise.types import Prompt, Verdict
+from rollwise.verify import exact
+
+NAME = "arithmetic"
+LEVEL_SIZE = {1: 100, 2: 14_895, 3: 2_510_050, 4: 1_485_450, 5: 10_000}  # distinct expressions
+HELDOUT_SHARE = 0.25  # at most this share of a level's expressions is held out
+
+Expr = tuple  # (a, op, b) or (a, op, b, op, c); ints and "+", "-", "*"
+
+
+# ---------------------------------------------------------------- expressions
+
+
+def draw(level: int, rng: random.Random) -> Expr:
+    """One expression of ``level``, drawn with ``rng`` (see the module docstring)."""
+    if level == 1:
+        return (rng.randint(0, 9), "+", rng.randint(0, 9))
+    if level in (2, 4):
+        hi = 99 if level == 2 else 999
+        while True:
+            a, b = rng.randint(0, hi), rng.randint(0, hi)
+            if max(a, b) * 10 > hi:  # at least one operand has the level's full width
+                break
+        if rng.random() < 0.5:
+            return (a, "+", b)
+        return (max(a, b), "-", min(a, b))
+    if level == 3:
+        while True:
+            a, b, c = rng.randint(0, 99), rng.randint(0, 99), rng.randint(0, 99)
+            expr = (a, rng.choice("+-"), b, rng.choice("+-"), c)
+            if value(expr[:3]) >= 0 and value(expr) >= 0:
+                return expr
+    if level == 5:
+        return (rng.randint(0, 99), "*", rng.randint(0, 99))
+    raise ValueError(f"unknown level {level}")
+
+
+def value(expr: Expr) -> int:
+    """Left-to-right value (levels never mix ``*`` with another operation)."""
+    acc = expr[0]
+    for op, x in zip(expr[1::2], expr[2::2]):
+        acc = acc + x if op == "+" else acc - x if op == "-" else acc * x
+    return acc
+
+
+def render(expr: Expr) -> str:
+    return "".join(str(t) for t in expr)
+
+
+def trace(expr: Expr) -> str:
+    """Chain-of-thought target: digit-column steps per operation, ``;`` between operations,
+    each operation ending in ``=RESULT``. ``(12,"+",34,"-",5)`` ->
+    ``"2+4+0=6,1+3+0=4,=46;6-5-0=1,4-0-0=4,=41"``."""
+    parts, acc = [], expr[0]
+    for op, x in zip(expr[1::2], expr[2::2]):
+        parts.append(_trace_op(acc, op, x))
+        acc = value((acc, op, x))
+    return ";".join(parts)
+
+
+def _digits(n: int, width: int) -> list[int]:
+    return [int(d) for d in str(n).zfill(width)][::-1]  # least significant first
+
+
+def _trace_op(a: int, op: str, b: int) -> str:
+    steps = []
+    if op == "*":
+        partials = [a * d for d in _digits(b, 1)]
+        steps = [f"{a}*{d}={p}" for d, p in zip(_digits(b, 1), partials)]
+        acc = partials[0]
+        for i, p in enumerate(partials[1:], start=1):
+            steps.append(f"{acc}+{p * 10**i}={acc + p * 10**i}")
+            acc += p * 10**i
+    else:
+        width = max(len(str(a)), len(str(b)))
+        carry = 0
+        for x, y in zip(_digits(a, width), _digits(b, width)):
+            if op == "+":
+                s = x + y + carry
+                steps.append(f"{x}+{y}+{carry}={s}")
+                carry = s // 10
+            else:
+                s = x - y - carry
+                steps.append(f"{x}-{y}-{carry}={s}" + (f"+10={s + 10}" if s < 0 else ""))
+                carry = int(s < 0)
+    return ",".join(steps) + f",={value((a, op, b))}"
+
+
+# ---------------------------------------------------------------- splits
+
+
+def allocate(total: int, capacity: dict[int, int], what: str) -> dict[int, int]:
+    """Share ``total`` evenly between levels, none above its capacity; spill-over goes to the
+    others. E.g. 200 over capacities {1: 25, 2: 3723} -> {1: 25, 2: 175}."""
+    quota = dict.fromkeys(capacity, 0)
+    left, open_ = total, [lv for lv in capacity if capacity[lv] > 0]
+    while left and open_:
+        share, extra = divmod(left, len(open_))
+        for i, lv in enumerate(open_):
+            give = min(share + (i < extra), capacity[lv] - quota[lv])
+            quota[lv] += give
+            left -= give
+        open_ = [lv for lv in open_ if quota[lv] < capacity[lv]]
+    if left:
+        raise UserError(
+            f"task 'arithmetic': levels {sorted(capacity)} can give at most {total - left} {what} "
+            f"expressions, but {total} were asked for; lower it or add levels"
+        )
+    return quota
+
+
+def sample_distinct(level: int, k: int, rng: random.Random, seen: set[str]) -> list[Expr]:
+    """``k`` expressions of ``level`` not in ``seen`` (which is updated). The caller checks that
+    enough remain, so the rejection loop ends."""
+    out: list[Expr] = []
+    while len(out) < k:
+        expr = draw(level, rng)
+        key = render(expr)
+        if key not in seen:
+            seen.add(key)
+            out.append(expr)
+    return out
+
+
+class ArithmeticTask:
+    """See the module docstring."""
+
+    name = NAME
+
+    def __init__(self, options: "make.Options"):
+        self.options = options
+        levels = options.levels
+        seen: set[str] = set()
+        # Held-out first, from its own random stream, so it does not depend on n_train.
+        rng = random.Random(f"rollwise-arithmetic-heldout-{options.seed}")
+        cap = {lv: int(LEVEL_SIZE[lv] * HELDOUT_SHARE) for lv in levels}
+        held_quota = allocate(options.n_heldout, cap, "held-out")
+        held = [(lv, e) for lv in levels for e in sample_distinct(lv, held_quota[lv], rng, seen)]
+
+        rng = random.Random(f"rollwise-arithmetic-train-{options.seed}")
+        cap = {lv: LEVEL_SIZE[lv] - held_quota[lv] for lv in levels}
+        train_quota = allocate(options.n_train, cap, "train")
+        train = [(lv, e) for lv in levels for e in sample_distinct(lv, train_quota[lv], rng, seen)]
+        rng.shuffle(train)  # mix levels in the pool
+
+        self._train = tuple(self._prompt(lv, e) for lv, e in train)
+        self._heldout = tuple(self._prompt(lv, e) for lv, e in held)
+
+    def _prompt(self, level: int, expr: Expr) -> Prompt:
+        text = render(expr)
+        return Prompt(
+            id=f"{NAME}/{text}",
+            task=NAME,
+            text=text + "=",
+            answer=str(value(expr)),
+            metadata={"level": level, "difficulty": level, "cot": self.options.cot, "expr": expr},
+        )
+
+    def train_prompts(self) -> Sequence[Prompt]:
+        return self._train
+
+    def heldout_prompts(self) -> Sequence[Prompt]:
+        return self._heldout
+
+    def verify(self, prompt: Prompt, completion: str) -> Verdict:
+        return exact.verify(prompt, completion)
+
+    def target(self, prompt: Prompt) -> str:
+        """The reference completion: the answer, or the chain-of-thought trace if ``cot``."""
+        return trace(prompt.metadata["expr"]) if self.options.cot else str(prompt.answer)
+
+    def sft_examples(self, n: int, seed: int) -> list[tuple[Prompt, str]]:
+        """``n`` (prompt, target) pairs from the train split, drawn by ``seed``."""
+        return [(p, self.target(p)) for p in sample_prompts(self._train, n, seed)]
+
+
+def make(arg: str | None, options=None) -> ArithmeticTask:
+    """Task factory: ``arithmetic`` (no argument)."""
+    if arg:
+        raise UserError(f"task 'arithmetic' takes no argument (got 'arithmetic:{arg}')")
+    return ArithmeticTask(coerce_options(make.Options, options, NAME))
+
+
+class _Options(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    levels: list[int] = Field(
+        default=[1, 2],
+        min_length=1,
+        description="difficulty levels to draw from (1-5, see rollwise.tasks.arithmetic): "
+        "1 one-digit a+b; 2 two-digit a±b; 3 two-digit a±b±c; 4 three-digit a±b; 5 two-digit a*b",
+    )
+    n_train: int = Field(default=5000, ge=1, le=1_000_000, description="number of distinct train expressions")
+    n_heldout: int = Field(default=200, ge=1, le=100_000, description="number of distinct held-out expressions")
+    seed: int = Field(default=0, ge=0, description="fixes both splits")
+    cot: bool = Field(
+        default=False,
+        description="chain-of-thought mode: SFT targets are digit-by-digit traces ending in '=ANSWER', "
+        "and the verifier reads the last integer of the completion",
+    )
+
+    @field_validator("levels")
+    @classmethod
+    def _check_levels(cls, v: list[int]) -> list[int]:
+        bad = [lv for lv in v if lv not in LEVEL_SIZE]
+        if bad:
+            raise ValueError(f"unknown level(s) {bad}; levels are {sorted(LEVEL_SIZE)}")
+        if len(set(v)) != len(v):
+            raise ValueError(f"levels must not repeat (got {v})")
+        return sorted(v)
+
+
+make.Options = _Options

@@ -1,0 +1,76 @@
+"""Supervised warm start of the built-in tiny model on task examples, cached on disk.
+
+A randomly initialised model never samples a correct answer, so GRPO would see only
+zero-variance groups. A short supervised phase (cross-entropy on the reference completion)
+gives it a partial skill that RL then improves. The weights are cached under
+``$ROLLWISE_CACHE`` (default ``~/.cache/rollwise``) keyed by everything that determines them,
+so the second run skips this phase.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_model, save_model
+
+WARM_VERSION = 1
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("ROLLWISE_CACHE") or Path.home() / ".cache" / "rollwise")
+
+
+def cache_path(key: dict) -> Path:
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return cache_root() / "warm_start" / digest / "model.safetensors"
+
+
+def warm_start(model, codec, task, ws_cfg, seed: int, key: dict, log=print) -> str:
+    """Train ``model`` in place (or load the cached result). Returns "cached", "trained" or "skipped"."""
+    if ws_cfg.steps == 0:
+        return "skipped"
+    path = cache_path({**key, "ws": ws_cfg.model_dump(exclude={"cache"}), "seed": seed, "v": WARM_VERSION})
+    if ws_cfg.cache and path.exists():
+        load_model(model, str(path))
+        return "cached"
+    try:
+        examples = task.sft_examples(ws_cfg.steps * ws_cfg.batch_size, seed)
+    except NotImplementedError:
+        log(f"task {task.name!r} has no reference completions; warm start skipped")
+        return "skipped"
+    rng = random.Random(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=ws_cfg.lr, weight_decay=0.0)
+    eos = codec.tokenizer.eos_token_id
+    pad = codec.pad_id
+    model.train()
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        for step in range(ws_cfg.steps):
+            chunk = [examples[rng.randrange(len(examples))] for _ in range(ws_cfg.batch_size)]
+            rows = [(codec.encode_prompt(p), codec.encode_text(t) + [eos]) for p, t in chunk]
+            width = max(len(p) + len(t) for p, t in rows)
+            ids = torch.full((len(rows), width), pad, dtype=torch.long)
+            labels = torch.full((len(rows), width), -100, dtype=torch.long)
+            attn = torch.zeros((len(rows), width), dtype=torch.long)
+            for i, (p, t) in enumerate(rows):
+                ids[i, : len(p) + len(t)] = torch.tensor(list(p) + t)
+                labels[i, len(p) : len(p) + len(t)] = torch.tensor(t)
+                attn[i, : len(p) + len(t)] = 1
+            loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    if ws_cfg.cache:
+        tmp = path.parent.with_name(path.parent.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        save_model(model, str(tmp / path.name))
+        shutil.rmtree(path.parent, ignore_errors=True)
+        tmp.rename(path.parent)
+    return "trained"

@@ -1,0 +1,223 @@
+"""Records that cross stage boundaries (DESIGN.md §2).
+
+Small frozen dataclasses. Stages return new records (``dataclasses.replace``) instead of
+mutating. Shapes are given in field comments; token sequences are tuples of ints so records
+stay hashable and cheap to copy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal, Mapping, Protocol, Sequence, runtime_checkable
+
+import torch
+
+Finish = Literal["stop", "length", "partial", "error"]
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One task instance. ``text`` is what the model sees unless ``messages`` is set (chat)."""
+
+    id: str  # unique within a task
+    task: str  # task name, e.g. "arithmetic"
+    text: str  # plain prompt text (also used to render chat prompts)
+    answer: str | None  # reference answer as text; None when the verifier needs no reference
+    messages: tuple[Mapping[str, str], ...] | None = None  # chat form, if the model uses a template
+    metadata: Mapping[str, Any] = field(default_factory=dict)  # difficulty, source, entry, ...
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A verifier's judgement. ``score`` None means *could not verify*; it is never read as 0."""
+
+    score: float | None  # usually 0.0 / 1.0; None = could not verify
+    reason: str = ""  # short machine-friendly reason ("correct", "wrong", "no_answer", ...)
+    details: Mapping[str, Any] = field(default_factory=dict)  # e.g. {"answer": "42"} for maj@k
+
+    @property
+    def verified(self) -> bool:
+        return self.score is not None
+
+
+@dataclass(frozen=True)
+class Completion:
+    """What a backend returns for one sequence it was asked to continue."""
+
+    token_ids: tuple[int, ...]  # newly generated ids (excludes the input); EOS included if hit
+    logprobs: tuple[float, ...]  # sampler log-prob of each new id, len == len(token_ids)
+    finish: Finish  # "stop" (EOS), "length" (max_new_tokens), "partial" (aborted), "error"
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """One sampled response to a prompt."""
+
+    prompt_id: str
+    prompt_ids: tuple[int, ...]  # (P,) tokenised prompt as the model saw it
+    completion_ids: tuple[int, ...]  # (C,) response ids, EOS included when finish == "stop"
+    logprobs: tuple[float, ...]  # (C,) sampler log-probs (behaviour policy mu)
+    finish: Finish
+    policy_version: int  # version that generated the first token
+    text: str = ""  # decoded completion (special tokens removed)
+    verdict: Verdict | None = None
+    advantage: float | None = None
+    # For resumed rollouts: version of each completion token (None = all policy_version).
+    token_versions: tuple[int, ...] | None = None
+
+    @property
+    def reward(self) -> float | None:
+        return None if self.verdict is None else self.verdict.score
+
+
+@dataclass(frozen=True)
+class Group:
+    """A prompt and its rollouts; any number of rollouts (groups may differ in size)."""
+
+    prompt: Prompt
+    rollouts: tuple[Rollout, ...]
+
+    def rewards(self) -> list[float | None]:
+        return [r.reward for r in self.rollouts]
+
+    @property
+    def size(self) -> int:
+        return len(self.rollouts)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A filter's keep/drop with a reason; reasons become ``filter/<reason>`` counters."""
+
+    keep: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class Request:
+    """Ask for ``n`` rollouts of ``prompt``; ``prefix`` continues a partial response."""
+
+    prompt: Prompt
+    n: int
+    prefix: tuple[int, ...] | None = None  # completion ids to continue from (same for all n)
+    prefix_logprobs: tuple[float, ...] | None = None  # sampler log-probs of the prefix ids
+    prefix_versions: tuple[int, ...] | None = None  # policy version of each prefix id
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A list of generation requests. An empty plan ends the generation rounds of a step."""
+
+    requests: tuple[Request, ...] = ()
+
+    def __bool__(self) -> bool:
+        return any(r.n > 0 for r in self.requests)
+
+    @property
+    def total(self) -> int:
+        return sum(r.n for r in self.requests)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 16
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Padded tensors for the trainer. Row i is one rollout; positions are aligned so that
+    ``*_logprobs[i, t]`` is the log-prob of ``input_ids[i, t]`` given ``input_ids[i, :t]``.
+
+    ``num_loss_tokens`` and ``num_sequences`` are the *global* counts of the optimizer step;
+    micro-batch slices keep them, so objectives never normalise by a micro-batch's count.
+    """
+
+    input_ids: torch.Tensor  # (B, T) long, right-padded prompt + completion
+    attention_mask: torch.Tensor  # (B, T) bool
+    loss_mask: torch.Tensor  # (B, T) float, 1 on completion tokens that enter the loss
+    old_logprobs: torch.Tensor  # (B, T) float, sampler (behaviour) log-probs, 0 off-mask
+    advantages: torch.Tensor  # (B,) float, one per sequence (broadcast over its tokens)
+    rewards: torch.Tensor  # (B,) float
+    group_index: torch.Tensor  # (B,) long, row -> group
+    policy_versions: torch.Tensor  # (B, T) long, version of each token (0 off-mask)
+    num_loss_tokens: int  # global sum of loss_mask over the optimizer step
+    num_sequences: int  # global number of sequences with >= 1 loss token
+    ref_logprobs: torch.Tensor | None = None  # (B, T) frozen reference log-probs, if KL is on
+    prox_logprobs: torch.Tensor | None = None  # (B, T) proximal policy log-probs (decoupled PPO)
+
+    @property
+    def size(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    def rows(self, idx: slice | torch.Tensor) -> "Batch":
+        """A micro-batch: the selected rows, trimmed to their longest sequence, global counts kept."""
+        mask = self.attention_mask[idx]
+        length = int(mask.sum(dim=1).max().item()) if mask.numel() else 0
+        cut = lambda t: None if t is None else (t[idx][:, :length] if t.dim() == 2 else t[idx])  # noqa: E731
+        return dataclasses.replace(
+            self,
+            **{f.name: cut(getattr(self, f.name)) for f in dataclasses.fields(self)
+               if isinstance(getattr(self, f.name), torch.Tensor)},
+        )
+
+
+@dataclass(frozen=True)
+class LossOut:
+    """An objective's result for one micro-batch: ``loss`` is already divided by the global
+    denominator, so summing ``loss`` over micro-batches gives the step's loss."""
+
+    loss: torch.Tensor  # scalar, differentiable
+    metrics: Mapping[str, float] = field(default_factory=dict)  # sums over the micro-batch's tokens
+
+
+# ---------------------------------------------------------------- protocols (DESIGN.md §3)
+
+
+@runtime_checkable
+class Verifier(Protocol):
+    def __call__(self, prompt: Prompt, completion: str) -> Verdict: ...
+
+
+@runtime_checkable
+class Task(Protocol):
+    """A prompt source with fixed train / held-out splits and its verifier."""
+
+    name: str
+
+    def train_prompts(self) -> Sequence[Prompt]: ...
+
+    def heldout_prompts(self) -> Sequence[Prompt]: ...
+
+    def verify(self, prompt: Prompt, completion: str) -> Verdict: ...
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Continue token sequences. ``sequences[i]`` is prompt ids + any already generated ids."""
+
+    def generate(self, sequences: Sequence[Sequence[int]], sampling: Sampling) -> list[Completion]: ...
+
+
+@runtime_checkable
+class Filter(Protocol):
+    def __call__(self, group: Group) -> Decision: ...
+
+
+@dataclass(frozen=True)
+class Advantages:
+    """An advantage estimator's output for the rows of a batch."""
+
+    values: torch.Tensor  # (B,) float, one advantage per rollout
+    include: torch.Tensor  # (B,) bool, rows that enter the loss (False e.g. for MC-GRPO's pivot)
+
+
+@dataclass
+class RunState:
+    """What the loop knows at a step; passed to controllers and replay sources (read-only for them)."""
+
+    step: int = 0
+    policy_version: int = 0
+    seed: int = 0

@@ -1,0 +1,126 @@
+"""The built-in arithmetic task: determinism, disjoint splits, levels, options, CoT traces."""
+
+from collections import Counter
+
+import pytest
+
+from rollwise.registry import UserError, validate_options
+from rollwise.tasks import REGISTRY
+from rollwise.tasks.arithmetic import allocate, draw, trace, value
+from rollwise.types import Task
+
+make = REGISTRY.get("arithmetic")
+
+
+def texts(prompts):
+    return [p.text for p in prompts]
+
+
+def test_is_a_task_with_defaults():
+    t = make(None, {})
+    assert isinstance(t, Task)
+    assert len(t.train_prompts()) == 5000 and len(t.heldout_prompts()) == 200
+    p = t.train_prompts()[0]
+    assert p.text.endswith("=") and p.answer == str(eval(p.text[:-1]))  # noqa: S307 (digits and +-* only)
+    assert p.messages is None and p.task == "arithmetic"
+    assert all(32 <= ord(c) < 127 for p in t.train_prompts() for c in p.text + p.answer)
+
+
+def test_same_seed_same_splits_other_seed_differs():
+    a, b, c = make(None, {"seed": 3}), make(None, {"seed": 3}), make(None, {"seed": 4})
+    assert texts(a.train_prompts()) == texts(b.train_prompts())
+    assert texts(a.heldout_prompts()) == texts(b.heldout_prompts())
+    assert texts(a.heldout_prompts()) != texts(c.heldout_prompts())
+
+
+def test_heldout_does_not_depend_on_n_train():
+    a, b = make(None, {"n_train": 100}), make(None, {"n_train": 3000})
+    assert texts(a.heldout_prompts()) == texts(b.heldout_prompts())
+
+
+def test_splits_disjoint_and_ids_unique():
+    t = make(None, {"levels": [1, 2, 3, 4, 5], "n_train": 2000, "n_heldout": 300})
+    train, held = set(texts(t.train_prompts())), set(texts(t.heldout_prompts()))
+    assert len(train) == 2000 and len(held) == 300 and not train & held
+    ids = [p.id for p in (*t.train_prompts(), *t.heldout_prompts())]
+    assert len(ids) == len(set(ids))
+
+
+def test_levels_are_shared_evenly_within_capacity():
+    t = make(None, {"levels": [1, 2, 3, 4, 5], "n_train": 1000, "n_heldout": 100})
+    assert Counter(p.metadata["level"] for p in t.heldout_prompts()) == {lv: 20 for lv in range(1, 6)}
+    # level 1 has 100 - 20 = 80 expressions left for train; its missing 120 go to the other four
+    assert Counter(p.metadata["level"] for p in t.train_prompts()) == {1: 80, 2: 230, 3: 230, 4: 230, 5: 230}
+    # level 1 has 100 expressions: at most 25 held out, the rest of the 200 spills to level 2;
+    # train then gets the 75 left of level 1 and 5000 - 75 of level 2.
+    t = make(None, {})
+    assert Counter(p.metadata["level"] for p in t.heldout_prompts()) == {1: 25, 2: 175}
+    assert Counter(p.metadata["level"] for p in t.train_prompts()) == {1: 75, 2: 4925}
+
+
+def test_allocate_spills_over():
+    assert allocate(10, {1: 2, 2: 100, 3: 100}, "x") == {1: 2, 2: 4, 3: 4}
+    with pytest.raises(UserError, match="at most 25 held-out"):
+        allocate(26, {1: 25}, "held-out")
+
+
+@pytest.mark.parametrize("level", [1, 2, 3, 4, 5])
+def test_level_definitions(level):
+    import random
+
+    rng = random.Random(level)
+    for _ in range(300):
+        e = draw(level, rng)
+        nums, ops = e[0::2], set(e[1::2])
+        assert value(e) >= 0
+        if level == 1:
+            assert ops == {"+"} and max(nums) <= 9
+        elif level in (2, 4):
+            hi = 99 if level == 2 else 999
+            assert len(nums) == 2 and ops <= {"+", "-"} and hi // 10 < max(nums) <= hi
+        elif level == 3:
+            assert len(nums) == 3 and ops <= {"+", "-"} and max(nums) <= 99 and value(e[:3]) >= 0
+        else:
+            assert ops == {"*"} and max(nums) <= 99
+
+
+def test_bad_options_are_user_errors():
+    with pytest.raises(UserError, match="levels"):
+        validate_options("task", "arithmetic", make, {"levels": [0]})
+    with pytest.raises(UserError, match="n_train"):
+        make(None, {"n_train": 0})
+    with pytest.raises(UserError, match="bogus"):
+        make(None, {"bogus": 1})
+    with pytest.raises(UserError, match="at most 25 held-out"):
+        make(None, {"levels": [1]})  # default n_heldout 200 > 25
+    with pytest.raises(UserError, match="at most 75 train"):
+        make(None, {"levels": [1], "n_heldout": 25, "n_train": 76})
+    with pytest.raises(UserError, match="no argument"):
+        make("x", {})
+
+
+def test_verify_and_sft_examples():
+    t = make(None, {"n_train": 50, "n_heldout": 10})
+    p = t.heldout_prompts()[0]
+    assert t.verify(p, p.answer).score == 1.0
+    assert t.verify(p, str(int(p.answer) + 1)).score == 0.0
+    ex = t.sft_examples(80, seed=1)  # more than the pool: repeats allowed
+    assert len(ex) == 80 and ex == t.sft_examples(80, seed=1)
+    train = set(texts(t.train_prompts()))
+    assert all(p.text in train and target == p.answer for p, target in ex)
+
+
+def test_cot_traces():
+    # 47+85: 7+5=12 write 2 carry 1; 4+8+1=13 -> 132
+    assert trace((47, "+", 85)) == "7+5+0=12,4+8+1=13,=132"
+    # 42-17: 2-7 borrows (-5+10=5); 4-1-1=2 -> 25
+    assert trace((42, "-", 17)) == "2-7-0=-5+10=5,4-1-1=2,=25"
+    # 47*36: 47*6=282, 47*3=141, 282+1410=1692
+    assert trace((47, "*", 36)) == "47*6=282,47*3=141,282+1410=1692,=1692"
+    assert trace((12, "+", 34, "-", 5)) == "2+4+0=6,1+3+0=4,=46;6-5-0=1,4-0-0=4,=41"
+    t = make(None, {"levels": [1, 2, 3, 4, 5], "cot": True, "n_train": 200, "n_heldout": 20})
+    for p, target in t.sft_examples(200, seed=0):
+        assert target.endswith("=" + p.answer)
+        assert t.verify(p, target).score == 1.0
+    lengths = [len(target) for _, target in t.sft_examples(200, seed=0)]
+    assert max(lengths) > 3 * min(lengths)  # long-tailed lengths
