@@ -74,9 +74,9 @@ def read_rows(path: Path, opts: _Options) -> list[tuple[int, dict[str, Any]]]:
         try:
             row = json.loads(line)
         except json.JSONDecodeError as e:
-            raise UserError(f"{path}:{n}: malformed JSON ({e.msg} at column {e.colno})") from None
+            raise UserError(f"{path} line {n}: malformed JSON ({e.msg} at column {e.colno})") from None
         if not isinstance(row, dict):
-            raise UserError(f"{path}:{n}: expected a JSON object, got {type(row).__name__}")
+            raise UserError(f"{path} line {n}: expected a JSON object, got {type(row).__name__}")
         q = row.get(opts.question_field)
         if not isinstance(q, str) or not q.strip():
             raise UserError(_field_error(path, n, opts.question_field, row, "a non-empty string"))
@@ -93,8 +93,8 @@ def read_rows(path: Path, opts: _Options) -> list[tuple[int, dict[str, Any]]]:
 
 def _field_error(path: Path, n: int, field: str, row: dict, want: str) -> str:
     if field not in row:
-        return f"{path}:{n}: missing field {field!r} (the line has {sorted(row)})"
-    return f"{path}:{n}: field {field!r} must be {want}, got {row[field]!r:.80}"
+        return f"{path} line {n}: missing field {field!r} (the line has {sorted(row)})"
+    return f"{path} line {n}: field {field!r} must be {want}, got {row[field]!r:.80}"
 
 
 class JsonlTask:

@@ -82,7 +82,8 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         metrics = {"train/loss": loss_total, "train/grad_norm": grad_norm, "train/lr": self.scheduler.get_last_lr()[0]}
         for k, v in sums.items():
-            metrics["train/" + k.removesuffix("_sum")] = v / batch.num_loss_tokens
+            if k.endswith("_sum"):  # objectives report sums over loss tokens
+                metrics["train/" + k.removesuffix("_sum")] = v / batch.num_loss_tokens
         return metrics
 
     def state_dict(self) -> dict:

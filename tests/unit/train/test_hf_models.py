@@ -297,7 +297,8 @@ def test_stale_temp_of_dead_process_is_removed(fake_gguf, tmp_path: Path):
 
 def test_lora_only_adapters_trainable():
     pytest.importorskip("peft")
-    model = apply_lora(make_model(), r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"])
+    targets = ["q_proj", "v_proj"]
+    model = apply_lora(make_model(), r=4, alpha=8, dropout=0.0, target_modules=targets)
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
     frozen = [n for n, p in model.named_parameters() if not p.requires_grad]
     # 2 layers x 2 modules x (A, B)
@@ -308,7 +309,8 @@ def test_lora_only_adapters_trainable():
     # q_proj A is (r, hidden) = (4, 32); B is (hidden, r) = (32, 4)
     a = next(v for k, v in sd.items() if "q_proj.lora_A" in k)
     assert tuple(a.shape) == (4, 32)
-    out = model(input_ids=torch.tensor([[4, 5, 6]]), attention_mask=torch.ones(1, 3, dtype=torch.long))
+    x = torch.tensor([[4, 5, 6]])
+    out = model(input_ids=x, attention_mask=torch.ones_like(x))
     assert tuple(out.logits.shape) == (1, 3, len(WORDS))
     out.logits.sum().backward()
     assert all(p.grad is not None for n, p in model.named_parameters() if p.requires_grad)
@@ -316,7 +318,8 @@ def test_lora_only_adapters_trainable():
 
 def test_lora_merged_state_dict_matches_wrapped_model():
     pytest.importorskip("peft")
-    model = apply_lora(make_model(), r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "down_proj"])
+    targets = ["q_proj", "down_proj"]
+    model = apply_lora(make_model(), r=4, alpha=8, dropout=0.0, target_modules=targets)
     with torch.no_grad():  # LoRA B starts at zero; make the adapters do something
         for n, p in model.named_parameters():
             if "lora_B" in n:
@@ -390,7 +393,7 @@ def smollm2_cached(tmp_path_factory):
     Returns a dict: first_s, second_s (load seconds), model, tok (from the second load), cache
     (the cache dir) and gguf_model: the model transformers itself built from the GGUF during the
     first load (still marked gguf-quantised), captured by wrapping ``from_pretrained`` so the
-    logits test needs no third slow load.
+    logits test needs no third slow load; rebuilt: the plain model load_gguf made from it.
     """
     from transformers import AutoModelForCausalLM
 
@@ -404,17 +407,26 @@ def smollm2_cached(tmp_path_factory):
             captured.append(model)
         return model
 
+    rebuilt = []
+    real_load_gguf = hf_models.load_gguf
+
+    def spy_load_gguf(*args, **kwargs):
+        model, tok = real_load_gguf(*args, **kwargs)
+        rebuilt.append(model)
+        return model, tok
+
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(AutoModelForCausalLM, "from_pretrained", spy)
+        mp.setattr(hf_models, "load_gguf", spy_load_gguf)
         t = time.perf_counter()
         load_pretrained("smollm2-135m", cache_dir=cache)
         first = time.perf_counter() - t
-    assert len(captured) == 1
+    assert len(captured) == 1 and len(rebuilt) == 1
     t = time.perf_counter()
     model, tok = load_pretrained("smollm2-135m", cache_dir=cache)
     second = time.perf_counter() - t
     return dict(first_s=first, second_s=second, model=model, tok=tok, cache=cache,
-                gguf_model=captured[0])
+                gguf_model=captured[0], rebuilt=rebuilt[0])
 
 
 @pytest.mark.slow
@@ -440,12 +452,20 @@ def test_smollm2_second_load_uses_cache(smollm2_cached, monkeypatch):
 @pytest.mark.slow
 @needs_smollm2
 def test_smollm2_cached_logits_equal_gguf(smollm2_cached):
-    cached, tok, direct = smollm2_cached["model"], smollm2_cached["tok"], smollm2_cached["gguf_model"]
+    cached, tok = smollm2_cached["model"], smollm2_cached["tok"]
+    direct = smollm2_cached["gguf_model"]
     assert getattr(direct, "hf_quantizer", None) is not None  # really the GGUF-loaded model
     ids = render_prompt(tok, [{"role": "user", "content": "What is 17 + 25?"}])
     assert len(ids) > 10
-    diff = (logits(cached, ids) - logits(direct, ids)).abs().max().item()
+    expected = logits(direct, ids)
+    diff = (logits(cached, ids) - expected).abs().max().item()
     assert diff < 1e-4
+    # The plain model rebuilt from the GGUF one (what load_gguf returns and the cache stores).
+    rebuilt = smollm2_cached["rebuilt"]
+    assert getattr(rebuilt, "hf_quantizer", None) is None
+    assert (logits(rebuilt, ids) - expected).abs().max().item() < 1e-4
+    for m in (cached, rebuilt):  # tie_word_embeddings: one shared matrix, as in the GGUF model
+        assert m.lm_head.weight is m.model.embed_tokens.weight
 
 
 @pytest.mark.slow

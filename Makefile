@@ -1,0 +1,34 @@
+# rollwise: two set-up commands for a fresh machine.
+#   make demo   create .venv, install rollwise, run the embedded default (`rollwise train`)
+#   make test   create .venv, install rollwise with test extras, run the test suite
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip install -q --disable-pip-version-check
+export HF_HUB_OFFLINE := 1
+
+.PHONY: demo test install install-test clean
+
+$(VENV)/bin/python:
+	python3 -m venv $(VENV)
+
+# torch is pinned to the CPU build first, so nothing later pulls a CUDA build
+$(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
+	$(PIP) torch==2.13.0
+	$(PIP) -e .
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed
+	$(PIP) -e '.[test,hf]'
+	touch $@
+
+install: $(VENV)/.installed
+install-test: $(VENV)/.installed-test
+
+demo: $(VENV)/.installed
+	$(VENV)/bin/rollwise train
+
+test: $(VENV)/.installed-test
+	$(PY) -m pytest -q -ra
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache
