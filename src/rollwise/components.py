@@ -51,6 +51,11 @@ def check(cfg) -> None:
     for section in ("task", "control", "replay", "advantage", "objective"):
         resolve(cfg, section)
     build_filters(cfg)
+    from rollwise.control.rounds import check_filters
+    from rollwise.reward import overlong_limits
+
+    check_filters(cfg.control, list(cfg.filter.names))
+    overlong_limits(cfg.reward.overlong_penalty, cfg.sampling.max_new_tokens)
 
 
 def build_filters(cfg) -> list[tuple[str, Callable]]:
@@ -85,6 +90,7 @@ class Strategies:
     advantage_options: Any
     objective: Callable
     objective_options: Any
+    keep_at_most: int | None = None  # dynamic sampling's target_groups (control/rounds.py)
     extra: dict = field(default_factory=dict)
 
 
@@ -94,11 +100,19 @@ def build_strategies(cfg, task) -> Strategies:
     adv, adv_opts, _ = resolve(cfg, "advantage")
     obj, obj_opts, _ = resolve(cfg, "objective")
     seed = cfg.run.seed
+    controller = ctrl_cls(task.train_prompts(), cfg.control, ctrl_opts, seed)
+    filters = build_filters(cfg)
+    if cfg.control.dynamic_sampling.enabled:
+        from rollwise.control.rounds import DynamicSampling
+
+        controller = DynamicSampling(controller, filters, cfg.control)
+    from rollwise.control.rounds import target_groups
+
     return Strategies(
-        controller=ctrl_cls(task.train_prompts(), cfg.control, ctrl_opts, seed),
-        filters=build_filters(cfg), replay=rep_cls(cfg.replay, rep_opts, seed),
+        controller=controller, filters=filters, replay=rep_cls(cfg.replay, rep_opts, seed),
         advantage=adv, advantage_options=adv_opts if adv_opts is not None else adv.Options(),
         objective=obj, objective_options=obj_opts if obj_opts is not None else obj.Options(),
+        keep_at_most=target_groups(cfg.control),
     )
 
 

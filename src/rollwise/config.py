@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from rollwise.objectives import ess
 from rollwise.registry import UserError, format_validation
 
 
@@ -70,11 +71,21 @@ class SamplingConfig(Section):
     max_new_tokens: int = Field(8, ge=1, description="Most tokens generated per rollout.")
 
 
+class DynamicSamplingConfig(Section):
+    enabled: bool = Field(False, description="DAPO dynamic sampling (arXiv 2503.14476): while fewer than target_groups "
+                          "groups pass the filters, generate groups for fresh prompts in another round (needs 'zero_variance' "
+                          "in filter.names and a controller with a prompt stream, e.g. 'uniform').")
+    max_rounds: int = Field(4, ge=1, description="Most generation rounds per step, the first included (every round is charged to the ledger).")
+    target_groups: int | None = Field(None, ge=1, description="Groups to train on per step (default prompts_per_step); kept groups beyond it "
+                                      "are dropped, the last generated first, as filter/surplus.")
+
+
 class ControlConfig(StrategyConfig):
     name: str = Field("uniform", description="Controller: which prompts and how many rollouts each.")
     prompts_per_step: int = Field(16, ge=1, description="Prompts drawn per step.")
     rollouts_per_prompt: int = Field(8, ge=1, description="Rollouts per prompt (group size n).")
     budget_rollouts: int | None = Field(None, ge=1, description="Most rollouts per step (default prompts_per_step * rollouts_per_prompt).")
+    dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig, description="Refill rounds for groups dropped by the filters (DAPO).")
 
 
 class FilterConfig(Section):
@@ -86,12 +97,36 @@ class ReplayConfig(StrategyConfig):
     name: str = Field("on_policy", description="Replay source mixing fresh and stored groups.")
 
 
+class OverlongPenaltyConfig(Section):
+    enabled: bool = Field(False, description="Add DAPO's soft overlong punishment (arXiv 2503.14476) to each verified rollout's reward.")
+    max_len: int | None = Field(None, ge=1, description="L_max in tokens: longer responses get -1 (default sampling.max_new_tokens).")
+    cache_len: int | None = Field(None, ge=1, description="L_cache: the penalty falls linearly from 0 to -1 over the last cache_len tokens "
+                                  "up to max_len (default max(1, max_len // 5), the paper's 4096 / 20480).")
+
+
+class KlInRewardConfig(Section):
+    coef: float = Field(0.0, ge=0, description="beta: subtract beta * sum_t KL_t(pi_theta || pi_ref) from each verified rollout's reward "
+                        "(0 = off; on, the trainer keeps a frozen reference copy of the initial model).")
+    estimator: Literal["k1", "k2", "k3"] = Field("k1", description="Per-token KL estimator with l = log pi_ref - log pi_theta: "
+                                                 "'k1' = -l, 'k2' = l^2/2, 'k3' = exp(l) - 1 - l (as objective.options.kl_estimator).")
+
+
+class RewardConfig(Section):
+    overlong_penalty: OverlongPenaltyConfig = Field(default_factory=OverlongPenaltyConfig, description="DAPO overlong reward shaping.")
+    kl: KlInRewardConfig = Field(default_factory=KlInRewardConfig, description="KL to the reference as a reward penalty (KL in the loss is objective.options.kl_coef).")
+
+
 class AdvantageConfig(StrategyConfig):
     name: str = Field("grpo", description="Advantage estimator.")
 
 
 class ObjectiveConfig(StrategyConfig):
     name: str = Field("grpo", description="Policy objective.")
+
+
+class EssLrScalingConfig(ess.Options):
+    enabled: bool = Field(False, description="Scale each optimizer step's learning rate by VCPO's effective-sample-size rule "
+                          "(arXiv 2602.17616) on the step's sequence weights pi_prox / mu; for off-policy data.")
 
 
 class TrainConfig(Section):
@@ -102,6 +137,7 @@ class TrainConfig(Section):
     max_grad_norm: float = Field(1.0, ge=0, description="Gradient clipping (0 = off).")
     warmup_steps: int = Field(0, ge=0, description="Linear learning-rate warm-up steps.")
     micro_batch: int = Field(64, ge=1, description="Sequences per forward/backward pass (gradient accumulation is exact).")
+    ess_lr_scaling: EssLrScalingConfig = Field(default_factory=EssLrScalingConfig, description="VCPO ESS learning-rate scaling.")
 
 
 class EvalConfig(Section):
@@ -128,6 +164,7 @@ class Config(Section):
     control: ControlConfig = Field(default_factory=ControlConfig, description="Prompt selection and rollout allocation.")
     filter: FilterConfig = Field(default_factory=FilterConfig, description="Group filters.")
     replay: ReplayConfig = Field(default_factory=ReplayConfig, description="Replay source.")
+    reward: RewardConfig = Field(default_factory=RewardConfig, description="Reward shaping before advantages (verified rollouts only).")
     advantage: AdvantageConfig = Field(default_factory=AdvantageConfig, description="Advantage estimator.")
     objective: ObjectiveConfig = Field(default_factory=ObjectiveConfig, description="Policy objective.")
     train: TrainConfig = Field(default_factory=TrainConfig, description="Optimizer and steps.")

@@ -3,7 +3,8 @@
 Each stage is one named call; strategies plug in through the parts built by ``Run`` and never
 subclass this loop. Generation may take several rounds (a controller can top up groups), then
 filters drop groups with a reason, the controller observes the survivors, the replay source
-mixes the training groups, advantages are a pure function of rewards and group ids, and the
+mixes the training groups, their rewards may be shaped (``rollwise.reward``: DAPO's overlong
+penalty, KL in the reward), advantages are a pure function of rewards and group ids, and the
 trainer takes one optimizer step. The ledger records every step's cost.
 """
 
@@ -33,18 +34,19 @@ def train(cfg: Config, *, resume: bool = False, backend=None, log=print) -> RunR
                 planned.append(plan.total)
                 groups = run.pool.generate(plan, groups, st.policy_version)
                 plan = ctrl.next_round(groups, st)
-            kept, dropped = apply_filters(parts.filters, groups)         # keep/drop with reasons
+            kept, dropped = apply_filters(parts.filters, groups, parts.keep_at_most)  # keep/drop with reasons
             ctrl.observe(kept, st)                                       # per-prompt statistics
             batch_groups = parts.replay.mix(kept, st)                    # fresh + replayed data
             parts.replay.add(kept)
             rows, rewards, gidx = flatten(batch_groups)
+            rewards, shaping = run.shape_rewards(rows, rewards)          # overlong penalty, KL in reward
             advs = parts.advantage(rewards, gidx, parts.advantage_options)
             batch = collate(rows, rewards, gidx, advs, run.codec.pad_id)
             t0 = now()
             metrics = run.trainer.optimize(batch)                        # objective + optimizer step
             metrics["time/train_s"] = now() - t0
             st.policy_version += 1
-            metrics.update(step_metrics(groups, dropped, planned))
+            metrics.update(step_metrics(groups, dropped, planned), **shaping)
             line = run.ledger.record(st.step, st.policy_version, run.pool.take_cost(), batch.num_loss_tokens, metrics)
             st.step += 1
             if run.due(cfg.eval.every):
@@ -55,8 +57,10 @@ def train(cfg: Config, *, resume: bool = False, backend=None, log=print) -> RunR
         return run.finish()
 
 
-def apply_filters(filters, groups):
-    """Run each filter in order; return kept groups and a Counter of drop reasons."""
+def apply_filters(filters, groups, keep_at_most=None):
+    """Run each filter in order; return kept groups and a Counter of drop reasons. With
+    ``keep_at_most`` (dynamic sampling's target, control/rounds.py) the first that many kept
+    groups in generation order stay and the rest are dropped as ``surplus``."""
     dropped: Counter[str] = Counter()
     kept = []
     for g in groups:
@@ -67,6 +71,9 @@ def apply_filters(filters, groups):
                 break
         else:
             kept.append(g)
+    if keep_at_most is not None and len(kept) > keep_at_most:
+        dropped["surplus"] += len(kept) - keep_at_most
+        kept = kept[:keep_at_most]
     return kept, dropped
 
 

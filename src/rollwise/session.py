@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rollwise import components
+from rollwise import components, reward
 from rollwise.config import Config, to_toml
 from rollwise.distributed.local import LocalPool
 from rollwise.eval.evaluate import evaluate
@@ -62,12 +62,21 @@ class Run:
             backend = HFBackend(self.model, self.codec.eos_ids, self.codec.pad_id, cfg.model.max_batch, seed)
         self.backend = backend
         self.pool = LocalPool(backend, self.codec, self.task.verify, self.sampling)
-        self.trainer = Trainer(self.model, self.parts.objective, self.parts.objective_options, cfg.train, s.temperature)
+        self.trainer = Trainer(self.model, self.parts.objective, self.parts.objective_options, cfg.train, s.temperature,
+                               reference=cfg.reward.kl.coef > 0)
         self.ledger = Ledger(self.dir)
         self.state = RunState(seed=seed)
         self.evals: list[dict] = []
         if resume:
             self._resume(ckpt)
+
+    # -------------------------------------------------------------- reward shaping
+    def shape_rewards(self, rows, rewards):
+        """The step's shaped rewards and ``reward/*`` metrics (``rollwise.reward``); the KL term
+        needs the trainer's no-grad policy and reference log-probs, computed only when it is on."""
+        rc = self.cfg.reward
+        kl = reward.reference_kl(rows, self.trainer, rc.kl.estimator, self.codec.pad_id) if rc.kl.coef else None
+        return reward.shape(rows, rewards, rc, self.cfg.sampling.max_new_tokens, kl)
 
     # -------------------------------------------------------------- checkpoints
     def _stateful(self) -> dict:
@@ -149,7 +158,7 @@ def step_metrics(groups, dropped: dict[str, int], plan_sizes: list[int]) -> dict
            "groups/count": len(groups), "groups/degenerate_frac": degenerate / max(1, len(groups)),
            "control/rollouts_per_prompt_mean": sum(sizes) / len(sizes),
            "control/rollouts_per_prompt_min": min(sizes), "control/rollouts_per_prompt_max": max(sizes),
-           "control/budget_used": sum(plan_sizes)}
+           "control/budget_used": sum(plan_sizes), "control/rounds": len(plan_sizes)}
     out.update({f"filter/{reason}": n for reason, n in dropped.items()})
     return out
 

@@ -2,7 +2,8 @@
 
 - ``zero_variance`` (DAPO dynamic sampling, arXiv 2503.14476): drop groups whose verified
   rewards are all equal (within ``tol``): they carry no gradient under group baselines.
-  This module only drops; refilling the batch is a controller round.
+  This module only drops; refilling the batch is a controller round
+  (``control.dynamic_sampling``, :mod:`rollwise.control.rounds`).
 - ``overlong``: drop groups where every rollout hit the length limit.
 - ``errored``: drop groups with a rollout whose generation failed or could not be verified.
 """

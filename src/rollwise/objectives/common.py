@@ -32,6 +32,8 @@ mean. Keys:
 Off-policy correction (systems.md §2 AReaL decoupled PPO, §11 TIS / MIS), usable by every
 objective through :class:`ObjectiveOptions`:
 
+- The trainer fills ``batch.prox_logprobs`` only when ``opts.needs_prox`` (any ``tis_level`` other
+  than "off", hence always for ``decoupled_ppo``), so the other settings keep the bypass mode.
 - The "old" policy in every ratio is ``batch.prox_logprobs`` when present (standard PPO with a
   trainer recompute), else ``batch.old_logprobs`` (slime's "bypass": sampler log-probs as old).
 - With ``tis_level != "off"`` the per-token policy loss is multiplied by the detached behaviour
@@ -99,6 +101,13 @@ class ObjectiveOptions(BaseModel):
         "truncate",
         description="'truncate' clamps the weight into [tis_low, tis_cap] (TIS); 'mask' zeroes tokens outside it (MIS).",
     )
+
+    @property
+    def needs_prox(self) -> bool:
+        """True when the objective reads ``batch.prox_logprobs``; the trainer then fills them with
+        the pre-update policy's log-probs. Every behaviour weight needs them, so ``decoupled_ppo``
+        (whose ``tis_level`` cannot be "off") always does."""
+        return self.tis_level != "off"
 
     @model_validator(mode="after")
     def _consistent(self) -> "ObjectiveOptions":

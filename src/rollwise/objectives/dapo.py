@@ -11,7 +11,8 @@ Defaults: ``eps_low = 0.2``, ``eps_high = 0.28``, ``aggregation = "token_mean"``
 What lives elsewhere: dynamic sampling (dropping all-equal groups) is a filter
 (``filter/``), the advantage is ``advantages.grpo``. The overlong soft punishment is the pure
 reward-shaping function :func:`overlong_penalty` below, added to the correctness reward by
-whoever scores rollouts. Differences from the paper: none intended; the KL, entropy and TIS
+:mod:`rollwise.reward` (``reward.overlong_penalty``); refilling the batch after the filter is
+``control.dynamic_sampling`` (:mod:`rollwise.control.rounds`). Differences from the paper: none intended; the KL, entropy and TIS
 options of :class:`~rollwise.objectives.common.ObjectiveOptions` are extras (off by default).
 """
 

@@ -8,7 +8,8 @@ Language Reasoning", arXiv 2505.24298, eq. 4-5 (systems.md §2). Maximised::
 
 - ``pi_behav`` is ``batch.old_logprobs`` (what the engine reported when sampling; possibly mixed
   versions within a trajectory); ``pi_prox`` is ``batch.prox_logprobs`` (trainer recompute with
-  the pre-update weights), which this objective requires.
+  the pre-update weights), which this objective requires; the trainer fills it because
+  ``Options.needs_prox`` is always true here.
 - The behaviour weight is the shared off-policy weight of
   :mod:`rollwise.objectives.common` (``tis_*`` options); the defaults follow AReaL's current
   code: token level, ``mask`` tokens whose weight exceeds ``tis_cap = 5.0`` (``rejection_sampling``

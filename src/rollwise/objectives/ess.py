@@ -15,6 +15,10 @@ and the caller sets ``lr = lr_base * scale`` for this step only. ``B`` counts ro
 one loss token. ``rho`` is invariant to scaling every ``w_i`` by a constant, which is used to
 compute it stably (weights are normalised by their maximum in log space).
 
+Wiring: ``train.ess_lr_scaling = {enabled, rule, base_ess_ratio}`` (the config model extends
+:class:`Options`); ``Trainer.optimize`` computes the weights from the step's proximal log-probs
+and logs ``train/ess_ratio`` and ``train/lr_scale``.
+
 Differences from the code: VCPO's second control, the off-policy optimal baseline (OPOB, a
 per-trajectory gradient path), is not implemented here. Defaults follow the code
 (``scaling_rule = sqrt``, ``base_ess_ratio = 1.0``, unclipped weights).
@@ -22,10 +26,12 @@ per-trajectory gradient path), is not implemented here. Defaults follow the code
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import torch
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    import torch
 
 
 class Options(BaseModel):
@@ -43,6 +49,8 @@ def ess_ratio(log_weights: torch.Tensor, mask: torch.Tensor) -> float:
     ``log_weights`` and ``mask`` are (B, T): per-token ``log pi_prox - log mu`` and the loss mask.
     Returns 1.0 when no row has a loss token.
     """
+    import torch  # imported here so that config.py can use ``Options`` without loading torch
+
     mask = mask.to(log_weights.dtype)
     log_w = torch.where(mask != 0, log_weights * mask, torch.zeros_like(log_weights)).sum(dim=1).detach()
     log_w = log_w[mask.sum(dim=1) > 0].double()

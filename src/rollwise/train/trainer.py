@@ -4,6 +4,26 @@ advantages are in the batch, the objective is a function chosen by name.
 Micro-batching is exact: each micro-batch's loss is already divided by the global count of
 the optimizer step (``Batch.num_loss_tokens`` / ``num_sequences``), so gradients are summed,
 never averaged, across micro-batches (DESIGN.md §9.6).
+
+Options the trainer serves (each computed here, its math living in ``objectives/``):
+
+- **Proximal log-probs.** When ``options.needs_prox`` (a behaviour weight is on, always for
+  ``decoupled_ppo``), each micro-batch gets ``prox_logprobs`` = the log-probs of the weights
+  before this step's update, without gradient. ``optimize`` takes exactly one optimizer step
+  per batch and updates only after every micro-batch's backward pass, so these are the detached
+  log-probs of the very forward pass that computes the loss: exact, and no extra forward. (If
+  ``optimize`` ever takes several steps per batch, they must be recomputed once up front.)
+  Otherwise ``prox_logprobs`` stays None, so the ratio of the other objectives keeps the
+  sampler's log-probs (bypass mode) and enabling another option does not change the objective.
+- **Reference model.** A frozen copy of the initial weights when the objective has
+  ``kl_coef > 0`` (KL in the loss: ``ref_logprobs`` per micro-batch) or ``reference=True`` (KL in
+  the reward: :meth:`policy_and_reference_logprobs`, called by ``rollwise.reward``).
+- **ESS learning-rate scaling** (``train.ess_lr_scaling``, VCPO arXiv 2602.17616): the
+  learning rate of this step is multiplied by ``objectives.ess.ess_lr_scale`` of the sequence
+  log-weights ``sum_t m (log pi_prox - log mu)`` of every row of the step (the global batch), and
+  restored right after ``optimizer.step()``. Logs ``train/ess_ratio`` and ``train/lr_scale``.
+- The entropy bonus is the objective option ``entropy_coef``; the trainer always passes the
+  entropy tensor and logs ``train/entropy``.
 """
 
 from __future__ import annotations
@@ -14,6 +34,7 @@ import math
 
 import torch
 
+from rollwise.objectives.ess import ess_lr_scale, ess_ratio
 from rollwise.types import Batch
 
 
@@ -32,17 +53,19 @@ def token_logprobs(model, batch: Batch, temperature: float, with_entropy: bool =
 
 
 class Trainer:
-    def __init__(self, model, objective, options, train_cfg, temperature: float):
+    def __init__(self, model, objective, options, train_cfg, temperature: float, reference: bool = False):
         self.model = model
         self.objective, self.options = objective, options
         self.cfg = train_cfg
         self.temperature = temperature
+        self.needs_prox = bool(getattr(options, "needs_prox", False))
+        self.kl_in_loss = bool(getattr(options, "kl_coef", 0.0))
         params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=train_cfg.lr, betas=tuple(train_cfg.betas), weight_decay=train_cfg.weight_decay)
         warm = max(1, train_cfg.warmup_steps)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: min(1.0, (s + 1) / warm))
         self.ref_model = None
-        if getattr(options, "kl_coef", 0.0):
+        if self.kl_in_loss or reference:
             self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
 
     def micro_batches(self, batch: Batch):
@@ -52,35 +75,77 @@ class Trainer:
 
     @torch.no_grad()
     def _with_reference(self, mb: Batch) -> Batch:
-        if self.ref_model is None:
+        if not self.kl_in_loss:
             return mb
         return dataclasses.replace(mb, ref_logprobs=token_logprobs(self.ref_model, mb, self.temperature)[0])
+
+    @torch.no_grad()
+    def policy_and_reference_logprobs(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, T) log-probs of ``batch.input_ids`` under the current weights and under the frozen
+        reference, without gradient, micro-batched, zero-padded back to the batch's width."""
+        if self.ref_model is None:
+            raise ValueError("no reference model: construct the Trainer with reference=True (reward.kl.coef > 0)")
+        policy, ref = torch.zeros_like(batch.old_logprobs), torch.zeros_like(batch.old_logprobs)
+        for start in range(0, batch.size, self.cfg.micro_batch):
+            rows = slice(start, start + self.cfg.micro_batch)
+            mb = batch.rows(rows)
+            width = mb.input_ids.shape[1]
+            policy[rows, :width] = token_logprobs(self.model, mb, self.temperature)[0]
+            ref[rows, :width] = token_logprobs(self.ref_model, mb, self.temperature)[0]
+        return policy, ref
+
+    def _ess_scale(self, log_w: list[torch.Tensor], has_tokens: list[torch.Tensor]) -> tuple[float, float]:
+        """(rho, lr scale) of the step from per-row sequence log-weights, gathered over micro-batches."""
+        opts = self.cfg.ess_lr_scaling
+        lw = torch.cat(log_w)[:, None]
+        mask = torch.cat(has_tokens).to(lw.dtype)[:, None]
+        return ess_ratio(lw, mask), ess_lr_scale(lw, mask, opts.rule, opts.base_ess_ratio)
 
     def optimize(self, batch: Batch) -> dict[str, float]:
         """One optimizer step over ``batch``; returns ``train/*`` metrics."""
         if batch.num_loss_tokens == 0:
             return {"train/loss": 0.0, "train/skipped": 1.0}
         self.model.train()
+        ess_on = bool(getattr(self.cfg, "ess_lr_scaling", None) and self.cfg.ess_lr_scaling.enabled)
         sums: dict[str, float] = {}
         loss_total = 0.0
+        log_w, has_tokens = [], []
         for mb in self.micro_batches(batch):
             if mb.loss_mask.sum() == 0:
                 continue
             mb = self._with_reference(mb)
             new_lp, ent = token_logprobs(self.model, mb, self.temperature, with_entropy=True)
+            prox = new_lp.detach()  # pre-update policy: one optimizer step per batch (module docstring)
+            if self.needs_prox:
+                mb = dataclasses.replace(mb, prox_logprobs=prox)
+            if ess_on:
+                m = mb.loss_mask
+                log_w.append(torch.where(m != 0, (prox - mb.old_logprobs) * m, torch.zeros_like(prox)).sum(dim=1))
+                has_tokens.append(m.sum(dim=1) > 0)
             out = self.objective(mb, new_lp, self.options, entropy=ent)
             out.loss.backward()
             loss_total += float(out.loss.detach())
             for k, v in out.metrics.items():
                 sums[k] = sums.get(k, 0.0) + float(v)
-            sums["entropy_sum"] = sums.get("entropy_sum", 0.0) + float((ent.detach() * mb.loss_mask).sum())
+            if "entropy_sum" not in out.metrics:  # objectives built on common.finish report it already
+                sums["entropy_sum"] = sums.get("entropy_sum", 0.0) + float((ent.detach() * mb.loss_mask).sum())
         params = [p for p in self.model.parameters() if p.requires_grad]
         clip = self.cfg.max_grad_norm if self.cfg.max_grad_norm > 0 else math.inf
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
+        extra = {}
+        scale = 1.0
+        if ess_on:
+            rho, scale = self._ess_scale(log_w, has_tokens)
+            extra = {"train/ess_ratio": rho, "train/lr_scale": scale}
+        base_lrs = [g["lr"] for g in self.optimizer.param_groups]
+        for g, lr in zip(self.optimizer.param_groups, base_lrs):
+            g["lr"] = lr * scale
         self.optimizer.step()
+        for g, lr in zip(self.optimizer.param_groups, base_lrs):  # the scale holds for this step only
+            g["lr"] = lr
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        metrics = {"train/loss": loss_total, "train/grad_norm": grad_norm, "train/lr": self.scheduler.get_last_lr()[0]}
+        metrics = {"train/loss": loss_total, "train/grad_norm": grad_norm, "train/lr": self.scheduler.get_last_lr()[0], **extra}
         for k, v in sums.items():
             if k.endswith("_sum"):  # objectives report sums over loss tokens
                 metrics["train/" + k.removesuffix("_sum")] = v / batch.num_loss_tokens
