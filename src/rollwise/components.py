@@ -99,15 +99,13 @@ def build_strategies(cfg, task) -> Strategies:
     rep_cls, rep_opts, _ = resolve(cfg, "replay")
     adv, adv_opts, _ = resolve(cfg, "advantage")
     obj, obj_opts, _ = resolve(cfg, "objective")
+    from rollwise.control.rounds import DynamicSampling, target_groups
+
     seed = cfg.run.seed
     controller = ctrl_cls(task.train_prompts(), cfg.control, ctrl_opts, seed)
     filters = build_filters(cfg)
-    if cfg.control.dynamic_sampling.enabled:
-        from rollwise.control.rounds import DynamicSampling
-
+    if cfg.control.dynamic_sampling.enabled:  # DAPO refill rounds around any stream-based controller
         controller = DynamicSampling(controller, filters, cfg.control)
-    from rollwise.control.rounds import target_groups
-
     return Strategies(
         controller=controller, filters=filters, replay=rep_cls(cfg.replay, rep_opts, seed),
         advantage=adv, advantage_options=adv_opts if adv_opts is not None else adv.Options(),
