@@ -148,11 +148,10 @@ def build_policy(cfg, task, log=print):
     if name in tiny.NAMES:
         from rollwise.train.warm_start import warm_start
 
-        model, tok = tiny.build_tiny(name, seed=cfg.run.seed)
+        model, tok = tiny.build_tiny(name, seed=cfg.model.warm_start.seed)
         codec = Codec(tok, use_chat=False)
-        key = {"model": tiny.canonical(name), "task": cfg.task.name, "task_options": cfg.task.options,
-               "sampling_max": cfg.sampling.max_new_tokens}
-        how = warm_start(model, codec, task, cfg.model.warm_start, cfg.run.seed, key, log=log)
+        key = {"model": tiny.canonical(name), "task": cfg.task.name, "task_options": cfg.task.options}
+        how = warm_start(model, codec, task, cfg.model.warm_start, cfg.model.warm_start.seed, key, log=log)
         log(f"warm start: {how}")
     else:
         from rollwise.train.hf_models import load_pretrained

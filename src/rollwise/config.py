@@ -24,7 +24,7 @@ class RunConfig(Section):
     name: str | None = Field(None, description="Run name; the run directory is <dir>/<name>. Default: <task>-<controller>-s<seed>.")
     dir: str = Field("runs", description="Parent directory of run directories.")
     seed: int = Field(0, ge=0, description="Seed for model init, prompt order and sampling.")
-    checkpoint_every: int = Field(20, ge=0, description="Save a checkpoint every N steps (0: only at the end).")
+    checkpoint_every: int = Field(100, ge=0, description="Save a checkpoint every N steps (0: only at the end).")
     keep_checkpoints: int = Field(2, ge=1, description="How many most recent checkpoints to keep.")
     threads: int | None = Field(None, ge=1, description="torch CPU threads (default: all cores).")
     overwrite: bool = Field(False, description="Replace an existing run directory instead of refusing.")
@@ -42,9 +42,10 @@ class LoraConfig(Section):
 
 
 class WarmStartConfig(Section):
-    steps: int = Field(300, ge=0, description="Supervised steps on task examples before RL (built-in tiny model only; 0 = none).")
+    steps: int = Field(1150, ge=0, description="Supervised steps on task examples before RL (built-in tiny model only; 0 = none).")
     batch_size: int = Field(64, ge=1, description="Warm-start batch size.")
     lr: float = Field(1e-3, gt=0, description="Warm-start learning rate.")
+    seed: int = Field(0, ge=0, description="Seed of the warm start (independent of run.seed, so seeds of a comparison share one warm start).")
     cache: bool = Field(True, description="Cache the warm-started weights under ~/.cache/rollwise (or $ROLLWISE_CACHE).")
 
 
@@ -82,7 +83,7 @@ class DynamicSamplingConfig(Section):
 
 class ControlConfig(StrategyConfig):
     name: str = Field("uniform", description="Controller: which prompts and how many rollouts each.")
-    prompts_per_step: int = Field(16, ge=1, description="Prompts drawn per step.")
+    prompts_per_step: int = Field(32, ge=1, description="Prompts drawn per step.")
     rollouts_per_prompt: int = Field(8, ge=1, description="Rollouts per prompt (group size n).")
     budget_rollouts: int | None = Field(None, ge=1, description="Most rollouts per step (default prompts_per_step * rollouts_per_prompt).")
     dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig, description="Refill rounds for groups dropped by the filters (DAPO).")
@@ -130,18 +131,18 @@ class EssLrScalingConfig(ess.Options):
 
 
 class TrainConfig(Section):
-    steps: int = Field(60, ge=0, description="RL steps (optimizer steps).")
+    steps: int = Field(600, ge=0, description="RL steps (optimizer steps).")
     lr: float = Field(2e-4, gt=0, description="AdamW learning rate.")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     betas: tuple[float, float] = Field((0.9, 0.99), description="AdamW betas.")
     max_grad_norm: float = Field(1.0, ge=0, description="Gradient clipping (0 = off).")
     warmup_steps: int = Field(0, ge=0, description="Linear learning-rate warm-up steps.")
-    micro_batch: int = Field(64, ge=1, description="Sequences per forward/backward pass (gradient accumulation is exact).")
+    micro_batch: int = Field(128, ge=1, description="Sequences per forward/backward pass (gradient accumulation is exact).")
     ess_lr_scaling: EssLrScalingConfig = Field(default_factory=EssLrScalingConfig, description="VCPO ESS learning-rate scaling.")
 
 
 class EvalConfig(Section):
-    every: int = Field(10, ge=0, description="Evaluate every N steps (0 = only at start and end).")
+    every: int = Field(50, ge=0, description="Evaluate every N steps (0 = only at start and end).")
     n_prompts: int = Field(200, ge=1, description="Held-out prompts evaluated (first N of the held-out split).")
     samples: int = Field(4, ge=1, description="Samples per held-out prompt.")
     k: list[int] = Field(default_factory=lambda: [4], description="k values for pass@k and maj@k (each <= samples).")

@@ -152,6 +152,10 @@ class Batch:
     def size(self) -> int:
         return int(self.input_ids.shape[0])
 
+    def to(self, device) -> "Batch":
+        return dataclasses.replace(self, **{f.name: getattr(self, f.name).to(device) for f in dataclasses.fields(self)
+                                            if isinstance(getattr(self, f.name), torch.Tensor)})
+
     def rows(self, idx: slice | torch.Tensor) -> "Batch":
         """A micro-batch: the selected rows, trimmed to their longest sequence, global counts kept."""
         mask = self.attention_mask[idx]

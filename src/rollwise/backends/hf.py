@@ -57,11 +57,14 @@ class HFBackend:
         for i, s in enumerate(seqs):
             ids[i, width - len(s):] = torch.tensor(list(s), dtype=torch.long)
             mask[i, width - len(s):] = 1
+        dev = next(self.model.parameters()).device
+        ids, mask = ids.to(dev), mask.to(dev)
         pos = (mask.cumsum(1) - 1).clamp(min=0)
-        new_ids = torch.full((b, sampling.max_new_tokens), self.pad_id, dtype=torch.long)
-        new_lp = torch.zeros((b, sampling.max_new_tokens))
-        done = torch.zeros(b, dtype=torch.bool)
-        n_new = torch.zeros(b, dtype=torch.long)
+        new_ids = torch.full((b, sampling.max_new_tokens), self.pad_id, dtype=torch.long, device=dev)
+        new_lp = torch.zeros((b, sampling.max_new_tokens), device=dev)
+        done = torch.zeros(b, dtype=torch.bool, device=dev)
+        n_new = torch.zeros(b, dtype=torch.long, device=dev)
+        eos_ids = self.eos_ids.to(dev)
         cache = None
         inp = ids
         for t in range(sampling.max_new_tokens):
@@ -72,12 +75,12 @@ class HFBackend:
             new_ids[:, t] = tok
             new_lp[:, t] = torch.where(done, torch.zeros_like(lp), lp)
             n_new += (~done).long()
-            done |= torch.isin(tok, self.eos_ids)
+            done |= torch.isin(tok, eos_ids)
             if bool(done.all()):
                 break
             inp = tok[:, None]
             pos = pos[:, -1:] + 1
-            mask = torch.cat([mask, torch.ones((b, 1), dtype=mask.dtype)], dim=1)
+            mask = torch.cat([mask, torch.ones((b, 1), dtype=mask.dtype, device=dev)], dim=1)
         result = []
         for i in range(b):
             n = int(n_new[i])
@@ -95,7 +98,10 @@ def sample_next(logits: torch.Tensor, sampling: Sampling, gen: torch.Generator) 
     logp = torch.log_softmax(logits / sampling.temperature, dim=-1)
     if sampling.top_p < 1.0:
         logp = top_p_logprobs(logp, sampling.top_p)
-    tok = torch.multinomial(logp.exp(), 1, generator=gen)[:, 0]
+    probs = logp.exp()
+    if probs.device != gen.device:  # a CPU generator keeps sampling reproducible on any device
+        probs = probs.float().cpu()
+    tok = torch.multinomial(probs, 1, generator=gen)[:, 0].to(logp.device)
     return tok, logp.gather(1, tok[:, None])[:, 0]
 
 

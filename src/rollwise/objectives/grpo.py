@@ -11,8 +11,10 @@ Defaults and differences from the paper:
 
 - ``clip_eps = 0.2`` (paper). ``kl_coef = 0.0`` (the paper uses beta = 0.04; most RLVR recipes
   since DAPO / Dr. GRPO drop the KL term), estimator ``k3`` (the paper's estimator).
-- ``aggregation = "seq_mean_token_mean"`` (the paper's 1/G sum_i 1/|y_i| sum_t), with G replaced
-  by the step's global number of sequences so micro-batches add up exactly.
+- ``aggregation = "token_mean"``: token-level, divided by the global loss-token count of the
+  optimizer step (as DAPO, TRL's default ``loss_type="dapo"`` and the rollwise foundation issue
+  ask), so long and short responses weigh per token. **Differs from the paper**, whose
+  ``1/G sum_i 1/|y_i| sum_t`` is ``aggregation = "seq_mean_token_mean"`` (G = global sequences).
 - The KL term is added per token and aggregated with the same mode as the policy loss (as in
   the paper's per-token formulation; TRL and verl do the same).
 - ``entropy_coef`` (default 0) and the TIS / decoupled behaviour weight are options the paper
@@ -42,7 +44,7 @@ from rollwise.types import Batch, LossOut
 
 
 class Options(ObjectiveOptions):
-    aggregation: Aggregation = Field("seq_mean_token_mean", description=AGGREGATION_HELP)
+    aggregation: Aggregation = Field("token_mean", description=AGGREGATION_HELP)
     clip_eps: float = Field(0.2, gt=0, description="Symmetric clip range: the ratio is clipped to [1 - clip_eps, 1 + clip_eps].")
 
 

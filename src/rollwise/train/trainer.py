@@ -70,8 +70,9 @@ class Trainer:
 
     def micro_batches(self, batch: Batch):
         mb = self.cfg.micro_batch
+        device = next(self.model.parameters()).device
         for start in range(0, batch.size, mb):
-            yield batch.rows(slice(start, start + mb))
+            yield batch.rows(slice(start, start + mb)).to(device)
 
     @torch.no_grad()
     def _with_reference(self, mb: Batch) -> Batch:

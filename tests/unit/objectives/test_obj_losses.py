@@ -45,9 +45,9 @@ def test_grpo_hand_example():
     # seq_mean_token_mean = ((-1.2 - 0.5)/2 + 1.5) / 2 = 0.325;  token_mean = (-1.2-0.5+1.5)/3
     b = two_rows()
     new = b.old_logprobs + place(b, [[math.log(1.5), math.log(0.5)], [math.log(1.5)]])
-    out = OBJECTIVES.get("grpo")(b, new, opts("grpo"))
+    out = OBJECTIVES.get("grpo")(b, new, opts("grpo", aggregation="seq_mean_token_mean"))
     assert math.isclose(out.loss.item(), 0.325, rel_tol=1e-9)
-    token_mean = OBJECTIVES.get("grpo")(b, new, opts("grpo", aggregation="token_mean"))
+    token_mean = OBJECTIVES.get("grpo")(b, new, opts("grpo"))  # the default: token-level
     assert math.isclose(token_mean.loss.item(), -0.2 / 3, rel_tol=1e-9)
     # Dr. GRPO sum-norm with constant 4: (-1.2 - 0.5 + 1.5) / (2 * 4) = -0.025
     o = opts("grpo", aggregation="seq_mean_token_sum_norm", norm_constant=4.0)
