@@ -1,6 +1,7 @@
-"""Command line: ``rollwise train | eval | config show`` (typer). Each command is one Python call
-(``rollwise.train(cfg)``, ``rollwise.evaluate(run_dir)``, ``load_config``). User errors print a
-one-paragraph message naming the culprit and exit with status 2, without a traceback.
+"""Command line: ``rollwise train | eval | compare | config show`` (typer). Each command is one
+Python call (``rollwise.train(cfg)``, ``rollwise.evaluate(run_dir)``, ``rollwise.bench.compare(sweep)``,
+``load_config``). User errors print a one-paragraph message naming the culprit and exit with
+status 2, without a traceback.
 """
 
 from __future__ import annotations
@@ -59,6 +60,30 @@ def eval_cmd(run_dir: Path = typer.Argument(..., help="A run directory (runs/<na
     m = rollwise.evaluate(run_dir, log=lambda s: console.print(f"[dim]{s}[/]"))
     for k, v in m.items():
         console.print(f"{k:24s} {v}")
+
+
+@app.command()
+def compare(config: Path = typer.Option(..., "--config", "-c", help="Sweep file (benchmarks/<name>.toml): base config, arms, seeds, budget."),
+            set: Optional[List[str]] = typer.Option(None, "--set", "-s", help="Override for every arm: section.key=value (repeatable)."),
+            out_dir: Optional[Path] = typer.Option(None, "--out-dir", help="Runs and report directory (default: the sweep's out_dir)."),
+            jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1,
+                                               help="Runs trained at once in separate processes (default: the sweep's jobs).")):
+    """Run arms x seeds on one budget (skipping finished runs, resuming interrupted ones); write compare.json and report.html."""
+    from rollwise.bench import compare as run_compare
+
+    if not config.is_file():
+        raise UserError(f"sweep file not found: {config}")
+    result = run_compare(config, set or [], out_dir, jobs, log=lambda m: console.print(m, markup=False, highlight=False, soft_wrap=True))
+    out = Path(result["sweep"]["out_dir"])
+    t = result["target"]["value"]
+    console.print(f"[bold]target pass@1 {t:.3f}[/] ({result['target']['source']})")
+    for arm, a in result["arms"].items():
+        m = a["metrics"]
+        ttt = m["tokens_to_target"]["value"]
+        console.print(f"  {arm:20s} tokens to target {'not reached' if ttt is None else f'{ttt:,.0f}':>12s}   "
+                      f"AUC {m['auc']['value']:.3f}   final pass@1 {m['final_pass@1']['value']:.3f}", markup=False, highlight=False,
+                      soft_wrap=True)
+    console.print(f"files: {out / 'compare.json'}, {out / 'report.html'}", soft_wrap=True)
 
 
 @config_app.command("show")

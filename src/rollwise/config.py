@@ -139,6 +139,10 @@ class TrainConfig(Section):
     warmup_steps: int = Field(0, ge=0, description="Linear learning-rate warm-up steps.")
     micro_batch: int = Field(128, ge=1, description="Sequences per forward/backward pass (gradient accumulation is exact).")
     ess_lr_scaling: EssLrScalingConfig = Field(default_factory=EssLrScalingConfig, description="VCPO ESS learning-rate scaling.")
+    budget_generated_tokens: int | None = Field(None, ge=1, description="Stop once the cumulative generated tokens of training "
+                                                "rollouts (cost/generated_tokens) reach this; train.steps still caps (None = no budget).")
+    budget_rollouts: int | None = Field(None, ge=1, description="Stop once the cumulative training rollouts (cost/rollouts) "
+                                        "reach this; train.steps still caps (None = no budget).")
 
 
 class EvalConfig(Section):

@@ -26,7 +26,7 @@ def train(cfg: Config, *, resume: bool = False, backend=None, log=print) -> RunR
         if st.step == 0 and cfg.eval.at_start and not run.evals:
             run.evaluate()
             show()
-        while st.step < cfg.train.steps:
+        while st.step < cfg.train.steps and run.within_budget():     # steps cap, compute budget
             prompts = ctrl.select(st)                                    # which prompts
             plan = ctrl.plan(prompts, st)                                # how many rollouts each
             groups, planned = [], []
@@ -82,4 +82,4 @@ def evaluate_run(run_dir: str | Path, log=print) -> dict:
     run_dir = Path(run_dir)
     cfg = load_config(run_dir / "config.resolved.toml", [f"run.dir={run_dir.parent}", f"run.name={run_dir.name}", "run.progress=false"])
     run = Run(cfg, resume=True, log=log)
-    return run.evaluate()
+    return run.evaluate(record=False)

@@ -107,13 +107,23 @@ class Run:
         self.log(f"resumed from {ckpt} (step {self.state.step})")
 
     # -------------------------------------------------------------- evaluation
-    def evaluate(self) -> dict:
+    def evaluate(self, record: bool = True) -> dict:
         m = evaluate(self.pool, self.task.heldout_prompts(), self.cfg.eval, self.sampling, self.cfg.run.seed,
                      self.state.step, self.state.policy_version)
+        if not record:  # `rollwise eval` of a finished run leaves its ledger as it is
+            return {"step": self.state.step, **m}
         line = self.ledger.record_eval(self.state.step, m)
         self.evals.append(line)
         self.ledger.plot()
         return line
+
+    def within_budget(self) -> bool:
+        """False once the ledger's cumulative training cost reaches ``train.budget_generated_tokens``
+        or ``train.budget_rollouts`` (the step that crosses a budget completes, so a run may end
+        up to one step's cost above it; evaluation is never charged)."""
+        t, c = self.ledger.totals, self.cfg.train
+        return not ((c.budget_generated_tokens is not None and t["generated_tokens"] >= c.budget_generated_tokens)
+                    or (c.budget_rollouts is not None and t["rollouts"] >= c.budget_rollouts))
 
     def due(self, every: int) -> bool:
         step = self.state.step

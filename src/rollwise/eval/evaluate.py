@@ -46,5 +46,5 @@ def evaluate(pool, prompts, cfg, sampling: Sampling, seed: int, step: int, versi
         out[f"eval/maj@{k}"] = maj[k] / m
     out["eval/unverified"] = float(unverified)
     out["eval/mean_length"] = sum(len(r.completion_ids) for _, r in results) / max(1, len(results))
-    out["eval/time_s"] = time.perf_counter() - t0
+    out["time/eval_s"] = time.perf_counter() - t0
     return out

@@ -1,0 +1,177 @@
+"""The numbers of ``compare.json``: pure functions of eval curves (no files, no models).
+
+A run's curve is its ``eval.jsonl`` points (x, pass@1), x being cumulative training generated
+tokens (or training wall seconds), read as piecewise linear between points and flat after the
+last one (the run's final model is what it has once it stops). Conventions:
+
+- **to target** (``crossing``): the first x where the piecewise-linear curve reaches the target,
+  interpolated linearly between the two eval points around the crossing; ``None`` if it never
+  does (reported as such, never as a number).
+- **AUC** (``auc``): trapezoid area under pass@1 over [0, x_max], divided by x_max (the budget),
+  so it is the mean held-out pass@1 over the budget, in [0, 1]; a curve past x_max is cut there
+  (interpolated), one that ends before is extended flat.
+- **mean curve** (``mean_curve``): the seeds' curves on a common grid (the union of their x
+  values), averaged; because every seed is piecewise linear on that grid, the mean curve is
+  exactly the mean of the seeds' curves. Its band is the min and max over seeds.
+- **arm value and CI**: to-target figures are the crossing of the arm's mean curve; AUC and
+  final pass@k are seed means. Confidence intervals are percentile bootstraps over seeds (the
+  same statistic on seeds resampled with replacement) with a fixed ``numpy`` RNG seed, so they
+  are deterministic; a resample whose mean curve never reaches the target counts as infinitely
+  many tokens, and an infinite bound is reported as ``None``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+import numpy as np
+
+X_TOKENS = "cost/generated_tokens"
+PASS1 = "eval/pass@1"
+EPS = 1e-9  # crossing tolerance: a mean of seeds' finals equals the default target up to rounding
+
+BOOTSTRAP = {"method": "percentile bootstrap over seeds", "resamples": 2000, "level": 0.95, "rng_seed": 0}
+
+
+# ---------------------------------------------------------------- curves of one run
+
+
+def curve(evals: Sequence[dict], y_key: str = PASS1, x: str = "tokens") -> tuple[np.ndarray, np.ndarray]:
+    """(x, y) of a run's eval lines, ordered by step; ``x='tokens'`` (training generated tokens)
+    or ``'seconds'`` (``train_seconds``). Repeated x values keep the last point."""
+    lines = sorted(evals, key=lambda e: e["step"])
+    xs = [float(e[X_TOKENS]) for e in lines] if x == "tokens" else train_seconds(lines)
+    pts: dict[float, float] = {}
+    for xv, e in zip(xs, lines):
+        pts[xv] = float(e[y_key])
+    order = sorted(pts)
+    return np.array(order, dtype=float), np.array([pts[k] for k in order], dtype=float)
+
+
+def train_seconds(evals: Sequence[dict]) -> list[float]:
+    """Training wall seconds at each eval line (ordered by step): its cumulative ``wall_s`` minus
+    the time of this and every earlier evaluation (``time/eval_s``; older runs: ``eval/time_s``),
+    so evaluation is not charged, and minus the set-up time before a step-0 evaluation, so the
+    curve starts at 0 s like the tokens (the warm start is not in ``wall_s`` either)."""
+    out, spent = [], 0.0
+    for e in evals:
+        spent += float(e.get("time/eval_s", e.get("eval/time_s", 0.0)))
+        out.append(float(e["wall_s"]) - spent)
+    start = out[0] if evals and evals[0]["step"] == 0 else 0.0
+    return [max(0.0, v - start) for v in out]
+
+
+def crossing(x: np.ndarray, y: np.ndarray, target: float) -> float | None:
+    """First x where the piecewise-linear curve reaches ``target``, else None.
+
+    (0, 0.2), (100, 0.6), target 0.5: 0 + (0.5 - 0.2) / (0.6 - 0.2) * 100 = 75.0."""
+    for i in range(len(x)):
+        if y[i] >= target - EPS:
+            if i == 0 or y[i] - y[i - 1] <= 0:
+                return float(x[i])
+            frac = min(1.0, max(0.0, (target - y[i - 1]) / (y[i] - y[i - 1])))
+            return float(x[i - 1] + frac * (x[i] - x[i - 1]))
+    return None
+
+
+def auc(x: np.ndarray, y: np.ndarray, x_max: float) -> float:
+    """Mean of the curve over [0, x_max] (trapezoid area / x_max); see the module docstring."""
+    if x_max <= 0:
+        raise ValueError(f"x_max must be > 0, got {x_max}")
+    if len(x) == 0:
+        raise ValueError("empty curve")
+    grid = np.unique(np.concatenate([x[x < x_max], [x_max]]))
+    if grid[0] > 0:  # no point at 0: the first value holds from 0 (plan() requires an eval at step 0)
+        grid = np.concatenate([[0.0], grid])
+    vals = np.interp(grid, x, y)  # flat outside [x[0], x[-1]]
+    area = float(np.sum((grid[1:] - grid[:-1]) * (vals[1:] + vals[:-1]) / 2.0))
+    return area / x_max
+
+
+# ---------------------------------------------------------------- several seeds
+
+
+def on_grid(curves: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """(grid, values[seed, grid]) with grid the union of the curves' x values."""
+    grid = np.unique(np.concatenate([c[0] for c in curves]))
+    return grid, np.stack([np.interp(grid, cx, cy) for cx, cy in curves])
+
+
+def mean_curve(curves: Sequence[tuple[np.ndarray, np.ndarray]]) -> dict[str, list[float]]:
+    grid, vals = on_grid(curves)
+    return {"x": grid.tolist(), "mean": vals.mean(axis=0).tolist(), "lo": vals.min(axis=0).tolist(),
+            "hi": vals.max(axis=0).tolist()}
+
+
+def bootstrap_ci(n: int, stat: Callable[[np.ndarray], float | None], resamples: int = BOOTSTRAP["resamples"],
+                 level: float = BOOTSTRAP["level"], seed: int = BOOTSTRAP["rng_seed"]) -> list[float | None]:
+    """[lo, hi] percentile interval of ``stat(indices)`` over ``resamples`` draws of n seed indices
+    with replacement (``numpy.random.default_rng(seed)``). ``stat`` returning None counts as +inf;
+    an infinite bound comes back as None. Order statistics, no interpolation:
+    lo = sorted[floor(a/2 * (B-1))], hi = sorted[ceil((1-a/2) * (B-1))] with a = 1 - level."""
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, n, size=(resamples, n))
+    vals = [stat(row) for row in draws]
+    s = np.sort(np.array([math.inf if v is None else float(v) for v in vals]))
+    a = 1.0 - level
+    lo, hi = s[math.floor(a / 2 * (resamples - 1))], s[math.ceil((1 - a / 2) * (resamples - 1))]
+    return [None if math.isinf(v) else float(v) for v in (lo, hi)]
+
+
+def mean_stat(values: Sequence[float]) -> dict:
+    """A seed-mean figure: value, per-seed values (aligned with the seeds given by the caller) and CI."""
+    arr = np.array(values, dtype=float)
+    return {"value": float(arr.mean()), "per_seed": [float(v) for v in arr],
+            "ci": bootstrap_ci(len(arr), lambda idx: float(arr[idx].mean()))}
+
+
+def to_target_stat(curves: Sequence[tuple[np.ndarray, np.ndarray]], target: float) -> dict:
+    """To-target figure: crossing of the mean curve, each seed's own crossing, bootstrap CI."""
+    grid, vals = on_grid(curves)
+    per_seed = [crossing(cx, cy, target) for cx, cy in curves]
+    return {"value": crossing(grid, vals.mean(axis=0), target), "per_seed": per_seed,
+            "seeds_reached": sum(v is not None for v in per_seed),
+            "ci": bootstrap_ci(len(curves), lambda idx: crossing(grid, vals[idx].mean(axis=0), target))}
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    """a / b, or None when either is missing or b is 0."""
+    if a is None or b is None or b == 0:
+        return None
+    return float(a) / float(b)
+
+
+# ---------------------------------------------------------------- the whole comparison
+
+
+def analyse(evals: dict[str, dict[int, list[dict]]], baseline: str, auc_x_max: float, ks: Sequence[int],
+            target: float | None = None) -> dict:
+    """Per-arm figures of a sweep from each run's eval lines (``evals[arm][seed]``).
+
+    Returns {"target": {"value", "source"}, "auc_tokens": auc_x_max, "arms": {arm: {"seeds",
+    "metrics": {name: {"value", "per_seed", "ci", ...}}, "ratios": {name: arm / baseline},
+    "curve": {"x", "mean", "lo", "hi"}}}} with metric names ``tokens_to_target``,
+    ``seconds_to_target``, ``auc``, ``final_pass@1`` and ``final_pass@<k>`` for each k.
+    """
+    tok = {arm: [curve(runs[s]) for s in sorted(runs)] for arm, runs in evals.items()}
+    sec = {arm: [curve(runs[s], x="seconds") for s in sorted(runs)] for arm, runs in evals.items()}
+    source = "sweep file"
+    if target is None:
+        target, source = mean_curve(tok[baseline])["mean"][-1], f"final pass@1 of the mean curve of baseline arm {baseline!r}"
+    arms: dict[str, dict] = {}
+    for arm, runs in evals.items():
+        seeds = sorted(runs)
+        finals = [sorted(runs[s], key=lambda e: e["step"])[-1] for s in seeds]
+        m = {"tokens_to_target": to_target_stat(tok[arm], target),
+             "seconds_to_target": to_target_stat(sec[arm], target),
+             "auc": mean_stat([auc(cx, cy, auc_x_max) for cx, cy in tok[arm]])}
+        for k in sorted({1, *ks}):
+            m[f"final_pass@{k}"] = mean_stat([f[f"eval/pass@{k}"] for f in finals])
+        for fig in m.values():
+            fig["per_seed"] = {str(s): v for s, v in zip(seeds, fig["per_seed"])}
+        arms[arm] = {"seeds": seeds, "metrics": m, "curve": mean_curve(tok[arm])}
+    for arm, a in arms.items():
+        base = arms[baseline]["metrics"]
+        a["ratios"] = {name: ratio(fig["value"], base[name]["value"]) for name, fig in a["metrics"].items()}
+    return {"target": {"value": float(target), "source": source}, "auc_tokens": float(auc_x_max), "arms": arms}

@@ -1,0 +1,162 @@
+"""The comparison's plot and self-contained HTML report (from ``compare.json``'s dict).
+
+``plot`` draws held-out pass@1 against training generated tokens: per arm the mean curve over
+seeds and a min–max band, the target as a dashed line and the budget as a dotted one.
+``html`` renders the tables (per arm: to-target tokens and seconds, AUC, final pass@k, each with
+its CI and ratio to the baseline; per run: steps, stop reason, cost), the plot embedded as a
+base64 ``data:`` URI, and every arm's resolved config in a ``<pre>``: no external resources, so
+the file opens from disk anywhere.
+"""
+
+from __future__ import annotations
+
+import base64
+import html as H
+import json
+from pathlib import Path
+
+PLOT = "pass_at_1_vs_tokens.png"
+REPORT = "report.html"
+
+LOWER_IS_BETTER = {"tokens_to_target", "seconds_to_target"}
+
+
+def plot(compare: dict, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    for i, (name, arm) in enumerate(compare["arms"].items()):
+        c = arm["curve"]
+        color = f"C{i % 10}"
+        n = len(arm["runs"])
+        ax.plot(c["x"], c["mean"], color=color, lw=2, label=f"{name} (mean of {n} seed{'s' * (n != 1)})")
+        ax.fill_between(c["x"], c["lo"], c["hi"], color=color, alpha=0.18, lw=0)
+    t = compare["target"]["value"]
+    ax.axhline(t, color="0.3", ls="--", lw=1, label=f"target {t:.3f}")
+    budget = compare["sweep"]["budget"]
+    if "generated_tokens" in budget:
+        ax.axvline(budget["generated_tokens"], color="0.5", ls=":", lw=1, label="budget")
+    ax.set_xlabel("generated tokens (training)")
+    ax.set_ylabel("held-out pass@1")
+    ax.set_title(f"{compare['sweep']['name']}: held-out pass@1 (band: min-max over seeds)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _num(v, digits=3) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, float) and abs(v) >= 1000:
+        return f"{v:,.0f}"
+    return f"{v:.{digits}f}" if isinstance(v, float) else f"{v:,}" if isinstance(v, int) else H.escape(str(v))
+
+
+def _fig(fig: dict, digits=3) -> str:
+    """value [lo, hi]; a missing to-target value says 'not reached'."""
+    if fig["value"] is None:
+        return "not reached"
+    lo, hi = ("not reached" if b is None else _num(b, digits) for b in fig["ci"])
+    return f"{_num(fig['value'], digits)} <span class=ci>[{lo}, {hi}]</span>"
+
+
+def _ratio(name: str, r) -> str:
+    if r is None:
+        return "—"
+    better = r < 1 if name in LOWER_IS_BETTER else r > 1
+    worse = r > 1 if name in LOWER_IS_BETTER else r < 1
+    cls = "better" if better else "worse" if worse else ""
+    return f"<span class={cls or 'same'}>×{r:.2f}</span>"
+
+
+def html(compare: dict, png: bytes, configs: dict[str, str]) -> str:
+    sw, arms = compare["sweep"], compare["arms"]
+    names = list(next(iter(arms.values()))["metrics"])
+    labels = {"tokens_to_target": "tokens to target", "seconds_to_target": "train seconds to target", "auc": "AUC (mean pass@1 over budget)"}
+    head = "".join(f"<th>{H.escape(labels.get(n, n.replace('_', ' ')))}</th>" for n in names)
+    rows = []
+    for arm, a in arms.items():
+        base = " <span class=tag>baseline</span>" if arm == sw["baseline"] else ""
+        cells = "".join(f"<td>{_fig(a['metrics'][n], 0 if n == 'tokens_to_target' else 1 if n == 'seconds_to_target' else 3)}"
+                        f"<br>{_ratio(n, a['ratios'][n])}</td>" for n in names)
+        reached = a["metrics"]["tokens_to_target"]["seeds_reached"]
+        rows.append(f"<tr><th class=arm>{H.escape(arm)}{base}<div class=desc>{H.escape(a.get('description') or '')}</div>"
+                    f"<div class=desc>seeds reaching target on their own: {reached}/{len(a['runs'])}</div></th>{cells}</tr>")
+    run_rows = []
+    for arm, a in arms.items():
+        for seed, r in a["runs"].items():
+            warn = " class=warn" if r["stopped_by"] != "budget" else ""
+            run_rows.append(f"<tr><td>{H.escape(arm)}</td><td>{H.escape(seed)}</td><td>{_num(r['steps'])}</td>"
+                            f"<td{warn}>{H.escape(r['stopped_by'])}</td><td>{_num(r['generated_tokens'])}</td><td>{_num(r['rollouts'])}</td><td>{_num(r['train_s'], 1)}</td>"
+                            f"<td>{_num(r['wall_s'], 1)}</td><td>{_num(r['final_pass@1'])}</td>"
+                            f"<td><code>{H.escape(r['dir'])}</code></td></tr>")
+    cfgs = "".join(f"<details><summary>{H.escape(arm)} <code>{H.escape(json.dumps(arms[arm]['set']))}</code></summary>"
+                   f"<pre>{H.escape(text)}</pre></details>" for arm, text in configs.items())
+    m, g = compare["machine"], compare.get("git") or {}
+    machine = (f"{m.get('cpu')}, {m.get('cores')} cores, torch {m.get('torch')} (threads: {m.get('torch_threads')})"
+               + (f", GPU {m['gpu']}" if m.get("gpu") else "") + f"; {m.get('platform')}")
+    ci = compare["ci"]
+    budget = ", ".join(f"{v:,} {k.replace('_', ' ')}" for k, v in sw["budget"].items())
+    img = base64.b64encode(png).decode("ascii")
+    short = any(r["stopped_by"] != "budget" for a in arms.values() for r in a["runs"].values())
+    steps_note = ("<p class=warn>Some runs stopped at train.steps before spending the budget: their arms did not get an equal "
+                  "budget (raise train.steps).</p>" if short else "")
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>rollwise compare: {H.escape(sw['name'])}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 2em auto; max-width: 75em; padding: 0 1em; color: #222; }}
+table {{ border-collapse: collapse; margin: 1em 0; font-size: 0.92em; }}
+th, td {{ border: 1px solid #ccc; padding: 0.35em 0.6em; text-align: right; vertical-align: top; }}
+th.arm, td:first-child {{ text-align: left; }}
+thead th {{ background: #f3f3f3; }}
+.ci {{ color: #777; font-size: 0.85em; white-space: nowrap; }} .desc {{ color: #666; font-weight: normal; font-size: 0.8em; }}
+.better {{ color: #17803d; }} .worse {{ color: #b42318; }} .same {{ color: #555; }}
+.tag {{ background: #e8eefc; color: #2a4a9a; border-radius: 3px; padding: 0 0.3em; font-size: 0.75em; font-weight: normal; }}
+.warn {{ color: #b54708; }} pre {{ background: #f7f7f7; padding: 0.8em; overflow-x: auto; font-size: 0.85em; }}
+img {{ max-width: 100%; border: 1px solid #ddd; }} dl {{ display: grid; grid-template-columns: max-content auto; gap: 0.2em 1em; }}
+dt {{ font-weight: 600; }} dd {{ margin: 0; }}
+</style></head><body>
+<h1>rollwise compare: {H.escape(sw['name'])}</h1>
+<dl>
+<dt>arms</dt><dd>{', '.join(H.escape(a) for a in arms)} (baseline: {H.escape(sw['baseline'])})</dd>
+<dt>seeds</dt><dd>{', '.join(str(s) for s in sw['seeds'])}</dd>
+<dt>budget per run</dt><dd>{budget}</dd>
+<dt>target pass@1</dt><dd>{compare['target']['value']:.4f} ({H.escape(compare['target']['source'])})</dd>
+<dt>AUC range</dt><dd>0 – {compare['auc_tokens']:,.0f} generated tokens</dd>
+<dt>intervals</dt><dd>{int(ci['level'] * 100)}% {H.escape(ci['method'])}, {ci['resamples']} resamples, RNG seed {ci['rng_seed']}</dd>
+<dt>machine</dt><dd>{H.escape(machine)}</dd>
+<dt>git</dt><dd>{H.escape(g.get('commit') or 'unknown')}{' (with uncommitted changes)' if g.get('dirty') else ''}</dd>
+<dt>created</dt><dd>{H.escape(compare['created'])}</dd>
+</dl>
+<h2>Held-out pass@1 against generated tokens</h2>
+<img alt="held-out pass@1 against training generated tokens, per arm" src="data:image/png;base64,{img}">
+<h2>Per arm</h2>
+<p>Value with its interval in brackets, and the ratio to the baseline below (green: better). To-target figures are where
+the arm's mean curve first reaches the target (linear between eval points); “not reached” means within this budget.</p>
+<table><thead><tr><th class=arm>arm</th>{head}</tr></thead><tbody>
+{''.join(rows)}
+</tbody></table>
+<h2>Runs</h2>{steps_note}
+<table><thead><tr><th>arm</th><th>seed</th><th>steps</th><th>stopped by</th><th>generated tokens</th><th>rollouts</th>
+<th>train s</th><th>wall s</th><th>final pass@1</th><th>directory</th></tr></thead><tbody>
+{''.join(run_rows)}
+</tbody></table>
+<h2>Resolved configs</h2>
+<p>Seed {sw['seeds'][0]} of each arm; other seeds differ only in run.seed and run.name.</p>
+{cfgs}
+</body></html>
+"""
+
+
+def write(out_dir: Path, compare: dict, configs: dict[str, str]) -> list[Path]:
+    out_dir = Path(out_dir)
+    png = plot(compare, out_dir / PLOT)
+    page = out_dir / REPORT
+    page.write_text(html(compare, png.read_bytes(), configs), encoding="utf-8")
+    return [png, page]

@@ -1,0 +1,108 @@
+"""Sweep files: format, validation before any run, the runs they plan (rollwise.bench.sweep)."""
+
+from pathlib import Path
+
+import pytest
+
+from rollwise.bench.sweep import flatten, load_sweep, plan
+from rollwise.registry import UserError
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "benchmarks" / "example_sweep.toml"
+
+MINIMAL = """
+seeds = [0, 1]
+budget = { rollouts = 64 }
+[base]
+"model.name" = "tiny-s"
+"train.steps" = 100
+[[arms]]
+name = "a"
+[[arms]]
+name = "b"
+set = { "filter.names" = ["zero_variance"] }
+"""
+
+
+def _write(tmp_path, text, name="s.toml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_example_sweep_plans_every_arm_and_seed(tmp_path):
+    sweep = load_sweep(EXAMPLE)
+    assert sweep.sweep_name() == "example" and sweep.baseline_arm == "grpo"
+    specs = plan(sweep, tmp_path / "out")
+    assert [s.name for s in specs] == ["grpo-s0", "grpo-s1", "dapo-refill-s0", "dapo-refill-s1"]
+    for s in specs:
+        assert s.dir == tmp_path / "out" / s.name
+        assert s.cfg.run.seed == s.seed and s.cfg.train.budget_generated_tokens == 400
+        assert s.cfg.train.budget_rollouts is None and s.cfg.model.name == "tiny-s"
+    assert specs[2].cfg.filter.names == ["zero_variance"] and specs[2].cfg.control.dynamic_sampling.enabled
+    assert specs[0].cfg.filter.names == []
+
+
+def test_defaults_and_base_file(tmp_path):
+    (tmp_path / "cfgs").mkdir()
+    (tmp_path / "cfgs" / "base.toml").write_text('[model]\nname = "tiny-s"\n[train]\nsteps = 7\nbudget_rollouts = 5\n'
+                                                  '[run]\nname = "ignored"\nseed = 9\n')
+    p = _write(tmp_path, 'base = "cfgs/base.toml"\nbudget = { generated_tokens = 100 }\n[[arms]]\nname = "only"\n')
+    sweep = load_sweep(p, ["train.lr=0.001"])  # a --set joins the sweep's set
+    assert sweep.default_out_dir() == Path("runs/compare/s") and sweep.seeds == [0] and sweep.baseline_arm == "only"
+    (spec,) = plan(sweep)
+    cfg = spec.cfg
+    assert cfg.train.steps == 7 and cfg.train.lr == 0.001
+    # the base file's run name/seed and budget are replaced by the sweep's
+    assert cfg.run.name == "only-s0" and cfg.run.seed == 0 and cfg.run.dir == "runs/compare/s"
+    assert cfg.train.budget_generated_tokens == 100 and cfg.train.budget_rollouts is None
+
+
+def test_flatten_keeps_options_tables_whole():
+    table = {"control": {"name": "uniform", "options": {"k": {"a": 1}}}, "filter.names": ["x"], "train": {"lr": 1.0}}
+    assert flatten(table) == {"control.name": "uniform", "control.options": {"k": {"a": 1}}, "filter.names": ["x"],
+                              "train.lr": 1.0}
+
+
+BAD_FILES = [
+    ("unknown top-level key", MINIMAL.replace("seeds =", "seedz ="), "seedz"),
+    ("unknown arm key", MINIMAL.replace('name = "b"\nset', 'name = "b"\nsett'), "arms.1.sett"),
+    ("two budgets", MINIMAL.replace("{ rollouts = 64 }", "{ rollouts = 64, generated_tokens = 9 }"), "exactly one"),
+    ("no budget", MINIMAL.replace("budget = { rollouts = 64 }\n", ""), "budget"),
+    ("unknown budget unit", MINIMAL.replace("rollouts = 64", "steps = 64"), "budget.steps"),
+    ("baseline not an arm", "baseline = 'zz'\n" + MINIMAL, "baseline 'zz'"),
+    ("repeated arm", MINIMAL.replace('name = "b"', 'name = "a"'), "repeated"),
+    ("bad arm name", MINIMAL.replace('name = "b"', 'name = "b/c"'), "arms.1.name"),
+    ("repeated seed", MINIMAL.replace("[0, 1]", "[1, 1]"), "seeds"),
+    ("not TOML", "arms = [", "not valid TOML"),
+]
+
+
+@pytest.mark.parametrize("label, text, needle", BAD_FILES, ids=[b[0] for b in BAD_FILES])
+def test_bad_sweep_files_fail_naming_the_key(tmp_path, label, text, needle):
+    with pytest.raises(UserError) as e:
+        load_sweep(_write(tmp_path, text))
+    assert needle in str(e.value)
+
+
+BAD_PLANS = [
+    ("unknown config key in an arm", MINIMAL.replace('"filter.names" = ["zero_variance"]', '"train.stepz" = 3'), ["arm 'b'", "train.stepz"]),
+    ("unknown strategy in an arm", MINIMAL.replace('"filter.names" = ["zero_variance"]', '"control.name" = "nope"'), ["arm 'b'", "nope"]),
+    ("bad value in the base", MINIMAL.replace('"train.steps" = 100', '"train.steps" = -1'), ["train.steps"]),
+    ("runner-owned key", MINIMAL.replace('"filter.names" = ["zero_variance"]', '"run.seed" = 3'), ["run.seed", "set by rollwise compare"]),
+    ("budget in an arm", MINIMAL.replace('"filter.names" = ["zero_variance"]', '"train.budget_rollouts" = 3'), ["train.budget_rollouts"]),
+    ("arms evaluated differently", MINIMAL.replace('"filter.names" = ["zero_variance"]', '"eval.samples" = 8'), ["eval.samples"]),
+    ("no eval at step 0", MINIMAL.replace('"train.steps" = 100', '"train.steps" = 100\n"eval.at_start" = false'), ["eval.at_start"]),
+    ("missing base file", 'base = "nope.toml"\n' + MINIMAL.replace('[base]\n"model.name" = "tiny-s"\n"train.steps" = 100\n', ""), ["nope.toml"]),
+]
+
+
+@pytest.mark.parametrize("label, text, needles", BAD_PLANS, ids=[b[0] for b in BAD_PLANS])
+def test_bad_arms_fail_before_any_run(tmp_path, monkeypatch, label, text, needles):
+    from rollwise import components
+
+    monkeypatch.setattr(components, "build_policy", lambda *a, **k: pytest.fail("a model was loaded"))
+    with pytest.raises(UserError) as e:
+        plan(load_sweep(_write(tmp_path, text)), tmp_path / "out")
+    for needle in needles:
+        assert needle in str(e.value)
+    assert not (tmp_path / "out").exists()
