@@ -2,10 +2,11 @@
 
     import rollwise
     cfg = rollwise.load_config(overrides=["train.steps=20"])
-    result = rollwise.train(cfg)          # -> RunResult(run_dir, final eval, ...)
+    result = rollwise.train(cfg)          # -> RunResult(run_dir, first/last eval, totals)
 """
 
 import os
+import types
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing may download at run time
 
@@ -24,9 +25,15 @@ def evaluate(*args, **kwargs):
     return evaluate_run(*args, **kwargs)
 
 
-def __getattr__(name):
-    if name == "train":  # rollwise.train is also a package; see rollwise/train/__init__.py
-        import rollwise.train as mod
+class _CallablePackage(types.ModuleType):
+    """``rollwise.train`` is the trainer package *and* the public ``train(cfg)`` call."""
 
-        return mod
-    raise AttributeError(name)
+    def __call__(self, cfg, **kwargs):
+        from rollwise.loop import train as _train
+
+        return _train(cfg, **kwargs)
+
+
+from rollwise import train  # noqa: E402  (light: the package's __init__ imports nothing)
+
+train.__class__ = _CallablePackage
