@@ -35,7 +35,7 @@ def train(cfg: Config, *, resume: bool = False, backend=None, log=print) -> RunR
                 groups = run.pool.generate(plan, groups, st.policy_version)
                 plan = ctrl.next_round(groups, st)
             kept, dropped = apply_filters(parts.filters, groups, parts.keep_at_most)  # keep/drop with reasons
-            ctrl.observe(kept, st)                                       # per-prompt statistics
+            ctrl.observe(groups, st)                                     # per-prompt statistics (all groups)
             batch_groups = parts.replay.mix(kept, st)                    # fresh + replayed data
             parts.replay.add(kept)
             rows, rewards, gidx = flatten(batch_groups)

@@ -7,6 +7,7 @@ kept out of ``loop.py`` so the loop reads as the table of contents.
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from contextlib import contextmanager
@@ -87,6 +88,9 @@ class Run:
     def checkpoint(self) -> Path:
         state = {name: obj.state_dict() for name, obj in self._stateful().items() if hasattr(obj, "state_dict")}
         state["run_state"] = vars(self.state).copy()
+        history = getattr(self.parts.controller, "history", None)
+        if history is not None:  # per-prompt statistics, for inspection
+            (self.dir / "prompt_stats.json").write_text(json.dumps(history.dump(), indent=1))
         return checkpoint.save(self.dir, self.state.step, self.model, state, self.cfg.run.keep_checkpoints)
 
     def _resume(self, ckpt: Path | None) -> None:

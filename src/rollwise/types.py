@@ -81,6 +81,17 @@ class Group:
     def rewards(self) -> list[float | None]:
         return [r.reward for r in self.rollouts]
 
+    def verified_rewards(self) -> list[float]:
+        """Rewards of the rollouts that could be verified (None is never read as 0)."""
+        return [r.reward for r in self.rollouts if r.reward is not None]
+
+    def is_zero_variance(self, tol: float = 0.0) -> bool:
+        """True when the verified rewards (two or more) are all equal within ``tol``: such a
+        group has zero advantage under any group baseline (selection.md §0.3 ``is_zv``).
+        Groups with fewer than two verified rewards also count (they carry no signal)."""
+        s = self.verified_rewards()
+        return len(s) < 2 or max(s) - min(s) <= tol
+
     @property
     def size(self) -> int:
         return len(self.rollouts)
@@ -203,6 +214,28 @@ class Backend(Protocol):
     """Continue token sequences. ``sequences[i]`` is prompt ids + any already generated ids."""
 
     def generate(self, sequences: Sequence[Sequence[int]], sampling: Sampling) -> list[Completion]: ...
+
+
+@runtime_checkable
+class Controller(Protocol):
+    """Which prompts, how many rollouts each, and extra rounds (DESIGN.md §1, §3).
+
+    ``observe`` receives *every* group generated this step (before filtering), so per-prompt
+    statistics see all rollouts. ``state_dict`` / ``load_state_dict`` go into checkpoints.
+    Constructed as ``Cls(train_prompts, control_cfg, options, seed)``.
+    """
+
+    def select(self, state: "RunState") -> list[Prompt]: ...
+
+    def plan(self, prompts: list[Prompt], state: "RunState") -> Plan: ...
+
+    def next_round(self, groups: list[Group], state: "RunState") -> Plan: ...
+
+    def observe(self, groups: list[Group], state: "RunState") -> None: ...
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, s: dict) -> None: ...
 
 
 @runtime_checkable

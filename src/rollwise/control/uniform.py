@@ -2,7 +2,8 @@
 train split in a seeded shuffled order (a new permutation every epoch) and gives each
 ``rollouts_per_prompt`` rollouts in one round, capped by ``budget_rollouts``.
 
-State: the data position (epoch, index) and the shuffle RNG; both go into checkpoints.
+State: the data position (epoch, index), the shuffle RNG and the per-prompt history
+(:class:`~rollwise.control.history.PromptHistory`); all go into checkpoints.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import random
 from typing import Sequence
 
+from rollwise.control.history import PromptHistory
 from rollwise.types import Group, Plan, Prompt, Request
 
 
@@ -61,6 +63,7 @@ class Uniform:
     def __init__(self, prompts: Sequence[Prompt], cfg, options, seed: int):
         self.cfg = cfg
         self.stream = PromptStream(prompts, seed)
+        self.history = PromptHistory()
 
     @property
     def budget(self) -> int:
@@ -76,10 +79,11 @@ class Uniform:
         return Plan()
 
     def observe(self, groups: list[Group], state) -> None:
-        pass
+        self.history.record(groups, state.step, self.stream.epoch)
 
     def state_dict(self) -> dict:
-        return {"stream": self.stream.state_dict()}
+        return {"stream": self.stream.state_dict(), "history": self.history.state_dict()}
 
     def load_state_dict(self, s: dict) -> None:
         self.stream.load_state_dict(s["stream"])
+        self.history.load_state_dict(s["history"])

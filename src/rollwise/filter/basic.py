@@ -21,9 +21,9 @@ class _ZVOptions(BaseModel):
 
 
 def zero_variance(group: Group, opts: _ZVOptions = _ZVOptions()) -> Decision:
-    scores = [s for s in group.rewards() if s is not None]
-    if len(scores) >= 2 and max(scores) - min(scores) > opts.tol:
+    if not group.is_zero_variance(opts.tol):
         return Decision(True, "kept")
+    scores = group.verified_rewards()
     if not scores:
         return Decision(False, "no_verified")
     if min(scores) >= 1.0 - opts.tol:
