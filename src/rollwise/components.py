@@ -8,7 +8,6 @@ comes before the model is loaded.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -165,5 +164,4 @@ def build_policy(cfg, task, log=print):
 
         lc = cfg.model.lora
         model = apply_lora(model, r=lc.r, alpha=lc.alpha, dropout=lc.dropout, target_modules=list(lc.target_modules))
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     return model, codec

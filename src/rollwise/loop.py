@@ -15,6 +15,7 @@ from pathlib import Path
 
 from rollwise.config import Config, load_config
 from rollwise.session import Run, RunResult, now, step_metrics
+from rollwise.objectives.inputs import advantage_inputs
 from rollwise.train.batching import collate, flatten
 
 
@@ -40,13 +41,13 @@ def train(cfg: Config, *, resume: bool = False, backend=None, log=print) -> RunR
             parts.replay.add(kept)
             rows, rewards, gidx = flatten(batch_groups)
             rewards, shaping = run.shape_rewards(rows, rewards)          # overlong penalty, KL in reward
-            advs = parts.advantage(rewards, gidx, parts.advantage_options)
+            advs = parts.advantage(rewards, gidx, parts.advantage_options, **advantage_inputs(parts.advantage, rows))
             batch = collate(rows, rewards, gidx, advs, run.codec.pad_id)
             t0 = now()
             metrics = run.trainer.optimize(batch)                        # objective + optimizer step
             metrics["time/train_s"] = now() - t0
             st.policy_version += 1
-            metrics.update(step_metrics(groups, dropped, planned), **shaping)
+            metrics.update(step_metrics(groups, dropped, planned), **shaping, **getattr(ctrl, "metrics", {}))
             line = run.ledger.record(st.step, st.policy_version, run.pool.take_cost(), batch.num_loss_tokens, metrics)
             st.step += 1
             if run.due(cfg.eval.every):
