@@ -10,7 +10,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from rollwise.objectives import ess
 from rollwise.registry import UserError, format_validation
@@ -85,8 +85,15 @@ class ControlConfig(StrategyConfig):
     name: str = Field("uniform", description="Controller: which prompts and how many rollouts each.")
     prompts_per_step: int = Field(32, ge=1, description="Prompts drawn per step.")
     rollouts_per_prompt: int = Field(8, ge=1, description="Rollouts per prompt (group size n).")
-    budget_rollouts: int | None = Field(None, ge=1, description="Most rollouts per step (default prompts_per_step * rollouts_per_prompt).")
+    budget_rollouts: int | None = Field(None, ge=1, description="Most rollouts per step over all of the controller's rounds "
+                                       "(default: the controller's own, prompts_per_step * rollouts_per_prompt for 'uniform').")
+    budget_tokens: int | None = Field(None, ge=1, description="Most expected generated tokens per step: planned rollouts x the mean "
+                                      "completion length of the last 4 recorded steps (sampling.max_new_tokens before any data); "
+                                      "see rollwise.control.budget (None = no token cap).")
     dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig, description="Refill rounds for groups dropped by the filters (DAPO).")
+    # sampling.max_new_tokens of the enclosing Config (set by Config): the token budget's length
+    # estimate before any data (rollwise.control.budget); not a user setting, never serialised.
+    _max_new_tokens: int | None = PrivateAttr(None)
 
 
 class FilterConfig(Section):
@@ -174,6 +181,11 @@ class Config(Section):
     objective: ObjectiveConfig = Field(default_factory=ObjectiveConfig, description="Policy objective.")
     train: TrainConfig = Field(default_factory=TrainConfig, description="Optimizer and steps.")
     eval: EvalConfig = Field(default_factory=EvalConfig, description="Held-out evaluation.")
+
+    @model_validator(mode="after")
+    def _control_knows_max_new_tokens(self):
+        self.control._max_new_tokens = self.sampling.max_new_tokens
+        return self
 
     def run_name(self) -> str:
         if self.run.name:

@@ -8,6 +8,7 @@ kept out of ``loop.py`` so the loop reads as the table of contents.
 from __future__ import annotations
 
 import json
+import math
 import random
 import time
 from contextlib import contextmanager
@@ -62,7 +63,7 @@ class Run:
 
             backend = HFBackend(self.model, self.codec.eos_ids, self.codec.pad_id, cfg.model.max_batch, seed)
         self.backend = backend
-        self.pool = LocalPool(backend, self.codec, self.task.verify, self.sampling)
+        self.pool = LocalPool(backend, self.codec, self.task.verify, self.sampling, max_batch=cfg.model.max_batch)
         self.trainer = Trainer(self.model, self.parts.objective, self.parts.objective_options, cfg.train, s.temperature,
                                reference=cfg.reward.kl.coef > 0)
         self.ledger = Ledger(self.dir)
@@ -172,9 +173,18 @@ def step_metrics(groups, dropped: dict[str, int], plan_sizes: list[int]) -> dict
            "groups/count": len(groups), "groups/degenerate_frac": degenerate / max(1, len(groups)),
            "control/rollouts_per_prompt_mean": sum(sizes) / len(sizes),
            "control/rollouts_per_prompt_min": min(sizes), "control/rollouts_per_prompt_max": max(sizes),
+           "control/rollouts_per_prompt_p90": percentile(sizes, 0.9),
            "control/budget_used": sum(plan_sizes), "control/rounds": len(plan_sizes)}
     out.update({f"filter/{reason}": n for reason, n in dropped.items()})
     return out
+
+
+def percentile(values: list[int], q: float) -> int:
+    """Nearest-rank percentile: the smallest value with at least ``q`` of the values at or below
+    it (sizes 1..10, q 0.9 -> 9; sizes (4, 4, 4, 28) -> 28)."""
+    ordered = sorted(values)
+    rank = math.ceil(q * len(ordered) - 1e-9)  # 1-based; the epsilon absorbs float noise in q * n
+    return ordered[min(len(ordered), max(1, rank)) - 1]
 
 
 def now() -> float:

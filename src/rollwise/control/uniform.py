@@ -1,6 +1,9 @@
 """``uniform``: the baseline controller. Each step draws ``prompts_per_step`` prompts from the
 train split in a seeded shuffled order (a new permutation every epoch) and gives each
-``rollouts_per_prompt`` rollouts in one round, capped by ``budget_rollouts``.
+``rollouts_per_prompt`` rollouts in one round, capped by the per-step budget
+(:class:`~rollwise.control.budget.StepBudget`: ``budget_rollouts``, default
+``prompts_per_step * rollouts_per_prompt``, and ``budget_tokens``; the last prompts lose
+rollouts first).
 
 State: the data position (epoch, index), the shuffle RNG and the per-prompt history
 (:class:`~rollwise.control.history.PromptHistory`); all go into checkpoints.
@@ -11,6 +14,7 @@ from __future__ import annotations
 import random
 from typing import Sequence
 
+from rollwise.control.budget import StepBudget, cap_plan  # noqa: F401  (cap_plan: re-exported)
 from rollwise.control.history import PromptHistory
 from rollwise.types import Group, Plan, Prompt, Request
 
@@ -48,32 +52,23 @@ class PromptStream:
         self.rng.setstate((v, tuple(internal), gauss))
 
 
-def cap_plan(requests: list[Request], budget: int) -> Plan:
-    """Trim request sizes (last ones first) so the plan's total stays within ``budget``."""
-    out, left = [], budget
-    for r in requests:
-        n = min(r.n, left)
-        left -= n
-        if n > 0:
-            out.append(Request(r.prompt, n, r.prefix))
-    return Plan(tuple(out))
-
-
 class Uniform:
     def __init__(self, prompts: Sequence[Prompt], cfg, options, seed: int):
         self.cfg = cfg
         self.stream = PromptStream(prompts, seed)
         self.history = PromptHistory()
+        self.step_budget = StepBudget.from_config(cfg, cfg.prompts_per_step * cfg.rollouts_per_prompt)
 
     @property
     def budget(self) -> int:
-        return self.cfg.budget_rollouts or self.cfg.prompts_per_step * self.cfg.rollouts_per_prompt
+        """Most rollouts per step (``budget_rollouts`` or ``prompts_per_step * rollouts_per_prompt``)."""
+        return self.step_budget.rollouts
 
     def select(self, state) -> list[Prompt]:
         return self.stream.take(self.cfg.prompts_per_step)
 
     def plan(self, prompts: list[Prompt], state) -> Plan:
-        return cap_plan([Request(p, self.cfg.rollouts_per_prompt) for p in prompts], self.budget)
+        return self.step_budget.cap([Request(p, self.cfg.rollouts_per_prompt) for p in prompts], self.history)
 
     def next_round(self, groups: list[Group], state) -> Plan:
         return Plan()

@@ -1,8 +1,11 @@
 """``local`` worker pool: generate and score the rollouts of a plan in this process.
 
-``generate(plan, groups, version) -> groups``: runs every request through the backend in one
-batched call, decodes, verifies, and merges the new rollouts into ``groups`` (a request for a
-prompt that already has a group tops that group up, e.g. DARS's second stage). Costs are
+``generate(plan, groups, version) -> groups``: runs every request through the backend in
+calls of at most ``max_batch`` sequences (``model.max_batch``; None = one call), so the memory
+a backend needs per call does not grow with the plan (BroRL's hundreds of rollouts per prompt;
+the HF backend also chunks internally, at the same size, so results are unchanged); decodes,
+verifies, and merges the new rollouts into ``groups`` (a request for a prompt that already has
+a group tops that group up, e.g. DARS's second stage). Costs are
 accumulated in ``cost`` (a ``StepCost``) that the loop hands to the ledger once per step.
 """
 
@@ -27,8 +30,10 @@ class StepCost:
 
 
 class LocalPool:
-    def __init__(self, backend, codec: Codec, verify: Callable[[Prompt, str], Verdict], sampling: Sampling):
+    def __init__(self, backend, codec: Codec, verify: Callable[[Prompt, str], Verdict], sampling: Sampling,
+                 max_batch: int | None = None):
         self.backend, self.codec, self.verify, self.sampling = backend, codec, verify, sampling
+        self.max_batch = max_batch
         self.cost = StepCost()
 
     def take_cost(self) -> StepCost:
@@ -46,7 +51,10 @@ class LocalPool:
                 jobs.append((req, pids, prefix))
                 seqs.append(pids + prefix)
         t0 = time.perf_counter()
-        comps = self.backend.generate(seqs, sampling, generator) if seqs else []
+        step = self.max_batch or max(1, len(seqs))
+        comps = []
+        for start in range(0, len(seqs), step):
+            comps.extend(self.backend.generate(seqs[start:start + step], sampling, generator))
         t1 = time.perf_counter()
         out = []
         for (req, pids, prefix), c in zip(jobs, comps):
