@@ -4,3 +4,11 @@ from rollwise.registry import Registry
 
 REGISTRY = Registry("controller")
 REGISTRY.register("uniform", "rollwise.control.uniform:Uniform")
+REGISTRY.register("vcrl", "rollwise.control.vcrl:VCRL")
+REGISTRY.register("vade", "rollwise.control.vade:VADE")
+REGISTRY.register("dots", "rollwise.control.dots:DOTS")
+REGISTRY.register("dars", "rollwise.control.dars:DARS")
+REGISTRY.register("dars_b", "rollwise.control.dars:DARSB")
+REGISTRY.register("brorl", "rollwise.control.brorl:BroRL")
+REGISTRY.register("xrpo", "rollwise.control.xrpo:Xrpo")
+REGISTRY.register("cures", "rollwise.control.cures:CurES")

@@ -4,3 +4,4 @@ from rollwise.registry import Registry
 
 REGISTRY = Registry("replay")
 REGISTRY.register("on_policy", "rollwise.replay.on_policy:OnPolicy")
+REGISTRY.register("rollout_replay", "rollwise.replay.rollout_replay:RolloutReplay")
