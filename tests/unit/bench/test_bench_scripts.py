@@ -1,0 +1,177 @@
+"""The pure helpers of benchmarks/vs_trl.py, benchmarks/gen_throughput.py and
+benchmarks/benchinfo.py, on hand-worked numbers (the benchmarks themselves are not tests)."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[3] / "benchmarks"
+sys.path.insert(0, str(BENCH))
+
+import benchinfo  # noqa: E402
+import gen_throughput as gt  # noqa: E402
+import vs_trl  # noqa: E402
+
+HAS_TRL = importlib.util.find_spec("trl") is not None
+
+# ---------------------------------------------------------------- machine info
+
+CPUINFO = """processor\t: 0
+vendor_id\t: GenuineIntel
+model name\t: Intel(R) Xeon(R) Platinum 8480+
+flags\t\t: fpu sse2 avx avx2 fma avx512f avx512_vnni amx_bf16 amx_tile
+processor\t: 1
+model name\t: something else
+flags\t\t: fpu
+"""
+
+
+def test_cpu_model_and_features_come_from_the_first_processor():
+    assert benchinfo.cpu_model(CPUINFO) == "Intel(R) Xeon(R) Platinum 8480+"
+    assert benchinfo.cpu_features(CPUINFO) == {"avx2": True, "fma": True, "avx512f": True, "avx512_bf16": False,
+                                               "avx512_vnni": True, "amx": True}
+
+
+def test_cpu_info_without_the_lines():
+    assert benchinfo.cpu_model("") is None
+    assert not any(benchinfo.cpu_features("flags : sse2 avx").values())
+
+
+def test_machine_records_versions_and_threads():
+    m = benchinfo.machine()
+    assert m["cores"] >= 1 and m["torch_threads"] >= 1
+    assert m["versions"]["torch"] and "trl" in m["versions"]
+
+
+def test_median_mean():
+    assert benchinfo.median([3.0, 1.0, 2.0]) == 2.0 and benchinfo.mean([1.0, 2.0, 6.0]) == 3.0
+    assert benchinfo.median([]) is None and benchinfo.mean([]) is None
+
+
+# ---------------------------------------------------------------- gen_throughput arithmetic
+
+
+def test_matmul_flops():
+    # (2, 3) x (3, 4): 8 outputs, each 3 multiply-adds = 6 FLOPs -> 48
+    assert gt.matmul_flops(2, 3, 4) == 48
+    assert gt.matmul_flops(1024, 1024, 1024) == 2 * 1024**3
+
+
+def test_generation_flops_by_hand():
+    # P_body 1000, P_head 100, 2 layers, hidden 8, prompt 3, 2 new tokens, batch 4:
+    # positions run = 3 + 2 - 1 = 4; weights 4 * 2 * 1000 + 2 * 2 * 100 = 8400;
+    # attention 4 * 2 * 8 * (1 + 2 + 3 + 4) = 64 * 10 = 640; per sequence 9040; x 4 = 36160
+    assert gt.generation_flops(1000, 100, 2, 8, 3, 2, 4) == 36160
+    assert gt.generation_flops(1000, 100, 2, 8, 3, 2) == 9040
+
+
+def test_generation_flops_one_token_is_one_prompt_pass():
+    # 1 new token after 5 prompt tokens: 5 positions of body, 1 of head, attention 1+..+5 = 15
+    assert gt.generation_flops(10, 7, 1, 2, 5, 1) == 5 * 2 * 10 + 2 * 7 + 4 * 1 * 2 * 15
+
+
+def test_fraction_and_tokens_per_s():
+    # 36160 FLOPs in 0.5 s = 72320 FLOP/s against a 1e6 FLOP/s bound -> 0.07232
+    assert gt.fraction_of_bound(36160, 0.5, 1e6) == pytest.approx(0.07232)
+    # batch 8 x 32 tokens in 2 s = 128 tok/s
+    assert gt.tokens_per_s(8, 32, 2.0) == 128.0
+
+
+def test_linear_params_of_tiny_s():
+    from rollwise.train.tiny import build_tiny
+
+    model, tok = build_tiny("tiny-s")
+    # tiny-s: hidden 128, 2 layers, ffn 512, 4 heads = 4 KV heads, vocab 99
+    # per layer q, k, v, o 4 * 128 * 128 = 65536 + gate, up, down 3 * 128 * 512 = 196608 -> 262144; x 2 = 524288
+    # head 128 * 99 = 12672 (tied with the embedding, counted as a matmul)
+    assert gt.linear_params(model) == (524288, 12672)
+
+
+def test_time_matmul_reports_a_rate():
+    r = gt.time_matmul(32, 32, 32, repeats=2, target_s=0.01)
+    assert r["shape"] == [32, 32, 32] and 0 < r["tflops_median"] <= r["tflops_best"]
+
+
+# ---------------------------------------------------------------- vs_trl summaries
+
+
+def test_step_times_are_differences_of_end_times():
+    assert vs_trl.step_times([1.0, 1.5, 3.0], start=0.5) == [0.5, 0.5, 1.5]
+
+
+STEPS = [
+    {"step_s": 9.0, "generate_s": 5.0, "tokens": 7, "rollouts": 1, "reward": 0.9},  # warm-up, dropped
+    {"step_s": 1.0, "generate_s": 0.5, "tokens": 30, "rollouts": 10, "reward": 1.0},
+    {"step_s": 2.0, "generate_s": 0.5, "tokens": 30, "rollouts": 10, "reward": 0.5},
+    {"step_s": 6.0, "generate_s": 1.0, "tokens": 60, "rollouts": 10, "reward": 0.0},
+]
+
+
+def test_summarise_by_hand():
+    s = vs_trl.summarise(STEPS, warmup=1)
+    assert s["steps_timed"] == 3
+    assert s["s_per_step_median"] == 2.0 and s["s_per_step_mean"] == 3.0
+    assert s["generate_s_median"] == 0.5
+    assert s["non_generate_s_median"] == 1.5           # of 0.5, 1.5, 5.0
+    assert s["generated_tokens_per_step_mean"] == 40.0  # 120 / 3
+    assert s["mean_completion_length"] == 4.0           # 120 tokens / 30 rollouts
+    assert s["tokens_per_s"] == pytest.approx(120 / 9)  # over 1 + 2 + 6 s of steps
+    assert s["generate_tokens_per_s"] == 60.0           # over 0.5 + 0.5 + 1.0 s of generation
+    assert s["reward_mean"] == 0.5
+    assert "train_s_median" not in s
+
+
+def test_summarise_needs_a_timed_step():
+    with pytest.raises(ValueError):
+        vs_trl.summarise(STEPS[:1], warmup=1)
+
+
+def test_ratios_are_oriented_so_above_one_favours_rollwise():
+    rw = {"s_per_step_median": 2.0, "generate_s_median": 1.0, "non_generate_s_median": 1.0, "tokens_per_s": 60.0,
+          "generate_tokens_per_s": None, "peak_rss_mb": 400.0}
+    trl = {"s_per_step_median": 3.0, "generate_s_median": 1.0, "non_generate_s_median": 2.0, "tokens_per_s": 40.0,
+           "generate_tokens_per_s": 10.0, "peak_rss_mb": 600.0}
+    r = vs_trl.ratios(rw, trl)
+    assert r["s_per_step_trl_over_rollwise"] == 1.5 and r["tokens_per_s_rollwise_over_trl"] == 1.5
+    assert r["generate_s_trl_over_rollwise"] == 1.0 and r["non_generate_s_trl_over_rollwise"] == 2.0
+    assert r["peak_rss_trl_over_rollwise"] == 1.5
+    assert r["generate_tokens_per_s_rollwise_over_trl"] is None
+
+
+SPEC = {"model": "tiny-s", "warm_start_steps": 0, "prompts": 4, "group": 3, "max_new_tokens": 5, "steps": 6, "warmup": 2,
+        "lr": 1e-4, "seed": 0, "threads": 1, "mode": "forced"}
+
+
+def test_rollwise_config_is_valid_and_matches_the_spec(tmp_path):
+    from rollwise.config import load_config
+
+    cfg = load_config(data=vs_trl.rollwise_config_data(SPEC, str(tmp_path / "run")))
+    assert cfg.run_dir() == tmp_path / "run"
+    assert (cfg.control.prompts_per_step, cfg.control.rollouts_per_prompt, cfg.sampling.max_new_tokens) == (4, 3, 5)
+    assert cfg.train.steps == 8 and cfg.train.micro_batch == 12 and cfg.train.lr == 1e-4
+    assert cfg.sampling.temperature == 1.0 and cfg.sampling.top_p == 1.0
+    assert not cfg.eval.at_start and cfg.eval.every == 0 and cfg.model.warm_start.steps == 0
+
+
+def test_weights_digest_follows_the_weights():
+    from rollwise.train.tiny import build_tiny
+
+    a, b, c = build_tiny("tiny-s", seed=0)[0], build_tiny("tiny-s", seed=0)[0], build_tiny("tiny-s", seed=1)[0]
+    assert vs_trl.weights_digest(a) == vs_trl.weights_digest(b) != vs_trl.weights_digest(c)
+
+
+@pytest.mark.skipif(not HAS_TRL, reason="trl is not installed (pip install 'trl==1.16.0')")
+@pytest.mark.parametrize("mode", ["forced", "natural"])
+def test_trl_config_matches_the_rollwise_side(tmp_path, mode):
+    from trl import GRPOConfig
+
+    args = GRPOConfig(**vs_trl.trl_config_kwargs({**SPEC, "mode": mode}, str(tmp_path)))
+    assert args.per_device_train_batch_size == 12 and args.gradient_accumulation_steps == 1
+    assert args.num_generations == 3 and args.max_completion_length == 5 and args.max_steps == 8
+    assert args.loss_type == "dapo" and args.beta == 0.0 and args.num_iterations == 1
+    assert args.lr_scheduler_type == "constant" and args.adam_beta2 == 0.99 and args.learning_rate == 1e-4
+    assert args.activation_checkpointing is False and args.use_cpu
+    assert args.generation_batch_size == 12  # one generation call per step
+    assert (args.generation_kwargs or {}).get("min_new_tokens") == (5 if mode == "forced" else None)
