@@ -86,13 +86,19 @@ class Run:
         return {"controller": p.controller, "replay": p.replay, "trainer": self.trainer, "ledger": self.ledger,
                 "backend": self.backend}
 
+    def _frozen(self) -> dict:
+        """Frozen models saved with the policy (the KL reference: it is the warm-started model,
+        which a resumed run does not rebuild)."""
+        ref = self.trainer.ref_model
+        return {"reference": ref} if ref is not None else {}
+
     def checkpoint(self) -> Path:
         state = {name: obj.state_dict() for name, obj in self._stateful().items() if hasattr(obj, "state_dict")}
         state["run_state"] = vars(self.state).copy()
         history = getattr(self.parts.controller, "history", None)
         if history is not None:  # per-prompt statistics, for inspection
             (self.dir / "prompt_stats.json").write_text(json.dumps(history.dump(), indent=1))
-        return checkpoint.save(self.dir, self.state.step, self.model, state, self.cfg.run.keep_checkpoints)
+        return checkpoint.save(self.dir, self.state.step, self.model, state, self.cfg.run.keep_checkpoints, self._frozen())
 
     def _resume(self, ckpt: Path | None) -> None:
         if ckpt is None:
@@ -100,7 +106,7 @@ class Run:
             self.ledger.truncate(0)
             (self.dir / "eval.jsonl").unlink(missing_ok=True)
             return
-        state = checkpoint.load(ckpt, self.model)
+        state = checkpoint.load(ckpt, self.model, self._frozen())
         for name, obj in self._stateful().items():
             if name in state and hasattr(obj, "load_state_dict"):
                 obj.load_state_dict(state[name])

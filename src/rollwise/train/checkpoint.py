@@ -19,7 +19,9 @@ def ckpt_dir(run_dir: Path) -> Path:
     return Path(run_dir) / "checkpoints"
 
 
-def save(run_dir: Path, step: int, model, state: dict, keep: int) -> Path:
+def save(run_dir: Path, step: int, model, state: dict, keep: int, extra_models: dict | None = None) -> Path:
+    """Write ``step-<step>``; ``extra_models`` (e.g. the frozen KL reference) go beside the
+    policy as ``<name>.safetensors``."""
     root = ckpt_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{step}"
@@ -27,6 +29,8 @@ def save(run_dir: Path, step: int, model, state: dict, keep: int) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     save_model(model, str(tmp / "model.safetensors"))
+    for name, extra in (extra_models or {}).items():
+        save_model(extra, str(tmp / f"{name}.safetensors"))
     state = dict(state, rng=rng_state(), step=step)
     torch.save(state, tmp / "state.pt")
     shutil.rmtree(final, ignore_errors=True)
@@ -48,8 +52,10 @@ def latest(run_dir: Path) -> Path | None:
     return ckpt_dir(run_dir) / f"step-{steps[-1]}" if steps else None
 
 
-def load(path: Path, model) -> dict:
+def load(path: Path, model, extra_models: dict | None = None) -> dict:
     load_model(model, str(Path(path) / "model.safetensors"))
+    for name, extra in (extra_models or {}).items():
+        load_model(extra, str(Path(path) / f"{name}.safetensors"))
     state = torch.load(Path(path) / "state.pt", weights_only=False)
     set_rng_state(state["rng"])
     return state

@@ -24,3 +24,14 @@ def test_half_written_checkpoint_is_ignored(tmp_path):
     (tmp_path / "checkpoints" / ".tmp-step-9").mkdir(parents=True)
     (tmp_path / "checkpoints" / "step-8").mkdir()  # no state.pt: incomplete
     assert checkpoint.latest(tmp_path) is None
+
+
+def test_extra_models_roundtrip(tmp_path):
+    model, _ = build_tiny("tiny-s", seed=0)
+    ref, _ = build_tiny("tiny-s", seed=5)
+    checkpoint.save(tmp_path, 1, model, {}, keep=1, extra_models={"reference": ref})
+    m2, _ = build_tiny("tiny-s", seed=1)
+    r2, _ = build_tiny("tiny-s", seed=2)
+    checkpoint.load(checkpoint.latest(tmp_path), m2, {"reference": r2})
+    assert all(torch.equal(a, b) for a, b in zip(ref.state_dict().values(), r2.state_dict().values()))
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), m2.state_dict().values()))
