@@ -2,7 +2,7 @@
 
 Each stage is one named call; strategies plug in through the parts built by ``Run`` and never
 subclass this loop. Generation may take several rounds (a controller can top up groups), then
-filters drop groups with a reason, the controller observes the survivors, the replay source
+filters drop groups with a reason, the controller observes every generated group, the replay source
 mixes the training groups, their rewards may be shaped (``rollwise.reward``: DAPO's overlong
 penalty, KL in the reward), advantages are a pure function of rewards and group ids, and the
 trainer takes one optimizer step. The ledger records every step's cost.
