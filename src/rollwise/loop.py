@@ -14,8 +14,10 @@ from collections import Counter
 from pathlib import Path
 
 from rollwise.config import Config, load_config
+from rollwise.registry import UserError
 from rollwise.session import Run, RunResult, now, step_metrics
 from rollwise.objectives.inputs import advantage_inputs
+from rollwise.train import checkpoint
 from rollwise.train.batching import collate, flatten
 
 
@@ -81,6 +83,8 @@ def apply_filters(filters, groups, keep_at_most=None):
 def evaluate_run(run_dir: str | Path, log=print) -> dict:
     """Evaluate the latest checkpoint of a run on its held-out split (``rollwise eval``)."""
     run_dir = Path(run_dir)
+    if checkpoint.latest(run_dir) is None:  # resuming without one would restart (and truncate) the run
+        raise UserError(f"no checkpoint to evaluate in {run_dir}")
     cfg = load_config(run_dir / "config.resolved.toml", [f"run.dir={run_dir.parent}", f"run.name={run_dir.name}", "run.progress=false"])
     run = Run(cfg, resume=True, log=log)
     return run.evaluate(record=False)

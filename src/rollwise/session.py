@@ -143,7 +143,8 @@ class Run:
     def finish(self) -> RunResult:
         if not self.evals or self.evals[-1]["step"] != self.state.step:
             self.evaluate()
-        if not checkpoint.list_steps(self.dir) or checkpoint.list_steps(self.dir)[-1] != self.state.step:
+        saved = checkpoint.list_steps(self.dir)
+        if not saved or saved[-1] != self.state.step:
             self.checkpoint()
         return RunResult(self.dir, self.state.step, self.evals[0] if self.evals else {}, self.evals[-1] if self.evals else {},
                          dict(self.ledger.totals))

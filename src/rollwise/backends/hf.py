@@ -24,6 +24,7 @@ class HFBackend:
     def __init__(self, model, eos_ids: Sequence[int], pad_id: int, max_batch: int = 256, seed: int = 0):
         self.model = model
         self.eos_ids = torch.tensor(sorted(set(eos_ids)), dtype=torch.long)
+        self._eos_set = frozenset(int(i) for i in eos_ids)
         self.pad_id = pad_id
         self.max_batch = max_batch
         self.generator = torch.Generator().manual_seed(seed)
@@ -85,7 +86,7 @@ class HFBackend:
         for i in range(b):
             n = int(n_new[i])
             toks = tuple(new_ids[i, :n].tolist())
-            finish = "stop" if n and toks[-1] in set(self.eos_ids.tolist()) else "length"
+            finish = "stop" if n and toks[-1] in self._eos_set else "length"
             result.append(Completion(toks, tuple(new_lp[i, :n].tolist()), finish))
         return result
 

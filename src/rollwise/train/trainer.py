@@ -69,10 +69,12 @@ class Trainer:
             self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
 
     def micro_batches(self, batch: Batch):
-        mb = self.cfg.micro_batch
+        """Yield ``(rows, micro_batch)``: the slice of ``batch`` and its rows trimmed to their
+        longest sequence, on the model's device (global counts kept, see ``Batch.rows``)."""
         device = next(self.model.parameters()).device
-        for start in range(0, batch.size, mb):
-            yield batch.rows(slice(start, start + mb)).to(device)
+        for start in range(0, batch.size, self.cfg.micro_batch):
+            rows = slice(start, start + self.cfg.micro_batch)
+            yield rows, batch.rows(rows).to(device)
 
     @torch.no_grad()
     def _with_reference(self, mb: Batch) -> Batch:
@@ -87,12 +89,10 @@ class Trainer:
         if self.ref_model is None:
             raise ValueError("no reference model: construct the Trainer with reference=True (reward.kl.coef > 0)")
         policy, ref = torch.zeros_like(batch.old_logprobs), torch.zeros_like(batch.old_logprobs)
-        for start in range(0, batch.size, self.cfg.micro_batch):
-            rows = slice(start, start + self.cfg.micro_batch)
-            mb = batch.rows(rows)
+        for rows, mb in self.micro_batches(batch):
             width = mb.input_ids.shape[1]
-            policy[rows, :width] = token_logprobs(self.model, mb, self.temperature)[0]
-            ref[rows, :width] = token_logprobs(self.ref_model, mb, self.temperature)[0]
+            policy[rows, :width] = token_logprobs(self.model, mb, self.temperature)[0].to(policy.device)
+            ref[rows, :width] = token_logprobs(self.ref_model, mb, self.temperature)[0].to(ref.device)
         return policy, ref
 
     def _ess_scale(self, log_w: list[torch.Tensor], has_tokens: list[torch.Tensor]) -> tuple[float, float]:
@@ -111,7 +111,7 @@ class Trainer:
         sums: dict[str, float] = {}
         loss_total = 0.0
         log_w, has_tokens = [], []
-        for mb in self.micro_batches(batch):
+        for _, mb in self.micro_batches(batch):
             if mb.loss_mask.sum() == 0:
                 continue
             mb = self._with_reference(mb)

@@ -20,3 +20,16 @@ def test_eval_command_on_a_finished_run(tmp_path, capsys):
     assert "eval/pass@1" in out
     # evaluating a finished run does not rewrite its ledger
     assert len((res.run_dir / "eval.jsonl").read_text().splitlines()) == n_evals
+
+
+def test_eval_refuses_a_run_without_checkpoint_and_keeps_its_ledger(tmp_path, capsys):
+    import pytest
+
+    run = tmp_path / "r"
+    run.mkdir()
+    (run / "config.resolved.toml").write_text("[train]\nsteps = 1\n")
+    (run / "eval.jsonl").write_text('{"step": 0}\n')
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["eval", str(run)])
+    assert exc.value.code == 2 and "no checkpoint" in capsys.readouterr().out
+    assert (run / "eval.jsonl").read_text() == '{"step": 0}\n'
