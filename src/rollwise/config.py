@@ -145,6 +145,8 @@ class TrainConfig(Section):
     max_grad_norm: float = Field(1.0, ge=0, description="Gradient clipping (0 = off).")
     warmup_steps: int = Field(0, ge=0, description="Linear learning-rate warm-up steps.")
     micro_batch: int = Field(128, ge=1, description="Sequences per forward/backward pass (gradient accumulation is exact).")
+    epochs: int = Field(1, ge=1, description="Update epochs per batch (PPO's ppo_epochs, TRL's num_iterations): one "
+                        "full-batch optimizer step per epoch; the LR schedule counts optimizer steps.")
     ess_lr_scaling: EssLrScalingConfig = Field(default_factory=EssLrScalingConfig, description="VCPO ESS learning-rate scaling.")
     budget_generated_tokens: int | None = Field(None, ge=1, description="Stop once the cumulative generated tokens of training "
                                                 "rollouts (cost/generated_tokens) reach this; train.steps still caps (None = no budget).")

@@ -40,9 +40,9 @@ own module because the part a controller can do is only the batch size: ``dars_b
 ``breadth * control.prompts_per_step`` prompts per step (``breadth`` default 4, ours; the paper's
 3072 vs an [RECON] standard 128-512 prompts is 6-24x). The update is already full-batch here:
 rollwise's trainer takes exactly one optimizer step over the whole batch (micro-batches
-accumulate gradients exactly). **Not done: the second epoch** (``ppo_epochs = 2``, i.e. a second
-optimizer step on the same rollouts) needs trainer support that does not exist (the trainer takes
-one optimizer step per batch); ``dars_b`` trains one epoch per batch.
+accumulate gradients exactly). The paper's second epoch is the trainer option ``train.epochs
+= 2`` (one full-batch optimizer step per epoch; ``configs/dars_b.toml`` sets it): update epochs
+are a trainer matter, not a controller's.
 
 Differences from the paper / code, besides the budget and the epoch:
 
@@ -189,6 +189,6 @@ class DARSBOptions(DARSOptions):
 
 class DARSB(DARS):
     """DARS-B (arXiv 2508.13755, breadth): DARS with ``breadth`` times more prompts per step;
-    the second update epoch of the paper is not done (see the module docstring)."""
+    the paper's two update epochs are ``train.epochs = 2`` (see the module docstring)."""
 
     Options = DARSBOptions

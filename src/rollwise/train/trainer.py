@@ -9,10 +9,14 @@ Options the trainer serves (each computed here, its math living in ``objectives/
 
 - **Proximal log-probs.** When ``options.needs_prox`` (a behaviour weight is on, always for
   ``decoupled_ppo``), each micro-batch gets ``prox_logprobs`` = the log-probs of the weights
-  before this step's update, without gradient. ``optimize`` takes exactly one optimizer step
-  per batch and updates only after every micro-batch's backward pass, so these are the detached
-  log-probs of the very forward pass that computes the loss: exact, and no extra forward. (If
-  ``optimize`` ever takes several steps per batch, they must be recomputed once up front.)
+  before this batch's first update, without gradient. With one update epoch (``train.epochs
+  = 1``) the weights change only after every micro-batch's backward pass, so these are the
+  detached log-probs of the very forward pass that computes the loss: exact, and no extra
+  forward. With several epochs they are computed once up front by a no-grad pass and reused.
+- **Update epochs** (``train.epochs``, PPO's ``ppo_epochs`` / TRL's ``num_iterations``): the
+  batch is optimised that many times, one full-batch optimizer step per epoch (micro-batches
+  accumulate within an epoch). The sampler's log-probs stay the ratio's denominator, so the
+  clip acts from the second epoch on. Metrics are those of the last epoch.
   Otherwise ``prox_logprobs`` stays None, so the ratio of the other objectives keeps the
   sampler's log-probs (bypass mode) and enabling another option does not change the objective.
 - **Reference model.** A frozen copy of the initial weights when the objective has
@@ -103,20 +107,36 @@ class Trainer:
         return ess_ratio(lw, mask), ess_lr_scale(lw, mask, opts.rule, opts.base_ess_ratio)
 
     def optimize(self, batch: Batch) -> dict[str, float]:
-        """One optimizer step over ``batch``; returns ``train/*`` metrics."""
+        """``train.epochs`` optimizer steps over ``batch`` (one per epoch); returns the last
+        epoch's ``train/*`` metrics."""
         if batch.num_loss_tokens == 0:
             return {"train/loss": 0.0, "train/skipped": 1.0}
+        epochs = getattr(self.cfg, "epochs", 1)
+        prox = self._prox_up_front(batch) if epochs > 1 and self.needs_prox else None
+        for _ in range(epochs):
+            metrics = self._epoch(batch, prox)
+        return metrics
+
+    @torch.no_grad()
+    def _prox_up_front(self, batch: Batch) -> list[torch.Tensor]:
+        """Log-probs of the pre-update weights per micro-batch (several update epochs)."""
+        self.model.eval()
+        return [token_logprobs(self.model, mb, self.temperature)[0] for _, mb in self.micro_batches(batch)]
+
+    def _epoch(self, batch: Batch, prox_up_front: list[torch.Tensor] | None) -> dict[str, float]:
+        """One optimizer step over every micro-batch of ``batch``."""
         self.model.train()
         ess_on = bool(getattr(self.cfg, "ess_lr_scaling", None) and self.cfg.ess_lr_scaling.enabled)
         sums: dict[str, float] = {}
         loss_total = 0.0
         log_w, has_tokens = [], []
-        for _, mb in self.micro_batches(batch):
+        for i, (_, mb) in enumerate(self.micro_batches(batch)):
             if mb.loss_mask.sum() == 0:
                 continue
             mb = self._with_reference(mb)
             new_lp, ent = token_logprobs(self.model, mb, self.temperature, with_entropy=True)
-            prox = new_lp.detach()  # pre-update policy: one optimizer step per batch (module docstring)
+            # pre-update policy: this forward before the first update (module docstring)
+            prox = new_lp.detach() if prox_up_front is None else prox_up_front[i]
             if self.needs_prox:
                 mb = dataclasses.replace(mb, prox_logprobs=prox)
             if ess_on:

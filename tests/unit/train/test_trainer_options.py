@@ -141,3 +141,30 @@ def test_trainer_fills_prox_logprobs_and_decoupled_ppo_trains_a_step():
     assert math.isfinite(m["train/loss"]) and m["train/grad_norm"] > 0
     w0 = torch.cat([p.flatten() for p in before.parameters()])
     assert not torch.allclose(w0, torch.cat([p.detach().flatten() for p in model.parameters()]))
+
+
+def test_update_epochs_take_one_step_each_and_keep_the_pre_update_prox():
+    # grpo (bypass mode, ratio against the sampler): 2 epochs == two single-epoch optimize calls.
+    # Row 0 answers token 2 with advantage +1, row 1 token 3 with -1: the gradient does not cancel
+    rows = [Rollout(f"p{i}", (1,), (t,), (-math.log(V),), "stop", 0) for i, t in enumerate((2, 3))]
+    batch = collate(rows, torch.zeros(2), torch.zeros(2, dtype=torch.long),
+                    Advantages(torch.tensor([1.0, -1.0]), torch.ones(2, dtype=torch.bool)), pad_id=0)
+    grpo = OBJECTIVES.get("grpo")
+    two = Trainer(ConstLM(), grpo, grpo.Options(), _train_cfg("train.lr=0.1", "train.epochs=2"), temperature=1.0)
+    used = _record_lr(two)
+    two.optimize(batch)
+    assert len(used) == 2  # one optimizer step per epoch
+    one = Trainer(ConstLM(), grpo, grpo.Options(), _train_cfg("train.lr=0.1"), temperature=1.0)
+    one.optimize(batch)
+    assert not torch.allclose(one.model.bias, two.model.bias)  # the second epoch moved the weights on
+    one.optimize(batch)
+    assert torch.allclose(one.model.bias, two.model.bias, atol=1e-7)
+    # decoupled PPO: both epochs see the proximal log-probs of the weights before the first update
+    # (uniform ConstLM: log 1/4 for the completion token), not the weights after epoch 1
+    fn = OBJECTIVES.get("decoupled_ppo")
+    seen = []
+    tr = Trainer(ConstLM(), _spy(fn, seen), fn.Options(), _train_cfg("train.lr=0.1", "train.epochs=2"), temperature=1.0)
+    tr.optimize(batch)
+    assert len(seen) == 2
+    for prox in seen:
+        assert prox[:, 1].tolist() == pytest.approx([-math.log(V)] * 2)
