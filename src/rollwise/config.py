@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
+from rollwise.filter import d3s as _d3s
+from rollwise.generate import arrol as _arrol
 from rollwise.objectives import ess
 from rollwise.registry import UserError, format_validation
 
@@ -66,19 +68,78 @@ class TaskConfig(StrategyConfig):
     name: str = Field("arithmetic", description="'arithmetic', 'reasoning_gym:<dataset>' or 'jsonl:<path>'.")
 
 
+class TreeSamplingConfig(Section):
+    """LATR tree rollouts (arXiv 2510.24302; systems.md §6; ``rollwise.backends.latr``). Defaults are the
+    released code's dataclass defaults and, for the schedule, its Countdown script."""
+
+    enabled: bool = Field(False, description="Generate a share of each training group as a LATR tree (hf backend only; evaluation never uses it).")
+    schedule: dict[int, float] = Field(
+        default_factory=lambda: {0: 1.0, 10: 0.75, 20: 0.5, 80: 0.25, 200: 0.0},
+        description="eta by training step: k = round(n * eta) of a group's n rollouts come from the tree (value of the largest "
+                    "step key <= step; 0 before the first key; k < 2 means no tree). Default: the Countdown script's schedule.")
+    max_branch_per_token: int = Field(2, ge=2, description="m: top-m raw-probability candidates considered at each step (rank 1 continues the branch).")
+    tau_abs: float = Field(0.25, ge=0.0, description="Branch on candidate j only if p_j > tau_abs (raw, temperature-free probability; >= 1 never branches).")
+    tau_rel: float = Field(0.15, ge=0.0, description="... and p_1 - p_j < tau_rel.")
+    lookahead: list[int] = Field(default_factory=lambda: [20, 30, 50], description="r: ages (tokens since birth) at which a child is compared with its parent and maybe pruned.")
+    ed_threshold: float | None = Field(0.4, ge=0.0, description="Prune if normalised Levenshtein distance < this (None = test off).")
+    suffix_threshold: float | None = Field(None, ge=0.0, description="Prune if the suffix-match score > this (None = off; LATR math scripts: 0.2).")
+    rouge_threshold: float | None = Field(None, ge=0.0, description="Prune if token ROUGE-L F > this (None = off; LATR math scripts: 0.5).")
+    keep_math_symbols: bool = Field(True, description="Never prune a child whose divergence point is an operator token (+ - * / = ^ ( ) < > %) in the parent.")
+    exit_fraction: float = Field(0.98, gt=0.0, le=1.0, description="Leave the tree phase once the full roots reach (exit_fraction - exit_decay * t / force_return_step) of all k's.")
+    exit_decay: float = Field(0.05, ge=0.0, description="return_nb_thres_decay of the released scripts.")
+    force_return_step: int = Field(512, ge=0, description="Leave the tree phase after this many tokens at the latest (Countdown 512, math 1024).")
+
+    @model_validator(mode="after")
+    def _check(self):
+        bad = {k: v for k, v in self.schedule.items() if k < 0 or not 0.0 <= v <= 1.0}
+        if bad:
+            raise ValueError(f"sampling.tree.schedule needs step keys >= 0 and eta values in [0, 1], got {bad}")
+        if not self.lookahead or any(r < 1 for r in self.lookahead):
+            raise ValueError(f"sampling.tree.lookahead must be a non-empty list of ages >= 1, got {self.lookahead}")
+        return self
+
+
+class ArrolConfig(_arrol.Options):
+    enabled: bool = Field(False, description="ARRoL online rollout pruning (arXiv 2603.24840; rollwise.generate.arrol): start "
+                          "oversample * n rollouts per prompt and, at the check point, stop all but n, chosen so that their "
+                          "predicted success (a quality head on the policy's hidden state, trained online) is balanced "
+                          "(hf backend only; evaluation never uses it).")
+
+
 class SamplingConfig(Section):
     temperature: float = Field(1.0, ge=0.0, description="Sampling temperature for training rollouts (0 = greedy).")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
     max_new_tokens: int = Field(8, ge=1, description="Most tokens generated per rollout.")
+    tree: TreeSamplingConfig = Field(default_factory=TreeSamplingConfig, description="LATR tree rollouts (off by default).")
+    arrol: ArrolConfig = Field(default_factory=ArrolConfig, description="ARRoL online rollout pruning (off by default).")
 
 
 class DynamicSamplingConfig(Section):
-    enabled: bool = Field(False, description="DAPO dynamic sampling (arXiv 2503.14476): while fewer than target_groups "
-                          "groups pass the filters, generate groups for fresh prompts in another round (needs 'zero_variance' "
-                          "in filter.names and a controller with a prompt stream, e.g. 'uniform').")
-    max_rounds: int = Field(4, ge=1, description="Most generation rounds per step, the first included (every round is charged to the ledger).")
+    enabled: bool = Field(False, description="Dynamic sampling for groups the filters drop (needs 'zero_variance' in filter.names); "
+                          "what it does is 'type'.")
+    type: Literal["refill", "replace"] = Field("refill", description="'refill' (DAPO, arXiv 2503.14476): while fewer than target_groups "
+                                               "groups pass the filters, generate groups for fresh prompts in another round (needs a "
+                                               "controller with a prompt stream, e.g. 'uniform'). 'replace' (POLARIS / SkyRL): each dropped "
+                                               "group is replaced by a copy of a random kept group of the same batch; a batch with too "
+                                               "few kept groups is discarded and a new one generated (rollwise.control.rounds).")
+    max_rounds: int = Field(4, ge=1, description="Most generation rounds per step, the first included (every round is charged to the "
+                            "ledger); 'refill' only.")
     target_groups: int | None = Field(None, ge=1, description="Groups to train on per step (default prompts_per_step); kept groups beyond it "
-                                      "are dropped, the last generated first, as filter/surplus.")
+                                      "are dropped, the last generated first, as filter/surplus; 'refill' only.")
+    min_replace_ratio: float = Field(0.3, ge=0.0, lt=1.0, description="'replace': a batch of B groups is used only when more than "
+                                     "min_replace_ratio * B of them pass the filters (strictly); otherwise it is discarded (SkyRL 0.3).")
+    max_failed_batches: int = Field(30, ge=-1, description="'replace': discarded batches in one step that raise an error "
+                                    "(SkyRL max_sample_batches; -1 = unlimited).")
+    replace_merge: bool = Field(True, description="'replace': a copy joins its source group (SkyRL: one group of 2n rollouts, "
+                                "advantages over the merged group); false = the copy is a group of its own (POLARIS).")
+
+    @model_validator(mode="after")
+    def _type_fields(self):
+        if self.type == "replace" and self.target_groups is not None:
+            raise ValueError("control.dynamic_sampling.target_groups is for type 'refill'; 'replace' trains on the batch it keeps")
+        if self.max_failed_batches == 0:
+            raise ValueError("control.dynamic_sampling.max_failed_batches must be >= 1, or -1 for unlimited")
+        return self
 
 
 class ControlConfig(StrategyConfig):
@@ -90,15 +151,22 @@ class ControlConfig(StrategyConfig):
     budget_tokens: int | None = Field(None, ge=1, description="Most expected generated tokens per step: planned rollouts x the mean "
                                       "completion length of the last 4 recorded steps (sampling.max_new_tokens before any data); "
                                       "see rollwise.control.budget (None = no token cap).")
-    dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig, description="Refill rounds for groups dropped by the filters (DAPO).")
+    dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig, description="Dynamic sampling for groups dropped by the filters: DAPO refill or POLARIS/SkyRL replace.")
     # sampling.max_new_tokens of the enclosing Config (set by Config): the token budget's length
     # estimate before any data (rollwise.control.budget); not a user setting, never serialised.
     _max_new_tokens: int | None = PrivateAttr(None)
 
 
+class D3SConfig(_d3s.Options):
+    enabled: bool = Field(False, description="D3S dual-level down-sampling (arXiv 2509.22115; rollwise.filter.d3s): after advantages, "
+                          "keep each group's max-advantage-variance rows and the loss tokens with the largest |A| * entropy, "
+                          "ratios rising to 1 on a schedule.")
+
+
 class FilterConfig(Section):
     names: list[str] = Field(default_factory=list, description="Filters applied in order, e.g. ['zero_variance'].")
     options: dict[str, dict[str, Any]] = Field(default_factory=dict, description="Options per filter name.")
+    d3s: D3SConfig = Field(default_factory=D3SConfig, description="D3S row and token down-sampling of the training batch (off by default).")
 
 
 class ReplayConfig(StrategyConfig):

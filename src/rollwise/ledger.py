@@ -15,6 +15,8 @@ from collections import Counter
 from pathlib import Path
 
 COST_KEYS = ("generated_tokens", "trained_tokens", "rollouts", "verifier_calls", "unverified")
+# Rollout-reuse costs (SPEC-RL, rollwise.replay.speculative): cumulative, 0 for other strategies.
+REUSE_KEYS = ("reused_tokens", "verify_tokens")
 
 
 class Ledger:
@@ -36,9 +38,12 @@ class Ledger:
         self.totals["verifier_calls"] += cost.verifier_calls
         self.totals["unverified"] += cost.unverified
         self.totals["trained_tokens"] += trained_tokens
+        for k in REUSE_KEYS:  # .get: checkpoints written before these keys existed
+            self.totals[k] = self.totals.get(k, 0) + getattr(cost, k, 0)
         line = {"step": step, "policy_version": version, "wall_s": round(self.wall_s(), 4)}
         line.update({f"cost/{k}": v for k, v in self.totals.items()})
         line.update({"time/generate_s": cost.generate_s, "time/verify_s": cost.verify_s})
+        line.update(getattr(cost, "metrics", None) or {})
         line.update(extra)
         self._append(self.metrics_path, line)
         return line

@@ -37,7 +37,7 @@ def train(cfg: Config, *, resume: bool = False, backend=None, log=print) -> RunR
                 planned.append(plan.total)
                 groups = run.pool.generate(plan, groups, st.policy_version)
                 plan = ctrl.next_round(groups, st)
-            kept, dropped = apply_filters(parts.filters, groups, parts.keep_at_most)  # keep/drop with reasons
+            kept, dropped = apply_filters(parts.filters, groups, parts.keep_at_most, ctrl)  # keep/drop with reasons
             ctrl.observe(groups, st)                                     # per-prompt statistics (all groups)
             batch_groups = parts.replay.mix(kept, st)                    # fresh + replayed data
             parts.replay.add(kept)
@@ -45,11 +45,12 @@ def train(cfg: Config, *, resume: bool = False, backend=None, log=print) -> RunR
             rewards, shaping = run.shape_rewards(rows, rewards)          # overlong penalty, KL in reward
             advs = parts.advantage(rewards, gidx, parts.advantage_options, **advantage_inputs(parts.advantage, rows))
             batch = collate(rows, rewards, gidx, advs, run.codec.pad_id)
+            batch, picked = run.downsample(batch, rows)                 # D3S rows / tokens (off by default)
             t0 = now()
             metrics = run.trainer.optimize(batch)                        # objective + optimizer step
             metrics["time/train_s"] = now() - t0
             st.policy_version += 1
-            metrics.update(step_metrics(groups, dropped, planned), **shaping, **getattr(ctrl, "metrics", {}))
+            metrics.update(step_metrics(groups, dropped, planned), **shaping, **getattr(ctrl, "metrics", {}), **picked)
             line = run.ledger.record(st.step, st.policy_version, run.pool.take_cost(), batch.num_loss_tokens, metrics)
             st.step += 1
             if run.due(cfg.eval.every):
@@ -60,10 +61,12 @@ def train(cfg: Config, *, resume: bool = False, backend=None, log=print) -> RunR
         return run.finish()
 
 
-def apply_filters(filters, groups, keep_at_most=None):
+def apply_filters(filters, groups, keep_at_most=None, controller=None):
     """Run each filter in order; return kept groups and a Counter of drop reasons. With
     ``keep_at_most`` (dynamic sampling's target, control/rounds.py) the first that many kept
-    groups in generation order stay and the rest are dropped as ``surplus``."""
+    groups in generation order stay and the rest are dropped as ``surplus``. A ``controller``
+    with ``finish_batch`` (dynamic sampling 'replace', control/rounds.py) then turns the kept
+    groups into the training groups (copies of kept groups over dropped ones)."""
     dropped: Counter[str] = Counter()
     kept = []
     for g in groups:
@@ -77,6 +80,9 @@ def apply_filters(filters, groups, keep_at_most=None):
     if keep_at_most is not None and len(kept) > keep_at_most:
         dropped["surplus"] += len(kept) - keep_at_most
         kept = kept[:keep_at_most]
+    finish = getattr(controller, "finish_batch", None)
+    if finish is not None:
+        kept = finish(groups, kept, dropped)
     return kept, dropped
 
 

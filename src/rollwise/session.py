@@ -63,7 +63,19 @@ class Run:
 
             backend = HFBackend(self.model, self.codec.eos_ids, self.codec.pad_id, cfg.model.max_batch, seed)
         self.backend = backend
-        self.pool = LocalPool(backend, self.codec, self.task.verify, self.sampling, max_batch=cfg.model.max_batch)
+        d3s = cfg.filter.d3s
+        if d3s.enabled and d3s.token_level and d3s.entropy == "sampler" and hasattr(backend, "record_entropy"):
+            backend.record_entropy = True  # D3S token scores read the sampler's entropies (filter/d3s.py)
+        self.pool = LocalPool(backend, self.codec, self.task.verify, self.sampling, max_batch=cfg.model.max_batch,
+                              tree=self._tree_sampler(backend))
+        self.arrol = None
+        if cfg.sampling.arrol.enabled:  # ARRoL online pruning of training rollouts (generate/arrol.py)
+            from rollwise.generate.arrol import ArrolPool
+
+            self.pool = self.arrol = ArrolPool(self.pool, cfg.sampling.arrol, s.max_new_tokens, seed)
+        schedule = getattr(self.parts.replay, "wrap_pool", None)
+        if schedule is not None:  # rollout schedulers that own generation (APRIL partial, SPEC-RL speculative)
+            self.pool = schedule(self.pool, self.parts.controller, lambda: self.state)
         self.trainer = Trainer(self.model, self.parts.objective, self.parts.objective_options, cfg.train, s.temperature,
                                reference=cfg.reward.kl.coef > 0)
         self.ledger = Ledger(self.dir)
@@ -71,6 +83,19 @@ class Run:
         self.evals: list[dict] = []
         if resume:
             self._resume(ckpt)
+
+    def _tree_sampler(self, backend):
+        """LATR tree sampler (``sampling.tree``, backends/latr.py), or None when off."""
+        tc = self.cfg.sampling.tree
+        if not tc.enabled:
+            return None
+        from rollwise.backends.latr import LatrSampler, math_symbol_ids
+        from rollwise.registry import UserError
+
+        if not hasattr(backend, "forward_step"):
+            raise UserError(f"sampling.tree.enabled needs the hf backend, got {type(backend).__name__}")
+        symbols = math_symbol_ids(self.codec.decode, len(self.codec.tokenizer)) if tc.keep_math_symbols else frozenset()
+        return LatrSampler(backend, tc, symbols)
 
     # -------------------------------------------------------------- reward shaping
     def shape_rewards(self, rows, rewards):
@@ -80,11 +105,28 @@ class Run:
         kl = reward.reference_kl(rows, self.trainer, rc.kl.estimator, self.codec.pad_id) if rc.kl.coef else None
         return reward.shape(rows, rewards, rc, self.cfg.sampling.max_new_tokens, kl)
 
+    # -------------------------------------------------------------- down-sampling (D3S)
+    def downsample(self, batch, rows):
+        """D3S row and token selection of the step's batch (``filter.d3s``, filter/d3s.py);
+        returns the batch unchanged and no metrics when it is off."""
+        opts = self.cfg.filter.d3s
+        if not opts.enabled:
+            return batch, {}
+        from rollwise.filter import d3s
+
+        ent, from_trainer = None, 0.0
+        if opts.token_level:
+            ent = d3s.sampler_entropy(rows, batch) if opts.entropy == "sampler" else None
+            if ent is None:  # not recorded (other backends, continued prefixes) or asked for: pi_theta, no grad
+                ent, from_trainer = self.trainer.token_entropy(batch), 1.0
+        batch, metrics = d3s.apply(batch, ent, self.state.step, self.cfg.train.steps, opts)
+        return batch, {**metrics, "d3s/entropy_from_trainer": from_trainer}
+
     # -------------------------------------------------------------- checkpoints
     def _stateful(self) -> dict:
         p = self.parts
         return {"controller": p.controller, "replay": p.replay, "trainer": self.trainer, "ledger": self.ledger,
-                "backend": self.backend}
+                "backend": self.backend, "arrol": self.arrol}
 
     def _frozen(self) -> dict:
         """Frozen models saved with the policy (the KL reference: it is the warm-started model,

@@ -48,6 +48,22 @@ class Completion:
     token_ids: tuple[int, ...]  # newly generated ids (excludes the input); EOS included if hit
     logprobs: tuple[float, ...]  # sampler log-prob of each new id, len == len(token_ids)
     finish: Finish  # "stop" (EOS), "length" (max_new_tokens), "partial" (aborted), "error"
+    entropies: tuple[float, ...] | None = None  # sampler entropy at each new id (HFBackend.record_entropy); None = not recorded
+
+
+@dataclass(frozen=True)
+class TreePath:
+    """Where a rollout sits in its group's generation tree (LATR tree rollouts,
+    ``rollwise.backends.latr``; read by the ``tree`` advantage, ``rollwise.objectives.tree``).
+
+    A node is a token segment between branch points. ``nodes[d]`` is the node at depth d + 1 on
+    the path from the prompt (depth 0) to this rollout's leaf; its tokens are
+    ``completion_ids[starts[d]:starts[d + 1]]`` (the last one runs to the end). Rows that share a
+    node share its tokens. Node ids are unique across the trees of a step.
+    """
+
+    nodes: tuple[int, ...]  # (D,) node ids, root -> leaf
+    starts: tuple[int, ...]  # (D,) completion index where each node's segment starts; starts[0] == 0, non-decreasing
 
 
 @dataclass(frozen=True)
@@ -65,6 +81,12 @@ class Rollout:
     advantage: float | None = None
     # For resumed rollouts: version of each completion token (None = all policy_version).
     token_versions: tuple[int, ...] | None = None
+    # Tree rollouts (LATR): the rollout's path in its group's generation tree (None = sampled alone).
+    tree: TreePath | None = None
+    # (C,) 1 = the token enters the loss, 0 = context only (APRIL's prefix mode "mask"); None = all 1.
+    loss_mask: tuple[int, ...] | None = None
+    # (C,) sampler entropy at each completion token (D3S token selection); None = not recorded.
+    entropies: tuple[float, ...] | None = None
 
     @property
     def reward(self) -> float | None:
@@ -158,6 +180,7 @@ class Batch:
     num_sequences: int  # global number of sequences with >= 1 loss token
     ref_logprobs: torch.Tensor | None = None  # (B, T) frozen reference log-probs, if KL is on
     prox_logprobs: torch.Tensor | None = None  # (B, T) proximal policy log-probs (decoupled PPO)
+    token_advantages: torch.Tensor | None = None  # (B, T) per-token advantages (tree advantage); replaces ``advantages`` in token-level objectives
 
     @property
     def size(self) -> int:
@@ -249,6 +272,10 @@ class Advantages:
 
     values: torch.Tensor  # (B,) float, one advantage per rollout
     include: torch.Tensor  # (B,) bool, rows that enter the loss (False e.g. for MC-GRPO's pivot)
+    # Optional per-token form (tree advantage): (B, L) over completion positions, L = longest
+    # completion; positions past a row's completion are ignored. ``values`` stays the per-row summary.
+    token_values: torch.Tensor | None = None  # (B, L) float
+    token_include: torch.Tensor | None = None  # (B, L) bool, completion tokens that enter the loss (gradient pruning)
 
 
 @dataclass

@@ -87,6 +87,23 @@ def test_rerun_skips_finished_runs(swept):
     assert calls == [] and list(c["arms"]) == ARMS
 
 
+def test_a_sweep_sharing_runs_dir_reuses_runs_and_old_configs_gain_new_defaults(swept, tmp_path):
+    # a run saved before an option existed (train.epochs dropped from its saved config) still matches
+    saved = swept / f"{ARMS[0]}-s0" / "config.resolved.toml"
+    data = tomllib.loads(saved.read_text())
+    del data["train"]["epochs"]
+    saved.write_text(tomli_w.dumps(data))
+    other = tomllib.loads(EXAMPLE.read_text())
+    other.update(name="other", runs_dir=str(swept), base=str(EXAMPLE.parent / other["base"]) if isinstance(other.get("base"), str) else other.get("base", {}))
+    other_path = tmp_path / "other.toml"
+    other_path.write_text(tomli_w.dumps(other))
+    calls = []
+    c = runner.compare(other_path, out_dir=tmp_path / "report", log=lambda m: None, train_fn=lambda *a, **k: calls.append(a))
+    assert calls == [] and list(c["arms"]) == ARMS  # every run reused from the shared directory
+    assert (tmp_path / "report" / "compare.json").is_file() and not (swept / "other").exists()
+    assert c["arms"][ARMS[0]]["runs"]["0"]["dir"].startswith(swept.as_posix())
+
+
 def test_changed_sweep_is_refused_before_training(swept, capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(["compare", "--config", str(EXAMPLE), "--out-dir", str(swept), "--set", "train.lr=0.001"])

@@ -9,10 +9,24 @@ temperature-1 log-prob), and a finish reason: "stop" (EOS emitted, included in t
 
 Sequences are left-padded into chunks of at most ``max_batch`` rows; position ids skip the
 padding, so a row's result does not depend on what it was batched with beyond float rounding.
+
+Optional extras (off by default, so the default path is unchanged):
+
+- ``record_entropy = True`` (set by the run when D3S token selection reads sampler entropies,
+  ``rollwise.filter.d3s``): each ``Completion.entropies[t]`` is the entropy of the distribution
+  token t was drawn from (same temperature / top-p as its log-prob).
+- ``generate(..., decode_hook=hook)``: a decode-time hook (ARRoL pruning,
+  ``rollwise.generate.arrol``). Before sampling token t (t = tokens generated so far) the backend
+  asks ``hook.wants(t)``; if True the forward also returns hidden states and
+  ``hook(t, rows, hidden, alive)`` is called with the rows' indices into ``sequences`` (B,),
+  the last layer's hidden state at each row's current position (B, H) and the rows still
+  generating (B,) bool. It returns None or a (B,) bool of rows to stop now: they keep the t ids
+  they have and come back with finish "partial".
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Sequence
 
 import torch
@@ -21,6 +35,8 @@ from rollwise.types import Completion, Sampling
 
 
 class HFBackend:
+    record_entropy: bool = False  # fill Completion.entropies (module docstring)
+
     def __init__(self, model, eos_ids: Sequence[int], pad_id: int, max_batch: int = 256, seed: int = 0):
         self.model = model
         self.eos_ids = torch.tensor(sorted(set(eos_ids)), dtype=torch.long)
@@ -36,19 +52,77 @@ class HFBackend:
         self.generator.set_state(state["generator"])
 
     @torch.no_grad()
-    def generate(self, sequences: Sequence[Sequence[int]], sampling: Sampling, generator: torch.Generator | None = None) -> list[Completion]:
+    def generate(self, sequences: Sequence[Sequence[int]], sampling: Sampling, generator: torch.Generator | None = None,
+                 max_new_tokens: Sequence[int] | None = None, stop_when=None, decode_hook=None) -> list[Completion]:
+        """``max_new_tokens`` (optional, one per sequence) overrides ``sampling.max_new_tokens``
+        row by row (a resumed rollout's remaining budget). ``stop_when(done) -> bool`` (optional)
+        is called after every decode step with one flag per input sequence (True = finished,
+        sequences of earlier chunks included); once it returns True generation stops: unfinished
+        rows (and rows of chunks not started) come back with finish "partial" and the ids so far
+        (APRIL, ``rollwise.replay.partial``)."""
         gen = generator or self.generator
         out: list[Completion] = []
         was_training = self.model.training
         self.model.eval()
+        halted = False  # stop_when fired: later chunks do not start
         try:
             for start in range(0, len(sequences), self.max_batch):
-                out.extend(self._generate_chunk(sequences[start:start + self.max_batch], sampling, gen))
+                if stop_when is None and max_new_tokens is None:
+                    out.extend(self._generate_chunk(sequences[start:start + self.max_batch], sampling, gen,
+                                                    hook=decode_hook, offset=start))
+                    continue
+                chunk = sequences[start:start + self.max_batch]
+                if halted:
+                    out.extend(Completion((), (), "partial") for _ in chunk)
+                    continue
+                limits = None if max_new_tokens is None else max_new_tokens[start:start + len(chunk)]
+                stop = None
+                if stop_when is not None:
+                    before, after = [True] * start, [False] * (len(sequences) - start - len(chunk))
+                    stop = (lambda b, a: (lambda done: stop_when(b + done + a)))(before, after)
+                done = self._generate_chunk(chunk, sampling, gen, limits, stop, hook=decode_hook, offset=start)
+                halted = stop is not None and len(sequences) > start + len(chunk) and stop([c.finish != "partial" for c in done])
+                out.extend(done)
         finally:
             self.model.train(was_training)
         return out
 
-    def _generate_chunk(self, seqs, sampling: Sampling, gen) -> list[Completion]:
+    @torch.no_grad()
+    def score(self, sequences: Sequence[Sequence[int]], starts: Sequence[int], sampling: Sampling,
+              full: bool = False) -> list:
+        """One forward pass (in chunks of ``max_batch``) scoring given tokens under the current
+        weights: for sequence i, the log-prob of every id at positions ``starts[i]..`` given the ids
+        before it, under the same distribution ``generate`` samples from (temperature-scaled, top-p
+        renormalised; temperature 0 scores at temperature 1). Returns one tuple of floats per
+        sequence, or with ``full`` one ``(len - start, V)`` tensor of log-probs over the vocabulary
+        (SPEC-RL's verification pass, ``rollwise.replay.speculative``)."""
+        out: list = []
+        was_training = self.model.training
+        self.model.eval()
+        dev = next(self.model.parameters()).device
+        try:
+            for start in range(0, len(sequences), self.max_batch):
+                seqs, st = sequences[start:start + self.max_batch], starts[start:start + self.max_batch]
+                width = max(len(s) for s in seqs)
+                ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)
+                mask = torch.zeros((len(seqs), width), dtype=torch.long)
+                for i, s in enumerate(seqs):
+                    ids[i, :len(s)] = torch.tensor(list(s), dtype=torch.long)
+                    mask[i, :len(s)] = 1
+                logits = self.model(input_ids=ids.to(dev), attention_mask=mask.to(dev)).logits.float()
+                for i, s in enumerate(seqs):
+                    lo, hi = max(1, st[i]), len(s)
+                    lp = sampling_logprobs(logits[i, lo - 1:hi - 1], sampling)
+                    if full:
+                        out.append(lp.cpu())
+                    else:
+                        tok = torch.tensor(list(s[lo:hi]), dtype=torch.long, device=lp.device)
+                        out.append(tuple(lp.gather(1, tok[:, None])[:, 0].tolist()))
+        finally:
+            self.model.train(was_training)
+        return out
+
+    def _generate_chunk(self, seqs, sampling: Sampling, gen, limits=None, stop=None, hook=None, offset=0) -> list[Completion]:
         b = len(seqs)
         if b == 0:
             return []
@@ -61,23 +135,45 @@ class HFBackend:
         dev = next(self.model.parameters()).device
         ids, mask = ids.to(dev), mask.to(dev)
         pos = (mask.cumsum(1) - 1).clamp(min=0)
-        new_ids = torch.full((b, sampling.max_new_tokens), self.pad_id, dtype=torch.long, device=dev)
-        new_lp = torch.zeros((b, sampling.max_new_tokens), device=dev)
-        done = torch.zeros(b, dtype=torch.bool, device=dev)
+        steps = sampling.max_new_tokens if limits is None else max(list(limits) + [0])
+        lim = torch.full((b,), steps, dtype=torch.long, device=dev) if limits is None else torch.tensor(list(limits), dtype=torch.long, device=dev)
+        new_ids = torch.full((b, steps), self.pad_id, dtype=torch.long, device=dev)
+        new_lp = torch.zeros((b, steps), device=dev)
+        done = lim <= 0
         n_new = torch.zeros(b, dtype=torch.long, device=dev)
         eos_ids = self.eos_ids.to(dev)
         cache = None
         inp = ids
-        for t in range(sampling.max_new_tokens):
-            res = self.model(input_ids=inp, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True)
+        stopped = False
+        pruned = torch.zeros(b, dtype=torch.bool, device=dev)  # rows stopped by the decode hook
+        new_ent = torch.zeros((b, steps), device=dev) if self.record_entropy else None
+        for t in range(steps if not bool(done.all()) else 0):
+            want = hook is not None and bool(hook.wants(t))
+            res = self.model(input_ids=inp, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True,
+                             **({"output_hidden_states": True} if want else {}))
             cache = res.past_key_values
+            if want:
+                cut = hook(t, torch.arange(offset, offset + b), res.hidden_states[-1][:, -1, :], ~done)
+                if cut is not None:
+                    cut = cut.to(dev) & ~done
+                    pruned |= cut
+                    done |= cut
+                if bool(done.all()):
+                    break
             tok, lp = sample_next(res.logits[:, -1, :].float(), sampling, gen)
             tok = torch.where(done, torch.full_like(tok, self.pad_id), tok)
             new_ids[:, t] = tok
             new_lp[:, t] = torch.where(done, torch.zeros_like(lp), lp)
+            if new_ent is not None:
+                new_ent[:, t] = torch.where(done, torch.zeros_like(lp), sampled_entropy(res.logits[:, -1, :].float(), sampling))
             n_new += (~done).long()
             done |= torch.isin(tok, eos_ids)
+            if limits is not None:
+                done |= n_new >= lim
             if bool(done.all()):
+                break
+            if stop is not None and stop(done.tolist()):
+                stopped = True
                 break
             inp = tok[:, None]
             pos = pos[:, -1:] + 1
@@ -87,8 +183,33 @@ class HFBackend:
             n = int(n_new[i])
             toks = tuple(new_ids[i, :n].tolist())
             finish = "stop" if n and toks[-1] in self._eos_set else "length"
+            if stopped and finish == "length" and n < int(lim[i]):
+                finish = "partial"
+            if bool(pruned[i]):
+                finish = "partial"
             result.append(Completion(toks, tuple(new_lp[i, :n].tolist()), finish))
+        if new_ent is not None:
+            result = [dataclasses.replace(c, entropies=tuple(new_ent[i, :len(c.token_ids)].tolist())) for i, c in enumerate(result)]
         return result
+
+    # ---------------------------------------------------------------- reusable pieces (tree samplers)
+    def left_pad(self, seqs: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(ids, attention mask, position ids), each (B, W) on the model's device, left-padded
+        exactly as ``generate`` pads a chunk (used by ``rollwise.backends.latr``)."""
+        b, width = len(seqs), max(len(s) for s in seqs)
+        ids = torch.full((b, width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((b, width), dtype=torch.long)
+        for i, s in enumerate(seqs):
+            ids[i, width - len(s):] = torch.tensor(list(s), dtype=torch.long)
+            mask[i, width - len(s):] = 1
+        dev = next(self.model.parameters()).device
+        ids, mask = ids.to(dev), mask.to(dev)
+        return ids, mask, (mask.cumsum(1) - 1).clamp(min=0)
+
+    def forward_step(self, inp: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache):
+        """One cached decoding forward: (last-position logits (B, V) float, new cache)."""
+        res = self.model(input_ids=inp, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True)
+        return res.logits[:, -1, :].float(), res.past_key_values
 
 
 def sample_next(logits: torch.Tensor, sampling: Sampling, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -114,3 +235,19 @@ def top_p_logprobs(logp: torch.Tensor, top_p: float) -> torch.Tensor:
     drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
     kept = logp.masked_fill(drop, float("-inf"))
     return kept - torch.logsumexp(kept, dim=-1, keepdim=True)
+
+
+def sampling_logprobs(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
+    """(B, V) log-probs of the distribution ``sample_next`` draws from (temperature-scaled, top-p
+    renormalised; temperature <= 0 reports temperature-1 log-probs), for scoring a token that was
+    chosen rather than sampled (``rollwise.backends.latr``)."""
+    if sampling.temperature <= 0:
+        return torch.log_softmax(logits, dim=-1)
+    logp = torch.log_softmax(logits / sampling.temperature, dim=-1)
+    return top_p_logprobs(logp, sampling.top_p) if sampling.top_p < 1.0 else logp
+
+
+def sampled_entropy(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
+    """(B,) entropy of the distribution ``sample_next`` draws from (``sampling_logprobs``)."""
+    logp = sampling_logprobs(logits, sampling)
+    return -torch.where(torch.isfinite(logp), logp.exp() * logp, torch.zeros_like(logp)).sum(-1)

@@ -25,13 +25,30 @@ class ScriptedBackend:
     def load_state_dict(self, state: dict) -> None:
         self.calls = state["calls"]
 
-    def generate(self, sequences: Sequence[Sequence[int]], sampling: Sampling, generator=None) -> list[Completion]:
+    def generate(self, sequences: Sequence[Sequence[int]], sampling: Sampling, generator=None,
+                 max_new_tokens: Sequence[int] | None = None, stop_when=None) -> list[Completion]:
+        """As ``HFBackend.generate``: optional per-sequence ``max_new_tokens``; ``stop_when(done)``
+        is checked after each simulated decode step t = 1, 2, ... (a row is done at the step that
+        emits its last id), and rows unfinished when it returns True are cut to t ids, "partial"."""
         out = []
-        for seq in sequences:
+        for i, seq in enumerate(sequences):
+            limit = sampling.max_new_tokens if max_new_tokens is None else max_new_tokens[i]
             ids = list(self.respond(list(seq), self.calls)) + [self.eos_id]
             self.calls += 1
             finish = "stop"
-            if len(ids) > sampling.max_new_tokens:
-                ids, finish = ids[: sampling.max_new_tokens], "length"
+            if len(ids) > limit:
+                ids, finish = ids[:limit], "length"
             out.append(Completion(tuple(ids), (self.logprob,) * len(ids), finish))
+        if stop_when is not None and out:
+            for t in range(1, max(len(c.token_ids) for c in out)):
+                if stop_when([len(c.token_ids) <= t for c in out]):
+                    out = [c if len(c.token_ids) <= t else Completion(c.token_ids[:t], c.logprobs[:t], "partial") for c in out]
+                    break
         return out
+
+    def score(self, sequences: Sequence[Sequence[int]], starts: Sequence[int], sampling: Sampling, full: bool = False) -> list:
+        """Log-prob ``logprob`` for every id at positions ``starts[i]..`` (the scripted policy
+        never changes, so a speculative draft is always accepted)."""
+        if full:
+            raise NotImplementedError("the scripted backend has no distribution to return")
+        return [(self.logprob,) * (len(s) - st) for s, st in zip(sequences, starts)]

@@ -31,7 +31,8 @@ from rollwise.bench.sweep import RunSpec, flatten, load_sweep, plan
 from rollwise.registry import UserError
 
 DONE = "done.json"
-VOLATILE = {"run": ("progress", "threads")}  # config keys that may differ between sessions of one run
+# config keys that may differ between sessions of one run (or sweeps sharing it: where it lives)
+VOLATILE = {"run": ("progress", "threads", "dir")}
 
 
 # ---------------------------------------------------------------- run status
@@ -51,6 +52,18 @@ def config_fingerprint(cfg) -> dict:
     return fingerprint(tomllib.loads(to_toml(cfg)))
 
 
+def saved_fingerprint(path: Path) -> dict:
+    """Fingerprint of a run's saved config, re-validated so that options added since it ran
+    appear with their defaults (a new option's default keeps the old behaviour)."""
+    from rollwise.config import load_config, to_toml
+
+    data = tomllib.loads(path.read_text())
+    try:
+        return fingerprint(tomllib.loads(to_toml(load_config(data=data))))
+    except UserError:  # a key this version no longer knows: compare as saved (it will differ)
+        return fingerprint(data)
+
+
 def status(spec: RunSpec) -> str:
     """'done', 'resume' or 'new'; raises UserError if the directory holds a run of another config."""
     d = spec.dir
@@ -59,7 +72,7 @@ def status(spec: RunSpec) -> str:
         if (d / DONE).exists():
             raise UserError(f"{d} has {DONE} but no config.resolved.toml; delete the directory to run it again")
         return "new"
-    old, new = flatten(fingerprint(tomllib.loads(saved.read_text()))), flatten(config_fingerprint(spec.cfg))
+    old, new = flatten(saved_fingerprint(saved)), flatten(config_fingerprint(spec.cfg))
     if old != new:
         keys = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
         raise UserError(f"{d} holds a run made with a different config than this sweep asks for (differs in "

@@ -9,6 +9,7 @@ budget = { generated_tokens = 20000 } # or { rollouts = 2000 }: train.budget_* o
 baseline = "grpo"                     # default: the first arm
 # target = 0.6                        # held-out pass@1 (default: final pass@1 of the baseline's mean curve)
 # out_dir = "runs/compare/example"    # default: runs/compare/<name>
+# runs_dir = "runs/compare/shared"     # default: out_dir; sweeps sharing it reuse identical runs
 set = { "eval.every" = 10 }           # overrides for every arm
 
 [[arms]]
@@ -91,6 +92,8 @@ class Sweep(_Model):
                                  "(default: the final pass@1 of the baseline arm's mean curve).")
     out_dir: str | None = Field(None, description="Directory of the runs and the report (default runs/compare/<name>; "
                                 "relative to the working directory).")
+    runs_dir: str | None = Field(None, description="Directory of the runs (default: out_dir). Sweeps that share it share "
+                                 "their runs: a run whose arm name, seed and resolved config match is reused, not trained again.")
     jobs: int = Field(1, ge=1, description="Runs trained at once in separate processes (1 = one after another; wall-clock "
                       "figures are only comparable between runs that shared the machine the same way).")
 
@@ -195,6 +198,7 @@ def plan(sweep: Sweep, out_dir: Path | None = None) -> list[RunSpec]:
     from rollwise.config import load_config
 
     out_dir = Path(out_dir) if out_dir is not None else sweep.default_out_dir()
+    runs_dir = Path(sweep.runs_dir) if sweep.runs_dir else out_dir
     base = base_data(sweep)
     common = flatten(sweep.set)
     specs: list[RunSpec] = []
@@ -211,7 +215,7 @@ def plan(sweep: Sweep, out_dir: Path | None = None) -> list[RunSpec]:
             train = data.setdefault("train", {})
             if isinstance(train, dict):  # a base file's own budget gives way to the sweep's
                 train.pop("budget_generated_tokens", None), train.pop("budget_rollouts", None)
-            runner_keys = {"run.dir": out_dir.as_posix(), "run.name": f"{arm.name}-s{seed}", "run.seed": seed,
+            runner_keys = {"run.dir": runs_dir.as_posix(), "run.name": f"{arm.name}-s{seed}", "run.seed": seed,
                            "run.overwrite": False, **sweep.budget.overrides()}
             for key, value in runner_keys.items():
                 set_path(data, key, value)

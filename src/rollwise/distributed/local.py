@@ -11,8 +11,9 @@ accumulated in ``cost`` (a ``StepCost``) that the loop hands to the ledger once 
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from rollwise.tokens import Codec
@@ -27,13 +28,17 @@ class StepCost:
     unverified: int = 0
     generate_s: float = 0.0
     verify_s: float = 0.0
+    reused_tokens: int = 0  # completion tokens taken from earlier rollouts, not generated (SPEC-RL)
+    verify_tokens: int = 0  # tokens scored by a verification forward pass (SPEC-RL)
+    metrics: dict = field(default_factory=dict)  # per-step metrics of a rollout strategy (april/*, spec/*)
 
 
 class LocalPool:
     def __init__(self, backend, codec: Codec, verify: Callable[[Prompt, str], Verdict], sampling: Sampling,
-                 max_batch: int | None = None):
+                 max_batch: int | None = None, tree=None):
         self.backend, self.codec, self.verify, self.sampling = backend, codec, verify, sampling
         self.max_batch = max_batch
+        self.tree = tree  # LATR tree sampler (backends/latr.py) for training requests, or None
         self.cost = StepCost()
 
     def take_cost(self) -> StepCost:
@@ -43,11 +48,15 @@ class LocalPool:
     def rollouts(self, plan: Plan, version: int, sampling: Sampling | None = None, generator=None, charge: bool = True) -> list[tuple[Prompt, Rollout]]:
         """Generate and score every request of ``plan`` (``charge=False`` for evaluation)."""
         sampling = sampling or self.sampling
-        jobs, seqs = [], []
+        jobs, seqs, tree_jobs = [], [], []
         for req in plan.requests:
             pids = self.codec.encode_prompt(req.prompt)
             prefix = tuple(req.prefix or ())
-            for _ in range(req.n):
+            # LATR: k of the n rollouts of a fresh training request come from a tree (k = 0: none)
+            k = self.tree.tree_size(req.n, version) if self.tree is not None and charge and not prefix else 0
+            if k:
+                tree_jobs.append((req, pids, k))
+            for _ in range(req.n - k):
                 jobs.append((req, pids, prefix))
                 seqs.append(pids + prefix)
         t0 = time.perf_counter()
@@ -55,16 +64,32 @@ class LocalPool:
         comps = []
         for start in range(0, len(seqs), step):
             comps.extend(self.backend.generate(seqs[start:start + step], sampling, generator))
+        decoded = sum(len(c.token_ids) for c in comps)
+        paths = [None] * len(comps)
+        if tree_jobs:  # tree rollouts after the i.i.d. ones; charged by the tokens actually decoded
+            trees, tree_tokens = self.tree.generate([p for _, p, _ in tree_jobs], [k for _, _, k in tree_jobs], sampling, generator)
+            for (req, pids, _), out in zip(tree_jobs, trees):
+                for c, path in out:
+                    jobs.append((req, pids, ()))
+                    comps.append(c)
+                    paths.append(path)
+            decoded += tree_tokens
+            if charge and isinstance(getattr(self.cost, "metrics", None), dict):
+                m, st = self.cost.metrics, self.tree.last_stats
+                for key, v in (("latr/tree_rollouts", sum(k for _, _, k in tree_jobs)), ("latr/branches_born", st.get("branches_born", 0)),
+                               ("latr/branches_pruned", st.get("branches_pruned", 0))):
+                    m[key] = m.get(key, 0) + v
         t1 = time.perf_counter()
         out = []
-        for (req, pids, prefix), c in zip(jobs, comps):
+        for (req, pids, prefix), c, path in zip(jobs, comps, paths):
             text = self.codec.decode(prefix + c.token_ids)
             verdict = self.verify(req.prompt, text)
-            out.append((req.prompt, make_rollout(req, pids, c, version, text, verdict)))
+            r = make_rollout(req, pids, c, version, text, verdict)
+            out.append((req.prompt, r if path is None else dataclasses.replace(r, tree=path)))
         t2 = time.perf_counter()
         if charge:
             cost = self.cost
-            cost.generated_tokens += sum(len(c.token_ids) for c in comps)
+            cost.generated_tokens += decoded
             cost.rollouts += len(comps)
             cost.verifier_calls += len(comps)
             cost.unverified += sum(r.verdict.score is None for _, r in out)
@@ -83,7 +108,8 @@ class LocalPool:
 def make_rollout(req, pids, c, version: int, text: str, verdict: Verdict) -> Rollout:
     """A rollout from a completion; a continued prefix keeps its own log-probs and versions."""
     if not req.prefix:
-        return Rollout(req.prompt.id, pids, c.token_ids, c.logprobs, c.finish, version, text, verdict)
+        return Rollout(req.prompt.id, pids, c.token_ids, c.logprobs, c.finish, version, text, verdict,
+                       entropies=getattr(c, "entropies", None))
     if req.prefix_logprobs is None or len(req.prefix_logprobs) != len(req.prefix):
         raise ValueError(f"request for {req.prompt.id!r} continues a prefix without its log-probs")
     versions = tuple(req.prefix_versions or (version,) * len(req.prefix)) + (version,) * len(c.token_ids)

@@ -2,8 +2,9 @@
 
 - ``zero_variance`` (DAPO dynamic sampling, arXiv 2503.14476): drop groups whose verified
   rewards are all equal (within ``tol``): they carry no gradient under group baselines.
-  This module only drops; refilling the batch is a controller round
-  (``control.dynamic_sampling``, :mod:`rollwise.control.rounds`).
+  This module only drops; refilling the batch (DAPO) is a controller round, and replacing the
+  dropped groups by copies of kept ones (POLARIS/SkyRL, :mod:`rollwise.filter.replace`) happens
+  after the filters (``control.dynamic_sampling.type``, :mod:`rollwise.control.rounds`).
 - ``overlong``: drop groups where every rollout hit the length limit.
 - ``errored``: drop groups with a rollout whose generation failed or could not be verified.
 """

@@ -51,6 +51,7 @@ def loss(batch: Batch, new_logprobs: torch.Tensor, opts: Options, entropy: torch
     ratio = safe_exp(new_logprobs - anchor_logprobs(batch).to(new_logprobs.dtype)).detach()
     lo, hi = 1.0 - opts.eps_low, 1.0 + opts.eps_high
     weight = ratio.clamp(lo, hi)
-    per_token = -weight * batch.advantages.to(new_logprobs.dtype)[:, None] * new_logprobs
+    adv = batch.advantages[:, None] if batch.token_advantages is None else batch.token_advantages  # per-token form: tree advantage
+    per_token = -weight * adv.to(new_logprobs.dtype) * new_logprobs
     metrics = {"ratio_sum": masked_sum(ratio, mask), "clip_frac_sum": masked_sum((ratio < lo) | (ratio > hi), mask)}
     return finish(batch, new_logprobs, per_token, opts, entropy, metrics)

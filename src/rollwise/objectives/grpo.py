@@ -59,7 +59,8 @@ def clipped_loss(
     """Token-level clipped PPO loss with ratio ``exp(new - old)`` clipped to [1-eps_low, 1+eps_high]."""
     mask = batch.loss_mask.to(new_logprobs.dtype)
     ratio = safe_exp(new_logprobs - anchor_logprobs(batch).to(new_logprobs.dtype))
-    advantages = batch.advantages.to(new_logprobs.dtype)[:, None]
+    adv = batch.advantages[:, None] if batch.token_advantages is None else batch.token_advantages  # per-token form: tree advantage
+    advantages = adv.to(new_logprobs.dtype)
     per_token, clipped = clipped_surrogate(ratio, advantages, eps_low, eps_high)
     metrics = {"ratio_sum": masked_sum(ratio, mask), "clip_frac_sum": masked_sum(clipped, mask)}
     return finish(batch, new_logprobs, per_token, opts, entropy, metrics)

@@ -17,7 +17,17 @@ def sequence_logprob(rows: Sequence[Rollout]) -> torch.Tensor:
     return torch.tensor([sum(r.logprobs) / len(r.logprobs) if r.logprobs else 0.0 for r in rows], dtype=torch.float32)
 
 
-_INPUTS = {"seq_logprob": sequence_logprob}
+def tree_paths(rows: Sequence[Rollout]) -> list:
+    """Each row's ``Rollout.tree`` (None for a rollout sampled alone), for the ``tree`` advantage."""
+    return [getattr(r, "tree", None) for r in rows]
+
+
+def completion_logprobs(rows: Sequence[Rollout]) -> list[tuple[float, ...]]:
+    """Each row's sampler log-probs (one per completion token; their count is the completion length)."""
+    return [r.logprobs for r in rows]
+
+
+_INPUTS = {"seq_logprob": sequence_logprob, "tree_paths": tree_paths, "completion_logprobs": completion_logprobs}
 
 
 def advantage_inputs(fn, rows: Sequence[Rollout]) -> dict[str, torch.Tensor]:

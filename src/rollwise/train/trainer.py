@@ -99,6 +99,15 @@ class Trainer:
             ref[rows, :width] = token_logprobs(self.ref_model, mb, self.temperature)[0].to(ref.device)
         return policy, ref
 
+    @torch.no_grad()
+    def token_entropy(self, batch: Batch) -> torch.Tensor:
+        """(B, T) entropy of the current policy at each position (as ``token_logprobs``), without
+        gradient, micro-batched, zero-padded back to the batch's width (D3S token scores)."""
+        out = torch.zeros_like(batch.old_logprobs)
+        for rows, mb in self.micro_batches(batch):
+            out[rows, :mb.input_ids.shape[1]] = token_logprobs(self.model, mb, self.temperature, with_entropy=True)[1].to(out.device)
+        return out
+
     def _ess_scale(self, log_w: list[torch.Tensor], has_tokens: list[torch.Tensor]) -> tuple[float, float]:
         """(rho, lr scale) of the step from per-row sequence log-weights, gathered over micro-batches."""
         opts = self.cfg.ess_lr_scaling

@@ -126,6 +126,12 @@ def _drive(ctrl, steps, length):
 
 
 NAMES = sorted(n.split(":")[0] for n in REGISTRY.names())
+# options a controller needs at rollouts_per_prompt = 4 (SPEED screens with n_init < the group size)
+OPTIONS = {"speed": {"n_init": 2}}
+
+
+def _options(name, cls):
+    return cls.Options(**OPTIONS.get(name, {})) if hasattr(cls, "Options") else None
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -133,7 +139,7 @@ def test_every_registered_controller_stays_within_the_rollout_budget(name):
     cls = REGISTRY.get(name)
     cfg = load_config(overrides=["control.prompts_per_step=3", "control.rollouts_per_prompt=4",
                                  "control.budget_rollouts=10", f"control.name={name}"]).control
-    ctrl = cls(_prompts(30), cfg, cls.Options() if hasattr(cls, "Options") else None, 0)
+    ctrl = cls(_prompts(30), cfg, _options(name, cls), 0)
     used = _drive(ctrl, 4, length=3)
     assert all(0 < u <= 10 for u in used), used
 
@@ -144,6 +150,6 @@ def test_every_registered_controller_stays_within_the_token_budget(name):
     cls = REGISTRY.get(name)
     cfg = load_config(overrides=["control.prompts_per_step=3", "control.rollouts_per_prompt=4", "sampling.max_new_tokens=8",
                                  "control.budget_tokens=40", f"control.name={name}"]).control
-    ctrl = cls(_prompts(30), cfg, cls.Options() if hasattr(cls, "Options") else None, 0)
+    ctrl = cls(_prompts(30), cfg, _options(name, cls), 0)
     used = _drive(ctrl, 4, length=8)
     assert all(0 < u * 8 <= 40 for u in used), used

@@ -260,7 +260,7 @@ def test_registry_names_resolve_and_validate_options():
     from rollwise.registry import UserError, validate_options
 
     assert OBJECTIVES.names() == sorted(NAMES)
-    assert ADVANTAGES.names() == sorted(["grpo", "dr_grpo", "rloo", "reinforce_pp_baseline", "median", "novelty"])
+    assert ADVANTAGES.names() == sorted(["grpo", "dr_grpo", "rloo", "reinforce_pp_baseline", "median", "novelty", "tree"])
     o = validate_options("objective", "dapo", OBJECTIVES.get("dapo"), {"eps_high": 0.3, "aggregation": "seq_mean_token_mean"})
     assert o.eps_high == 0.3 and o.eps_low == 0.2
     with pytest.raises(UserError, match="clip_epsilon"):
