@@ -53,16 +53,16 @@ def check(cfg) -> None:
     if getattr(adv_opts, "per_token", False) and cfg.objective.name == "gspo":  # tree advantage, per token
         raise UserError("advantage.options.per_token = true gives per-token advantages, which objective 'gspo' "
                         "(sequence-level) cannot use; set advantage.options.per_token = false or another objective")
-    rep_cls, rep_opts, _ = resolve(cfg, "replay")
-    if hasattr(rep_cls, "check_config"):  # cross-section requirements (APRIL's "tis" mode needs objective TIS)
-        rep_cls.check_config(cfg, rep_opts)
+    for section in ("control", "replay"):  # cross-section requirements, e.g. APRIL's "tis" mode needs
+        cls, opts, _ = resolve(cfg, section)  # an objective weight, SPEED needs its filter
+        if hasattr(cls, "check_config"):
+            cls.check_config(cfg, opts)
     build_filters(cfg)
     from rollwise.control.rounds import check_filters
+    from rollwise.generate.arrol import check_config as check_arrol
     from rollwise.reward import overlong_limits
 
     check_filters(cfg.control, list(cfg.filter.names))
-    from rollwise.generate.arrol import check_config as check_arrol
-
     check_arrol(cfg)
     overlong_limits(cfg.reward.overlong_penalty, cfg.sampling.max_new_tokens)
 

@@ -4,8 +4,9 @@ Each stage is one named call; strategies plug in through the parts built by ``Ru
 subclass this loop. Generation may take several rounds (a controller can top up groups), then
 filters drop groups with a reason, the controller observes every generated group, the replay source
 mixes the training groups, their rewards may be shaped (``rollwise.reward``: DAPO's overlong
-penalty, KL in the reward), advantages are a pure function of rewards and group ids, and the
-trainer takes one optimizer step. The ledger records every step's cost.
+penalty, KL in the reward), advantages are a pure function of rewards and group ids, D3S may
+down-sample the batch's rows and tokens (off by default), and the trainer takes one optimizer
+step (or one per update epoch). The ledger records every step's cost.
 """
 
 from __future__ import annotations

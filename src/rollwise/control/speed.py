@@ -35,7 +35,7 @@ more rounds per step but fewer surplus screens: with an acceptance rate near 0.7
 screens per round leave about 12 surplus prompts per step (48 wasted rollouts at n_init = 4),
 16 per round about 1, at the price of a fourth round.
 
-**Use it with the filter** ``rollwise.control.speed:complete_filter`` in ``filter.names``
+**Use it with the filter** ``speed_complete`` (``rollwise.control.speed:complete_filter``) in ``filter.names``
 (``configs/speed.toml``): the step's groups also hold rejected screens and accepted screens that
 were not continued (surplus), each of ``n_init`` rollouts. Screening requests carry the finished
 group size in ``Prompt.metadata[GROUP_SIZE_KEY]``; the filter drops a smaller group as
@@ -164,6 +164,13 @@ class SPEED:
     same call as the next screening, until B groups are finished."""
 
     Options = SPEEDOptions
+
+    @staticmethod
+    def check_config(cfg, options) -> None:
+        """Without its filter the unfinished screens would be trained on: refuse at load."""
+        if "speed_complete" not in cfg.filter.names:
+            raise UserError(f"control 'speed' needs 'speed_complete' in filter.names (got {list(cfg.filter.names)}); "
+                            "it drops the screens that were rejected or not continued")
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: SPEEDOptions | None, seed: int):
         self.cfg = cfg

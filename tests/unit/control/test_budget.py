@@ -127,7 +127,9 @@ def _drive(ctrl, steps, length):
 
 NAMES = sorted(n.split(":")[0] for n in REGISTRY.names())
 # options a controller needs at rollouts_per_prompt = 4 (SPEED screens with n_init < the group size)
+# and config it requires (SPEED's filter)
 OPTIONS = {"speed": {"n_init": 2}}
+NEEDS = {"speed": ['filter.names=["speed_complete"]']}
 
 
 def _options(name, cls):
@@ -138,7 +140,7 @@ def _options(name, cls):
 def test_every_registered_controller_stays_within_the_rollout_budget(name):
     cls = REGISTRY.get(name)
     cfg = load_config(overrides=["control.prompts_per_step=3", "control.rollouts_per_prompt=4",
-                                 "control.budget_rollouts=10", f"control.name={name}"]).control
+                                 "control.budget_rollouts=10", f"control.name={name}", *NEEDS.get(name, [])]).control
     ctrl = cls(_prompts(30), cfg, _options(name, cls), 0)
     used = _drive(ctrl, 4, length=3)
     assert all(0 < u <= 10 for u in used), used
@@ -149,7 +151,7 @@ def test_every_registered_controller_stays_within_the_token_budget(name):
     # max_new_tokens 8, every completion 8 tokens long: budget 40 tokens = 5 rollouts per step
     cls = REGISTRY.get(name)
     cfg = load_config(overrides=["control.prompts_per_step=3", "control.rollouts_per_prompt=4", "sampling.max_new_tokens=8",
-                                 "control.budget_tokens=40", f"control.name={name}"]).control
+                                 "control.budget_tokens=40", f"control.name={name}", *NEEDS.get(name, [])]).control
     ctrl = cls(_prompts(30), cfg, _options(name, cls), 0)
     used = _drive(ctrl, 4, length=8)
     assert all(0 < u * 8 <= 40 for u in used), used

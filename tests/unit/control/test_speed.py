@@ -292,7 +292,7 @@ def test_loop_screens_continues_and_trains_exactly_b_finished_groups(tmp_path, t
     # 2 needed. Round 3: continue 2 (calls 20-23); 2 surplus. Rollouts 8 + (4 + 8) + 4 = 24.
     schedule = lambda i: i in (0, 2) if i < 8 else i % 2 == 0  # noqa: E731
     o = tiny_overrides(tmp_path, steps=1, **{"control.name": "speed", "control.options": {"n_init": 2},
-                                             "filter.names": ["rollwise.control.speed:complete_filter"],
+                                             "filter.names": ["speed_complete"],
                                              "eval.at_start": False, "model.warm_start.steps": 0, "eval.n_prompts": 2})
     result = rollwise.train(load_config(overrides=as_sets(o)), backend=_scripted(schedule), log=lambda m: None)
     m = json.loads((result.run_dir / "metrics.jsonl").read_text().splitlines()[0])
@@ -302,3 +302,13 @@ def test_loop_screens_continues_and_trains_exactly_b_finished_groups(tmp_path, t
     assert m["filter/speed_rejected"] == 2 and m["filter/speed_unfinished"] == 2 and m["groups/count"] == 8
     assert trainer_batches == [[4, 4, 4, 4]]  # exactly B finished groups of n_init + n_cont
     assert m["cost/trained_tokens"] > 0
+
+
+def test_speed_without_its_filter_is_refused_at_load():
+    from rollwise.components import check
+    from rollwise.config import load_config
+    from rollwise.registry import UserError
+
+    with pytest.raises(UserError, match="speed_complete"):
+        check(load_config(overrides=["control.name=speed"]))
+    check(load_config(overrides=["control.name=speed", 'filter.names=["speed_complete"]']))
