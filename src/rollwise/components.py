@@ -59,11 +59,13 @@ def check(cfg) -> None:
             cls.check_config(cfg, opts)
     build_filters(cfg)
     from rollwise.control.rounds import check_filters
+    from rollwise.backends.latr import check_config as check_latr
     from rollwise.generate.arrol import check_config as check_arrol
     from rollwise.reward import overlong_limits
 
     check_filters(cfg.control, list(cfg.filter.names))
     check_arrol(cfg)
+    check_latr(cfg)
     overlong_limits(cfg.reward.overlong_penalty, cfg.sampling.max_new_tokens)
 
 

@@ -72,11 +72,15 @@ class TreeSamplingConfig(Section):
     """LATR tree rollouts (arXiv 2510.24302; systems.md §6; ``rollwise.backends.latr``). Defaults are the
     released code's dataclass defaults and, for the schedule, its Countdown script."""
 
-    enabled: bool = Field(False, description="Generate a share of each training group as a LATR tree (hf backend only; evaluation never uses it).")
+    enabled: bool = Field(False, description="Generate a share of each training group as a LATR tree (hf backend only; evaluation never "
+                          "uses it; not with sampling.arrol or a replay that generates itself, e.g. APRIL, SPEC-RL). The tree phase "
+                          "decodes at most model.max_batch rows per forward (roots in chunks).")
     schedule: dict[int, float] = Field(
         default_factory=lambda: {0: 1.0, 10: 0.75, 20: 0.5, 80: 0.25, 200: 0.0},
         description="eta by training step: k = round(n * eta) of a group's n rollouts come from the tree (value of the largest "
-                    "step key <= step; 0 before the first key; k < 2 means no tree). Default: the Countdown script's schedule.")
+                    "step key <= step; 0 before the first key; k < 2 means no tree). The step looked up is the policy version "
+                    "the rollouts are generated with (RunState.policy_version), which the synchronous training loop advances "
+                    "once per step, so it equals the training step. Default: the Countdown script's schedule.")
     max_branch_per_token: int = Field(2, ge=2, description="m: top-m raw-probability candidates considered at each step (rank 1 continues the branch).")
     tau_abs: float = Field(0.25, ge=0.0, description="Branch on candidate j only if p_j > tau_abs (raw, temperature-free probability; >= 1 never branches).")
     tau_rel: float = Field(0.15, ge=0.0, description="... and p_1 - p_j < tau_rel.")

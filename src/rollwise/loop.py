@@ -46,8 +46,8 @@ def train(cfg: Config, *, resume: bool = False, backend=None, log=print) -> RunR
             rewards, shaping = run.shape_rewards(rows, rewards)          # overlong penalty, KL in reward
             advs = parts.advantage(rewards, gidx, parts.advantage_options, **advantage_inputs(parts.advantage, rows))
             batch = collate(rows, rewards, gidx, advs, run.codec.pad_id)
+            t0 = now()                                                   # train time includes D3S (entropy forward)
             batch, picked = run.downsample(batch, rows)                 # D3S rows / tokens (off by default)
-            t0 = now()
             metrics = run.trainer.optimize(batch)                        # objective + optimizer step
             metrics["time/train_s"] = now() - t0
             st.policy_version += 1

@@ -92,10 +92,12 @@ class Run:
         from rollwise.backends.latr import LatrSampler, math_symbol_ids
         from rollwise.registry import UserError
 
+        # config-only checks are in latr.check_config (components.check); this one needs the backend,
+        # which is an argument of the run, not part of the config
         if not hasattr(backend, "forward_step"):
             raise UserError(f"sampling.tree.enabled needs the hf backend, got {type(backend).__name__}")
         symbols = math_symbol_ids(self.codec.decode, len(self.codec.tokenizer)) if tc.keep_math_symbols else frozenset()
-        return LatrSampler(backend, tc, symbols)
+        return LatrSampler(backend, tc, symbols, max_batch=self.cfg.model.max_batch)
 
     # -------------------------------------------------------------- reward shaping
     def shape_rewards(self, rows, rewards):
@@ -108,14 +110,16 @@ class Run:
     # -------------------------------------------------------------- down-sampling (D3S)
     def downsample(self, batch, rows):
         """D3S row and token selection of the step's batch (``filter.d3s``, filter/d3s.py);
-        returns the batch unchanged and no metrics when it is off."""
+        returns the batch unchanged and no metrics when it is off. Token entropies are read or
+        computed (``Trainer.token_entropy``, a no-grad forward) only while rho_k < 1. The loop
+        times this call as part of ``time/train_s``."""
         opts = self.cfg.filter.d3s
         if not opts.enabled:
             return batch, {}
         from rollwise.filter import d3s
 
         ent, from_trainer = None, 0.0
-        if opts.token_level:
+        if d3s.needs_entropy(self.state.step, self.cfg.train.steps, opts):  # rho_k < 1: after the ramp, no forward
             ent = d3s.sampler_entropy(rows, batch) if opts.entropy == "sampler" else None
             if ent is None:  # not recorded (other backends, continued prefixes) or asked for: pi_theta, no grad
                 ent, from_trainer = self.trainer.token_entropy(batch), 1.0

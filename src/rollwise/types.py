@@ -107,12 +107,15 @@ class Group:
         """Rewards of the rollouts that could be verified (None is never read as 0)."""
         return [r.reward for r in self.rollouts if r.reward is not None]
 
-    def is_zero_variance(self, tol: float = 0.0) -> bool:
+    def is_zero_variance(self, tol: float = 0.0, short_is_zv: bool = True) -> bool:
         """True when the verified rewards (two or more) are all equal within ``tol``: such a
         group has zero advantage under any group baseline (selection.md §0.3 ``is_zv``).
-        Groups with fewer than two verified rewards also count (they carry no signal)."""
+        Groups with fewer than two verified rewards count too (they carry no signal) unless
+        ``short_is_zv=False`` (SkyRL's replace rule: a single rollout is a good group)."""
         s = self.verified_rewards()
-        return len(s) < 2 or max(s) - min(s) <= tol
+        if len(s) < 2:
+            return short_is_zv
+        return max(s) - min(s) <= tol
 
     @property
     def size(self) -> int:

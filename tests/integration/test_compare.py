@@ -72,6 +72,7 @@ def test_compare_writes_compare_json(swept):
             gen = [m["cost/generated_tokens"] for m in read_jsonl(Path(run["dir"]) / "metrics.jsonl")]
             assert run["stopped_by"] == "budget" and gen[-1] == run["generated_tokens"] >= 400 > gen[-2]
             assert Path(run["dir"]) == swept / f"{arm}-s{seed}"
+            assert run["reused_tokens"] == run["verify_tokens"] == 0  # no SPEC-RL arm; present, budgeted beside generation
             assert run["final_pass@1"] == a["metrics"]["final_pass@1"]["per_seed"][seed]
     # the default target is the final pass@1 of the baseline's mean curve, which therefore reaches it
     base = c["arms"]["grpo"]

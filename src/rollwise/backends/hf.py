@@ -126,15 +126,8 @@ class HFBackend:
         b = len(seqs)
         if b == 0:
             return []
-        width = max(len(s) for s in seqs)
-        ids = torch.full((b, width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((b, width), dtype=torch.long)
-        for i, s in enumerate(seqs):
-            ids[i, width - len(s):] = torch.tensor(list(s), dtype=torch.long)
-            mask[i, width - len(s):] = 1
-        dev = next(self.model.parameters()).device
-        ids, mask = ids.to(dev), mask.to(dev)
-        pos = (mask.cumsum(1) - 1).clamp(min=0)
+        ids, mask, pos = self.left_pad(seqs)
+        dev = ids.device
         steps = sampling.max_new_tokens if limits is None else max(list(limits) + [0])
         lim = torch.full((b,), steps, dtype=torch.long, device=dev) if limits is None else torch.tensor(list(limits), dtype=torch.long, device=dev)
         new_ids = torch.full((b, steps), self.pad_id, dtype=torch.long, device=dev)
@@ -213,17 +206,16 @@ class HFBackend:
 
 
 def sample_next(logits: torch.Tensor, sampling: Sampling, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """Draw one token per row; return (ids (B,), log-probs (B,)) under the sampled distribution."""
+    """Draw one token per row; return (ids (B,), log-probs (B,)) under the sampled distribution
+    (``sampling_logprobs``; temperature <= 0 is greedy)."""
+    logp = sampling_logprobs(logits, sampling)
     if sampling.temperature <= 0:
         tok = logits.argmax(dim=-1)
-        return tok, torch.log_softmax(logits, dim=-1).gather(1, tok[:, None])[:, 0]
-    logp = torch.log_softmax(logits / sampling.temperature, dim=-1)
-    if sampling.top_p < 1.0:
-        logp = top_p_logprobs(logp, sampling.top_p)
-    probs = logp.exp()
-    if probs.device != gen.device:  # a CPU generator keeps sampling reproducible on any device
-        probs = probs.float().cpu()
-    tok = torch.multinomial(probs, 1, generator=gen)[:, 0].to(logp.device)
+    else:
+        probs = logp.exp()
+        if probs.device != gen.device:  # a CPU generator keeps sampling reproducible on any device
+            probs = probs.float().cpu()
+        tok = torch.multinomial(probs, 1, generator=gen)[:, 0].to(logp.device)
     return tok, logp.gather(1, tok[:, None])[:, 0]
 
 

@@ -9,8 +9,18 @@ For a group of ``n`` rollouts of one prompt at training step ``s``:
 1. **Split.** ``k = round(n * eta(s))`` rollouts come from the tree, the other ``n - k`` are
    sampled i.i.d. by the pool as usual (``eta`` = ``schedule`` value of the largest key <= s).
    ``k < 2`` means no tree (a one-branch tree is plain sampling after an empty tree phase).
-2. **Tree phase** (all roots of a call batched; one KV-cache row per live branch, duplicated with
-   ``Cache.reorder_cache`` when a branch is born). Every step each live branch takes its top-1 raw
+   The step ``s`` the pool looks ``eta`` up with is the *policy version* it generates with
+   (``LocalPool.rollouts(plan, version)``, the loop's ``RunState.policy_version``), not a step
+   counter of its own; the synchronous loop advances both once per step, so they are equal there.
+2. **Tree phase** (roots batched in chunks; one KV-cache row per live branch, duplicated with
+   ``Cache.reorder_cache`` when a branch is born). Chunking (``max_batch``: the pool's
+   ``model.max_batch``, else the backend's): a root may hold at most ``k' = min(k, max_batch)``
+   branches in the tree phase (the fill step tops it up to k), and the roots of a call are cut,
+   in order, into chunks with ``sum k' <= max_batch``, decoded one after another, so no forward
+   sees more than ``max_batch`` rows. Each chunk is one "batch" of the released code: its exit
+   test (4.) counts the roots of that chunk only. The tree phase draws no random numbers and the
+   continuation (6.) is one call over all chunks, so the chunking changes the output only through
+   that exit test (and, with ``k > max_batch``, the cap) [ours]. Every step each live branch takes its top-1 raw
    (temperature-free) token, i.e. the tree phase is *greedy* except at branch points. Candidate
    j = 2..m of the raw top-m spawns a child (a copy of the branch, extended with token j) when
    ``p_j > tau_abs`` and ``p_1 - p_j < tau_rel``, while its root has fewer than k branches
@@ -21,8 +31,8 @@ For a group of ``n`` rollouts of one prompt at training step ``s``:
    score > ``suffix_threshold`` or token ROUGE-L F > ``rouge_threshold``. Skipped when either
    segment holds EOS, or (``keep_math_symbols``) the parent's token at the divergence point is an
    operator. Roots are never pruned.
-4. **Exit** once the full roots (>= k branches, or all finished) reach
-   ``(exit_fraction - exit_decay * t / force_return_step) * sum k`` and no live child is younger
+4. **Exit** (per chunk) once the full roots (>= k' branches, or all finished) reach
+   ``(exit_fraction - exit_decay * t / force_return_step) * sum k'`` and no live child is younger
    than ``max(lookahead)``; or after ``force_return_step`` tokens; or when every branch finished.
 5. **Fill** a root with fewer than k branches by copying its first (root) branch.
 6. **Continue** every unfinished branch with the backend's ordinary sampler (``HFBackend.generate``,
@@ -41,7 +51,14 @@ fill step split at the exit position. Nodes with a single child are merged into 
 a node is a maximal shared segment (what the ``tree`` advantage needs).
 
 Cost: ``generate`` returns the number of tokens actually decoded (shared prefixes once, pruned
-branches included), which the pool charges as ``cost/generated_tokens``.
+branches included), which the pool charges as ``cost/generated_tokens``; ``last_stats`` holds the
+call's ``tree_steps`` (longest chunk), ``branches_born`` and ``branches_pruned`` (pruned ones
+included in both).
+
+Config checks that need no model (``check_config``, called by ``components.check``): a replay
+that owns training generation (``wrap_pool``: APRIL, SPEC-RL) would bypass the tree, so it is
+refused at load. That the tree needs the hf backend is checked when the sampler is built
+(``session.Run``): the backend is an argument of the run, not part of the config.
 
 Deviations / reconstructions: the continuation uses the same HF sampler (the code hands it to
 vLLM); the exit threshold sums per-root ``min(branches, k)`` with k per root (the code has one
@@ -59,9 +76,42 @@ from typing import Sequence
 import torch
 
 from rollwise.backends.hf import HFBackend, sampling_logprobs
+from rollwise.registry import UserError
 from rollwise.types import Completion, Sampling, TreePath
 
 MATH_SYMBOLS = frozenset("+-*/=^()<>%")
+
+
+def check_config(cfg) -> None:
+    """Checks of ``sampling.tree`` that need only the config (called by ``components.check``,
+    before any model loads). ``sampling.arrol`` + tree is refused by ``generate.arrol.check_config``;
+    the hf-backend requirement is checked in ``session.Run`` (the backend is not in the config)."""
+    if not cfg.sampling.tree.enabled:
+        return
+    from rollwise.components import resolve
+
+    if hasattr(resolve(cfg, "replay")[0], "wrap_pool"):
+        raise UserError(f"sampling.tree.enabled cannot be combined with replay {cfg.replay.name!r} (it generates "
+                        "training rollouts itself and would bypass the tree)")
+
+
+def chunks(ks: Sequence[int], max_batch: int | None) -> list[tuple[int, int]]:
+    """Cut roots ``0..len(ks)`` into consecutive ``(start, stop)`` chunks whose caps
+    ``min(k, max_batch)`` sum to at most ``max_batch`` (None: one chunk). Example: ks (4, 4, 2),
+    max_batch 6 -> [(0, 1), (1, 3)]."""
+    if not ks:
+        return []
+    if not max_batch:
+        return [(0, len(ks))]
+    out, start, used = [], 0, 0
+    for r, k in enumerate(ks):
+        c = min(k, max_batch)
+        if r > start and used + c > max_batch:
+            out.append((start, r))
+            start, used = r, 0
+        used += c
+    out.append((start, len(ks)))
+    return out
 
 
 def mix_ratio(schedule: dict[int, float], step: int) -> float:
@@ -170,11 +220,12 @@ class _Branch:
 class LatrSampler:
     """Generates the tree part of groups; ``pool.tree`` (``distributed.local``) routes to it."""
 
-    def __init__(self, backend: HFBackend, opts, symbol_ids: frozenset[int] = frozenset()):
+    def __init__(self, backend: HFBackend, opts, symbol_ids: frozenset[int] = frozenset(), max_batch: int | None = None):
         for need in ("forward_step", "left_pad", "generate"):
             if not hasattr(backend, need):
                 raise TypeError(f"LATR tree rollouts need the hf backend (its {need}); got {type(backend).__name__}")
         self.backend, self.opts, self.symbol_ids = backend, opts, symbol_ids
+        self.max_batch = max_batch  # rows per tree-phase forward (None: the backend's max_batch)
         self._ids = itertools.count()
         self.last_stats: dict[str, float] = {}
 
@@ -183,19 +234,30 @@ class LatrSampler:
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[Sequence[int]], ks: Sequence[int], sampling: Sampling,
-                 generator: torch.Generator | None = None) -> tuple[list[list[tuple[Completion, TreePath]]], int]:
+                 generator: torch.Generator | None = None,
+                 max_batch: int | None = None) -> tuple[list[list[tuple[Completion, TreePath]]], int]:
         """For each prompt (ids) and tree size k >= 1, k completions with their tree paths; plus the
-        number of tokens actually decoded (tree phase + continuation)."""
+        number of tokens actually decoded (tree phase + continuation). ``max_batch``: most rows per
+        tree-phase forward (default: ``self.max_batch``, else the backend's; see the module doc)."""
+        mb = max_batch or self.max_batch or getattr(self.backend, "max_batch", None)
         model = self.backend.model
         was_training = model.training
         model.eval()
+        branches, decoded, steps = [], 0, 0
         try:
-            branches, decoded, steps = self._tree_phase(prompts, ks, sampling)
+            for lo, hi in chunks(ks, mb):
+                caps = [min(k, mb) if mb else k for k in ks[lo:hi]]
+                bs, d, t = self._tree_phase(prompts[lo:hi], caps, sampling)
+                for b in bs:
+                    b.root += lo
+                branches += bs
+                decoded += d
+                steps = max(steps, t)
         finally:
             model.train(was_training)
-        out, cont_tokens = self._fill_and_continue(prompts, ks, branches, sampling, generator)
-        born = sum(1 for b in branches if b.parent is not None)
-        self.last_stats = {"tree_steps": steps, "branches_born": born,
+        kept = [b for b in branches if not b.pruned]
+        out, cont_tokens = self._fill_and_continue(prompts, ks, kept, sampling, generator)
+        self.last_stats = {"tree_steps": steps, "branches_born": sum(b.parent is not None for b in branches),
                            "branches_pruned": sum(b.pruned for b in branches)}
         return out, decoded + cont_tokens
 
@@ -268,7 +330,7 @@ class LatrSampler:
             inp = tok_t[:, None]
             pos = pos[:, -1:] + 1
             mask = torch.cat([mask, torch.ones((len(live), 1), dtype=mask.dtype, device=mask.device)], dim=1)
-        return [b for b in branches if not b.pruned], decoded, t
+        return branches, decoded, t  # pruned ones included (for the stats)
 
     @staticmethod
     def _branch_counts(branches, n_roots) -> list[int]:

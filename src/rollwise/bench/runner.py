@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Callable
 
 from rollwise.bench.sweep import RunSpec, flatten, load_sweep, plan
+from rollwise.ledger import REUSE_KEYS
 from rollwise.registry import UserError
 
 DONE = "done.json"
@@ -134,7 +135,8 @@ def execute(cfg, resume: bool, train_fn: Callable | None = None, log=print) -> d
     tc = cfg.train
     budget = tc.budget_generated_tokens or tc.budget_rollouts
     spent = result.totals.get("generated_tokens" if tc.budget_generated_tokens else "rollouts", 0)
-    record = {"steps": result.steps, "totals": dict(result.totals),
+    # the reuse totals (SPEC-RL) are 0, not absent, for other strategies and for runs of no step
+    record = {"steps": result.steps, "totals": {**{k: 0 for k in REUSE_KEYS}, **result.totals},
               "stopped_by": "budget" if budget is not None and spent >= budget else "steps",
               "final_eval": result.last_eval, "session_s": round(time.time() - t0, 3),
               "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine_info(), "git": git_info()}
@@ -237,6 +239,8 @@ def compare(sweep_path: str | Path, overrides: list[str] | None = None, out_dir:
             fe = d.get("final_eval", {})
             run = {"dir": s.dir.as_posix(), "steps": d["steps"], "stopped_by": d["stopped_by"],
                    "generated_tokens": d["totals"].get("generated_tokens"), "rollouts": d["totals"].get("rollouts"),
+                   # rollout-stage work besides generation (SPEC-RL's reuse and verification pass)
+                   **{k: d["totals"].get(k, 0) for k in REUSE_KEYS},
                    "wall_s": fe.get("wall_s"), "train_s": analysis.train_seconds(sorted(evals[s.arm][s.seed], key=lambda e: e["step"]))[-1],
                    "final_pass@1": fe.get("eval/pass@1"), "finished_at": d.get("finished_at"), "git": d.get("git")}
             if {k: d.get("machine", {}).get(k) for k in ("cpu", "torch", "gpu")} != {k: machine[k] for k in ("cpu", "torch", "gpu")}:

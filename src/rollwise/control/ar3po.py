@@ -82,11 +82,10 @@ from typing import Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from rollwise.control.budget import StepBudget
-from rollwise.control.history import PromptHistory
+from rollwise.control.history import CORRECT, PromptHistory
 from rollwise.control.uniform import PromptStream
 from rollwise.types import Group, Plan, Prompt, Request, Rollout
 
-CORRECT = 0.5  # reward at or above this is a correct response (PromptHistory's k)
 
 
 def expected_fresh_responses(p: float, k: int, stages: int) -> float:

@@ -94,6 +94,7 @@ from rollwise.control.budget import StepBudget
 from rollwise.control.history import PromptHistory
 from rollwise.control.rounds import target_groups
 from rollwise.control.uniform import PromptStream
+from rollwise.registry import UserError
 from rollwise.types import Group, Plan, Prompt, Request
 
 
@@ -218,6 +219,14 @@ class GRESO:
     tuning of (p_easy, p_hard), DS rounds of adaptive size."""
 
     Options = GRESOOptions
+
+    @staticmethod
+    def check_config(cfg, options) -> None:
+        """GRESO runs its own rounds inside DAPO refill; 'replace' would redraw whole batches
+        through ``select`` mid-step and reset its step counters: refuse it at load."""
+        if cfg.control.dynamic_sampling.enabled and cfg.control.dynamic_sampling.type == "replace":
+            raise UserError("control 'greso' works with control.dynamic_sampling.type = 'refill' (its adaptive rounds), "
+                            "not 'replace'")
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: GRESOOptions | None, seed: int):
         self.cfg = cfg

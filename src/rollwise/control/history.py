@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass
 
 from rollwise.types import Group
 
+CORRECT = 0.5  # a verified reward at or above this is a correct response (binary rewards)
+
 
 @dataclass(frozen=True)
 class Record:
@@ -41,7 +43,7 @@ class PromptHistory:
             scores = g.verified_rewards()
             if not scores:
                 continue
-            rec = Record(step, epoch, len(scores), sum(s >= 0.5 for s in scores), sum(scores) / len(scores), g.is_zero_variance(),
+            rec = Record(step, epoch, len(scores), sum(s >= CORRECT for s in scores), sum(scores) / len(scores), g.is_zero_variance(),
                          g.size, sum(len(r.completion_ids) for r in g.rollouts))
             self.records.setdefault(g.prompt.id, []).append(rec)
             self._count_lengths(rec)

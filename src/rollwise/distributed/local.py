@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Sequence
 
 from rollwise.tokens import Codec
 from rollwise.types import Group, Plan, Prompt, Rollout, Sampling, Verdict
@@ -31,6 +31,31 @@ class StepCost:
     reused_tokens: int = 0  # completion tokens taken from earlier rollouts, not generated (SPEC-RL)
     verify_tokens: int = 0  # tokens scored by a verification forward pass (SPEC-RL)
     metrics: dict = field(default_factory=dict)  # per-step metrics of a rollout strategy (april/*, spec/*)
+
+    def charge(self, generated_tokens: int, rollouts: int, verdicts: Sequence[Verdict | None], generate_s: float, verify_s: float) -> None:
+        """Add one generation call: tokens decoded (pruned and unfinished ones included), rollouts
+        started or finished as the caller counts them, one verifier call per verdict (``None`` or
+        a ``None`` score is "could not verify") and the seconds spent."""
+        self.generated_tokens += generated_tokens
+        self.rollouts += rollouts
+        self.verifier_calls += len(verdicts)
+        self.unverified += sum(v is None or v.score is None for v in verdicts)
+        self.generate_s += generate_s
+        self.verify_s += verify_s
+
+    def count(self, **values: float) -> None:
+        """Accumulate strategy counters in ``metrics`` (``count(**{"april/resumed": 3})``)."""
+        for key, v in values.items():
+            self.metrics[key] = self.metrics.get(key, 0) + v
+
+
+def merge_groups(groups: list[Group], pairs) -> list[Group]:
+    """Append ``(prompt, rollout)`` pairs to the groups of their prompt ids (new groups at the end)."""
+    merged: dict[str, Group] = {g.prompt.id: g for g in groups}
+    for prompt, rollout in pairs:
+        g = merged.get(prompt.id) or Group(prompt, ())
+        merged[prompt.id] = Group(g.prompt, g.rollouts + (rollout,))
+    return list(merged.values())
 
 
 class LocalPool:
@@ -67,18 +92,18 @@ class LocalPool:
         decoded = sum(len(c.token_ids) for c in comps)
         paths = [None] * len(comps)
         if tree_jobs:  # tree rollouts after the i.i.d. ones; charged by the tokens actually decoded
-            trees, tree_tokens = self.tree.generate([p for _, p, _ in tree_jobs], [k for _, _, k in tree_jobs], sampling, generator)
+            trees, tree_tokens = self.tree.generate([p for _, p, _ in tree_jobs], [k for _, _, k in tree_jobs], sampling, generator,
+                                                    max_batch=self.max_batch)  # tree phase in chunks of <= max_batch rows
             for (req, pids, _), out in zip(tree_jobs, trees):
                 for c, path in out:
                     jobs.append((req, pids, ()))
                     comps.append(c)
                     paths.append(path)
             decoded += tree_tokens
-            if charge and isinstance(getattr(self.cost, "metrics", None), dict):
-                m, st = self.cost.metrics, self.tree.last_stats
-                for key, v in (("latr/tree_rollouts", sum(k for _, _, k in tree_jobs)), ("latr/branches_born", st.get("branches_born", 0)),
-                               ("latr/branches_pruned", st.get("branches_pruned", 0))):
-                    m[key] = m.get(key, 0) + v
+            if charge:
+                st = self.tree.last_stats
+                self.cost.count(**{"latr/tree_rollouts": sum(k for _, _, k in tree_jobs), "latr/branches_born": st.get("branches_born", 0),
+                                   "latr/branches_pruned": st.get("branches_pruned", 0)})
         t1 = time.perf_counter()
         out = []
         for (req, pids, prefix), c, path in zip(jobs, comps, paths):
@@ -88,21 +113,11 @@ class LocalPool:
             out.append((req.prompt, r if path is None else dataclasses.replace(r, tree=path)))
         t2 = time.perf_counter()
         if charge:
-            cost = self.cost
-            cost.generated_tokens += decoded
-            cost.rollouts += len(comps)
-            cost.verifier_calls += len(comps)
-            cost.unverified += sum(r.verdict.score is None for _, r in out)
-            cost.generate_s += t1 - t0
-            cost.verify_s += t2 - t1
+            self.cost.charge(decoded, len(comps), [r.verdict for _, r in out], t1 - t0, t2 - t1)
         return out
 
     def generate(self, plan: Plan, groups: list[Group], version: int) -> list[Group]:
-        merged: dict[str, Group] = {g.prompt.id: g for g in groups}
-        for prompt, rollout in self.rollouts(plan, version):
-            g = merged.get(prompt.id) or Group(prompt, ())
-            merged[prompt.id] = Group(g.prompt, g.rollouts + (rollout,))
-        return list(merged.values())
+        return merge_groups(groups, self.rollouts(plan, version))
 
 
 def make_rollout(req, pids, c, version: int, text: str, verdict: Verdict) -> Rollout:

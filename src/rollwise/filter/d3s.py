@@ -38,7 +38,9 @@ spec allows, at the cost of one softmax reduction per decode step. Rows without 
 entropies (other backends, continued prefixes) make the run compute them for that batch with
 one no-grad forward of the current policy (``Trainer.token_entropy``; metric
 ``d3s/entropy_from_trainer`` = 1). ``"trainer"`` always does that forward: pi_theta before the
-update, exact but one extra forward per step.
+update, exact but one extra forward per step. Either way entropies are needed (read or computed)
+only while ``rho_k < 1`` (:func:`needs_entropy`): once the ramp reaches 1.0 no entropy forward
+is made. The run counts the down-sampling time (that forward included) in ``time/train_s``.
 
 Metrics: ``filter/d3s_rows`` (rows dropped), ``d3s/rho_s``, ``d3s/rho_k``, ``d3s/token_frac``
 (kept / candidate loss tokens), ``d3s/adv_var_before`` and ``d3s/adv_var_after`` (variance of
@@ -90,6 +92,19 @@ def ratio(step: int, start: float, ramp_steps: int, schedule: str = "linear") ->
 
 def ramp_length(opts: Options, train_steps: int) -> int:
     return opts.ramp_steps if opts.ramp_steps is not None else int(round(opts.ramp * train_steps))
+
+
+def ratios(step: int, train_steps: int, opts: Options) -> tuple[float, float]:
+    """(rho_s, rho_k) at training step ``step``; a level that is off stays at 1.0."""
+    ramp = ramp_length(opts, train_steps)
+    rho_s = ratio(step, opts.sample_start, ramp, opts.schedule) if opts.sample_level else 1.0
+    rho_k = ratio(step, opts.token_start, ramp, opts.schedule) if opts.token_level else 1.0
+    return rho_s, rho_k
+
+
+def needs_entropy(step: int, train_steps: int, opts: Options) -> bool:
+    """Whether :func:`apply` at ``step`` reads token entropies: only while ``rho_k < 1``."""
+    return opts.token_level and ratios(step, train_steps, opts)[1] < 1.0
 
 
 def keep_count(rho: float, n: int) -> int:
@@ -193,10 +208,8 @@ def _var(x: torch.Tensor) -> float:
 def apply(batch: Batch, entropy: torch.Tensor | None, step: int, train_steps: int, opts: Options) -> tuple[Batch, dict]:
     """Down-sample ``batch`` at training step ``step``; returns the new batch (dropped rows
     removed, token mask applied, global counts recomputed) and ``d3s/*`` metrics. ``entropy``
-    (B, T) is needed only with ``token_level``."""
-    ramp = ramp_length(opts, train_steps)
-    rho_s = ratio(step, opts.sample_start, ramp, opts.schedule) if opts.sample_level else 1.0
-    rho_k = ratio(step, opts.token_start, ramp, opts.schedule) if opts.token_level else 1.0
+    (B, T) is needed only while ``rho_k < 1`` (:func:`needs_entropy`); it is not read otherwise."""
+    rho_s, rho_k = ratios(step, train_steps, opts)
     candidates = batch.loss_mask.sum(dim=1) > 0
     metrics = {"d3s/rho_s": rho_s, "d3s/rho_k": rho_k, "d3s/adv_var_before": _var(batch.advantages[candidates].double())}
     keep = candidates

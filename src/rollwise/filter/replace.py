@@ -54,9 +54,9 @@ from rollwise.types import Group
 
 
 def is_zv(group: Group, tol: float = 0.0) -> bool:
-    """selection.md §0.3: more than one verified reward, all equal (within ``tol``)."""
-    s = group.verified_rewards()
-    return len(s) > 1 and max(s) - min(s) <= tol
+    """selection.md §0.3 / §4: more than one verified reward, all equal (within ``tol``); a group
+    of one is good here (``Group.is_zero_variance`` with ``short_is_zv=False``)."""
+    return group.is_zero_variance(tol, short_is_zv=False)
 
 
 def passes_gate(n_good: int, batch_size: int, min_ratio: float) -> bool:

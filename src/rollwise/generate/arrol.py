@@ -9,7 +9,7 @@ decoding towards correctness-balanced groups, target ratio 0.5) is the spec's re
 Algorithm, per generation call (``ArrolPool.generate``; a pool wrapper, so the loop is unchanged):
 
 1. A request for ``n`` rollouts (``N_keep``) starts ``N_0 = ceil(oversample * n)`` (default 2n,
-   the spec's example) once the head is trusted (step 6); before that, exactly ``n``.
+   the spec's example) once the head is trusted (step 7); before that, exactly ``n``.
 2. At the check point ``L_p`` (``check_tokens``, or ``ceil(check_fraction * max_new_tokens)``,
    default 25% [RECON]) the hf backend's decode hook hands over the policy's last-layer hidden
    state at each row's current position (the state after its L_p generated tokens). The head
@@ -20,22 +20,28 @@ Algorithm, per generation call (``ArrolPool.generate``; a pool wrapper, so the l
    :func:`balanced_subset` so that their mean ``q`` is as close as possible to
    ``target_ratio`` (0.5). The spec's greedy "k/2 highest + k/2 lowest" is one of the
    candidates, so the rule is never worse than it. The rest stop at once (finish "partial").
-4. Survivors finish decoding and are verified. **Pruned rollouts are never verified and never
-   trained on**: they are not in the returned groups. Their tokens (and the prompt work) were
-   spent, so ``cost/generated_tokens`` counts every generated token and ``cost/rollouts``
-   every started rollout; ``cost/verifier_calls`` counts the verified ones. Tokens generated
-   per request are at most ``N_0 * L_p + N_keep * (L_max - L_p)``.
-5. **Head training** (online): every completed, verified rollout that was running at the check
+4. **Exactly N_keep survivors** (spec §10.4): rows that finished before the check point are
+   outside the running rows' quota, and a chunk whose rows all finish before ``L_p`` never
+   reaches the hook, so after decoding :func:`trim_surplus` cuts each request's survivors to
+   ``n``: featureless (finished-early) rows first, in row order (a uniform choice, rows being
+   i.i.d.; no RNG), then the head-scored ones by :func:`balanced_subset`. The extras are
+   dropped *before* verification (``arrol/surplus``, ``arrol/surplus_tokens``).
+5. Survivors finish decoding and are verified. **Pruned and surplus rollouts are never
+   verified and never trained on**: they are not in the returned groups. Their tokens (and the
+   prompt work) were spent, so ``cost/generated_tokens`` counts every generated token and
+   ``cost/rollouts`` every started rollout; ``cost/verifier_calls`` counts the verified ones.
+   Tokens generated per request are at most ``N_0 * L_p + N_keep * (L_max - L_p)``.
+6. **Head training** (online): every completed, verified rollout that was running at the check
    point gives one (feature at the check point, reward) pair; pairs go to a FIFO buffer
    (``buffer``), and the head takes ``head_steps`` full-batch Adam steps of BCE on it after
    each generation call. Pruned rollouts have no outcome, so they give no pair (the spec's
    "pruned and finished if cached" needs an outcome the pruned ones never get). Deviation:
    once pruning is on, the head learns from survivors only (a selection the head itself made).
-6. **Warm-up** [RECON, the spec's first suggestion]: pruning stays off until the head has seen
+7. **Warm-up** [RECON, the spec's first suggestion]: pruning stays off until the head has seen
    ``min_examples`` pairs and its *prequential* AUC (each call's new pairs scored before the
    head trains on them; exponential average with ``auc_decay``) reaches ``min_auc``; it turns
    off again if the AUC falls below. While off, groups are generated as usual (features are
-   still collected).
+   still collected; ``N_0 = n``, so nothing is pruned or trimmed).
 
 Also ours: a group that the backend's ``max_batch`` chunking splits over two chunks is pruned
 per chunk, its ``N_keep`` shared in proportion to the rows in each chunk. Evaluation
@@ -43,7 +49,8 @@ per chunk, its ``N_keep`` shared in proportion to the rows in each chunk. Evalua
 (the group is the surviving set), as the spec says.
 
 Metrics (``cost.metrics``, one ledger line per step): ``arrol/active``, ``arrol/started``,
-``arrol/pruned``, ``arrol/pruned_tokens``, ``arrol/examples``, ``arrol/head_auc`` (averaged
+``arrol/pruned``, ``arrol/pruned_tokens``, ``arrol/surplus`` and ``arrol/surplus_tokens``
+(finished rows beyond ``N_keep`` dropped unverified, step 4), ``arrol/examples``, ``arrol/head_auc`` (averaged
 prequential AUC), ``arrol/head_loss``, ``arrol/q_running_mean`` and ``arrol/q_kept_mean`` (mean
 head score of the running rows at the check point, and of the survivors among them).
 The head's weights, optimiser, buffer and AUC go into checkpoints (``state_dict``).
@@ -60,7 +67,7 @@ from typing import Literal, Sequence
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from rollwise.distributed.local import make_rollout
+from rollwise.distributed.local import make_rollout, merge_groups
 from rollwise.registry import UserError
 from rollwise.types import Group, Plan
 
@@ -298,6 +305,41 @@ class PruneHook:
         return stop
 
 
+def trim_surplus(units: list[tuple[list[int], int]], hook: PruneHook, head, rho: float) -> set[int]:
+    """Rows to drop so that each unit (request) keeps at most its ``N_keep`` (spec §10.4: exactly
+    ``N_keep`` survivors). The hook keeps rows that finished before the check point outside the
+    running rows' quota, and never fires on a chunk whose rows all finish before ``L_p``, so more
+    than ``N_keep`` can come back. Of a unit's surviving (not pruned) rows:
+
+    - rows the head never scored (finished before the check point, no feature) come first, in row
+      order: rows are i.i.d. draws and the order does not depend on their content, so taking the
+      first ones is a uniform choice among them, deterministic and with no RNG to checkpoint;
+    - the rest of the quota goes to the rows scored at the check point, chosen among them by
+      :func:`balanced_subset` on the head's predictions (the pruning rule itself).
+
+    Finished-early rows first mirrors the hook (they cost nothing more); like the hook it then
+    favours short completions in groups where many rows finish before ``L_p``.
+
+    Example: N_keep = 4, survivors 0..7 all finished before L_p (the hook never fired) -> rows
+    4..7 are dropped. Dropped rows were generated (their tokens stay charged, ``arrol/surplus*``)
+    but are not verified or trained on, like pruned ones.
+    """
+    drop: set[int] = set()
+    for rows, keep in units:
+        alive = [r for r in rows if r not in hook.pruned]
+        if len(alive) <= keep:
+            continue
+        unscored = [r for r in alive if r not in hook.features]
+        scored = [r for r in alive if r in hook.features]
+        kept = unscored[:keep]
+        k = keep - len(kept)
+        if k > 0:
+            q = head.predict(torch.stack([hook.features[r] for r in scored])).tolist()
+            kept += [scored[j] for j in balanced_subset(q, k, rho)]
+        drop |= set(alive) - set(kept)
+    return drop
+
+
 # ---------------------------------------------------------------------------- the pool wrapper
 
 
@@ -338,10 +380,11 @@ class ArrolPool:
         hook = PruneHook(self.check_at, units, self.head, active, self.opts.target_ratio)
         t0 = time.perf_counter()
         comps = pool.backend.generate(seqs, pool.sampling, None, decode_hook=hook) if seqs else []
+        surplus = trim_surplus(units, hook, self.head, self.opts.target_ratio)
         t1 = time.perf_counter()
         out = []
         for row, ((req, pids, prefix), c) in enumerate(zip(jobs, comps)):
-            if row in hook.pruned:  # stopped part-way: no outcome, never verified or trained on
+            if row in hook.pruned or row in surplus:  # stopped part-way / beyond N_keep: never verified or trained on
                 continue
             text = pool.codec.decode(prefix + c.token_ids)
             out.append((row, req.prompt, make_rollout(req, pids, c, version, text, pool.verify(req.prompt, text))))
@@ -349,25 +392,18 @@ class ArrolPool:
         pairs = [(hook.features[row], r.reward) for row, _, r in out if row in hook.features and r.reward is not None]
         head_metrics = self.head.update(torch.stack([f for f, _ in pairs]), torch.tensor([y for _, y in pairs])) if pairs else {}
         t3 = time.perf_counter()
-        self._charge(comps, out, hook, active, t1 - t0 + t3 - t2, t2 - t1, head_metrics)
-        merged: dict[str, Group] = {g.prompt.id: g for g in groups}
-        for _, prompt, rollout in out:
-            g = merged.get(prompt.id) or Group(prompt, ())
-            merged[prompt.id] = Group(g.prompt, g.rollouts + (rollout,))
-        return list(merged.values())
+        self._charge(comps, out, hook, surplus, active, t1 - t0 + t3 - t2, t2 - t1, head_metrics)
+        return merge_groups(groups, [(prompt, rollout) for _, prompt, rollout in out])
 
-    def _charge(self, comps, out, hook: PruneHook, active: bool, generate_s: float, verify_s: float, head_metrics: dict) -> None:
+    def _charge(self, comps, out, hook: PruneHook, surplus: set[int], active: bool, generate_s: float, verify_s: float,
+                head_metrics: dict) -> None:
         cost = self.pool.cost
-        cost.generated_tokens += sum(len(c.token_ids) for c in comps)  # pruned tokens were generated: they count
-        cost.rollouts += len(comps)
-        cost.verifier_calls += len(out)
-        cost.unverified += sum(r.verdict.score is None for _, _, r in out)
-        cost.generate_s += generate_s  # includes the head's training
-        cost.verify_s += verify_s
+        # pruned and surplus tokens were generated: they count; generate_s includes the head's training
+        cost.charge(sum(len(c.token_ids) for c in comps), len(comps), [r.verdict for _, _, r in out], generate_s, verify_s)
+        cost.count(**{"arrol/started": len(comps), "arrol/pruned": len(hook.pruned),
+                      "arrol/pruned_tokens": sum(len(comps[r].token_ids) for r in hook.pruned),
+                      "arrol/surplus": len(surplus), "arrol/surplus_tokens": sum(len(comps[r].token_ids) for r in surplus)})
         m = cost.metrics
-        for key, v in (("arrol/started", len(comps)), ("arrol/pruned", len(hook.pruned)),
-                       ("arrol/pruned_tokens", sum(len(comps[r].token_ids) for r in hook.pruned))):
-            m[key] = m.get(key, 0) + v
         m["arrol/active"] = float(active)
         m["arrol/examples"] = self.head.seen
         if self.head.auc is not None:

@@ -3,7 +3,8 @@
 Paper: Zhou et al. 2025, "APRIL: Active Partial Rollouts in Reinforcement Learning to Tame
 Long-tail Generation", arXiv 2509.18521; mechanism as in upstream slime's partial rollout
 (token-id resume, per-segment log-probs, ``--mask-offpolicy-in-partial-rollout``, ``--use-tis``);
-specs/systems.md §1. Pairs with any controller that has a prompt stream (``uniform``).
+specs/systems.md §1. Works only behind the ``uniform`` controller without dynamic sampling
+(refused at config load by ``PartialRollouts.check_config``; see "Controllers" below).
 
 A synchronous step waits for its longest response. With ``replay.name = "partial"`` the loop's
 worker pool is wrapped (``wrap_pool``, called by ``session.Run``) so that a step's first
@@ -52,6 +53,17 @@ slime's drain. With the HF backend, rows beyond ``model.max_batch`` are decoded 
 so set ``model.max_batch`` to at least N' x rollouts_per_prompt for APRIL to overlap them. Rounds
 that top up existing groups (DARS, XRPO) or continue a prefix go to the wrapped pool unchanged.
 Evaluation (``rollouts``) is never scheduled by APRIL.
+
+Controllers: APRIL calls the controller's ``plan`` a second time inside a step (to draw extra
+prompts, ``_extra``) and returns buffered groups in place of the planned ones, which corrupts a
+controller that keeps per-step state between ``select``/``plan``/``next_round``/``observe`` (SPEED's
+screening round, GRESO's step ids, dynamic sampling's rounds and batch). So ``check_config``
+refuses any ``control.name`` other than ``uniform`` and ``control.dynamic_sampling.enabled = true``;
+``sampling.tree.enabled`` (LATR) is refused by ``backends.latr.check_config``, since APRIL generates through the backend
+directly and would silently drop the tree. Repeated prompts: when the prompt stream wraps into a
+new epoch, a prompt can come back fresh while its group is still buffered; such a fresh request
+(and an extra prompt already buffered or launched) is skipped, and the step tops up from the
+stream (``_extra``) as on the first step, so no prompt id appears twice in the buffer or a step.
 
 State (checkpointed): the buffer, in order.
 """
@@ -118,6 +130,14 @@ class PartialRollouts:
 
     @staticmethod
     def check_config(cfg, opts: PartialOptions | None) -> None:
+        if cfg.control.name != "uniform":
+            raise UserError(f"replay.name = 'partial' (APRIL) needs control.name = 'uniform', got {cfg.control.name!r}: APRIL "
+                            "re-plans extra prompts mid-step and returns buffered groups in place of planned ones, which "
+                            "corrupts controllers that keep per-step state")
+        if cfg.control.dynamic_sampling.enabled:
+            raise UserError("replay.name = 'partial' (APRIL) cannot be combined with control.dynamic_sampling.enabled = true: "
+                            "APRIL schedules only a step's first round and swaps in buffered groups, which breaks the "
+                            "refill/replace rounds' per-step state; set control.dynamic_sampling.enabled = false")
         if opts is not None and opts.prefix_mode == "tis":
             tis = dict(cfg.objective.options).get("tis_level", "off")
             if tis == "off" and cfg.objective.name != "decoupled_ppo":
@@ -187,11 +207,16 @@ class AprilPool:
         width = math.ceil(self.buf.opts.over_provision * target - 1e-9)
         launch = self.buf.buffer[:width]
         rest = self.buf.buffer[width:]
-        fresh = [self.buf.entry(r) for r in reqs]
+        seen = {e.prompt.id for e in self.buf.buffer}
+        fresh = []
+        for r in reqs:  # a prompt already buffered (the stream wrapped) is skipped; _extra tops up
+            if r.prompt.id not in seen:
+                seen.add(r.prompt.id)
+                fresh.append(self.buf.entry(r))
         room = max(0, width - len(launch))
         launch, parked = launch + fresh[:room], fresh[room:]
         if len(launch) < width:
-            launch += self._extra(width - len(launch))
+            launch += self._extra(width - len(launch), seen)
         returned, back = self._run(launch, target, version)
         self.buf.buffer = sorted(back + rest + parked, key=lambda e: e.seq)
         m = self.inner.cost.metrics
@@ -200,13 +225,22 @@ class AprilPool:
         m["april/buffered_groups"] = len(self.buf.buffer)
         return list(groups) + returned
 
-    def _extra(self, k: int) -> list[Entry]:
+    def _extra(self, k: int, seen: set[str] | None = None) -> list[Entry]:
         """Up to ``k`` more groups from the controller's prompt stream (first steps, before the
-        buffer holds N' - N groups)."""
+        buffer holds N' - N groups, or replacing skipped repeats). Prompts whose id is in ``seen``
+        (buffered or already launched) are skipped, not redrawn, so a step may launch fewer."""
         stream = getattr(self.controller, "stream", None)
         if stream is None or k <= 0:
             return []
-        plan = self.controller.plan(stream.take(k), self.state())
+        seen = set() if seen is None else seen
+        prompts = []
+        for p in stream.take(k):
+            if p.id not in seen:
+                seen.add(p.id)
+                prompts.append(p)
+        if not prompts:
+            return []
+        plan = self.controller.plan(prompts, self.state())
         return [self.buf.entry(r) for r in plan.requests if r.n > 0]
 
     def _run(self, launch: list[Entry], target: int, version: int) -> tuple[list[Group], list[Entry]]:
@@ -224,7 +258,8 @@ class AprilPool:
         comps = pool.backend.generate(seqs, pool.sampling, max_new_tokens=limits,
                                       stop_when=stop_rule(jobs, launch, target)) if seqs else []
         t1 = time.perf_counter()
-        finished = partial = resumed = unverified = 0
+        finished = partial = resumed = 0
+        verdicts = []
         for (ei, si), c in zip(jobs, comps):
             e, s = launch[ei], launch[ei].slots[si]
             if c.finish == "partial" and len(s.ids) + len(c.token_ids) < budget:
@@ -239,7 +274,7 @@ class AprilPool:
             s.rollout = self._finish(e.prompt, s, c, version, mode)
             finished += 1
             resumed += bool(s.ids)
-            unverified += s.rollout.verdict is None or s.rollout.verdict.score is None
+            verdicts.append(s.rollout.verdict)
         t2 = time.perf_counter()
         returned, back = [], []
         for e in launch:
@@ -248,16 +283,10 @@ class AprilPool:
             else:
                 back.append(e)
         cost = pool.cost
-        cost.generated_tokens += sum(len(c.token_ids) for c in comps)
-        cost.rollouts += finished
-        cost.verifier_calls += finished
-        cost.unverified += unverified
-        cost.generate_s += t1 - t0
-        cost.verify_s += t2 - t1
+        cost.charge(sum(len(c.token_ids) for c in comps), finished, verdicts, t1 - t0, t2 - t1)
         toks = [v for g in returned for r in g.rollouts for v in (r.token_versions or (r.policy_version,) * len(r.completion_ids))]
+        cost.count(**{"april/partial_rollouts": partial, "april/resumed_rollouts": resumed})
         m = cost.metrics
-        m["april/partial_rollouts"] = m.get("april/partial_rollouts", 0) + partial
-        m["april/resumed_rollouts"] = m.get("april/resumed_rollouts", 0) + resumed
         m["april/offpolicy_token_frac"] = sum(v < version for v in toks) / max(1, len(toks))
         return returned, back
 

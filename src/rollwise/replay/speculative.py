@@ -23,7 +23,12 @@ With ``replay.name = "speculative"`` the loop's worker pool is wrapped (``wrap_p
    from the residual ``max(0, q - min(p, l q))`` renormalised (exact speculative sampling; exact
    at ``bias = 0``: ``speculative_distribution``).
 5. Accepted prefix tokens are treated as on-policy (the paper): their stored log-probs are
-   ``p_new`` and their version is the current one. The loss is unchanged.
+   ``p_new`` and their version is the current one. The loss is unchanged. A request that already
+   continues a prefix (``Request.prefix``) is not drafted; its prefix keeps the request's own
+   log-probs and per-token versions (``prefix_versions``).
+
+Not combined with LATR: ``sampling.tree.enabled`` is refused at config load (``backends.latr.check_config``),
+since this pool generates through the backend directly and would silently drop the tree.
 
 Bias (systems.md §5 property 3, tests/unit/replay/test_speculative.py): for one token drawn from
 p and verified against q, the paper's rule yields ``min(p, l q) + (1 - beta) q`` with
@@ -63,7 +68,7 @@ from typing import Callable, Sequence
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from rollwise.distributed.local import make_rollout
+from rollwise.distributed.local import make_rollout, merge_groups
 from rollwise.types import Completion, Group, Plan, Request
 
 
@@ -225,37 +230,29 @@ class SpeculativePool:
         comps = pool.backend.generate(seqs, sampling, max_new_tokens=limits) if seqs else []
         done = {i: c for i, c in zip(todo, comps)}
         t1 = time.perf_counter()
-        merged: dict[str, Group] = {g.prompt.id: g for g in groups}
-        touched = []
-        unverified = 0
+        pairs, verdicts = [], []
         for i, (req, pids, prefix, plp, fixed) in enumerate(rows):
             if fixed is not None:  # fully accepted draft (or finished by the residual token)
                 prefix, plp, c = fixed[0], fixed[1], Completion((), (), fixed[2])
             else:
                 c = done[i]
-            sub = Request(req.prompt, 1, prefix or None, plp or None, (version,) * len(prefix) or None)
+            # a request's own prefix keeps its versions; accepted draft tokens are current (the paper)
+            pv = tuple(req.prefix_versions or ()) if req.prefix else (version,) * len(prefix)
+            sub = Request(req.prompt, 1, prefix or None, plp or None, pv or None)
             text = pool.codec.decode(prefix + c.token_ids)
             verdict = pool.verify(req.prompt, text)
-            unverified += verdict.score is None
-            r = make_rollout(sub, pids, c, version, text, verdict)
-            g = merged.get(req.prompt.id) or Group(req.prompt, ())
-            merged[req.prompt.id] = Group(g.prompt, g.rollouts + (r,))
-            if req.prompt.id not in touched:
-                touched.append(req.prompt.id)
+            verdicts.append(verdict)
+            pairs.append((req.prompt, make_rollout(sub, pids, c, version, text, verdict)))
         t2 = time.perf_counter()
-        cost.generated_tokens += sum(len(c.token_ids) for c in comps)
-        cost.rollouts += len(rows)
-        cost.verifier_calls += len(rows)
-        cost.unverified += unverified
-        cost.generate_s += t1 - t0
-        cost.verify_s += t2 - t1
-        self._cache([merged[pid] for pid in touched])
+        cost.charge(sum(len(c.token_ids) for c in comps), len(rows), verdicts, t1 - t0, t2 - t1)
+        merged = merge_groups(groups, pairs)
+        touched = {p.id for p, _ in pairs}
+        self._cache([g for g in merged if g.prompt.id in touched])
         cost.generate_s += time.perf_counter() - t2  # residual mode's scoring pass
-        m["spec/drafted_rows"] = m.get("spec/drafted_rows", 0) + len(drafted)
-        m["spec/full_accept_rows"] = m.get("spec/full_accept_rows", 0) + full
+        cost.count(**{"spec/drafted_rows": len(drafted), "spec/full_accept_rows": full})
         m["spec/accepted_token_frac"] = accepted_tokens / draft_tokens if draft_tokens else 0.0
         m["spec/mean_cut"] = cut_sum / len(drafted) if drafted else 0.0
-        return list(merged.values())
+        return merged
 
     def _cache(self, groups: list[Group]) -> None:
         """Replace each group's prompt entry by its responses (residual mode: with the full

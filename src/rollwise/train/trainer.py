@@ -128,8 +128,9 @@ class Trainer:
 
     @torch.no_grad()
     def _prox_up_front(self, batch: Batch) -> list[torch.Tensor]:
-        """Log-probs of the pre-update weights per micro-batch (several update epochs)."""
-        self.model.eval()
+        """Log-probs of the pre-update weights per micro-batch (several update epochs), in train
+        mode like the one-epoch path, whose prox is the loss forward's own."""
+        self.model.train()
         return [token_logprobs(self.model, mb, self.temperature)[0] for _, mb in self.micro_batches(batch)]
 
     def _epoch(self, batch: Batch, prox_up_front: list[torch.Tensor] | None) -> dict[str, float]:

@@ -149,6 +149,19 @@ def test_live_branches_never_exceed_k_and_fill_gives_exactly_k(tiny, m):
     assert decoded < sum(len(c.token_ids) for g in out for c, _ in g)
 
 
+class _Recording(LatrSampler):
+    """Records the decoded-token count each ``generate`` call returns."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.returned: list[int] = []
+
+    def generate(self, *a, **kw):
+        out, decoded = super().generate(*a, **kw)
+        self.returned.append(decoded)
+        return out, decoded
+
+
 def test_pool_returns_n_per_prompt_with_tree_paths_and_charges_decoded_tokens(tiny):
     model, tok = tiny
     codec = Codec(tok, use_chat=False)
@@ -157,13 +170,17 @@ def test_pool_returns_n_per_prompt_with_tree_paths_and_charges_decoded_tokens(ti
     prompts = [Prompt(f"p{i}", "arithmetic", t, None) for i, t in enumerate(["12+34=", "7+8=", "5+5="])]
     plan = Plan(tuple(Request(p, 4) for p in prompts))
     opts = _opts(tau_abs=0.0, tau_rel=1.0, ed_threshold=None, schedule={0: 0.5, 3: 0.0})
-    pool = LocalPool(_backend(tiny), codec, verify, smp, tree=LatrSampler(_backend(tiny), opts))
+    tree = _Recording(_backend(tiny), opts)
+    pool = LocalPool(_backend(tiny), codec, verify, smp, tree=tree)
     groups = pool.generate(plan, [], version=0)
     assert [g.size for g in groups] == [4, 4, 4]
     for g in groups:  # k = round(4 * 0.5) = 2 tree rollouts, 2 i.i.d.
         assert sum(r.tree is not None for r in g.rollouts) == 2
     cost = pool.take_cost()
-    assert cost.rollouts == 12 and cost.generated_tokens <= sum(len(r.completion_ids) for g in groups for r in g.rollouts)
+    iid = sum(len(r.completion_ids) for g in groups for r in g.rollouts if r.tree is None)
+    assert len(tree.returned) == 1 and tree.returned[0] > 0  # one tree call, which decoded tokens
+    assert cost.rollouts == 12 and cost.generated_tokens == iid + tree.returned[0]  # tree tokens are charged
+    assert cost.metrics["latr/tree_rollouts"] == 6
     # eta = 0 at step 3: the pool output equals a pool without a tree (same generator seed)
     a = LocalPool(_backend(tiny, seed=9), codec, verify, smp, tree=LatrSampler(_backend(tiny, seed=9), opts))
     b = LocalPool(_backend(tiny, seed=9), codec, verify, smp)
@@ -224,14 +241,95 @@ def test_prune_only_at_lookahead_ages_only_children_and_only_past_threshold(tiny
 
 
 def test_pruning_in_the_sampler_keeps_group_sizes(tiny):
-    # always branch, and prune every child whose 2-token lookahead is anything but disjoint (ROUGE-L > 0)
+    # always branch, and prune every child at age 2: a normalised edit distance is <= 1 < 1.01, so the
+    # test fires for every child whose 2-token segments hold no EOS
     _, tok = tiny
-    s = LatrSampler(_backend(tiny), _opts(tau_abs=0.0, tau_rel=1.0, ed_threshold=None, rouge_threshold=0.0,
-                                          lookahead=[2]))
+    s = LatrSampler(_backend(tiny), _opts(tau_abs=0.0, tau_rel=1.0, ed_threshold=1.01, lookahead=[2]))
     out, _ = s.generate(_prompts(tok), [4, 4], Sampling(1.0, 1.0, 8))
+    assert s.last_stats["branches_pruned"] > 0
+    assert s.last_stats["branches_born"] >= s.last_stats["branches_pruned"]
     assert [len(g) for g in out] == [4, 4]
     for g in out:
         _segments_agree(g)
+
+
+# ---------------------------------------------------------------- chunking by model.max_batch
+
+
+def test_chunks_of_roots():
+    assert latr.chunks([4, 4, 2], 6) == [(0, 1), (1, 3)]
+    assert latr.chunks([4, 4, 2], None) == [(0, 3)]
+    assert latr.chunks([4, 4, 2], 64) == [(0, 3)]
+    assert latr.chunks([9, 2], 4) == [(0, 1), (1, 2)]  # k > max_batch: capped at 4, alone in its chunk
+    assert latr.chunks([], 4) == []
+
+
+def _canonical(group):
+    """Tokens, finish and tree paths with node ids renumbered by first appearance (ids come from a
+    counter, so their values depend on the order the chunks ran in)."""
+    names: dict[int, int] = {}
+    out = []
+    for c, p in group:
+        nodes = tuple(names.setdefault(n, len(names)) for n in p.nodes)
+        out.append((c.token_ids, c.finish, nodes, p.starts))
+    return out
+
+
+class _RowCount(HFBackend):
+    """Records the rows of every tree-phase forward."""
+
+    rows: list
+
+    def forward_step(self, inp, *a, **kw):
+        self.rows.append(inp.shape[0])
+        return super().forward_step(inp, *a, **kw)
+
+
+def _row_backend(tiny, seed):
+    model, tok = tiny
+    be = _RowCount(model, [tok.eos_token_id], tok.pad_token_id, max_batch=64, seed=seed)
+    be.rows = []
+    return be
+
+
+def test_small_max_batch_gives_the_same_trees_as_one_batch(tiny):
+    # always branch with equal k and no pruning: every root is full after the same step in either
+    # chunking, so the per-chunk exit test leaves at the same step; the tree phase is greedy (no RNG)
+    # and the continuation is one call over all chunks, so the same seed gives the same rollouts
+    _, tok = tiny
+    prompts = _prompts(tok) + [[tok.bos_token_id] + tok.encode("123+456=")]
+    ks = [4, 4, 4]
+    opts = _opts(tau_abs=0.0, tau_rel=1.0, ed_threshold=None, lookahead=[2])
+    smp = Sampling(1.0, 1.0, 8)
+    big_be, small_be = _row_backend(tiny, 3), _row_backend(tiny, 3)
+    big, big_n = LatrSampler(big_be, opts).generate(prompts, ks, smp, max_batch=64)
+    small, small_n = LatrSampler(small_be, opts).generate(prompts, ks, smp, max_batch=4)
+    assert max(big_be.rows) == 12 and max(small_be.rows) <= 4  # tree phase: 3 roots x 4 branches vs 4
+    assert big_n == small_n
+    assert [_canonical(g) for g in big] == [_canonical(g) for g in small]
+    for gb, gs in zip(big, small):
+        for (cb, _), (cs, _) in zip(gb, gs):
+            assert torch.allclose(torch.tensor(cb.logprobs), torch.tensor(cs.logprobs), atol=1e-4)
+
+
+def test_k_above_max_batch_caps_live_rows_and_fill_keeps_group_sizes(tiny):
+    _, tok = tiny
+    be = _row_backend(tiny, 0)
+    s = _CapCheck(be, _opts(tau_abs=0.0, tau_rel=1.0, ed_threshold=None), max_batch=3)
+    s.max_seen = {}
+    out, _ = s.generate(_prompts(tok), [5, 2], Sampling(1.0, 1.0, 8))
+    assert max(be.rows) <= 3  # the tree phase never decodes more than max_batch rows at once
+    assert [len(g) for g in out] == [5, 2]  # the fill step tops the capped root up to k = 5
+    for g in out:
+        _segments_agree(g)
+
+
+def test_tree_with_a_replay_that_generates_is_refused_at_load():
+    from rollwise.registry import UserError
+
+    with pytest.raises(UserError, match="sampling.tree.enabled cannot be combined with replay"):
+        load_config(overrides=["sampling.tree.enabled=true", "replay.name=partial"])
+    assert load_config(overrides=["sampling.tree.enabled=true"]).sampling.tree.enabled
 
 
 def test_math_symbol_ids(tiny):

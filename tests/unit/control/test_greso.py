@@ -310,3 +310,14 @@ def test_loop_with_dynamic_sampling_runs_greso_rounds_only(tmp_path):
     assert m["control/greso_candidates"] == 8 and m["control/greso_skip_frac"] == 0
     assert m["control/greso_pool"] == 3 and m["control/greso_p_easy"] == 0.5
     assert m["cost/trained_tokens"] > 0
+
+
+def test_greso_refuses_replace_sampling_at_load():
+    from rollwise.components import check
+    from rollwise.config import load_config
+    from rollwise.registry import UserError
+
+    base = ["control.name=greso", "control.dynamic_sampling.enabled=true", 'filter.names=["zero_variance"]']
+    check(load_config(overrides=base))
+    with pytest.raises(UserError, match="replace"):
+        check(load_config(overrides=[*base, "control.dynamic_sampling.type=replace"]))

@@ -312,3 +312,13 @@ def test_speed_without_its_filter_is_refused_at_load():
     with pytest.raises(UserError, match="speed_complete"):
         check(load_config(overrides=["control.name=speed"]))
     check(load_config(overrides=["control.name=speed", 'filter.names=["speed_complete"]']))
+
+
+def test_speed_with_dynamic_sampling_is_refused_at_load():
+    from rollwise.components import check
+    from rollwise.config import load_config
+    from rollwise.registry import UserError
+
+    with pytest.raises(UserError, match="dynamic_sampling"):
+        check(load_config(overrides=["control.name=speed", 'filter.names=["speed_complete", "zero_variance"]',
+                                     "control.dynamic_sampling.enabled=true"]))

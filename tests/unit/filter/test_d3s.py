@@ -8,8 +8,8 @@ import random
 import pytest
 import torch
 
-from rollwise.filter.d3s import (Options, apply, keep_count, max_variance_subset, ramp_length, ratio, sampler_entropy,
-                                 select_rows, select_tokens, token_scores)
+from rollwise.filter.d3s import (Options, apply, keep_count, max_variance_subset, needs_entropy, ramp_length, ratio, ratios,
+                                 sampler_entropy, select_rows, select_tokens, token_scores)
 from rollwise.objectives.advantages import dr_grpo, grpo
 from rollwise.types import Advantages, Rollout
 from rollwise.train.batching import collate
@@ -108,6 +108,10 @@ def test_schedule_values_monotone_and_reaching_one():
     assert ratio(0, 0.5, 0) == 1.0
     assert ramp_length(Options(), 100) == 60 and ramp_length(Options(ramp_steps=7), 100) == 7
     assert keep_count(0.7, 10) == 7 and keep_count(0.5, 3) == 2 and keep_count(0.01, 4) == 1
+    # entropies are needed only while rho_k < 1
+    assert ratios(5, 100, Options(ramp_steps=10)) == (0.75, 0.75) and ratios(5, 100, Options(ramp_steps=10, token_level=False))[1] == 1.0
+    assert [needs_entropy(t, 100, Options(ramp_steps=2)) for t in (0, 1, 2, 3)] == [True, True, False, False]
+    assert not needs_entropy(0, 100, Options(token_level=False)) and needs_entropy(50, 100, Options(schedule="constant"))
 
 
 # ---------------------------------------------------------------- the stage on a Batch
@@ -213,3 +217,36 @@ def test_d3s_without_sampler_entropies_uses_the_trainer(tmp_path):
     rollwise.train(cfg, backend=backend, log=lambda m: None)
     line = json.loads((tmp_path / "t" / "metrics.jsonl").read_text().splitlines()[0])
     assert line["d3s/entropy_from_trainer"] == 1.0
+
+
+def test_d3s_makes_no_entropy_forward_after_the_ramp_and_times_it_as_training(tmp_path, monkeypatch):
+    import time
+
+    import rollwise
+    from rollwise.backends.scripted import ScriptedBackend
+    from rollwise.config import load_config
+    from rollwise.train.tiny import char_tokenizer
+    from rollwise.train.trainer import Trainer
+
+    from conftest import as_sets, tiny_overrides
+
+    calls = []
+    real = Trainer.token_entropy
+
+    def spy(self, batch):
+        calls.append(len(calls))
+        if len(calls) > 1:  # rho_k = 1 from step 1 on: no forward may be made
+            raise AssertionError("token_entropy called after the ramp")
+        time.sleep(0.5)  # visible in time/train_s
+        return real(self, batch)
+
+    monkeypatch.setattr(Trainer, "token_entropy", spy)
+    tok = char_tokenizer()
+    backend = ScriptedBackend(lambda seq, i: tok.encode(str(i % 3)), eos_id=tok.eos_token_id)  # no sampler entropies
+    cfg = load_config(overrides=as_sets(tiny_overrides(tmp_path, steps=3, **{"eval.at_start": False}))
+                      + ["filter.d3s.enabled=true", "filter.d3s.ramp_steps=1"])
+    rollwise.train(cfg, backend=backend, log=lambda m: None)
+    lines = [json.loads(x) for x in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines()]
+    assert len(calls) == 1 and [x["d3s/rho_k"] for x in lines] == [0.5, 1.0, 1.0]
+    assert [x["d3s/entropy_from_trainer"] for x in lines] == [1.0, 0.0, 0.0]
+    assert lines[0]["time/train_s"] >= 0.5  # the down-sampling (entropy forward) counts as training time

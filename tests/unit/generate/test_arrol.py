@@ -9,7 +9,7 @@ import random
 import pytest
 import torch
 
-from rollwise.generate.arrol import ArrolPool, Options, PruneHook, QualityHead, auc, balanced_subset, check_step
+from rollwise.generate.arrol import ArrolPool, Options, PruneHook, QualityHead, auc, balanced_subset, check_step, trim_surplus
 from rollwise.types import Plan, Prompt, Request, Sampling, Verdict
 
 
@@ -167,6 +167,26 @@ def test_prune_hook_inactive_only_collects_features():
     assert set(hook.features) == {0, 2} and not hook.pruned
 
 
+def test_trim_surplus_cuts_every_unit_to_n_keep():
+    # the hook never fired (every row finished before L_p): the first N_keep rows in row order
+    hook = PruneHook(1, [(list(range(8)), 4), (list(range(8, 11)), 4)], _Scores(), True, 0.5)
+    units = [(list(range(8)), 4), (list(range(8, 11)), 4)]
+    assert trim_surplus(units, hook, _Scores(), 0.5) == {4, 5, 6, 7}  # the 3-row unit is under quota
+    # 5 of 8 finished before the check point: the hook keeps them all (no running row); one too many
+    hook = PruneHook(2, [(list(range(8)), 4)], _Scores(), True, 0.5)
+    hook(2, torch.arange(8), torch.rand(8, 3), torch.tensor([False] * 5 + [True] * 3))
+    assert hook.pruned == {5, 6, 7} and trim_surplus([(list(range(8)), 4)], hook, _Scores(), 0.5) == {4}
+    # split over chunks: chunk 0..3 checked (row 0 finished, 1 of its 2 quota running), chunk 4..7 all finished early
+    hook = PruneHook(2, [(list(range(8)), 4)], _Scores(), True, 0.5)
+    hook(2, torch.arange(4), torch.tensor([0.0, 0.9, 0.5, 0.1])[:, None], torch.tensor([False, True, True, True]))
+    assert hook.pruned == {1, 3}  # kept row 2 (q = 0.5)
+    assert trim_surplus([(list(range(8)), 4)], hook, _Scores(), 0.5) == {2, 7}  # finished rows first, in row order
+    # scored survivors beyond the quota are chosen by the balanced rule on the head's predictions
+    hook = PruneHook(1, [(list(range(6)), 2)], _Scores(), False, 0.5)
+    hook(1, torch.arange(6), torch.tensor([0.9, 0.95, 0.8, 0.1, 0.85, 0.7])[:, None], torch.ones(6, dtype=torch.bool))
+    assert trim_surplus([(list(range(6)), 2)], hook, _Scores(), 0.5) == {1, 2, 4, 5}  # keeps {0.9, 0.1}: mean 0.5
+
+
 # ---------------------------------------------------------------- with the hf backend
 
 
@@ -221,13 +241,29 @@ def test_hf_decode_hook_stops_rows_and_leaves_the_others_alone(tiny):
             assert cut[i] == plain[i]
 
 
-def _pool(tiny, max_new_tokens=6):
+class _OnlyEOS(torch.nn.Module):
+    """The tiny model forced to end at once: every completion is the single EOS token."""
+
+    def __init__(self, model, eos):
+        super().__init__()
+        self.model, self.eos = model, eos
+        self.config = model.config
+
+    def forward(self, **kw):
+        out = self.model(**kw)
+        keep = out.logits[..., self.eos].clone()
+        out.logits[...] = -1e4
+        out.logits[..., self.eos] = keep
+        return out
+
+
+def _pool(tiny, max_new_tokens=6, wrap=_NoEOS, max_batch=64):
     from rollwise.backends.hf import HFBackend
     from rollwise.distributed.local import LocalPool
     from rollwise.tokens import Codec
 
     model, tok = tiny
-    backend = HFBackend(_NoEOS(model, tok.eos_token_id), [tok.eos_token_id], tok.pad_token_id, max_batch=64)
+    backend = HFBackend(wrap(model, tok.eos_token_id), [tok.eos_token_id], tok.pad_token_id, max_batch=max_batch)
     verify = lambda p, text: Verdict(float(text[:1] in "13579"), "scripted")  # noqa: E731
     return LocalPool(backend, Codec(tok, use_chat=False), verify, Sampling(1.0, 1.0, max_new_tokens), max_batch=64)
 
@@ -250,6 +286,23 @@ def test_pool_prunes_to_n_and_charges_every_generated_token(tiny):
     assert cost.metrics["arrol/pruned"] == 3 * (n0 - n) and cost.metrics["arrol/pruned_tokens"] == 3 * (n0 - n) * lp
     assert cost.metrics["arrol/active"] == 1.0
     assert all(r.finish == "length" and len(r.completion_ids) == lmax for g in groups for r in g.rollouts)
+
+
+def test_pool_keeps_exactly_n_when_rows_finish_before_the_check_point(tiny):
+    # every completion ends (EOS) before the check point: the hook never fires, all N_0 finish
+    pool = ArrolPool(_pool(tiny, wrap=_OnlyEOS, max_batch=5), Options(check_tokens=1, min_examples=0, min_auc=0.0), max_new_tokens=6)
+    pool.head.update(torch.randn(8, tiny[0].config.hidden_size), torch.tensor([0.0, 1] * 4))
+    calls = []
+    verify = pool.pool.verify
+    pool.pool.verify = lambda p, text: calls.append(p.id) or verify(p, text)
+    groups = pool.generate(_plan(3, 4), [], version=0)
+    cost = pool.take_cost()
+    assert [g.size for g in groups] == [4, 4, 4]
+    assert cost.generated_tokens == 3 * 8 and cost.rollouts == 3 * 8  # the 4 extras per group were generated: charged
+    assert cost.metrics["arrol/surplus"] == 3 * 4 and cost.metrics["arrol/surplus_tokens"] == 3 * 4
+    assert cost.metrics["arrol/pruned"] == 0
+    assert cost.verifier_calls == len(calls) == 3 * 4  # the extras are not verified
+    assert all(r.completion_ids == (tiny[1].eos_token_id,) for g in groups for r in g.rollouts)
 
 
 def test_pool_before_the_head_is_trusted_generates_n_and_learns(tiny):
@@ -312,6 +365,7 @@ def test_arrol_trains_prunes_and_checkpoints_the_head(tmp_path):
     lines = [json.loads(x) for x in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines()]
     assert lines[0]["arrol/active"] == 0.0 and lines[0]["arrol/pruned"] == 0  # no head yet
     assert lines[1]["arrol/active"] == 1.0 and lines[1]["arrol/started"] == 4 * 8
+    assert lines[1]["arrol/pruned"] + lines[1]["arrol/surplus"] == 4 * (8 - 4)  # exactly N_keep = 4 per group survive
     assert lines[1]["arrol/pruned"] > 0 and lines[1]["control/rollouts_per_prompt_max"] <= 4
     step_tokens = lines[1]["cost/generated_tokens"] - lines[0]["cost/generated_tokens"]
     assert step_tokens <= 4 * (8 * 1 + 4 * (cfg.sampling.max_new_tokens - 1))

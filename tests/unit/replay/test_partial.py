@@ -210,3 +210,36 @@ def test_state_dict_round_trip_resumes_identically():
     a = april.generate(nxt, [], 1)
     b = copy.wrap_pool(pool2, _Stream([], 2), lambda: None).generate(nxt, [], 1)
     assert a == b and buf.state_dict() == copy.state_dict()
+
+
+@pytest.mark.parametrize("extra, launched, buffered", [(["p7"], 4, ["p6", "p7"]), (["p3"], 3, ["p6"])])
+def test_a_fresh_request_for_a_buffered_prompt_is_skipped(extra, launched, buffered):
+    """The stream wrapped: p2 comes back fresh while its group is buffered. The fresh request is
+    skipped (the buffered group stands for it) and the step tops up from the stream, skipping
+    prompts already buffered or launched too: no prompt id is returned or buffered twice."""
+    pool, buf, _ = _scripted_pool([1, 2, 7, 7, 7, 7, 7, 7], budget=8, over_provision=2.0)
+    ps = {p.id: p for p in _prompts(8)}
+    ctrl = _Stream([ps["p2"], ps["p3"]] + [ps[i] for i in extra], 2)
+    april = buf.wrap_pool(pool, ctrl, lambda: None)
+    april.generate(Plan((Request(ps["p0"], 2), Request(ps["p1"], 2))), [], 0)
+    assert [e.prompt.id for e in buf.buffer] == ["p2", "p3"]
+    pool.take_cost()
+    out = april.generate(Plan((Request(ps["p2"], 2), Request(ps["p6"], 2))), [], 1)
+    assert [g.prompt.id for g in out] == ["p2", "p3"]  # the buffered (resumed) groups, once each
+    assert all(r.token_versions[0] == 0 for g in out for r in g.rollouts)
+    assert [e.prompt.id for e in buf.buffer] == buffered
+    assert pool.take_cost().metrics["april/launched_groups"] == launched
+
+
+@pytest.mark.parametrize("override, key", [
+    (["control.name=greso"], "control.name"),
+    (["control.dynamic_sampling.enabled=true", 'filter.names=["zero_variance"]'], "control.dynamic_sampling.enabled"),
+    (["sampling.tree.enabled=true"], "sampling.tree.enabled"),
+])
+def test_config_refuses_controllers_with_per_step_state_and_latr(override, key):
+    from rollwise.config import load_config
+    from rollwise.registry import UserError
+
+    with pytest.raises(UserError, match=key.replace(".", r"\.")):
+        load_config(overrides=["replay.name=partial", *override])
+    load_config(overrides=override)  # fine without APRIL

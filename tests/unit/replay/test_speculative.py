@@ -203,3 +203,34 @@ def test_state_dict_round_trip(tiny):
     copy.load_state_dict(torch.load(f, weights_only=False))
     assert copy.cache == spec.cache
     assert torch.equal(torch.rand(4, generator=copy.generator), torch.rand(4, generator=spec.generator))
+
+
+def test_a_requested_prefix_keeps_its_own_versions_and_accepted_drafts_are_current():
+    """A request continuing an off-policy prefix keeps the request's prefix versions (and log-probs);
+    a drafted row's accepted prefix is labelled with the current version (the paper)."""
+    tok = char_tokenizer()
+    backend = ScriptedBackend(lambda seq, i: tok.encode("12345", add_special_tokens=False), tok.eos_token_id, logprob=-0.5)
+    pool = LocalPool(backend, Codec(tok, use_chat=False), _verify, Sampling(1.0, 1.0, 6))
+    spec = SpeculativeRollouts(None, SpeculativeRollouts.Options(bias=0.0), 0)
+    sp = spec.wrap_pool(pool)
+    p0, p1 = _prompts(2)
+    sp.generate(Plan((Request(p0, 1),)), [], 0)
+    d = spec.cache["p0"][0]
+    spec.cache["p0"][0] = type(d)(d.ids, (-0.5, -0.5, 50.0) + d.logprobs[3:], d.finish)  # reject at token 2
+    prefix = tuple(tok.encode("12", add_special_tokens=False))
+    out = {g.prompt.id: g for g in sp.generate(Plan((Request(p0, 1), Request(p1, 1, prefix, (-0.1, -0.2), (3, 4)))), [], 5)}
+    (cont,) = out["p1"].rollouts
+    assert cont.completion_ids[:2] == prefix and cont.logprobs[:2] == (-0.1, -0.2)
+    assert cont.token_versions == (3, 4) + (5,) * (len(cont.completion_ids) - 2) and cont.policy_version == 3
+    (drafted,) = out["p0"].rollouts
+    assert drafted.completion_ids[:2] == d.ids[:2]
+    assert drafted.token_versions == (5,) * len(drafted.completion_ids)
+
+
+def test_latr_is_refused_under_speculative():
+    from rollwise.config import load_config
+    from rollwise.registry import UserError
+
+    with pytest.raises(UserError, match=r"sampling\.tree\.enabled.*replay .speculative."):
+        load_config(overrides=["replay.name=speculative", "sampling.tree.enabled=true"])
+    load_config(overrides=["replay.name=speculative"])
