@@ -68,7 +68,7 @@ accuracy is not the prompt's), but their correct responses enter the exemplar st
 original prompt. ``Prompt.metadata["icl_of"]`` names the original prompt.
 
 ``metrics`` holds the last step's ``control/xrpo_*`` counters (seeded prompts, seeded groups
-with a correct rollout, allocation rounds); the loop does not read it yet.
+with a correct rollout, allocation rounds); the loop adds it to the step's ledger line.
 
 State: prompt stream, history, exemplar store and the in-step round context; all go into
 checkpoints.

@@ -28,7 +28,7 @@ input: ``seq_logprob`` (B,) float, the mean *sampler* log-prob of each row's com
 (``Rollout.logprobs``, i.e. the behaviour policy, detached — the spec says so), computed by
 :func:`sequence_logprob` from the batch's rows. The estimator declares it in ``novelty.inputs``;
 :func:`advantage_inputs` builds the keyword arguments for any estimator that declares inputs,
-so the loop needs one change (not made here, see the report):
+and the loop passes them:
 ``parts.advantage(rewards, gidx, opts, **advantage_inputs(parts.advantage, rows))`` (loop.py). Called
 without ``seq_logprob`` the estimator raises (it never silently degrades to plain GRPO).
 """
