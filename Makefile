@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip install -q --disable-pip-version-check
 export HF_HUB_OFFLINE := 1
 
-.PHONY: demo test install install-test clean
+.PHONY: demo test install install-test bench-quick bench-full clean
 
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)
@@ -31,6 +31,13 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed-test
 	$(PY) -m pytest -q -ra
+
+# the compare presets (install if needed, then run; interrupted sweeps resume, finished runs are skipped)
+bench-quick: $(VENV)/.installed
+	$(VENV)/bin/rollwise compare --config benchmarks/arith_quick.toml
+
+bench-full: $(VENV)/.installed
+	$(VENV)/bin/rollwise compare --config benchmarks/arith_full.toml
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
