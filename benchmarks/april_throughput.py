@@ -153,7 +153,7 @@ def main(argv=None) -> int:
                      "groups_per_step": a.groups, "rollouts_per_prompt": a.n, "over_provision": a.factor,
                      "max_new_tokens": a.max_new_tokens, "temperature": a.temperature, "timed_steps": a.steps,
                      "torch_threads": torch.get_num_threads(), "backend": "rollwise hf (KV cache), fp32, all pulled rows in one decode batch",
-                     "note": "shared CPU (other jobs running): figures are noisy; arms interleaved step by step"},
+                     "note": "arms interleaved step by step on the same weights; compare the speedup ratio only (machine load at start: machine.load_avg_1min_at_start)"},
         "arms": arms_out,
         "speedup": {"generated_tokens_per_s": round(april["generated_tokens_per_s"] / sync["generated_tokens_per_s"], 3),
                     "groups_per_s": round(april["groups_per_s"] / sync["groups_per_s"], 3)},
