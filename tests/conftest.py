@@ -38,3 +38,37 @@ def toml_inline(d: dict) -> str:
     import json
 
     return "{" + ", ".join(f"{k} = {json.dumps(v)}" for k, v in d.items()) + "}"
+
+
+def scripted_arithmetic(schedule):
+    """A scripted backend for the arithmetic task: call ``i`` answers right iff ``schedule(i)``
+    (else the sum + 1), so a test fixes every group's rewards by hand."""
+    from rollwise.backends.scripted import ScriptedBackend
+    from rollwise.train.tiny import char_tokenizer
+
+    tok = char_tokenizer()
+
+    def respond(seq, i):
+        text = tok.decode(seq, skip_special_tokens=True)
+        a, b = text.rstrip("=").replace("-", "+-").split("+")[:2]
+        ans = int(a) + int(b)
+        return tok.encode(str(ans if schedule(i) else ans + 1))
+
+    return ScriptedBackend(respond, tok.eos_token_id)
+
+
+@pytest.fixture
+def trainer_batches(monkeypatch):
+    """Group sizes of every batch the trainer receives."""
+    import torch
+
+    from rollwise.train.trainer import Trainer
+
+    seen, real = [], Trainer.optimize
+
+    def spy(self, batch):
+        seen.append(torch.bincount(batch.group_index).tolist())
+        return real(self, batch)
+
+    monkeypatch.setattr(Trainer, "optimize", spy)
+    return seen

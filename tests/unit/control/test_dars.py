@@ -6,10 +6,10 @@ import json
 import math
 
 import pytest
+from conftest import scripted_arithmetic
 import torch
 
 import rollwise
-from rollwise.backends.scripted import ScriptedBackend
 from rollwise.config import load_config
 from rollwise.control import REGISTRY
 from rollwise.control.dars import DARS, DARSB, extra_rollouts
@@ -238,35 +238,6 @@ def test_state_round_trip_continues_identically():
 # ------------------------------------------------------------------ the real loop
 
 
-def _scripted(schedule):
-    from rollwise.train.tiny import char_tokenizer
-
-    tok = char_tokenizer()
-
-    def respond(seq, i):
-        text = tok.decode(seq, skip_special_tokens=True)
-        a, b = text.rstrip("=").replace("-", "+-").split("+")[:2]
-        ans = int(a) + int(b)
-        return tok.encode(str(ans if schedule(i) else ans + 1))
-
-    return ScriptedBackend(respond, tok.eos_token_id)
-
-
-@pytest.fixture
-def trainer_batches(monkeypatch):
-    """Group sizes of every batch the trainer receives."""
-    from rollwise.train.trainer import Trainer
-
-    seen, real = [], Trainer.optimize
-
-    def spy(self, batch):
-        seen.append(torch.bincount(batch.group_index).tolist())
-        return real(self, batch)
-
-    monkeypatch.setattr(Trainer, "optimize", spy)
-    return seen
-
-
 def test_loop_tops_up_hard_prompts_and_trains_on_groups_of_different_sizes(tmp_path, trainer_batches):
     # 4 prompts x N = 4. Stage 1 (calls 0-15): group g has g of 4 right -> p_hat 0, .25, .5, .75.
     # ΔN (ET, no std, N = 4, A_peak = 2): p -> 0.5/4 = .125, S = .21875, 2/S = 9.14 -> 6;
@@ -276,7 +247,7 @@ def test_loop_tops_up_hard_prompts_and_trains_on_groups_of_different_sizes(tmp_p
     o = tiny_overrides(tmp_path, steps=1, **{"control.name": "dars", "filter.names": ["zero_variance"],
                                              "advantage.name": "dr_grpo", "eval.at_start": False,
                                              "model.warm_start.steps": 0, "eval.n_prompts": 2})
-    result = rollwise.train(load_config(overrides=as_sets(o)), backend=_scripted(schedule), log=lambda m: None)
+    result = rollwise.train(load_config(overrides=as_sets(o)), backend=scripted_arithmetic(schedule), log=lambda m: None)
     m = json.loads((result.run_dir / "metrics.jsonl").read_text().splitlines()[0])
     assert m["control/rounds"] == 2 and m["control/budget_used"] == 16 + 8 == m["cost/rollouts"]
     assert m["control/rollouts_per_prompt_min"] == 4 and m["control/rollouts_per_prompt_max"] == 10
@@ -293,12 +264,12 @@ def test_loop_resume_with_dars_matches_uninterrupted(tmp_path):
     base = tiny_overrides(tmp_path, steps=4, **{"control.name": "dars", "control.options": {"schedule": "hw"},
                                                 "eval.at_start": False, "model.warm_start.steps": 0, "eval.every": 2,
                                                 "eval.n_prompts": 2, "run.checkpoint_every": 2})
-    full = rollwise.train(load_config(overrides=as_sets(dict(base, **{"run.name": "full"}))), backend=_scripted(schedule),
+    full = rollwise.train(load_config(overrides=as_sets(dict(base, **{"run.name": "full"}))), backend=scripted_arithmetic(schedule),
                           log=lambda m: None)
     part = dict(base, **{"run.name": "part", "train.steps": 2})
-    rollwise.train(load_config(overrides=as_sets(part)), backend=_scripted(schedule), log=lambda m: None)
+    rollwise.train(load_config(overrides=as_sets(part)), backend=scripted_arithmetic(schedule), log=lambda m: None)
     resumed = rollwise.train(load_config(overrides=as_sets(dict(part, **{"train.steps": 4}))), resume=True,
-                             backend=_scripted(schedule), log=lambda m: None)
+                             backend=scripted_arithmetic(schedule), log=lambda m: None)
 
     def stable(d):
         return [{k: v for k, v in json.loads(x).items() if not k.startswith(("wall_s", "time/"))}

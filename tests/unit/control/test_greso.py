@@ -5,9 +5,9 @@ budget, the state round trip, and the real loop with dynamic sampling and a scri
 import json
 
 import pytest
+from conftest import scripted_arithmetic
 
 import rollwise
-from rollwise.backends.scripted import ScriptedBackend
 from rollwise.config import load_config
 from rollwise.control import REGISTRY
 from rollwise.control.greso import GRESO, GRESOOptions, keep_probability, round_size, skip_probability, streaks, tune
@@ -280,20 +280,6 @@ def test_registry_and_options():
 # ------------------------------------------------------------------ the real loop
 
 
-def _scripted(schedule):
-    from rollwise.train.tiny import char_tokenizer
-
-    tok = char_tokenizer()
-
-    def respond(seq, i):
-        text = tok.decode(seq, skip_special_tokens=True)
-        a, b = text.rstrip("=").replace("-", "+-").split("+")[:2]
-        ans = int(a) + int(b)
-        return tok.encode(str(ans if schedule(i) else ans + 1))
-
-    return ScriptedBackend(respond, tok.eos_token_id)
-
-
 def test_loop_with_dynamic_sampling_runs_greso_rounds_only(tmp_path):
     # B = 4, n = 4, S_max = 6. Round 1 (calls 0-23, request order): groups 0-2 alternate right/wrong
     # (calls 0-11), groups 3-5 all wrong -> pool 3, zeta 0.5 -> int(1 * 4 / 0.5 / 4 * 1.25) = 2,
@@ -303,7 +289,7 @@ def test_loop_with_dynamic_sampling_runs_greso_rounds_only(tmp_path):
     o = tiny_overrides(tmp_path, steps=1, **{"control.name": "greso", "control.dynamic_sampling.enabled": True,
                                              "filter.names": ["zero_variance"], "eval.at_start": False,
                                              "model.warm_start.steps": 0, "eval.n_prompts": 2})
-    result = rollwise.train(load_config(overrides=as_sets(o)), backend=_scripted(schedule), log=lambda m: None)
+    result = rollwise.train(load_config(overrides=as_sets(o)), backend=scripted_arithmetic(schedule), log=lambda m: None)
     m = json.loads((result.run_dir / "metrics.jsonl").read_text().splitlines()[0])
     assert m["control/rounds"] == 2 and m["control/budget_used"] == 32 == m["cost/rollouts"] == m["cost/verifier_calls"]
     assert m["groups/count"] == 8 and m["filter/all_wrong"] == 5

@@ -6,7 +6,6 @@ import json
 import pytest
 
 import rollwise
-from rollwise.backends.scripted import ScriptedBackend
 from rollwise.components import build_filters
 from rollwise.config import load_config
 from rollwise.control.rounds import DynamicSampling, count_passing, target_groups
@@ -14,7 +13,7 @@ from rollwise.control.uniform import Uniform
 from rollwise.registry import UserError
 from rollwise.types import Group, Prompt, Rollout, Verdict
 
-from conftest import as_sets, tiny_overrides
+from conftest import as_sets, scripted_arithmetic, tiny_overrides
 
 ZV = ["filter.names=[\"zero_variance\"]", "control.prompts_per_step=4", "control.rollouts_per_prompt=2"]
 
@@ -85,20 +84,10 @@ def test_config_checks():
 def _run(tmp_path, schedule, **extra):
     """One training step (4 prompts x 4 rollouts) where ``schedule(call_index)`` says whether the
     scripted answer is right; returns the step's metrics line."""
-    from rollwise.train.tiny import char_tokenizer
-
-    tok = char_tokenizer()
-
-    def respond(seq, i):
-        text = tok.decode(seq, skip_special_tokens=True)
-        a, b = text.rstrip("=").replace("-", "+-").split("+")[:2]
-        ans = int(a) + int(b)
-        return tok.encode(str(ans if schedule(i) else ans + 1))
-
     o = tiny_overrides(tmp_path, steps=1, **{"filter.names": ["zero_variance"], "eval.at_start": False,
                                              "model.warm_start.steps": 0, "eval.n_prompts": 2,
                                              "control.dynamic_sampling.enabled": True, **extra})
-    result = rollwise.train(load_config(overrides=as_sets(o)), backend=ScriptedBackend(respond, tok.eos_token_id),
+    result = rollwise.train(load_config(overrides=as_sets(o)), backend=scripted_arithmetic(schedule),
                             log=lambda m: None)
     return json.loads((result.run_dir / "metrics.jsonl").read_text().splitlines()[0])
 

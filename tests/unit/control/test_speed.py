@@ -5,10 +5,9 @@ screens, the budget, the state round trip, and the real loop with a scripted bac
 import json
 
 import pytest
-import torch
+from conftest import scripted_arithmetic
 
 import rollwise
-from rollwise.backends.scripted import ScriptedBackend
 from rollwise.config import load_config
 from rollwise.control import REGISTRY
 from rollwise.control.speed import (GROUP_SIZE_KEY, SPEED, SPEEDOptions, accepted, complete_filter, continue_count,
@@ -256,35 +255,6 @@ def test_registry_and_options():
 # ------------------------------------------------------------------ the real loop
 
 
-def _scripted(schedule):
-    from rollwise.train.tiny import char_tokenizer
-
-    tok = char_tokenizer()
-
-    def respond(seq, i):
-        text = tok.decode(seq, skip_special_tokens=True)
-        a, b = text.rstrip("=").replace("-", "+-").split("+")[:2]
-        ans = int(a) + int(b)
-        return tok.encode(str(ans if schedule(i) else ans + 1))
-
-    return ScriptedBackend(respond, tok.eos_token_id)
-
-
-@pytest.fixture
-def trainer_batches(monkeypatch):
-    """Group sizes of every batch the trainer receives."""
-    from rollwise.train.trainer import Trainer
-
-    seen, real = [], Trainer.optimize
-
-    def spy(self, batch):
-        seen.append(torch.bincount(batch.group_index).tolist())
-        return real(self, batch)
-
-    monkeypatch.setattr(Trainer, "optimize", spy)
-    return seen
-
-
 def test_loop_screens_continues_and_trains_exactly_b_finished_groups(tmp_path, trainer_batches):
     # B = 4, n_init 2 + n_cont 2. Round 1 screens 4 prompts (calls 0-7; right at 0 and 2):
     # screens 1-2 are [R, W] (accepted), 3-4 [W, W] (rejected). Round 2: continue the 2 accepted
@@ -294,7 +264,7 @@ def test_loop_screens_continues_and_trains_exactly_b_finished_groups(tmp_path, t
     o = tiny_overrides(tmp_path, steps=1, **{"control.name": "speed", "control.options": {"n_init": 2},
                                              "filter.names": ["speed_complete"],
                                              "eval.at_start": False, "model.warm_start.steps": 0, "eval.n_prompts": 2})
-    result = rollwise.train(load_config(overrides=as_sets(o)), backend=_scripted(schedule), log=lambda m: None)
+    result = rollwise.train(load_config(overrides=as_sets(o)), backend=scripted_arithmetic(schedule), log=lambda m: None)
     m = json.loads((result.run_dir / "metrics.jsonl").read_text().splitlines()[0])
     assert m["control/rounds"] == 3 and m["control/budget_used"] == 24 == m["cost/rollouts"] == m["cost/verifier_calls"]
     assert m["control/speed_screened"] == 8 and m["control/speed_screen_rollouts"] == 16
