@@ -93,7 +93,8 @@ class Sweep(_Model):
     out_dir: str | None = Field(None, description="Directory of the runs and the report (default runs/compare/<name>; "
                                 "relative to the working directory).")
     runs_dir: str | None = Field(None, description="Directory of the runs (default: out_dir). Sweeps that share it share "
-                                 "their runs: a run whose arm name, seed and resolved config match is reused, not trained again.")
+                                 "their runs: a run whose arm name, seed and resolved config match is reused, not trained again (whatever "
+                                 "commit made it: compare.json lists each run's commit).")
     jobs: int = Field(1, ge=1, description="Runs trained at once in separate processes (1 = one after another; wall-clock "
                       "figures are only comparable between runs that shared the machine the same way).")
 
