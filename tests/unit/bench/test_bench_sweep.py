@@ -106,3 +106,10 @@ def test_bad_arms_fail_before_any_run(tmp_path, monkeypatch, label, text, needle
     for needle in needles:
         assert needle in str(e.value)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[3] / "benchmarks").glob("*.toml")), ids=lambda p: p.stem)
+def test_every_shipped_sweep_validates(path):
+    # every arm x seed config of the committed presets loads (names, options, refused combinations)
+    sweep = load_sweep(path)
+    assert len(plan(sweep)) == len(sweep.arms) * len(sweep.seeds)
