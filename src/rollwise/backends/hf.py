@@ -67,10 +67,6 @@ class HFBackend:
         halted = False  # stop_when fired: later chunks do not start
         try:
             for start in range(0, len(sequences), self.max_batch):
-                if stop_when is None and max_new_tokens is None:
-                    out.extend(self._generate_chunk(sequences[start:start + self.max_batch], sampling, gen,
-                                                    hook=decode_hook, offset=start))
-                    continue
                 chunk = sequences[start:start + self.max_batch]
                 if halted:
                     out.extend(Completion((), (), "partial") for _ in chunk)
@@ -153,12 +149,14 @@ class HFBackend:
                     done |= cut
                 if bool(done.all()):
                     break
-            tok, lp = sample_next(res.logits[:, -1, :].float(), sampling, gen)
+            logits = res.logits[:, -1, :].float()
+            logp = sampling_logprobs(logits, sampling)  # once per step: the draw and the entropy read it
+            tok, lp = sample_next(logits, sampling, gen, logp)
             tok = torch.where(done, torch.full_like(tok, self.pad_id), tok)
             new_ids[:, t] = tok
             new_lp[:, t] = torch.where(done, torch.zeros_like(lp), lp)
             if new_ent is not None:
-                new_ent[:, t] = torch.where(done, torch.zeros_like(lp), sampled_entropy(res.logits[:, -1, :].float(), sampling))
+                new_ent[:, t] = torch.where(done, torch.zeros_like(lp), entropy(logp))
             n_new += (~done).long()
             done |= torch.isin(tok, eos_ids)
             if limits is not None:
@@ -205,10 +203,12 @@ class HFBackend:
         return res.logits[:, -1, :].float(), res.past_key_values
 
 
-def sample_next(logits: torch.Tensor, sampling: Sampling, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_next(logits: torch.Tensor, sampling: Sampling, gen: torch.Generator,
+                logp: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Draw one token per row; return (ids (B,), log-probs (B,)) under the sampled distribution
-    (``sampling_logprobs``; temperature <= 0 is greedy)."""
-    logp = sampling_logprobs(logits, sampling)
+    (``logp``, default ``sampling_logprobs(logits, sampling)``; temperature <= 0 is greedy)."""
+    if logp is None:
+        logp = sampling_logprobs(logits, sampling)
     if sampling.temperature <= 0:
         tok = logits.argmax(dim=-1)
     else:
@@ -239,7 +239,7 @@ def sampling_logprobs(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
     return top_p_logprobs(logp, sampling.top_p) if sampling.top_p < 1.0 else logp
 
 
-def sampled_entropy(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
-    """(B,) entropy of the distribution ``sample_next`` draws from (``sampling_logprobs``)."""
-    logp = sampling_logprobs(logits, sampling)
+def entropy(logp: torch.Tensor) -> torch.Tensor:
+    """(B,) entropy of each row of (B, V) log-probs (``sampling_logprobs``: the distribution
+    ``sample_next`` draws from); tokens top-p removed (-inf) contribute 0."""
     return -torch.where(torch.isfinite(logp), logp.exp() * logp, torch.zeros_like(logp)).sum(-1)
