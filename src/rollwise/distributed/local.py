@@ -106,10 +106,8 @@ class LocalPool:
                                    "latr/branches_pruned": st.get("branches_pruned", 0)})
         t1 = time.perf_counter()
         out = []
-        for (req, pids, prefix), c, path in zip(jobs, comps, paths):
-            text = self.codec.decode(prefix + c.token_ids)
-            verdict = self.verify(req.prompt, text)
-            r = make_rollout(req, pids, c, version, text, verdict)
+        for (req, pids, _), c, path in zip(jobs, comps, paths):
+            r = self.finish_rollout(req, pids, c, version)
             out.append((req.prompt, r if path is None else dataclasses.replace(r, tree=path)))
         t2 = time.perf_counter()
         if charge:
@@ -119,12 +117,18 @@ class LocalPool:
     def generate(self, plan: Plan, groups: list[Group], version: int) -> list[Group]:
         return merge_groups(groups, self.rollouts(plan, version))
 
+    def finish_rollout(self, req, pids, c, version: int) -> Rollout:
+        """Decode ``req.prefix`` + the completion, verify it and build its rollout (every pool
+        wrapper's last step: APRIL, SPEC-RL, ARRoL)."""
+        text = self.codec.decode(tuple(req.prefix or ()) + c.token_ids)
+        return make_rollout(req, pids, c, version, text, self.verify(req.prompt, text))
+
 
 def make_rollout(req, pids, c, version: int, text: str, verdict: Verdict) -> Rollout:
     """A rollout from a completion; a continued prefix keeps its own log-probs and versions."""
     if not req.prefix:
         return Rollout(req.prompt.id, pids, c.token_ids, c.logprobs, c.finish, version, text, verdict,
-                       entropies=getattr(c, "entropies", None))
+                       entropies=c.entropies)
     if req.prefix_logprobs is None or len(req.prefix_logprobs) != len(req.prefix):
         raise ValueError(f"request for {req.prompt.id!r} continues a prefix without its log-probs")
     versions = tuple(req.prefix_versions or (version,) * len(req.prefix)) + (version,) * len(c.token_ids)

@@ -67,7 +67,7 @@ from typing import Literal, Sequence
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from rollwise.distributed.local import make_rollout, merge_groups
+from rollwise.distributed.local import merge_groups
 from rollwise.registry import UserError
 from rollwise.types import Group, Plan
 
@@ -386,8 +386,7 @@ class ArrolPool:
         for row, ((req, pids, prefix), c) in enumerate(zip(jobs, comps)):
             if row in hook.pruned or row in surplus:  # stopped part-way / beyond N_keep: never verified or trained on
                 continue
-            text = pool.codec.decode(prefix + c.token_ids)
-            out.append((row, req.prompt, make_rollout(req, pids, c, version, text, pool.verify(req.prompt, text))))
+            out.append((row, req.prompt, pool.finish_rollout(req, pids, c, version)))
         t2 = time.perf_counter()
         pairs = [(hook.features[row], r.reward) for row, _, r in out if row in hook.features and r.reward is not None]
         head_metrics = self.head.update(torch.stack([f for f, _ in pairs]), torch.tensor([y for _, y in pairs])) if pairs else {}

@@ -78,7 +78,6 @@ from typing import Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rollwise.distributed.local import make_rollout
 from rollwise.registry import UserError
 from rollwise.types import Completion, Group, Plan, Prompt, Request, Rollout
 
@@ -219,10 +218,9 @@ class AprilPool:
             launch += self._extra(width - len(launch), seen)
         returned, back = self._run(launch, target, version)
         self.buf.buffer = sorted(back + rest + parked, key=lambda e: e.seq)
-        m = self.inner.cost.metrics
-        m["april/launched_groups"] = m.get("april/launched_groups", 0) + len(launch)
-        m["april/returned_groups"] = m.get("april/returned_groups", 0) + len(returned)
-        m["april/buffered_groups"] = len(self.buf.buffer)
+        cost = self.inner.cost
+        cost.count(**{"april/launched_groups": len(launch), "april/returned_groups": len(returned)})
+        cost.metrics["april/buffered_groups"] = len(self.buf.buffer)
         return list(groups) + returned
 
     def _extra(self, k: int, seen: set[str] | None = None) -> list[Entry]:
@@ -247,8 +245,9 @@ class AprilPool:
         pool, mode = self.inner, self.buf.opts.prefix_mode
         budget = pool.sampling.max_new_tokens
         jobs, seqs, limits = [], [], []
+        pids_of = [pool.codec.encode_prompt(e.prompt) for e in launch]
         for ei, e in enumerate(launch):
-            pids = pool.codec.encode_prompt(e.prompt)
+            pids = pids_of[ei]
             for si, s in enumerate(e.slots):
                 if s.rollout is None:
                     jobs.append((ei, si))
@@ -271,7 +270,7 @@ class AprilPool:
                 c = Completion(c.token_ids, c.logprobs, "length")
             if len(s.ids) > budget:  # max_new_tokens lowered since the prefix was generated
                 s.ids, s.logprobs, s.versions, c = s.ids[:budget], s.logprobs[:budget], s.versions[:budget], Completion((), (), "length")
-            s.rollout = self._finish(e.prompt, s, c, version, mode)
+            s.rollout = self._finish(e.prompt, pids_of[ei], s, c, version, mode)
             finished += 1
             resumed += bool(s.ids)
             verdicts.append(s.rollout.verdict)
@@ -290,13 +289,10 @@ class AprilPool:
         m["april/offpolicy_token_frac"] = sum(v < version for v in toks) / max(1, len(toks))
         return returned, back
 
-    def _finish(self, prompt: Prompt, s: Slot, c: Completion, version: int, mode: str) -> Rollout:
+    def _finish(self, prompt: Prompt, pids, s: Slot, c: Completion, version: int, mode: str) -> Rollout:
         """Verify a finished row and build its rollout (prefix log-probs and versions kept)."""
-        pool = self.inner
-        pids = pool.codec.encode_prompt(prompt)
         req = Request(prompt, 1, s.ids or None, s.logprobs or None, s.versions or None)
-        text = pool.codec.decode(s.ids + c.token_ids)
-        r = make_rollout(req, pids, c, version, text, pool.verify(prompt, text))
+        r = self.inner.finish_rollout(req, pids, c, version)
         if mode == "mask" and s.ids:
             r = dataclasses.replace(r, loss_mask=(0,) * len(s.ids) + (1,) * len(c.token_ids))
         return r

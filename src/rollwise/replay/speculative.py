@@ -68,7 +68,7 @@ from typing import Callable, Sequence
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from rollwise.distributed.local import make_rollout, merge_groups
+from rollwise.distributed.local import merge_groups
 from rollwise.types import Completion, Group, Plan, Request
 
 
@@ -238,11 +238,9 @@ class SpeculativePool:
                 c = done[i]
             # a request's own prefix keeps its versions; accepted draft tokens are current (the paper)
             pv = tuple(req.prefix_versions or ()) if req.prefix else (version,) * len(prefix)
-            sub = Request(req.prompt, 1, prefix or None, plp or None, pv or None)
-            text = pool.codec.decode(prefix + c.token_ids)
-            verdict = pool.verify(req.prompt, text)
-            verdicts.append(verdict)
-            pairs.append((req.prompt, make_rollout(sub, pids, c, version, text, verdict)))
+            r = pool.finish_rollout(Request(req.prompt, 1, prefix or None, plp or None, pv or None), pids, c, version)
+            verdicts.append(r.verdict)
+            pairs.append((req.prompt, r))
         t2 = time.perf_counter()
         cost.charge(sum(len(c.token_ids) for c in comps), len(rows), verdicts, t1 - t0, t2 - t1)
         merged = merge_groups(groups, pairs)
