@@ -90,12 +90,10 @@ class Run:
         if not tc.enabled:
             return None
         from rollwise.backends.latr import LatrSampler, math_symbol_ids
-        from rollwise.registry import UserError
 
-        # config-only checks are in latr.check_config (components.check); this one needs the backend,
-        # which is an argument of the run, not part of the config
-        if not hasattr(backend, "forward_step"):
-            raise UserError(f"sampling.tree.enabled needs the hf backend, got {type(backend).__name__}")
+        # config-only checks are in latr.check_config (components.check); LatrSampler checks the
+        # backend (an argument of the run, not part of the config) before the symbol table is built
+        LatrSampler.check_backend(backend)
         symbols = math_symbol_ids(self.codec.decode, len(self.codec.tokenizer)) if tc.keep_math_symbols else frozenset()
         return LatrSampler(backend, tc, symbols, max_batch=self.cfg.model.max_batch)
 

@@ -221,13 +221,17 @@ class LatrSampler:
     """Generates the tree part of groups; ``pool.tree`` (``distributed.local``) routes to it."""
 
     def __init__(self, backend: HFBackend, opts, symbol_ids: frozenset[int] = frozenset(), max_batch: int | None = None):
-        for need in ("forward_step", "left_pad", "generate"):
-            if not hasattr(backend, need):
-                raise TypeError(f"LATR tree rollouts need the hf backend (its {need}); got {type(backend).__name__}")
+        self.check_backend(backend)
         self.backend, self.opts, self.symbol_ids = backend, opts, symbol_ids
         self.max_batch = max_batch  # rows per tree-phase forward (None: the backend's max_batch)
         self._ids = itertools.count()
         self.last_stats: dict[str, float] = {}
+
+    @staticmethod
+    def check_backend(backend) -> None:
+        for need in ("forward_step", "left_pad", "generate"):
+            if not hasattr(backend, need):
+                raise UserError(f"sampling.tree.enabled needs the hf backend (its {need}); got {type(backend).__name__}")
 
     def tree_size(self, n: int, step: int) -> int:
         return tree_size(n, mix_ratio(self.opts.schedule, step))
