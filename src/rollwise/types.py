@@ -35,6 +35,9 @@ class Verdict:
     score: float | None  # usually 0.0 / 1.0; None = could not verify
     reason: str = ""  # short machine-friendly reason ("correct", "wrong", "no_answer", ...)
     details: Mapping[str, Any] = field(default_factory=dict)  # e.g. {"answer": "42"} for maj@k
+    # Named reward components (GDPO, rollwise.objectives.gdpo), e.g. {"correct": 1.0, "format": 1.0};
+    # None = the verifier gives only ``score``. ``score`` stays the training scalar and what evaluation counts.
+    rewards: Mapping[str, float] | None = None
 
     @property
     def verified(self) -> bool:
@@ -184,6 +187,7 @@ class Batch:
     ref_logprobs: torch.Tensor | None = None  # (B, T) frozen reference log-probs, if KL is on
     prox_logprobs: torch.Tensor | None = None  # (B, T) proximal policy log-probs (decoupled PPO)
     token_advantages: torch.Tensor | None = None  # (B, T) per-token advantages (tree advantage); replaces ``advantages`` in token-level objectives
+    num_rows: int | None = None  # global number of rows of the optimizer step, empty ones included (objective option count_empty_rows)
 
     @property
     def size(self) -> int:

@@ -36,8 +36,9 @@ last integer of the completion (``metadata["cot"]``).
 
 from __future__ import annotations
 
+import dataclasses
 import random
-from typing import Sequence
+from typing import Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -208,7 +209,17 @@ class ArithmeticTask:
         return self._heldout
 
     def verify(self, prompt: Prompt, completion: str) -> Verdict:
-        return exact.verify(prompt, completion)
+        v = exact.verify(prompt, completion)
+        second = self.options.second_reward
+        if second == "none" or v.score is None:
+            return v
+        text = completion.strip()
+        if second == "format":  # the answer is well formed: a bare integer (cot: the trace ends in '=INTEGER')
+            ok = (exact.parse_int(text.rsplit("=", 1)[-1]) is not None and "=" in text) if prompt.metadata.get("cot") \
+                else exact.parse_int(text) is not None
+        else:  # "length": at most max_length characters (the tiny models' tokens are characters)
+            ok = len(text) <= self.options.max_length
+        return dataclasses.replace(v, rewards={"correct": v.score, second: 1.0 if ok else 0.0})
 
     def target(self, prompt: Prompt) -> str:
         """The reference completion: the answer, or the chain-of-thought trace if ``cot``."""
@@ -243,6 +254,13 @@ class _Options(BaseModel):
         description="chain-of-thought mode: SFT targets are digit-by-digit traces ending in '=ANSWER', "
         "and the verifier reads the last integer of the completion",
     )
+    second_reward: Literal["none", "format", "length"] = Field(
+        default="none",
+        description="a second named reward beside 'correct' (Verdict.rewards, for GDPO): 'format' = 1 when the answer "
+        "is well formed (a bare integer; cot: the trace ends in '=INTEGER'), 'length' = 1 when the stripped "
+        "completion has at most max_length characters; 'none' = only the score. The score stays correctness.",
+    )
+    max_length: int = Field(default=2, ge=1, description="characters allowed by second_reward = 'length'")
 
     @field_validator("levels")
     @classmethod
