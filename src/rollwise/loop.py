@@ -44,7 +44,7 @@ def train(cfg: Config, *, resume: bool = False, backend=None, log=print) -> RunR
             parts.replay.add(kept)
             rows, rewards, gidx = flatten(batch_groups)
             rewards, shaping = run.shape_rewards(rows, rewards)          # overlong penalty, KL in reward
-            advs = parts.advantage(rewards, gidx, parts.advantage_options, **advantage_inputs(parts.advantage, rows))
+            advs = parts.advantage(rewards, gidx, parts.advantage_options, **advantage_inputs(parts.advantage, rows, run))
             batch = collate(rows, rewards, gidx, advs, run.codec.pad_id)
             t0 = now()                                                   # train time includes D3S (entropy forward)
             batch, picked = run.downsample(batch, rows)                 # D3S rows / tokens (off by default)

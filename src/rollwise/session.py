@@ -77,7 +77,7 @@ class Run:
         if schedule is not None:  # rollout schedulers that own generation (APRIL partial, SPEC-RL speculative)
             self.pool = schedule(self.pool, self.parts.controller, lambda: self.state)
         self.trainer = Trainer(self.model, self.parts.objective, self.parts.objective_options, cfg.train, s.temperature,
-                               reference=cfg.reward.kl.coef > 0)
+                               reference=cfg.reward.kl.coef > 0 or getattr(self.parts.advantage, "needs_reference", False))
         self.ledger = Ledger(self.dir)
         self.state = RunState(seed=seed)
         self.evals: list[dict] = []

@@ -27,10 +27,49 @@ def completion_logprobs(rows: Sequence[Rollout]) -> list[tuple[float, ...]]:
     return [r.logprobs for r in rows]
 
 
-_INPUTS = {"seq_logprob": sequence_logprob, "tree_paths": tree_paths, "completion_logprobs": completion_logprobs}
+def completion_texts(rows: Sequence[Rollout]) -> list[str]:
+    """Each row's decoded completion text (uniqueness clustering, ``objectives/uniqueness.py``)."""
+    return [r.text for r in rows]
 
 
-def advantage_inputs(fn, rows: Sequence[Rollout]) -> dict[str, torch.Tensor]:
+def confidence_shift(rows: Sequence[Rollout], run) -> torch.Tensor:
+    """(B,) ``c_i = sum_t (log mu(y_t) - log pi_ref(y_t))`` over each row's loss tokens: the sampler
+    (rollout policy, detached) log-probs minus the frozen reference's (ACE, ``objectives/ace.py``).
+    Needs the run's trainer built with a reference model (``Run`` does so when the estimator sets
+    ``needs_reference``)."""
+    from rollwise.train.batching import collate
+    from rollwise.types import Advantages
+
+    b = len(rows)
+    if b == 0:
+        return torch.zeros(0)
+    every_row = Advantages(torch.zeros(b), torch.ones(b, dtype=torch.bool))
+    batch = collate(list(rows), torch.zeros(b), torch.zeros(b, dtype=torch.long), every_row, run.codec.pad_id)
+    _, ref = run.trainer.policy_and_reference_logprobs(batch)
+    diff = (batch.old_logprobs - ref.to(batch.old_logprobs.dtype)) * batch.loss_mask
+    return diff.sum(dim=1)
+
+
+def completion_lengths(rows: Sequence[Rollout]) -> torch.Tensor:
+    """(B,) float: each row's completion length in tokens."""
+    return torch.tensor([float(len(r.completion_ids)) for r in rows], dtype=torch.float32)
+
+
+_INPUTS = {"seq_logprob": sequence_logprob, "tree_paths": tree_paths, "completion_logprobs": completion_logprobs,
+           "completion_texts": completion_texts, "completion_lengths": completion_lengths}
+_RUN_INPUTS = {"confidence_shift": confidence_shift}  # inputs that need the run (its trainer, codec, controller)
+
+
+def advantage_inputs(fn, rows: Sequence[Rollout], run=None) -> dict[str, torch.Tensor]:
     """Keyword inputs an estimator declares in ``fn.inputs`` beyond (rewards, group ids), computed
-    from the batch's rows (the ``rows`` of ``train.batching.flatten``); ``{}`` for the others."""
-    return {name: _INPUTS[name](rows) for name in getattr(fn, "inputs", ())}
+    from the batch's rows (the ``rows`` of ``train.batching.flatten``) and, for the inputs in
+    ``_RUN_INPUTS``, from the ``run`` (``session.Run``); ``{}`` for the others."""
+    out = {}
+    for name in getattr(fn, "inputs", ()):
+        if name in _RUN_INPUTS:
+            if run is None:
+                raise ValueError(f"advantage input {name!r} needs the run (advantage_inputs(fn, rows, run))")
+            out[name] = _RUN_INPUTS[name](rows, run)
+        else:
+            out[name] = _INPUTS[name](rows)
+    return out
