@@ -10,6 +10,18 @@ temperature-1 log-prob), and a finish reason: "stop" (EOS emitted, included in t
 Sequences are left-padded into chunks of at most ``max_batch`` rows; position ids skip the
 padding, so a row's result does not depend on what it was batched with beyond float rounding.
 
+Speed (issue #13): a row that finishes (EOS, its budget, a decode hook's cut) leaves the decode
+batch at once, and its rows of the KV cache are dropped (``Cache.batch_select_indices``), so the
+tail of a chunk costs what its live rows cost. Every forward asks the model for the logits of the
+last position only (``logits_to_keep=1``: the prompt positions of the prefill never reach the LM
+head). Sampling is inverse-CDF with one uniform per (row, step) drawn from the generator before
+the first forward, so row i's t-th token reads ``u[i, t]`` however many rows have left the batch:
+a row's tokens do not depend on compaction (nor on its batch-mates, beyond float rounding). The
+tokens are still draws from exactly the distribution whose log-probs are reported. This consumes
+the generator differently from the former ``torch.multinomial`` sampler, so a seed now gives
+other samples than before issue #13. ``compute_dtype`` (``rollwise.train.precision``) runs the
+forwards under bf16 autocast; the log-softmax of the sampled distribution is always fp32.
+
 Optional extras (off by default, so the default path is unchanged):
 
 - ``record_entropy = True`` (set by the run when D3S token selection reads sampler entropies,
@@ -31,14 +43,19 @@ from typing import Sequence
 
 import torch
 
+from rollwise.train.precision import autocast
 from rollwise.types import Completion, Sampling
 
 
 class HFBackend:
     record_entropy: bool = False  # fill Completion.entropies (module docstring)
+    compact: bool = True  # finished rows leave the decode batch (False: the pre-#13 behaviour, for A/B tests)
 
-    def __init__(self, model, eos_ids: Sequence[int], pad_id: int, max_batch: int = 256, seed: int = 0):
+    def __init__(self, model, eos_ids: Sequence[int], pad_id: int, max_batch: int = 256, seed: int = 0,
+                 compute_dtype: torch.dtype | None = None):
         self.model = model
+        self.compute_dtype = compute_dtype  # autocast dtype of the forwards (None / float32: none)
+        self._keeps_logits = _accepts_logits_to_keep(model)
         self.eos_ids = torch.tensor(sorted(set(eos_ids)), dtype=torch.long)
         self._eos_set = frozenset(int(i) for i in eos_ids)
         self.pad_id = pad_id
@@ -105,7 +122,8 @@ class HFBackend:
                 for i, s in enumerate(seqs):
                     ids[i, :len(s)] = torch.tensor(list(s), dtype=torch.long)
                     mask[i, :len(s)] = 1
-                logits = self.model(input_ids=ids.to(dev), attention_mask=mask.to(dev)).logits.float()
+                with autocast(self.compute_dtype, dev):
+                    logits = self.model(input_ids=ids.to(dev), attention_mask=mask.to(dev)).logits.float()
                 for i, s in enumerate(seqs):
                     lo, hi = max(1, st[i]), len(s)
                     lp = sampling_logprobs(logits[i, lo - 1:hi - 1], sampling)
@@ -118,6 +136,14 @@ class HFBackend:
             self.model.train(was_training)
         return out
 
+    def _forward(self, inp, mask, pos, cache, hidden: bool = False):
+        """One cached forward under the compute dtype; logits only at the last position."""
+        kw = {"output_hidden_states": True} if hidden else {}
+        if self._keeps_logits:
+            kw["logits_to_keep"] = 1  # the LM head only where a token is sampled (prefill included)
+        with autocast(self.compute_dtype, inp.device):
+            return self.model(input_ids=inp, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True, **kw)
+
     def _generate_chunk(self, seqs, sampling: Sampling, gen, limits=None, stop=None, hook=None, offset=0) -> list[Completion]:
         b = len(seqs)
         if b == 0:
@@ -126,39 +152,46 @@ class HFBackend:
         dev = ids.device
         steps = sampling.max_new_tokens if limits is None else max(list(limits) + [0])
         lim = torch.full((b,), steps, dtype=torch.long, device=dev) if limits is None else torch.tensor(list(limits), dtype=torch.long, device=dev)
+        # one uniform per (row, step), drawn up front: row i's t-th token reads u[i, t] whatever
+        # rows have left the batch, so compaction cannot change a row's tokens (module docstring)
+        u = torch.rand((b, steps), generator=gen, dtype=torch.float64, device=gen.device) if sampling.temperature > 0 and steps else None
         new_ids = torch.full((b, steps), self.pad_id, dtype=torch.long, device=dev)
         new_lp = torch.zeros((b, steps), device=dev)
         done = lim <= 0
         n_new = torch.zeros(b, dtype=torch.long, device=dev)
         eos_ids = self.eos_ids.to(dev)
         cache = None
-        inp = ids
+        act = (~done).nonzero()[:, 0]  # chunk rows still in the decode batch, in cache order
+        inp, mask, pos = ids[act], mask[act], pos[act]
         stopped = False
         pruned = torch.zeros(b, dtype=torch.bool, device=dev)  # rows stopped by the decode hook
         new_ent = torch.zeros((b, steps), device=dev) if self.record_entropy else None
-        for t in range(steps if not bool(done.all()) else 0):
+        for t in range(steps if len(act) else 0):
             want = hook is not None and bool(hook.wants(t))
-            res = self.model(input_ids=inp, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True,
-                             **({"output_hidden_states": True} if want else {}))
+            res = self._forward(inp, mask, pos, cache, hidden=want)
             cache = res.past_key_values
+            logits = res.logits[:, -1, :].float()
             if want:
-                cut = hook(t, torch.arange(offset, offset + b), res.hidden_states[-1][:, -1, :], ~done)
+                hidden = res.hidden_states[-1][:, -1, :]
+                full = hidden.new_zeros((b, hidden.shape[-1]))
+                full[act] = hidden  # finished rows: zeros, flagged not alive
+                cut = hook(t, torch.arange(offset, offset + b), full, ~done)
                 if cut is not None:
                     cut = cut.to(dev) & ~done
                     pruned |= cut
                     done |= cut
                 if bool(done.all()):
                     break
-            logits = res.logits[:, -1, :].float()
             logp = sampling_logprobs(logits, sampling)  # once per step: the draw and the entropy read it
-            tok, lp = sample_next(logits, sampling, gen, logp)
-            tok = torch.where(done, torch.full_like(tok, self.pad_id), tok)
-            new_ids[:, t] = tok
-            new_lp[:, t] = torch.where(done, torch.zeros_like(lp), lp)
+            tok, lp = sample_rows(logits, sampling, logp, None if u is None else u[act.to(u.device), t])
+            live = ~done[act]  # rows the hook just cut take no token
+            tok = torch.where(live, tok, torch.full_like(tok, self.pad_id))
+            new_ids[act, t] = tok
+            new_lp[act, t] = torch.where(live, lp, torch.zeros_like(lp))
             if new_ent is not None:
-                new_ent[:, t] = torch.where(done, torch.zeros_like(lp), entropy(logp))
-            n_new += (~done).long()
-            done |= torch.isin(tok, eos_ids)
+                new_ent[act, t] = torch.where(live, entropy(logp), torch.zeros_like(lp))
+            n_new[act] += live.long()
+            done[act] |= torch.isin(tok, eos_ids)
             if limits is not None:
                 done |= n_new >= lim
             if bool(done.all()):
@@ -166,9 +199,14 @@ class HFBackend:
             if stop is not None and stop(done.tolist()):
                 stopped = True
                 break
+            keep = ~done[act]
             inp = tok[:, None]
             pos = pos[:, -1:] + 1
-            mask = torch.cat([mask, torch.ones((b, 1), dtype=mask.dtype, device=dev)], dim=1)
+            mask = torch.cat([mask, torch.ones((len(act), 1), dtype=mask.dtype, device=dev)], dim=1)
+            if self.compact and not bool(keep.all()):  # finished rows leave the batch; their KV cache rows go too
+                sel = keep.nonzero()[:, 0]
+                act, inp, pos, mask = act[sel], inp[sel], pos[sel], mask[sel]
+                cache.batch_select_indices(sel)
         result = []
         for i in range(b):
             n = int(n_new[i])
@@ -199,8 +237,35 @@ class HFBackend:
 
     def forward_step(self, inp: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache):
         """One cached decoding forward: (last-position logits (B, V) float, new cache)."""
-        res = self.model(input_ids=inp, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True)
+        res = self._forward(inp, mask, pos, cache)
         return res.logits[:, -1, :].float(), res.past_key_values
+
+
+def _accepts_logits_to_keep(model) -> bool:
+    """Whether ``model.forward`` takes ``logits_to_keep`` (HF causal LMs do; wrappers that pass
+    ``**kwargs`` through are trusted to reach one)."""
+    import inspect
+
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):  # pragma: no cover - builtins
+        return False
+    return "logits_to_keep" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def sample_rows(logits: torch.Tensor, sampling: Sampling, logp: torch.Tensor, u: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw one token per row by inverse CDF: row i takes the first token whose cumulative
+    probability under ``logp`` (the sampled distribution, fp32) exceeds ``u[i]`` times the row's
+    total (so rounding of the total cannot push past the end); a token of probability 0 (top-p
+    removed) has an empty interval and is never drawn. Temperature <= 0 (``u`` None) is greedy.
+    Returns (ids (B,), their log-probs (B,))."""
+    if sampling.temperature <= 0 or u is None:
+        tok = logits.argmax(dim=-1)
+    else:
+        cdf = logp.exp().double().cumsum(dim=-1)
+        x = u.to(cdf.device, torch.float64) * cdf[:, -1]
+        tok = torch.searchsorted(cdf, x[:, None], right=True)[:, 0].clamp(max=logp.shape[-1] - 1)
+    return tok, logp.gather(1, tok[:, None])[:, 0]
 
 
 def sample_next(logits: torch.Tensor, sampling: Sampling, gen: torch.Generator,

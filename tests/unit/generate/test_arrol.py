@@ -237,8 +237,9 @@ def test_hf_decode_hook_stops_rows_and_leaves_the_others_alone(tiny):
     for i in range(5):
         if i in (1, 3):
             assert cut[i].finish == "partial" and cut[i].token_ids == plain[i].token_ids[:2]
-        else:
-            assert cut[i] == plain[i]
+        else:  # the cut rows left the batch (KV-cache compaction): the others' floats may round differently
+            assert (cut[i].token_ids, cut[i].finish) == (plain[i].token_ids, plain[i].finish)
+            assert cut[i].logprobs == pytest.approx(plain[i].logprobs, abs=1e-5)
 
 
 class _OnlyEOS(torch.nn.Module):
