@@ -43,12 +43,23 @@ objective through :class:`ObjectiveOptions`:
   tokens keep their place in the denominator, as in slime and AReaL. The KL and entropy terms are
   not weighted. Deviation: verl/slime also offer a "veto" and batch-normalised weights; not here.
 
-Numerical guard (ours): every exponentiated log-ratio is clamped to ``[-20, 20]`` first (verl
-does the same for the PPO ratio), so a padded or wildly off-policy token cannot produce inf/NaN.
+Numerical guard (ours): every exponentiated policy or behaviour log-ratio is clamped to
+``[-20, 20]`` first (verl does the same for the PPO ratio), so a padded or wildly off-policy token
+cannot produce inf/NaN. The k3 KL estimator has its own guard (:func:`kl_penalty`): it is exact
+up to ``l = 40`` (less for float16) and continues along its tangent beyond, so its value keeps
+growing and its gradient keeps pulling ``pi_theta`` towards the reference (issue #19: clamping
+only the exponential at 20 made k3 *fall* beyond ``l = 20``, with gradient +1 instead of
+``1 - e^l``).
+
+Peer conventions (issue #19; comparison table in ``docs/objectives.md``): ``kl_cap`` reproduces
+verl's clamp of ``low_var_kl`` at 10, ``kl_bias_correction`` TRL's ``use_bias_correction_kl``
+(KL times the policy ratio) and ``count_empty_rows`` TRL's ``loss_type="grpo"`` mean over all
+rows, empty ones included. All are off by default.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Literal
 
 import torch
@@ -59,6 +70,12 @@ from rollwise.types import Batch, LossOut
 Aggregation = Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"]
 KlEstimator = Literal["k1", "k2", "k3"]
 LOG_RATIO_LIMIT = 20.0
+KL_EXP_LIMIT = 40.0  # k3 is exact for l <= 40 (e^40 = 2.4e17, finite in float32 and bfloat16), tangent beyond
+
+DUAL_CLIP_HELP = (
+    "Dual-clip PPO bound c > 1 for negative advantages: the per-token loss is at most -A c (Ye et al. 2020; "
+    "verl's clip_ratio_c, default 3 there); None = off."
+)
 
 AGGREGATION_HELP = (
     "How per-token losses become one number: 'token_mean' (sum / global loss tokens; DAPO), "
@@ -86,6 +103,22 @@ class ObjectiveOptions(BaseModel):
     kl_estimator: KlEstimator = Field(
         "k3",
         description="KL estimator with l = ref - new: 'k1' = -l, 'k2' = l^2/2, 'k3' = exp(l) - 1 - l (Schulman 2020).",
+    )
+    kl_cap: float | None = Field(
+        None,
+        gt=0,
+        description="Clamp the per-token k3 value to [-kl_cap, kl_cap] (verl's low_var_kl uses 10; its gradient is 0 "
+        "where the clamp is active); None = no cap. Only with kl_estimator 'k3'.",
+    )
+    kl_bias_correction: bool = Field(
+        False,
+        description="Multiply the per-token KL by the policy ratio pi_theta/pi_old (the objective's ratio, not detached; "
+        "GSPO: the sequence ratio), as TRL's use_bias_correction_kl does. The kl_sum metric stays the plain estimator.",
+    )
+    count_empty_rows: bool = Field(
+        False,
+        description="With aggregation 'seq_mean_token_mean': divide by all rows of the step (batch.num_rows), rows "
+        "without loss tokens included, as TRL's loss_type='grpo' does; False divides by rows with >= 1 loss token (verl).",
     )
     entropy_coef: float = Field(
         0.0, ge=0, description="Weight of the entropy bonus (subtracted from the loss; needs an entropy tensor)."
@@ -117,6 +150,10 @@ class ObjectiveOptions(BaseModel):
             )
         if self.tis_cap is not None and self.tis_low > self.tis_cap:
             raise ValueError(f"tis_low ({self.tis_low}) exceeds tis_cap ({self.tis_cap})")
+        if self.kl_cap is not None and self.kl_estimator != "k3":
+            raise ValueError(f"kl_cap applies to kl_estimator 'k3' only (verl's low_var_kl), got {self.kl_estimator!r}")
+        if self.count_empty_rows and self.aggregation != "seq_mean_token_mean":
+            raise ValueError(f"count_empty_rows applies to aggregation 'seq_mean_token_mean' only, got {self.aggregation!r}")
         return self
 
 
@@ -147,31 +184,53 @@ def anchor_logprobs(batch: Batch) -> torch.Tensor:
 
 
 def clipped_surrogate(
-    ratio: torch.Tensor, advantages: torch.Tensor, eps_low: float, eps_high: float
+    ratio: torch.Tensor, advantages: torch.Tensor, eps_low: float, eps_high: float, dual_clip: float | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """PPO's pessimistic clipped surrogate as a loss: ``max(-A r, -A clip(r, 1-eps_low, 1+eps_high))``.
 
     Returns the loss (same shape as ``ratio``) and a bool tensor that is True where the clipped
     term was strictly larger (clipping active, zero gradient). At ``r = 1`` the gradient is the
     plain policy gradient ``-A``.
+
+    ``dual_clip = c`` (> 1; Ye et al. 2020, arXiv 1912.09729, verl's ``clip_ratio_c``): where
+    ``A < 0`` the loss is further bounded by ``-A c``, i.e. ``min(max(...), -A c)``, so a ratio far
+    above 1 on a negative-advantage token stops growing the loss (zero gradient, counted as clipped).
     """
     unclipped = -advantages * ratio
     clipped = -advantages * ratio.clamp(1.0 - eps_low, 1.0 + eps_high)
-    return torch.maximum(unclipped, clipped), clipped > unclipped
+    loss, active = torch.maximum(unclipped, clipped), clipped > unclipped
+    if dual_clip is not None:
+        bound = -advantages * dual_clip
+        lower = (advantages < 0) & (bound < loss)
+        loss, active = torch.where(lower, bound, loss), active | lower
+    return loss, active
 
 
-def kl_penalty(new_logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: KlEstimator) -> torch.Tensor:
+def kl_penalty(
+    new_logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: KlEstimator, cap: float | None = None
+) -> torch.Tensor:
     """Per-token estimate of ``KL(pi_theta || pi_ref)`` from samples of pi_theta (Schulman 2020,
     "Approximating KL divergence"), with ``l = log pi_ref - log pi_theta``:
     k1 = -l (unbiased, can be negative), k2 = l^2 / 2, k3 = exp(l) - 1 - l (unbiased, >= 0).
-    All three are 0 where new == ref."""
+    All three are 0 where new == ref.
+
+    k3 guard: exact for ``l <= KL_EXP_LIMIT`` (40; ``log(max)/2`` for float16), beyond it the
+    tangent at the limit, ``k3(L) + (e^L - 1)(l - L)``: finite, increasing and convex, gradient
+    ``-(e^L - 1)`` with respect to log pi_theta (never the wrong sign). ``cap`` clamps the k3
+    value to ``[-cap, cap]`` (verl's ``low_var_kl``: 10).
+    """
     log_ratio = ref_logprobs - new_logprobs
     if estimator == "k1":
         return -log_ratio
     if estimator == "k2":
         return 0.5 * log_ratio * log_ratio
     if estimator == "k3":
-        return safe_exp(log_ratio) - 1.0 - log_ratio
+        limit = min(KL_EXP_LIMIT, 0.5 * math.log(torch.finfo(log_ratio.dtype).max))
+        inside = log_ratio.clamp(max=limit)  # no gradient beyond the limit: the tangent term carries it
+        e = torch.exp(inside)
+        k3 = e - 1.0 - inside
+        k3 = torch.where(log_ratio > limit, k3 + (e - 1.0) * (log_ratio - inside), k3)
+        return k3 if cap is None else k3.clamp(-cap, cap)
     raise ValueError(f"unknown kl_estimator {estimator!r}; known: k1, k2, k3")
 
 
@@ -212,12 +271,15 @@ def aggregate(
     mode: Aggregation,
     batch: Batch,
     norm_constant: float | None = None,
+    count_empty_rows: bool = False,
 ) -> torch.Tensor:
     """Reduce a (B, T) per-token loss to a scalar divided by the step's **global** denominator.
 
     - ``token_mean``: ``sum_{i,t} m l / num_loss_tokens``.
     - ``seq_mean_token_mean``: ``sum_i (sum_t m l / sum_t m) / num_sequences``; a row without loss
-      tokens contributes 0 (``num_sequences`` counts rows with >= 1 loss token).
+      tokens contributes 0 (``num_sequences`` counts rows with >= 1 loss token, as verl's
+      ``agg_loss``); with ``count_empty_rows`` the divisor is ``batch.num_rows``, every row of the
+      step (TRL's ``loss_type="grpo"``: a mean over all rows of ``sum_t m l / max(sum_t m, 1)``).
     - ``seq_mean_token_sum_norm``: ``sum_{i,t} m l / (num_sequences * norm_constant)``.
 
     Every mode is a sum of per-row terms over a global constant, so micro-batch losses add up to
@@ -228,6 +290,10 @@ def aggregate(
     if mode == "token_mean":
         return masked.sum() / max(batch.num_loss_tokens, 1)
     if mode == "seq_mean_token_mean":
+        if count_empty_rows:
+            if batch.num_rows is None:
+                raise ValueError("count_empty_rows needs batch.num_rows (the step's global row count)")
+            return sequence_mean(per_token_loss, mask).sum() / max(batch.num_rows, 1)
         return sequence_mean(per_token_loss, mask).sum() / max(batch.num_sequences, 1)
     if mode == "seq_mean_token_sum_norm":
         if norm_constant is None:
@@ -246,10 +312,14 @@ def finish(
     opts: ObjectiveOptions,
     entropy: torch.Tensor | None,
     metrics: dict[str, float],
+    ratio: torch.Tensor | None = None,
 ) -> LossOut:
     """Turn an objective's per-token policy loss (B, T) into its ``LossOut``: apply the off-policy
     behaviour weight, add the KL and entropy terms, aggregate by the global denominator and add
-    the shared metrics. Each objective computes only its policy loss and calls this."""
+    the shared metrics. Each objective computes only its policy loss and calls this.
+
+    ``ratio`` (B, T) is the objective's policy ratio with its gradient, read only by
+    ``kl_bias_correction``; None means the token ratio ``exp(new - old)``."""
     mask = batch.loss_mask.to(new_logprobs.dtype)
     metrics = dict(metrics)
     per_token = policy_loss
@@ -263,9 +333,13 @@ def finish(
         metrics["tis_weight_sum"] = masked_sum(weight, mask)
         metrics["tis_clip_frac_sum"] = masked_sum(outside, mask)
     if batch.ref_logprobs is not None:
-        kl = kl_penalty(new_logprobs, batch.ref_logprobs.to(new_logprobs.dtype), opts.kl_estimator)
+        kl = kl_penalty(new_logprobs, batch.ref_logprobs.to(new_logprobs.dtype), opts.kl_estimator, opts.kl_cap)
         metrics["kl_sum"] = masked_sum(kl, mask)
         if opts.kl_coef:
+            if opts.kl_bias_correction:
+                if ratio is None:
+                    ratio = safe_exp(new_logprobs - anchor_logprobs(batch).to(new_logprobs.dtype))
+                kl = kl * ratio
             per_token = per_token + opts.kl_coef * kl
     elif opts.kl_coef:
         raise ValueError("kl_coef > 0 needs batch.ref_logprobs (frozen reference log-probs)")
@@ -276,7 +350,7 @@ def finish(
     elif opts.entropy_coef:
         raise ValueError("entropy_coef > 0 needs the per-token entropy tensor")
     metrics["token_count"] = float(mask.sum().item())
-    loss = aggregate(per_token, mask, opts.aggregation, batch, opts.norm_constant)
+    loss = aggregate(per_token, mask, opts.aggregation, batch, opts.norm_constant, opts.count_empty_rows)
     return LossOut(loss=loss, metrics=metrics)
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 from pydantic import Field
 
-from rollwise.objectives.common import AGGREGATION_HELP, Aggregation, ObjectiveOptions, objective
+from rollwise.objectives.common import AGGREGATION_HELP, DUAL_CLIP_HELP, Aggregation, ObjectiveOptions, objective
 from rollwise.objectives.grpo import clipped_loss
 from rollwise.types import Batch, LossOut
 
@@ -32,6 +32,7 @@ class Options(ObjectiveOptions):
     eps_high: float = Field(
         0.28, gt=0, description="Upper clip range (clip-higher): the ratio is clipped from above at 1 + eps_high."
     )
+    dual_clip: float | None = Field(None, gt=1, description=DUAL_CLIP_HELP)
 
 
 @objective(Options)

@@ -18,7 +18,7 @@ Defaults and differences from the paper:
 - The KL term is added per token and aggregated with the same mode as the policy loss (as in
   the paper's per-token formulation; TRL and verl do the same).
 - ``entropy_coef`` (default 0) and the TIS / decoupled behaviour weight are options the paper
-  does not have.
+  does not have; so is ``dual_clip`` (off; verl's ``clip_ratio_c`` = 3 is on by default there).
 
 This module also holds :func:`clipped_loss`, the clipped-PPO loss with separate lower and upper
 clip bounds, which ``dapo`` (clip-higher) and ``decoupled_ppo`` (AReaL) reuse.
@@ -34,6 +34,7 @@ from rollwise.objectives.common import (
     Aggregation,
     ObjectiveOptions,
     anchor_logprobs,
+    DUAL_CLIP_HELP,
     clipped_surrogate,
     finish,
     masked_sum,
@@ -46,6 +47,7 @@ from rollwise.types import Batch, LossOut
 class Options(ObjectiveOptions):
     aggregation: Aggregation = Field("token_mean", description=AGGREGATION_HELP)
     clip_eps: float = Field(0.2, gt=0, description="Symmetric clip range: the ratio is clipped to [1 - clip_eps, 1 + clip_eps].")
+    dual_clip: float | None = Field(None, gt=1, description=DUAL_CLIP_HELP)
 
 
 def clipped_loss(
@@ -56,12 +58,13 @@ def clipped_loss(
     eps_low: float,
     eps_high: float,
 ) -> LossOut:
-    """Token-level clipped PPO loss with ratio ``exp(new - old)`` clipped to [1-eps_low, 1+eps_high]."""
+    """Token-level clipped PPO loss with ratio ``exp(new - old)`` clipped to [1-eps_low, 1+eps_high]
+    (and the dual clip ``opts.dual_clip`` for negative advantages, when set)."""
     mask = batch.loss_mask.to(new_logprobs.dtype)
     ratio = safe_exp(new_logprobs - anchor_logprobs(batch).to(new_logprobs.dtype))
     adv = batch.advantages[:, None] if batch.token_advantages is None else batch.token_advantages  # per-token form: tree advantage
     advantages = adv.to(new_logprobs.dtype)
-    per_token, clipped = clipped_surrogate(ratio, advantages, eps_low, eps_high)
+    per_token, clipped = clipped_surrogate(ratio, advantages, eps_low, eps_high, getattr(opts, "dual_clip", None))
     metrics = {"ratio_sum": masked_sum(ratio, mask), "clip_frac_sum": masked_sum(clipped, mask)}
     return finish(batch, new_logprobs, per_token, opts, entropy, metrics)
 

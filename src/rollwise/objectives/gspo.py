@@ -16,6 +16,13 @@ Differences from the paper: ``|y_i|`` is the row's number of loss tokens (its ``
 the GSPO-token variant (per-token advantages) is not implemented because advantages here are
 per sequence, where the paper shows both variants are equal. ``clip_frac_sum`` and ``ratio_sum``
 count the sequence's value once per loss token, following the token-sum metric convention.
+``kl_bias_correction`` multiplies the KL by the sequence ratio ``s_i`` (TRL with
+``importance_sampling_level="sequence"``).
+
+Peers (issue #19): verl's ``gspo`` loss clamps the log of ``s_i`` only from above, at 10, before
+``exp`` (and uses ``seq-mean-token-mean``); TRL's is ``loss_type`` "grpo"/"dapo" with
+``importance_sampling_level="sequence"``; both match this loss exactly within that range (rollwise
+clamps the log-ratio to [-20, 20]).
 """
 
 from __future__ import annotations
@@ -58,4 +65,4 @@ def loss(batch: Batch, new_logprobs: torch.Tensor, opts: Options, entropy: torch
         "ratio_sum": masked_sum(s[:, None].expand_as(mask), mask),
         "clip_frac_sum": masked_sum(clipped[:, None].expand_as(mask), mask),
     }
-    return finish(batch, new_logprobs, per_token, opts, entropy, metrics)
+    return finish(batch, new_logprobs, per_token, opts, entropy, metrics, ratio=s[:, None].expand_as(new_logprobs))
