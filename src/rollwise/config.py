@@ -191,9 +191,27 @@ class KlInRewardConfig(Section):
                                                  "'k1' = -l, 'k2' = l^2/2, 'k3' = exp(l) - 1 - l (as objective.options.kl_estimator).")
 
 
+class FapoConfig(Section):
+    enabled: bool = Field(False, description="FAPO flawed-positive penalty (arXiv 2510.22543; rollwise.verify.flaws): a correct rollout "
+                          "whose reasoning the detector finds flawed loses 'penalty' from its reward.")
+    detector: str = Field("rule", description="Flaw detector: 'rule' (first false integer equation in the working; built-in tasks) or "
+                          "'package.module:attr', a callable (prompt, completion) -> earliest error step, -1, or None (cannot judge).")
+    penalty: float = Field(0.5, ge=0.0, description="Subtracted from a flawed positive's 0/1 score; 0.5 = the paper's lambda = 1 on "
+                           "its +-1 reward scale (a flawed positive sits at the midpoint).")
+    correct_at: float = Field(1.0, description="A rollout whose verifier score is >= this is a positive and is checked.")
+
+    @model_validator(mode="after")
+    def _known_detector(self):
+        from rollwise.verify.flaws import DETECTORS
+
+        DETECTORS.resolve(self.detector)  # a UserError naming the known detectors
+        return self
+
+
 class RewardConfig(Section):
     overlong_penalty: OverlongPenaltyConfig = Field(default_factory=OverlongPenaltyConfig, description="DAPO overlong reward shaping.")
     kl: KlInRewardConfig = Field(default_factory=KlInRewardConfig, description="KL to the reference as a reward penalty (KL in the loss is objective.options.kl_coef).")
+    fapo: FapoConfig = Field(default_factory=FapoConfig, description="FAPO flawed-positive penalty (off by default).")
 
 
 class AdvantageConfig(StrategyConfig):

@@ -12,6 +12,10 @@ calls it through ``Run.shape_rewards``, which computes the per-sequence KL first
   and ``cache_len`` to ``max(1, max_len // 5)`` (the paper's 4096 of 20480), so by default a
   truncated response gets -1. The filters saw the unshaped scores (verl's DAPO recipe filters on
   accuracy too), so shaping never turns a dropped group into a kept one.
+- ``fapo`` — FAPO's flawed-positive penalty (arXiv 2510.22543, guidance.md §6;
+  :mod:`rollwise.verify.flaws`): a rollout scored correct whose working a flaw detector finds
+  wrong loses ``penalty`` (0.5 on 0/1 scores = the paper's lambda = 1 on +-1). Metrics
+  ``reward/fapo_flawed_frac``, ``reward/fapo_undecided_frac``, ``reward/fapo_checked``.
 - ``kl`` — KL to the frozen reference as a reward penalty (InstructGPT-style; verl's
   ``use_kl_in_reward``): ``r_i -= beta * sum_t m_it k(l_it)`` over the completion tokens, with
   ``l = log pi_ref - log pi_theta`` and ``k`` one of the estimators ``k1``/``k2``/``k3`` of
@@ -69,19 +73,27 @@ def reference_kl(rows: list[Rollout], trainer, estimator: str, pad_id: int) -> t
 
 
 def shape(rows: list[Rollout], rewards: torch.Tensor, cfg, max_new_tokens: int,
-          kl: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+          kl: torch.Tensor | None = None, prompts=None) -> tuple[torch.Tensor, dict[str, float]]:
     """Shaped rewards (B,) for ``rows`` and ``reward/*`` metrics (see the module docstring).
 
     ``cfg`` is the ``[reward]`` section; ``kl`` (B,) is the per-sequence KL (:func:`reference_kl`),
-    required when ``cfg.kl.coef > 0``. Rewards are returned unchanged, with no metrics, when no
-    term is on.
+    required when ``cfg.kl.coef > 0``; ``prompts`` maps prompt id -> ``Prompt`` for the FAPO flaw
+    detector (``cfg.fapo``; ids it lacks reach the detector as None). Rewards are returned
+    unchanged, with no metrics, when no term is on.
     """
     if any(r.reward is None for r in rows):
         raise ValueError("reward shaping got an unverified rollout (score None); flatten() must leave it out")
-    on_overlong, beta = cfg.overlong_penalty.enabled, cfg.kl.coef
-    if not on_overlong and not beta:
+    on_overlong, beta, fapo = cfg.overlong_penalty.enabled, cfg.kl.coef, getattr(cfg, "fapo", None)
+    on_fapo = fapo is not None and fapo.enabled
+    if not on_overlong and not beta and not on_fapo:
         return rewards, {}
     out, metrics = rewards.float().clone(), {}
+    if on_fapo:  # flawed positives, judged on the verifier scores (rollwise.verify.flaws)
+        from rollwise.verify.flaws import DETECTORS, fapo_penalty
+
+        delta, fm = fapo_penalty(rows, prompts or {}, DETECTORS.get(fapo.detector), fapo.penalty, fapo.correct_at)
+        out = out + delta.to(out.dtype)
+        metrics.update(fm)
     if on_overlong:
         max_len, cache_len = overlong_limits(cfg.overlong_penalty, max_new_tokens)
         pen = torch.tensor([overlong_penalty(len(r.completion_ids), max_len, cache_len) for r in rows], dtype=out.dtype)

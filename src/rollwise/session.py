@@ -103,7 +103,10 @@ class Run:
         needs the trainer's no-grad policy and reference log-probs, computed only when it is on."""
         rc = self.cfg.reward
         kl = reward.reference_kl(rows, self.trainer, rc.kl.estimator, self.codec.pad_id) if rc.kl.coef else None
-        return reward.shape(rows, rewards, rc, self.cfg.sampling.max_new_tokens, kl)
+        prompts = None
+        if rc.fapo.enabled:  # the flaw detector sees the training prompt (never a held-out one)
+            prompts = {p.id: p for p in self.task.train_prompts()}
+        return reward.shape(rows, rewards, rc, self.cfg.sampling.max_new_tokens, kl, prompts)
 
     # -------------------------------------------------------------- down-sampling (D3S)
     def downsample(self, batch, rows):
