@@ -9,11 +9,16 @@ Unlike PPO, no token loses its gradient: clipping bounds the weight, not the upd
 ``r = 1`` the gradient is the plain policy gradient. The loss *value* is ``-w A log pi`` (not the
 PPO surrogate), so only gradients, not values, compare with the clipped objectives.
 
-[RECON] CISPO is not in the project specs. The paper sets no lower bound on the weight and
-tunes only ``eps_high``; we found no value we could verify, so the defaults are ours:
-``eps_low = 1.0`` (weight >= 0, i.e. no lower bound) and ``eps_high = 0.28`` (DAPO's clip-higher
-value). The paper's optional token mask (recovering PPO's trust region) is not implemented.
-Aggregation default ``"token_mean"`` (the paper's 1 / sum_i |o_i|).
+CISPO is not in the project specs. The paper sets no lower bound on the weight and tunes only
+``eps_high``. Defaults: ``eps_low = 1.0`` (weight >= 0, i.e. no lower bound, as the paper, TRL
+and verl's ``clip_ratio_low`` = 1 setting) and ``eps_high = 4.0``, i.e. the weight is capped at 5:
+TRL 1.16 documents ``epsilon_high = 5.0`` as the recommended CISPO cap (the ScaleRL paper's
+``eps_max``, arXiv 2510.13786). Issue #19 resolved the former [RECON] value 0.28 (DAPO's PPO
+clip-higher, far too tight for a weight cap) this way. Note TRL's ``epsilon_high`` *is* the cap
+(``clamp(r, max=epsilon_high)``), so TRL's 5.0 is rollwise's 4.0; verl's ``cispo`` loss clamps to
+``[1 - clip_ratio_low, 1 + clip_ratio_high]`` like rollwise. The paper's optional token mask
+(recovering PPO's trust region) is not implemented. Aggregation default ``"token_mean"`` (the
+paper's 1 / sum_i |o_i|).
 """
 
 from __future__ import annotations
@@ -37,10 +42,11 @@ from rollwise.types import Batch, LossOut
 class Options(ObjectiveOptions):
     aggregation: Aggregation = Field("token_mean", description=AGGREGATION_HELP)
     eps_low: float = Field(
-        1.0, gt=0, le=1.0, description="[RECON] Weight lower bound 1 - eps_low (1.0 = no lower bound, as in the paper)."
+        1.0, gt=0, le=1.0, description="Weight lower bound 1 - eps_low (1.0 = no lower bound, as in the paper)."
     )
     eps_high: float = Field(
-        0.28, gt=0, description="[RECON] Weight upper bound 1 + eps_high (the paper tunes it; value not verified)."
+        4.0, gt=0, description="Weight upper bound 1 + eps_high; 4.0 caps at 5 (TRL's recommended epsilon_high = 5.0, "
+        "which TRL uses as the cap itself)."
     )
 
 

@@ -89,10 +89,14 @@ def test_cispo_hand_example():
     # loss = -sum_t w A logp / 3 ; d loss / d logp = -w A / 3 = [-1.28, -0.5, +1.28] / 3
     b = two_rows()
     new = b.old_logprobs + place(b, [[math.log(1.5), math.log(0.5)], [math.log(1.5)]])
-    out, g = loss_and_grad("cispo", b, new, opts("cispo"))
+    out, g = loss_and_grad("cispo", b, new, opts("cispo", eps_high=0.28))
     expected = place(b, [[-1.28 / 3, -0.5 / 3], [1.28 / 3]])
     assert torch.allclose(g, expected)
     assert out.metrics["clip_frac_sum"] == 2.0
+    # default cap 1 + 4.0 = 5 (TRL's recommended epsilon_high = 5.0): ratio 1.5 is not clipped, 0.5 neither
+    out, g = loss_and_grad("cispo", b, new, opts("cispo"))
+    assert torch.allclose(g, place(b, [[-1.5 / 3, -0.5 / 3], [1.5 / 3]]))
+    assert out.metrics["clip_frac_sum"] == 0.0
 
 
 def test_kl_estimators_hand_values_and_zero_at_ref():
