@@ -47,6 +47,9 @@ def check_model(cfg) -> None:
 
 def check(cfg) -> None:
     check_model(cfg)
+    from rollwise.trackers import check as check_trackers
+
+    check_trackers(cfg.run.report_to)
     for section in ("task", "control", "replay", "advantage", "objective"):
         resolve(cfg, section)
     _, adv_opts, _ = resolve(cfg, "advantage")
@@ -126,14 +129,22 @@ def build_strategies(cfg, task) -> Strategies:
 
 
 def prepare_run_dir(cfg, resume: bool) -> Path:
-    """Create (or reuse when resuming) the run directory; fail early if it is not writable."""
+    """Create (or reuse when resuming) the run directory; fail early if it is not writable or
+    another process holds its lock (``checkpoint.lock_run_dir``, taken before anything in it
+    is touched)."""
+    from rollwise.train.checkpoint import LOCK, lock_run_dir
+
     run_dir = cfg.run_dir()
+    if run_dir.exists():
+        lock_run_dir(run_dir)
     if run_dir.exists() and not resume:
         if cfg.run.overwrite:
             import shutil
 
-            shutil.rmtree(run_dir)
-        elif any(run_dir.iterdir()):
+            for child in run_dir.iterdir():  # the held lock file stays
+                if child.name != LOCK:
+                    shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+        elif any(p.name != LOCK for p in run_dir.iterdir()):
             raise UserError(f"run directory {run_dir} already exists; use --resume {run_dir}, "
                             "another run.name, or run.overwrite=true")
     try:
@@ -143,6 +154,7 @@ def prepare_run_dir(cfg, resume: bool) -> Path:
         probe.unlink()
     except OSError as e:
         raise UserError(f"run directory {run_dir} is not writable: {e.strerror or e}") from None
+    lock_run_dir(run_dir)  # a new directory
     return run_dir
 
 

@@ -27,7 +27,12 @@ class RunConfig(Section):
     dir: str = Field("runs", description="Parent directory of run directories.")
     seed: int = Field(0, ge=0, description="Seed for model init, prompt order and sampling.")
     checkpoint_every: int = Field(100, ge=0, description="Save a checkpoint every N steps (0: only at the end).")
-    keep_checkpoints: int = Field(2, ge=1, description="How many most recent checkpoints to keep.")
+    keep_checkpoints: int = Field(2, ge=1, description="How many most recent checkpoints to keep (older ones are deleted once a "
+                                  "new one is complete and verified on disk).")
+    report_to: list[Literal["tensorboard", "wandb", "mlflow", "trackio"]] = Field(
+        default_factory=list, description="Experiment trackers that get every metrics.jsonl / eval.jsonl scalar (against step "
+        "and generated tokens) and the config, as HF TrainingArguments.report_to; each an optional extra "
+        "(pip install 'rollwise[track]'); see rollwise.trackers.")
     threads: int | None = Field(None, ge=1, description="torch CPU threads (default: all cores).")
     overwrite: bool = Field(False, description="Replace an existing run directory instead of refusing.")
     progress: bool = Field(True, description="Show a progress bar.")

@@ -28,6 +28,8 @@ class Ledger:
         self.filter_counts: Counter[str] = Counter()
         self.elapsed_before = 0.0  # wall seconds of earlier (resumed-from) sessions
         self.t0 = time.perf_counter()
+        # callables (kind, line) given every line written, kind "train" or "eval" (rollwise.trackers)
+        self.sinks: list = []
 
     def wall_s(self) -> float:
         return self.elapsed_before + time.perf_counter() - self.t0
@@ -46,12 +48,16 @@ class Ledger:
         line.update(getattr(cost, "metrics", None) or {})
         line.update(extra)
         self._append(self.metrics_path, line)
+        for sink in self.sinks:
+            sink("train", line)
         return line
 
     def record_eval(self, step: int, metrics: dict) -> dict:
         line = {"step": step, "cost/generated_tokens": self.totals["generated_tokens"],
                 "cost/rollouts": self.totals["rollouts"], "wall_s": round(self.wall_s(), 4), **metrics}
         self._append(self.eval_path, line)
+        for sink in self.sinks:
+            sink("eval", line)
         return line
 
     @staticmethod
@@ -61,11 +67,19 @@ class Ledger:
             f.flush()
 
     def truncate(self, step: int) -> None:
-        """Keep metrics lines with step < ``step`` and eval lines with step <= ``step``."""
+        """Keep metrics lines with step < ``step`` and eval lines with step <= ``step``. A last
+        line cut short by a kill (no newline, not JSON) is dropped; the file is replaced
+        atomically, so a kill during truncation leaves the old file or the new one."""
+        import os
+
         for path, keep in ((self.metrics_path, lambda s: s < step), (self.eval_path, lambda s: s <= step)):
             if path.exists():
-                lines = [ln for ln in path.read_text().splitlines() if ln.strip() and keep(json.loads(ln)["step"])]
-                path.write_text("".join(ln + "\n" for ln in lines))
+                text = path.read_text()
+                complete = text if text.endswith("\n") else text[: text.rfind("\n") + 1]
+                lines = [ln for ln in complete.splitlines() if ln.strip() and keep(json.loads(ln)["step"])]
+                tmp = path.with_name(path.name + ".tmp")
+                tmp.write_text("".join(ln + "\n" for ln in lines))
+                os.replace(tmp, path)
 
     def state_dict(self) -> dict:
         return {"totals": dict(self.totals), "filter_counts": dict(self.filter_counts), "wall_s": self.wall_s()}

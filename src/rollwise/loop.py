@@ -92,6 +92,10 @@ def evaluate_run(run_dir: str | Path, log=print) -> dict:
     run_dir = Path(run_dir)
     if checkpoint.latest(run_dir) is None:  # resuming without one would restart (and truncate) the run
         raise UserError(f"no checkpoint to evaluate in {run_dir}")
-    cfg = load_config(run_dir / "config.resolved.toml", [f"run.dir={run_dir.parent}", f"run.name={run_dir.name}", "run.progress=false"])
+    cfg = load_config(run_dir / "config.resolved.toml", [f"run.dir={run_dir.parent}", f"run.name={run_dir.name}", "run.progress=false",
+                                                              "run.report_to=[]"])
     run = Run(cfg, resume=True, log=log)
-    return run.evaluate(record=False)
+    try:
+        return run.evaluate(record=False)
+    finally:
+        run.close()

@@ -49,10 +49,12 @@ class Run:
         self.dir = components.prepare_run_dir(cfg, resume)
         self.task = components.build_task(cfg)
         self.parts = components.build_strategies(cfg, self.task)
-        (self.dir / "config.resolved.toml").write_text(to_toml(cfg))
+        resolved = self.dir / "config.resolved.toml"  # atomic: a kill here must not spoil a later --resume
+        resolved.with_suffix(".tmp").write_text(to_toml(cfg))
+        resolved.with_suffix(".tmp").replace(resolved)
         seed = cfg.run.seed
         random.seed(seed), np.random.seed(seed), torch.manual_seed(seed)
-        ckpt = checkpoint.latest(self.dir) if resume else None
+        ckpt = checkpoint.latest(self.dir, log=log) if resume else None
         if ckpt is not None:  # weights come from the checkpoint: skip the warm start
             cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"warm_start": cfg.model.warm_start.model_copy(update={"steps": 0})})})
         self.model, self.codec = components.build_policy(cfg, self.task, log=log)
@@ -89,6 +91,16 @@ class Run:
         tc = self.cfg.sampling.tree
         if not tc.enabled:
             return None
+        self.trackers = None
+        if cfg.run.report_to:  # experiment trackers fed by the ledger (rollwise.trackers)
+            from rollwise.trackers import Trackers
+
+            self.trackers = Trackers(cfg.run.report_to, self.dir, cfg.model_dump(mode="json"), to_toml(cfg), self.state.step,
+                                     self.ledger.totals["generated_tokens"], log=log)
+            self.ledger.sinks.append(self.trackers)
+            for line in self.evals:  # kept evaluations at the resumed step (tensorboard purged them)
+                if line["step"] >= self.state.step:
+                    self.trackers("eval", line)
         from rollwise.backends.latr import LatrSampler, math_symbol_ids
 
         # config-only checks are in latr.check_config (components.check); LatrSampler checks the
@@ -199,12 +211,30 @@ class Run:
     # -------------------------------------------------------------- progress
     @contextmanager
     def progress(self):
+        from rollwise.export import write_hf  # final/: the trained model as a Hugging Face directory
+
+        write_hf(self.model, self.codec.tokenizer, self.dir / "final", overwrite=True)
         if not self.cfg.run.progress:
             yield lambda **kw: None
             return
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         cols = (TextColumn("step"), MofNCompleteColumn(), BarColumn(), TextColumn("reward {task.fields[reward]}"),
+        """The training session: a progress bar (or a no-op update), and on leaving it, normally
+        or not, the trackers finished and the run directory unlocked (``close``)."""
+        try:
+            with self._bar() as update:
+                yield update
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self.trackers is not None:
+            self.trackers.close()
+        checkpoint.unlock_run_dir(self.dir)
+
+    @contextmanager
+    def _bar(self):
                 TextColumn("pass@1 {task.fields[acc]}"), TextColumn("tokens {task.fields[tokens]}"), TimeElapsedColumn())
         with Progress(*cols) as bar:
             tid = bar.add_task("train", total=self.cfg.train.steps, completed=self.state.step, reward="-", acc=self._acc(), tokens="0")

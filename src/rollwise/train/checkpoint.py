@@ -1,11 +1,32 @@
-"""Checkpoints: ``checkpoints/step-<N>/`` holds ``model.safetensors`` (the policy weights) and
+"""Checkpoints: ``checkpoints/step-<N>/`` holds ``model.safetensors`` (the policy weights),
 ``state.pt`` (optimizer, scheduler, RNG states, data position, every stage's state, ledger
-totals). A checkpoint is written to a temporary directory and renamed into place, so a kill
-during saving never leaves a half checkpoint that ``latest`` would pick.
+totals) and ``manifest.json`` (size and SHA-256 of every other file).
+
+Integrity contract:
+
+- A checkpoint is written to ``.tmp-step-<N>``, each file flushed to disk (fsync), the manifest
+  written last, and the directory renamed into place; only then are checkpoints beyond
+  ``run.keep_checkpoints`` deleted. A kill at any moment leaves either the new checkpoint
+  complete or the previous ones untouched.
+- A failed write (a full disk: ``ENOSPC``/``EDQUOT``, or any other ``OSError``) removes the
+  temporary directory, leaves every earlier checkpoint intact and raises ``CheckpointError``
+  (a ``UserError``: the CLI prints it and exits 2) naming the step, the cause and the
+  checkpoint a ``--resume`` would use.
+- ``latest`` verifies the manifest of the newest checkpoint; a corrupted or incomplete one
+  (missing file, size or checksum mismatch, unreadable manifest) is moved aside to
+  ``checkpoints/corrupt-step-<N>`` with a message, and the previous checkpoint is tried.
+  Checkpoints written before manifests existed (a ``state.pt`` but no ``manifest.json``) are
+  accepted unverified.
+- ``lock_run_dir`` takes an exclusive ``flock`` on ``<run>/.lock`` for the life of the process
+  (re-entrant within it), so a second process on the same run directory refuses to start.
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
+import json
+import os
 import random
 import shutil
 from pathlib import Path
@@ -14,42 +35,125 @@ import numpy as np
 import torch
 from safetensors.torch import load_model, save_model
 
+from rollwise.registry import UserError
+
+MANIFEST = "manifest.json"
+LOCK = ".lock"
+
+
+class CheckpointError(UserError):
+    """A checkpoint could not be written (e.g. the disk is full); earlier ones are intact."""
+
 
 def ckpt_dir(run_dir: Path) -> Path:
     return Path(run_dir) / "checkpoints"
 
 
 def save(run_dir: Path, step: int, model, state: dict, keep: int, extra_models: dict | None = None) -> Path:
-    """Write ``step-<step>``; ``extra_models`` (e.g. the frozen KL reference) go beside the
-    policy as ``<name>.safetensors``."""
+    """Write ``step-<step>`` (see the module docstring); ``extra_models`` (e.g. the frozen KL
+    reference) go beside the policy as ``<name>.safetensors``."""
     root = ckpt_dir(run_dir)
-    root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{step}"
     tmp = root / f".tmp-step-{step}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    save_model(model, str(tmp / "model.safetensors"))
-    for name, extra in (extra_models or {}).items():
-        save_model(extra, str(tmp / f"{name}.safetensors"))
-    state = dict(state, rng=rng_state(), step=step)
-    torch.save(state, tmp / "state.pt")
-    shutil.rmtree(final, ignore_errors=True)
-    tmp.rename(final)
-    for old in sorted(list_steps(run_dir))[:-keep]:
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        save_model(model, str(tmp / "model.safetensors"))
+        for name, extra in (extra_models or {}).items():
+            save_model(extra, str(tmp / f"{name}.safetensors"))
+        torch.save(dict(state, rng=rng_state(), step=step), tmp / "state.pt")
+        files = sorted(p.name for p in tmp.iterdir())
+        manifest = {"step": step, "files": {name: _digest(tmp / name) for name in files}}
+        for name in files:
+            _fsync(tmp / name)
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
+        _fsync(tmp / MANIFEST)
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        _fsync(root)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        prev = latest_step(run_dir)
+        full = e.errno in (errno.ENOSPC, errno.EDQUOT)
+        raise CheckpointError(
+            f"{'disk full' if full else 'cannot write'} while writing checkpoint step-{step} in {root} "
+            f"({e.strerror or e}); the run stopped. "
+            + (f"The previous checkpoint step-{prev} is intact: free space and resume with --resume {run_dir}"
+               if prev is not None else "There is no earlier checkpoint.")) from None
+    for old in list_steps(run_dir)[:-keep]:
         shutil.rmtree(root / f"step-{old}", ignore_errors=True)
     return final
 
 
+def _digest(path: Path) -> dict:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return {"size": path.stat().st_size, "sha256": h.hexdigest()}
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError:  # some file systems refuse fsync on directories
+        pass
+    finally:
+        os.close(fd)
+
+
 def list_steps(run_dir: Path) -> list[int]:
+    """Steps of the checkpoints in place (renamed into ``step-<N>``), oldest first; not verified."""
     root = ckpt_dir(run_dir)
     if not root.exists():
         return []
-    return sorted(int(p.name.split("-")[1]) for p in root.iterdir() if p.name.startswith("step-") and (p / "state.pt").exists())
+    return sorted(int(p.name.split("-")[1]) for p in root.iterdir()
+                  if p.name.startswith("step-") and p.name[5:].isdigit() and (p / "state.pt").exists())
 
 
-def latest(run_dir: Path) -> Path | None:
+def verify(path: Path) -> str | None:
+    """None if the checkpoint at ``path`` matches its manifest, else what is wrong."""
+    path = Path(path)
+    mf = path / MANIFEST
+    if not mf.exists():
+        return None if (path / "state.pt").exists() else "no manifest.json and no state.pt"
+    try:
+        files = json.loads(mf.read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return f"unreadable manifest.json ({e})"
+    for name, want in files.items():
+        p = path / name
+        if not p.is_file():
+            return f"{name} is missing"
+        if p.stat().st_size != want["size"]:
+            return f"{name} has {p.stat().st_size} bytes, the manifest says {want['size']}"
+        if _digest(p)["sha256"] != want["sha256"]:
+            return f"{name} does not match its SHA-256 checksum"
+    return None
+
+
+def latest(run_dir: Path, log=print) -> Path | None:
+    """The newest checkpoint that passes ``verify``; a failing one is moved aside to
+    ``corrupt-step-<N>`` with a message through ``log`` and the previous one is tried."""
+    root = ckpt_dir(run_dir)
+    for step in reversed(list_steps(run_dir)):
+        path = root / f"step-{step}"
+        problem = verify(path)
+        if problem is None:
+            return path
+        aside = root / f"corrupt-step-{step}"
+        shutil.rmtree(aside, ignore_errors=True)
+        path.rename(aside)
+        log(f"checkpoint step-{step} is corrupted or incomplete ({problem}); moved to {aside.name}, "
+            "using the previous checkpoint")
+    return None
+
+
+def latest_step(run_dir: Path) -> int | None:
     steps = list_steps(run_dir)
-    return ckpt_dir(run_dir) / f"step-{steps[-1]}" if steps else None
+    return steps[-1] if steps else None
 
 
 def load(path: Path, model, extra_models: dict | None = None) -> dict:
@@ -69,3 +173,39 @@ def set_rng_state(s: dict) -> None:
     torch.set_rng_state(s["torch"])
     random.setstate(s["python"])
     np.random.set_state(s["numpy"])
+
+
+# ---------------------------------------------------------------- run-directory lock
+
+_HELD: dict[str, int] = {}  # resolved run dir -> fd of its locked .lock file (this process)
+
+
+def lock_run_dir(run_dir: Path) -> None:
+    """Hold an exclusive lock on ``<run_dir>/.lock`` until this process exits (or
+    ``unlock_run_dir``); raise ``UserError`` if another process holds it. The file records the
+    holder's pid for the message. A no-op where ``fcntl`` does not exist (Windows)."""
+    try:
+        import fcntl
+    except ImportError:
+        return
+    key = str(Path(run_dir).resolve())
+    if key in _HELD:
+        return
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    fd = os.open(Path(run_dir) / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise UserError(f"run directory {run_dir} is in use by another process (pid {holder}); "
+                        "wait for it to finish, or choose another run.name") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    _HELD[key] = fd
+
+
+def unlock_run_dir(run_dir: Path) -> None:
+    fd = _HELD.pop(str(Path(run_dir).resolve()), None)
+    if fd is not None:
+        os.close(fd)  # closing the descriptor releases the flock
