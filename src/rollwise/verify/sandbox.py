@@ -1,0 +1,370 @@
+"""Running untrusted code checks: one sandboxed process tree per call (the ``code`` verifier's engine).
+
+``Sandbox(limits, isolation).run(source, test, entry_point, prelude) -> SandboxResult``
+
+Each call starts ``python -I -S -B rollwise_sandbox_harness.py`` (the trusted harness, see that
+module) with a clean environment, in a new session, and feeds it the job on stdin. The harness
+lowers its own resource limits (CPU seconds, address space, processes, file size, open files, no
+core dumps) before anything untrusted runs, forks the child that runs the completion, and runs
+the tests against it over a pipe. This side enforces the wall-clock limit and the size of what
+comes back, then kills whatever the call left behind.
+
+Isolation, chosen by ``isolation`` (``"auto"`` picks the first that works on this machine, probed
+once per process; the choice is in every verdict's details and in the run's log and ledger):
+
+- ``"bwrap"`` (Debian's ``bubblewrap``): new user, PID, network, IPC, UTS and cgroup namespaces
+  (no network at all); a read-only view of ``/usr`` and the interpreter's prefix only (the
+  trainer's files, home and ``/tmp`` are not there); ``/dev`` holds only null, zero and urandom;
+  the one writable place is an empty size-capped tmpfs ``/work`` (``disk_mb``). The sandbox's
+  PID 1 dies with its parent, which takes every process of the call with it.
+- ``"rlimit"`` (fallback where bubblewrap is missing or cannot create namespaces): the same
+  harness and resource limits in a plain subprocess whose working directory is a fresh private
+  temporary directory, plus the harness's in-process audit-hook guard (writes only in that
+  directory, reads only there and in the standard library, no sockets, subprocesses, exec, ctypes,
+  or signals to other processes). Weaker than namespaces: the guard is Python-level.
+
+In both, when this process runs as root the sandbox runs as a dedicated unprivileged user (one
+per concurrent call, ``UID_BASE``..), so the process-count limit holds (root is exempt from it)
+and the sandbox cannot signal or read the trainer. Without root the sandbox shares the trainer's
+user; the process limit is then set relative to that user's current task count.
+
+Clean-up after every call, whatever happened: the session is killed, then every process that
+carries the call's marker in its initial environment (``ROLLWISE_SANDBOX_ID``; a detached
+grandchild inherits it) is killed, then the temporary directory is removed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import select
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+HARNESS = Path(__file__).with_name("rollwise_sandbox_harness.py")
+INNER_HARNESS = "/rollwise_sandbox_harness.py"
+MARKER = "ROLLWISE_SANDBOX_ID"
+UID_BASE = 61000  # dedicated sandbox uids when running as root: UID_BASE .. UID_BASE + UID_SLOTS - 1
+UID_SLOTS = 64
+FAILURES = ("wrong_answer", "exception", "syntax_error", "no_function", "timeout", "memory", "output_limit", "killed", "exited")
+
+Isolation = Literal["auto", "bwrap", "rlimit"]
+
+
+class Limits(BaseModel):
+    """Per-call limits of the code sandbox (``task.options.sandbox`` of the code tasks)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    isolation: Isolation = Field("auto", description="'bwrap' (bubblewrap namespaces), 'rlimit' (resource limits and an "
+                                 "audit-hook guard in a plain subprocess) or 'auto' (bwrap where it works, else rlimit).")
+    wall_s: float = Field(5.0, gt=0, le=600, description="Wall-clock seconds per call, start-up included; then the whole call is killed.")
+    cpu_s: int = Field(3, ge=1, le=600, description="CPU seconds per process (RLIMIT_CPU).")
+    memory_mb: int = Field(512, ge=64, le=65536, description="Address space per process in MiB (RLIMIT_AS).")
+    processes: int = Field(16, ge=2, le=4096, description="Processes the sandbox may hold at once (RLIMIT_NPROC).")
+    file_mb: int = Field(8, ge=1, le=4096, description="Largest file the sandbox may write, MiB (RLIMIT_FSIZE).")
+    disk_mb: int = Field(16, ge=1, le=4096, description="Size of the writable working directory, MiB (bwrap's tmpfs; rlimit: file_mb per file).")
+    output_bytes: int = Field(65536, ge=1024, le=1 << 30, description="Most bytes the completion may print (and most per return value); more is 'output_limit'.")
+    python: str | None = Field(None, description="Interpreter that runs inside the sandbox (standard library only); default: "
+                               "this interpreter's base executable when other users can read it, else /usr/bin/python3.")
+
+
+@dataclass(frozen=True)
+class SandboxResult:
+    status: str  # "correct", a failure in FAILURES, or "sandbox_error" (could not verify)
+    detail: str
+    seconds: float
+    isolation: str  # "bwrap" or "rlimit"
+    output_bytes: int = 0
+    calls: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------- environment facts
+
+
+def _world_traversable(path: str) -> bool:
+    """True when every directory above ``path`` is searchable and ``path`` readable by others."""
+    p = Path(path).resolve()
+    for parent in reversed(p.parents):
+        try:
+            if not os.stat(parent).st_mode & stat.S_IXOTH:
+                return False
+        except OSError:
+            return False
+    try:
+        return bool(os.stat(p).st_mode & stat.S_IROTH)
+    except OSError:
+        return False
+
+
+def default_python() -> str:
+    base = os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
+    if os.geteuid() != 0 or _world_traversable(base):
+        return base
+    for cand in ("/usr/bin/python3", "/usr/local/bin/python3"):
+        if os.path.exists(cand) and _world_traversable(os.path.realpath(cand)):
+            return cand
+    return base
+
+
+def _prefix(python: str) -> str:
+    """The installation prefix of ``python`` (``<prefix>/bin/python3``)."""
+    return str(Path(os.path.realpath(python)).parent.parent)
+
+
+class _Uids:
+    """Dedicated uids for concurrent calls (root only)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.free = list(range(UID_BASE, UID_BASE + UID_SLOTS))
+
+    def take(self) -> int:
+        with self.lock:
+            if not self.free:
+                raise RuntimeError(f"more than {UID_SLOTS} concurrent sandbox calls")
+            return self.free.pop(0)
+
+    def give(self, uid: int) -> None:
+        with self.lock:
+            self.free.append(uid)
+
+
+_UIDS = _Uids()
+_PROBED: dict[tuple, tuple[str, str]] = {}
+_PROBE_LOCK = threading.Lock()
+
+
+def _user_tasks(uid: int) -> int:
+    """Threads currently owned by ``uid`` (what RLIMIT_NPROC counts)."""
+    n = 0
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                st = os.stat(f"/proc/{d}")
+                if st.st_uid == uid:
+                    n += len(os.listdir(f"/proc/{d}/task"))
+            except OSError:
+                pass
+    return n
+
+
+def sweep(token: str) -> int:
+    """SIGKILL every process whose initial environment carries ``MARKER=token``; repeats until
+    none is left (a fork loop can add one between scans). Returns how many were killed."""
+    needle = f"{MARKER}={token}".encode()
+    killed = 0
+    for _ in range(50):
+        found = []
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                with open(f"/proc/{d}/environ", "rb") as f:
+                    if needle in f.read().split(b"\0"):
+                        found.append(int(d))
+            except OSError:
+                pass
+        if not found:
+            break
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except OSError:
+                pass
+        time.sleep(0.01)
+    return killed
+
+
+# ---------------------------------------------------------------- the sandbox
+
+
+class Sandbox:
+    def __init__(self, limits: Limits | None = None):
+        self.limits = limits or Limits()
+        self.python = self.limits.python or default_python()
+        self.isolation, self.why = self._choose(self.limits.isolation)
+
+    def describe(self) -> str:
+        lim = self.limits
+        return (f"code sandbox: {self.isolation} ({self.why}); python {self.python}; limits wall {lim.wall_s}s, cpu {lim.cpu_s}s, "
+                f"memory {lim.memory_mb} MiB, {lim.processes} processes, output {lim.output_bytes} B")
+
+    # ------------------------------------------------------------ choosing isolation
+    def _choose(self, wanted: str) -> tuple[str, str]:
+        if wanted == "rlimit":
+            return "rlimit", "asked for"
+        key = (self.python, os.geteuid())
+        with _PROBE_LOCK:
+            if key not in _PROBED:
+                _PROBED[key] = self._probe_bwrap()
+        ok, why = _PROBED[key]
+        if ok == "bwrap":
+            return "bwrap", why
+        if wanted == "bwrap":
+            from rollwise.registry import UserError
+
+            raise UserError(f"task.options.sandbox.isolation = 'bwrap' but bubblewrap cannot run here: {why}; "
+                            "install it (apt-get install bubblewrap) or use 'auto' / 'rlimit'")
+        return "rlimit", f"fallback: {why}"
+
+    def _probe_bwrap(self) -> tuple[str, str]:
+        if shutil.which("bwrap") is None:
+            return "rlimit", "bwrap not installed"
+        res = self._run_once("bwrap", "def f():\n    return 1\n", "def check(c):\n    assert c() == 1\n", "f", "", probe=True)
+        if res.status == "correct":
+            return "bwrap", "bubblewrap namespaces work"
+        return "rlimit", f"bwrap probe failed: {res.status}: {res.detail[:200]}"
+
+    # ------------------------------------------------------------ one call
+    def run(self, source: str, test: str, entry_point: str, prelude: str = "") -> SandboxResult:
+        """Run ``check(candidate)`` from ``test`` against ``entry_point`` defined by ``source``."""
+        return self._run_once(self.isolation, source, test, entry_point, prelude)
+
+    def _command(self, isolation: str, workdir: str, token: str) -> list[str]:
+        py = ["-I", "-S", "-B"]
+        if isolation == "rlimit":
+            return [self.python, *py, str(HARNESS)]
+        lim = self.limits
+        args = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr"]
+        for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+            if os.path.islink(top):
+                args += ["--symlink", os.readlink(top), top]
+            elif os.path.isdir(top):
+                args += ["--ro-bind", top, top]
+        prefix = _prefix(self.python)
+        if not prefix.startswith("/usr/") and prefix != "/usr":
+            args += ["--ro-bind", prefix, prefix]
+        args += ["--ro-bind", str(HARNESS), INNER_HARNESS, "--proc", "/proc"]
+        for dev in ("/dev/null", "/dev/zero", "/dev/urandom"):
+            args += ["--dev-bind", dev, dev]
+        args += ["--size", str(lim.disk_mb * 1024 * 1024), "--tmpfs", "/work", "--chdir", "/work", "--remount-ro", "/",
+                 "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/work", "--setenv", "TMPDIR", "/work",
+                 "--setenv", "LANG", "C.UTF-8", "--setenv", MARKER, token]
+        return args + [self.python, *py, INNER_HARNESS]
+
+    def _run_once(self, isolation: str, source: str, test: str, entry_point: str, prelude: str, probe: bool = False) -> SandboxResult:
+        lim = self.limits
+        t0 = time.perf_counter()
+        token = secrets.token_hex(8)
+        root = os.geteuid() == 0
+        uid = _UIDS.take() if root else None
+        workdir = None
+        proc = None
+        try:
+            if isolation == "rlimit":
+                workdir = tempfile.mkdtemp(prefix="rollwise-sandbox-")
+                if uid is not None:
+                    os.chown(workdir, uid, uid)
+                os.chmod(workdir, 0o700)
+            inner_work = "/work" if isolation == "bwrap" else workdir
+            nproc = lim.processes if root else _user_tasks(os.geteuid()) + lim.processes
+            job = {"prelude": prelude, "test": test, "source": source, "entry_point": entry_point,
+                   "guard": isolation == "rlimit", "workdir": inner_work,
+                   "limits": {"cpu_s": lim.cpu_s, "memory_mb": lim.memory_mb, "nproc": nproc, "file_mb": lim.file_mb,
+                              "output_bytes": lim.output_bytes}}
+            env = {"PATH": "/usr/bin:/bin", "HOME": inner_work or "/", "TMPDIR": inner_work or "/", "LANG": "C.UTF-8", MARKER: token}
+            kw = dict(user=uid, group=uid, extra_groups=[]) if uid is not None else {}
+            try:
+                proc = subprocess.Popen(self._command(isolation, workdir or "/", token), stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=workdir or "/", env=env,
+                                        start_new_session=True, close_fds=True, **kw)
+            except OSError as e:
+                return SandboxResult("sandbox_error", f"could not start the sandbox: {e}", time.perf_counter() - t0, isolation)
+            out, err, timed_out, too_big = _communicate(proc, json.dumps(job).encode(), lim.wall_s, lim.output_bytes + 8192)
+            rc = proc.returncode
+        finally:
+            if proc is not None:
+                _kill_session(proc)
+            sweep(token)
+            if uid is not None:
+                _UIDS.give(uid)
+            if workdir is not None:
+                shutil.rmtree(workdir, ignore_errors=True)
+        seconds = time.perf_counter() - t0
+        if timed_out:
+            return SandboxResult("timeout", f"wall-clock limit {lim.wall_s}s", seconds, isolation)
+        if too_big:
+            return SandboxResult("sandbox_error", "the harness wrote more than its report", seconds, isolation)
+        lines = out.decode(errors="replace").strip().splitlines()
+        try:
+            rep = json.loads(lines[-1]) if lines else None
+        except json.JSONDecodeError:
+            rep = None
+        if not isinstance(rep, dict) or "status" not in rep:
+            if rc is not None and rc < 0:  # the harness itself was killed (by the completion, or a limit)
+                sig = -rc
+                status = "timeout" if sig == signal.SIGXCPU else "killed"
+                return SandboxResult(status, f"harness ended by signal {sig}", seconds, isolation)
+            tail = err.decode(errors="replace")[-300:]
+            return SandboxResult("sandbox_error", f"no report (exit {rc}): {tail}", seconds, isolation)
+        status = rep["status"]
+        if status == "harness_error":
+            status = "sandbox_error"
+        return SandboxResult(status, str(rep.get("detail", "")), seconds, isolation, int(rep.get("output_bytes", 0)),
+                             int(rep.get("calls", 0)))
+
+
+def _communicate(proc, data: bytes, wall_s: float, cap: int) -> tuple[bytes, bytes, bool, bool]:
+    """Write ``data`` to stdin, read stdout/stderr until EOF, the deadline or ``cap`` bytes."""
+    deadline = time.monotonic() + wall_s
+    try:
+        proc.stdin.write(data)
+        proc.stdin.close()
+    except (BrokenPipeError, OSError):
+        pass
+    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
+    bufs = {out_fd: bytearray(), err_fd: bytearray()}
+    open_fds = set(bufs)
+    timed_out = too_big = False
+    while open_fds:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            timed_out = True
+            break
+        ready, _, _ = select.select(list(open_fds), [], [], left)
+        for fd in ready:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                open_fds.discard(fd)
+                continue
+            bufs[fd] += chunk
+            if len(bufs[fd]) > cap:
+                too_big = True
+                open_fds.clear()
+    if timed_out or too_big:
+        _kill_session(proc)
+    try:
+        proc.wait(timeout=max(0.1, deadline - time.monotonic()) if not (timed_out or too_big) else 2)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill_session(proc)
+        proc.wait()
+    proc.stdout.close()
+    proc.stderr.close()
+    return bytes(bufs[out_fd]), bytes(bufs[err_fd]), timed_out, too_big
+
+
+def _kill_session(proc) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    try:
+        proc.wait(timeout=2)
+    except Exception:
+        pass
