@@ -68,8 +68,11 @@ class Run:
         d3s = cfg.filter.d3s
         if d3s.enabled and d3s.token_level and d3s.entropy == "sampler" and hasattr(backend, "record_entropy"):
             backend.record_entropy = True  # D3S token scores read the sampler's entropies (filter/d3s.py)
+        describe = getattr(self.task, "describe_verifier", None)
+        if describe is not None:  # e.g. which code sandbox is active (verify/sandbox.py)
+            log(describe())
         self.pool = LocalPool(backend, self.codec, self.task.verify, self.sampling, max_batch=cfg.model.max_batch,
-                              tree=self._tree_sampler(backend))
+                              tree=self._tree_sampler(backend), verify_workers=getattr(self.task, "verify_workers", 1))
         self.arrol = None
         if cfg.sampling.arrol.enabled:  # ARRoL online pruning of training rollouts (generate/arrol.py)
             from rollwise.generate.arrol import ArrolPool

@@ -42,11 +42,28 @@ class StepCost:
         self.unverified += sum(v is None or v.score is None for v in verdicts)
         self.generate_s += generate_s
         self.verify_s += verify_s
+        self.count(**outcome_counts(verdicts))
 
     def count(self, **values: float) -> None:
         """Accumulate strategy counters in ``metrics`` (``count(**{"april/resumed": 3})``)."""
         for key, v in values.items():
             self.metrics[key] = self.metrics.get(key, 0) + v
+
+
+def outcome_counts(verdicts: Sequence[Verdict | None]) -> dict[str, int]:
+    """Per-outcome verifier counters of one call: ``verify/<reason>`` per verdict (``verify/none``
+    for a missing verdict), ``verify/isolation_<name>`` for sandboxed checks (code verifier) and
+    ``verify/cached`` for verdicts served from a verifier's cache."""
+    out: dict[str, int] = {}
+    for v in verdicts:
+        keys = [f"verify/{v.reason or 'unknown'}"] if v is not None else ["verify/none"]
+        if v is not None and v.details.get("isolation"):
+            keys.append(f"verify/isolation_{v.details['isolation']}")
+        if v is not None and v.details.get("cached"):
+            keys.append("verify/cached")
+        for k in keys:
+            out[k] = out.get(k, 0) + 1
+    return out
 
 
 def merge_groups(groups: list[Group], pairs) -> list[Group]:
@@ -60,9 +77,11 @@ def merge_groups(groups: list[Group], pairs) -> list[Group]:
 
 class LocalPool:
     def __init__(self, backend, codec: Codec, verify: Callable[[Prompt, str], Verdict], sampling: Sampling,
-                 max_batch: int | None = None, tree=None):
+                 max_batch: int | None = None, tree=None, verify_workers: int = 1):
         self.backend, self.codec, self.verify, self.sampling = backend, codec, verify, sampling
         self.max_batch = max_batch
+        self.verify_workers = verify_workers  # verifier calls in parallel (threads; e.g. sandboxed code checks)
+        self._verify_pool = None
         self.tree = tree  # LATR tree sampler (backends/latr.py) for training requests, or None
         self.cost = StepCost()
 
@@ -105,10 +124,8 @@ class LocalPool:
                 self.cost.count(**{"latr/tree_rollouts": sum(k for _, _, k in tree_jobs), "latr/branches_born": st.get("branches_born", 0),
                                    "latr/branches_pruned": st.get("branches_pruned", 0)})
         t1 = time.perf_counter()
-        out = []
-        for (req, pids, _), c, path in zip(jobs, comps, paths):
-            r = self.finish_rollout(req, pids, c, version)
-            out.append((req.prompt, r if path is None else dataclasses.replace(r, tree=path)))
+        done = self.finish_rollouts([(req, pids, c) for (req, pids, _), c in zip(jobs, comps)], version)
+        out = [(req.prompt, r if path is None else dataclasses.replace(r, tree=path)) for (req, _, _), r, path in zip(jobs, done, paths)]
         t2 = time.perf_counter()
         if charge:
             self.cost.charge(decoded, len(comps), [r.verdict for _, r in out], t1 - t0, t2 - t1)
@@ -120,8 +137,22 @@ class LocalPool:
     def finish_rollout(self, req, pids, c, version: int) -> Rollout:
         """Decode ``req.prefix`` + the completion, verify it and build its rollout (every pool
         wrapper's last step: APRIL, SPEC-RL, ARRoL)."""
-        text = self.codec.decode(tuple(req.prefix or ()) + c.token_ids)
-        return make_rollout(req, pids, c, version, text, self.verify(req.prompt, text))
+        return self.finish_rollouts([(req, pids, c)], version)[0]
+
+    def finish_rollouts(self, items, version: int) -> list[Rollout]:
+        """``finish_rollout`` for many ``(req, pids, completion)``: decoded here in order, verified
+        ``verify_workers`` at a time (threads: a sandboxed check waits on its own process), built in order."""
+        texts = [self.codec.decode(tuple(req.prefix or ()) + c.token_ids) for req, _, c in items]
+        prompts = [req.prompt for req, _, _ in items]
+        if self.verify_workers > 1 and len(items) > 1:
+            if self._verify_pool is None:
+                from concurrent.futures import ThreadPoolExecutor
+
+                self._verify_pool = ThreadPoolExecutor(self.verify_workers, thread_name_prefix="rollwise-verify")
+            verdicts = list(self._verify_pool.map(self.verify, prompts, texts))
+        else:
+            verdicts = [self.verify(p, t) for p, t in zip(prompts, texts)]
+        return [make_rollout(req, pids, c, version, text, v) for (req, pids, c), text, v in zip(items, texts, verdicts)]
 
 
 def make_rollout(req, pids, c, version: int, text: str, verdict: Verdict) -> Rollout:
