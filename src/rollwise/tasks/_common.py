@@ -44,3 +44,17 @@ def sample_prompts(prompts: Sequence[Prompt], n: int, seed: int) -> list[Prompt]
     while len(out) < n:
         out += rng.sample(list(prompts), min(n - len(out), len(prompts)))
     return out
+
+
+def holdout_questions(questions: Sequence[str], fraction: float, seed: int, source: str) -> set[str]:
+    """The held-out questions: ``round(fraction * d)`` of the ``d`` distinct ``questions`` (first
+    occurrence order), drawn by ``seed``; with ``fraction > 0`` at least 1 and at most ``d - 1``,
+    so both splits are non-empty (``UserError`` naming ``source`` when ``d < 2``)."""
+    distinct = list(dict.fromkeys(questions))
+    k = round(len(distinct) * fraction)
+    if fraction > 0:
+        if len(distinct) < 2:
+            raise UserError(f"task {source}: {len(distinct)} distinct question(s); need at least 2 to hold "
+                            "some out (or set heldout_fraction = 0)")
+        k = min(max(k, 1), len(distinct) - 1)
+    return set(random.Random(seed).sample(distinct, k))

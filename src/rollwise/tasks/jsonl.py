@@ -25,14 +25,13 @@ Contract:
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 from typing import Any, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rollwise.registry import UserError
-from rollwise.tasks._common import chat, coerce_options, sample_prompts
+from rollwise.tasks._common import chat, coerce_options, holdout_questions, sample_prompts
 from rollwise.types import Prompt, Verdict
 
 
@@ -118,14 +117,7 @@ class JsonlTask:
             self._heldout = tuple(self._prompt("heldout-line", n, row, options.heldout_path) for n, row in held)
         else:
             self.dropped_overlap = 0
-            distinct = list(dict.fromkeys(row[q] for _, row in rows))
-            k = round(len(distinct) * options.heldout_fraction)
-            if options.heldout_fraction > 0:
-                k = min(max(k, 1), len(distinct) - 1)  # both splits non-empty
-                if len(distinct) < 2:
-                    raise UserError(f"jsonl task: {path} has {len(distinct)} distinct question(s); "
-                                    "need at least 2 to hold some out (or set heldout_fraction = 0)")
-            held_q = set(random.Random(options.seed).sample(distinct, k))
+            held_q = holdout_questions([row[q] for _, row in rows], options.heldout_fraction, options.seed, path)
             train = [(n, row) for n, row in rows if row[q] not in held_q]
             self._heldout = tuple(self._prompt("line", n, row, path) for n, row in rows if row[q] in held_q)
         self._train = tuple(self._prompt("line", n, row, path) for n, row in train)
