@@ -128,10 +128,12 @@ def not_dumpable():
 # ---------------------------------------------------------------- guard (fallback isolation)
 
 
-def install_guard(workdir):
-    """Audit hook for the rlimit fallback: writes only under ``workdir``; reads only there and in
-    the standard library; no sockets, subprocesses, exec, ctypes or signals to other processes.
-    A defence in depth, not a security boundary on its own (the OS limits still apply)."""
+def install_guard(workdir, max_files):
+    """Audit hook for the rlimit fallback: writes only under ``workdir`` and to at most
+    ``max_files`` distinct files (with RLIMIT_FSIZE this bounds the disk a call can fill); reads
+    only there and in the standard library; no sockets, subprocesses, fork, exec, ctypes or
+    signals to other processes. A defence in depth, not a security boundary on its own (the OS
+    limits still apply)."""
     import sysconfig
 
     work = os.path.realpath(workdir)
@@ -149,6 +151,7 @@ def install_guard(workdir):
                    "os.truncate", "os.utime", "os.mkfifo", "os.mknod", "shutil.rmtree", "shutil.move", "shutil.copyfile",
                    "os.chdir")
     me = os.getpid()
+    written = set()
 
     def inside(path, where):
         try:
@@ -165,6 +168,10 @@ def install_guard(workdir):
             write = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (isinstance(flags, int) and flags & writing)
             if not inside(path, (work,) if write else roots):
                 raise PermissionError("sandbox guard: %s %r is outside the sandbox" % ("write" if write else "read", path))
+            if write and not inside(path, ("/dev/null",)):
+                written.add(os.path.realpath(os.fsdecode(path)))
+                if len(written) > max_files:
+                    raise PermissionError("sandbox guard: more than %d files written" % max_files)
         elif event.startswith("socket.") or event.startswith(blocked):
             raise PermissionError("sandbox guard: %s is not allowed" % event)
         elif event in ("os.kill", "os.killpg"):
@@ -203,7 +210,7 @@ def child_main(job, req_r, resp_w, out_w):
         write((json.dumps(msg) + "\n").encode())
 
     if job.get("guard"):
-        install_guard(job["workdir"])
+        install_guard(job["workdir"], int(job.get("max_files") or 4))
     ns = {"__name__": "__main__", "__builtins__": __builtins__}
     try:
         code = compile(job["source"], "<completion>", "exec")

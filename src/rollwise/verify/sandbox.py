@@ -274,7 +274,7 @@ class Sandbox:
             inner_work = "/work" if isolation == "bwrap" else workdir
             nproc = lim.processes if root else _user_tasks(os.geteuid()) + lim.processes
             job = {"prelude": prelude, "test": test, "source": source, "entry_point": entry_point,
-                   "guard": isolation == "rlimit", "workdir": inner_work,
+                   "guard": isolation == "rlimit", "workdir": inner_work, "max_files": max(1, lim.disk_mb // lim.file_mb) + 1,
                    "limits": {"cpu_s": lim.cpu_s, "memory_mb": lim.memory_mb, "nproc": nproc, "file_mb": lim.file_mb,
                               "output_bytes": lim.output_bytes}}
             env = {"PATH": "/usr/bin:/bin", "HOME": inner_work or "/", "TMPDIR": inner_work or "/", "LANG": "C.UTF-8", MARKER: token}
@@ -306,8 +306,9 @@ class Sandbox:
         except json.JSONDecodeError:
             rep = None
         if not isinstance(rep, dict) or "status" not in rep:
-            if rc is not None and rc < 0:  # the harness itself was killed (by the completion, or a limit)
-                sig = -rc
+            # the harness itself was killed (by the completion, or a limit); bwrap reports it as 128 + signal
+            sig = -rc if rc is not None and rc < 0 else rc - 128 if rc is not None and rc > 128 else None
+            if sig:
                 status = "timeout" if sig == signal.SIGXCPU else "killed"
                 return SandboxResult(status, f"harness ended by signal {sig}", seconds, isolation)
             tail = err.decode(errors="replace")[-300:]
