@@ -81,6 +81,9 @@ class Run:
         schedule = getattr(self.parts.replay, "wrap_pool", None)
         if schedule is not None:  # rollout schedulers that own generation (APRIL partial, SPEC-RL speculative)
             self.pool = schedule(self.pool, self.parts.controller, lambda: self.state)
+        bind = getattr(self.parts.controller, "bind", None)
+        if bind is not None:  # controllers that build token prefixes from references (ADHint hints)
+            bind(self.task, self.codec)
         self.trainer = Trainer(self.model, self.parts.objective, self.parts.objective_options, cfg.train, s.temperature,
                                reference=cfg.reward.kl.coef > 0 or getattr(self.parts.advantage, "needs_reference", False))
         self.ledger = Ledger(self.dir)

@@ -77,7 +77,7 @@ def ace(rewards: torch.Tensor, group_index: torch.Tensor, opts: AceOptions | Non
         raise ValueError(f"confidence_shift must be (B,) like rewards, got {tuple(confidence_shift.shape)} and {tuple(rewards.shape)}")
     if not torch.isfinite(confidence_shift).all():
         raise ValueError("confidence_shift contains NaN or inf")
-    base = grpo(rewards, group_index, GrpoOptions(eps=opts.eps, std=opts.std))
+    base = grpo(rewards, group_index, GrpoOptions(**{k: getattr(opts, k) for k in GrpoOptions.model_fields}))
     c = confidence_shift.detach().to(base.values.dtype)
     if opts.length_normalise:
         if completion_lengths is None:

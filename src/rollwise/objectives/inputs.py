@@ -55,8 +55,15 @@ def completion_lengths(rows: Sequence[Rollout]) -> torch.Tensor:
     return torch.tensor([float(len(r.completion_ids)) for r in rows], dtype=torch.float32)
 
 
+def hint_tokens(rows: Sequence[Rollout]) -> torch.Tensor:
+    """(B,) long: each row's hint length (``Verdict.details["hint_tokens"]``, set by the ``adhint``
+    controller on hinted rollouts; 0 for the others)."""
+    return torch.tensor([int((r.verdict.details or {}).get("hint_tokens", 0)) if r.verdict is not None else 0 for r in rows],
+                        dtype=torch.long)
+
+
 _INPUTS = {"seq_logprob": sequence_logprob, "tree_paths": tree_paths, "completion_logprobs": completion_logprobs,
-           "completion_texts": completion_texts, "completion_lengths": completion_lengths}
+           "completion_texts": completion_texts, "completion_lengths": completion_lengths, "hint_tokens": hint_tokens}
 _RUN_INPUTS = {"confidence_shift": confidence_shift}  # inputs that need the run (its trainer, codec, controller)
 
 

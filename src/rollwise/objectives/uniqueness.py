@@ -117,7 +117,7 @@ def uniqueness(rewards: torch.Tensor, group_index: torch.Tensor, opts: Uniquenes
     if len(completion_texts) != rewards.numel():
         raise ValueError(f"completion_texts has {len(completion_texts)} entries for {rewards.numel()} rows")
     cluster: Callable = CLUSTERERS.get(opts.clusterer)
-    base = grpo(rewards, group_index, GrpoOptions(eps=opts.eps, std=opts.std))
+    base = grpo(rewards, group_index, GrpoOptions(**{k: getattr(opts, k) for k in GrpoOptions.model_fields}))
     a = base.values
     out = a.clone()
     groups = Groups.of(group_index)
