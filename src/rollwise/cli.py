@@ -15,10 +15,32 @@ from rich.console import Console
 
 from rollwise.registry import UserError
 
-app = typer.Typer(add_completion=False, no_args_is_help=False, help="rollwise: compute-efficient RLVR for language models.")
-config_app = typer.Typer(help="Inspect configuration.")
+app = typer.Typer(add_completion=True, no_args_is_help=True, help="rollwise: compute-efficient RLVR for language models.")
+config_app = typer.Typer(no_args_is_help=True, help="Inspect configuration.")
 app.add_typer(config_app, name="config")
 console = Console()
+
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        from rollwise import __version__
+
+        try:
+            torch = version("torch")
+        except PackageNotFoundError:
+            torch = "not installed"
+        console.print(f"rollwise {__version__} (torch {torch}, typer {typer.__version__})", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                       help="Print the version and exit.")):
+    """rollwise: compute-efficient RLVR for language models."""
+
 
 ConfigOpt = typer.Option(None, "--config", "-c", help="TOML config file.")
 SetOpt = typer.Option(None, "--set", "-s", help="Override: section.key=value (repeatable).")
@@ -86,6 +108,34 @@ def compare(config: Path = typer.Option(..., "--config", "-c", help="Sweep file 
     console.print(f"files: {out / 'compare.json'}, {out / 'report.html'}", soft_wrap=True)
 
 
+@app.command()
+def export(run_dir: Path = typer.Argument(..., help="A run directory (runs/<name>)."),
+           out_dir: Path = typer.Argument(..., help="Output directory (must not exist or be empty)."),
+           step: Optional[int] = typer.Option(None, "--step", help="Checkpoint step (default: the newest that verifies)."),
+           adapter: bool = typer.Option(False, "--adapter", help="LoRA runs: write the PEFT adapter instead of merged weights."),
+           gguf: bool = typer.Option(False, "--gguf", help="Also write OUT_DIR/model.gguf (float32, Llama architecture).")):
+    """Export a checkpoint as a Hugging Face model directory (from_pretrained loads it), optionally with a GGUF file."""
+    from rollwise.export import export_run
+
+    out = export_run(run_dir, out_dir, step=step, adapter=adapter, gguf=gguf, log=lambda m: console.print(f"[dim]{m}[/]"))
+    console.print(f"[green]exported[/]: {out}/", highlight=False)
+
+
+@app.command()
+def runs(root: Path = typer.Argument(Path("runs"), help="Directory holding run directories (searched recursively).")):
+    """List the runs in a directory: steps, generated tokens, last pass@1, newest checkpoint, state."""
+    from rich.table import Table
+
+    from rollwise.runs import list_runs
+
+    table = Table("run", "steps", "tokens", "pass@1 (at step)", "checkpoint", "state")
+    for r in list_runs(root):
+        acc = "-" if r["pass@1"] is None else f"{r['pass@1']:.3f} ({r['eval_step']})"
+        table.add_row(r["name"], f"{r['steps']}/{r['max_steps']}", f"{r['tokens']:,}", acc,
+                      "-" if r["checkpoint"] is None else f"step-{r['checkpoint']}", r["state"])
+    console.print(table)
+
+
 @config_app.command("show")
 def config_show(config: Optional[Path] = ConfigOpt, set: Optional[List[str]] = SetOpt):
     """Print the resolved configuration as TOML."""
@@ -94,22 +144,51 @@ def config_show(config: Optional[Path] = ConfigOpt, set: Optional[List[str]] = S
     console.print(to_toml(_load(config, set)), markup=False, highlight=False)
 
 
-def main(argv: list[str] | None = None) -> None:
+def _usage_error_types() -> tuple[type, ...]:
+    """Usage-error base classes of the click that typer runs on: typer >= 0.29 bundles its own
+    click (``typer.TyperException`` is the base of its ``ClickException``); older typers use the
+    ``click`` package. Checking only ``click.ClickException`` misses the bundled one."""
+    types_: list[type] = []
+    if hasattr(typer, "TyperException"):
+        types_.append(typer.TyperException)
     try:
-        app(args=argv, standalone_mode=False)
+        import click
+
+        types_.append(click.ClickException)
+    except ImportError:
+        pass
+    return tuple(types_)
+
+
+def _aborted() -> None:
+    console.print("[red]aborted[/] (interrupted)", highlight=False)
+    sys.exit(130)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: user and usage errors print one line and exit 2; Ctrl-C prints "aborted" and
+    exits 130 (so ``rollwise compare ... && publish`` stops)."""
+    try:
+        rc = app(args=argv, standalone_mode=False, prog_name="rollwise")
     except UserError as e:
         console.print(f"[bold red]error:[/] {e}", markup=True, highlight=False)
         sys.exit(2)
     except (typer.Abort, KeyboardInterrupt):
-        console.print("[red]aborted[/]")
-        sys.exit(130)
-    except Exception as e:  # click usage errors
-        import click
-
-        if isinstance(e, click.ClickException):
-            e.show()
-            sys.exit(e.exit_code)
-        raise
+        _aborted()
+    except _usage_error_types() as e:  # unknown command or option, missing argument
+        ctx = getattr(e, "ctx", None)
+        hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+        msg = e.format_message()
+        if type(e).__name__ == "NoArgsIsHelpError":  # bare `rollwise`: the help is the answer
+            console.print(msg, markup=False, highlight=False)
+        else:
+            console.print(f"[bold red]error:[/] {msg}{hint}", markup=True, highlight=False, soft_wrap=True)
+        sys.exit(getattr(e, "exit_code", 2) or 2)
+    # in non-standalone mode typer turns Ctrl-C into Exit(130) and returns the code
+    if rc == 130:
+        _aborted()
+    if isinstance(rc, int) and rc:
+        sys.exit(rc)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import json
 import os
 import random
 import shutil
+import time
 from pathlib import Path
 
 import torch
@@ -31,6 +32,31 @@ def cache_path(key: dict) -> Path:
     return cache_root() / "warm_start" / digest / "model.safetensors"
 
 
+class Progress:
+    """Logs warm-start progress: step, loss and an estimate of the time left, at step 10 (the
+    first estimate) and then every tenth of the run (or every 30 s, whichever comes first)."""
+
+    def __init__(self, total: int, log, every_s: float = 30.0):
+        self.total, self.log, self.every_s = total, log, every_s
+        self.t0 = self.last = time.perf_counter()
+        self.tenth = max(1, total // 10)
+
+    def __call__(self, step: int, loss: float) -> None:
+        now = time.perf_counter()
+        if not (step == min(10, self.total) or step % self.tenth == 0 or step == self.total or now - self.last >= self.every_s):
+            return
+        self.last = now
+        left = (now - self.t0) / step * (self.total - step)
+        eta = f", about {format_seconds(left)} left" if step < self.total else f", took {format_seconds(now - self.t0)}"
+        self.log(f"warm start: step {step:,}/{self.total:,}, loss {loss:.3f}{eta}")
+
+
+def format_seconds(s: float) -> str:
+    """62.4 -> '1 min 2 s'; 5.2 -> '5 s'."""
+    s = int(round(s))
+    return f"{s // 60} min {s % 60} s" if s >= 60 else f"{s} s"
+
+
 def warm_start(model, codec, task, ws_cfg, seed: int, key: dict, log=print) -> str:
     """Train ``model`` in place (or load the cached result). Returns "cached", "trained" or "skipped"."""
     if ws_cfg.steps == 0:
@@ -44,7 +70,11 @@ def warm_start(model, codec, task, ws_cfg, seed: int, key: dict, log=print) -> s
     except NotImplementedError:
         log(f"task {task.name!r} has no reference completions; warm start skipped")
         return "skipped"
+    log(f"warm start: {ws_cfg.steps:,} supervised steps x {ws_cfg.batch_size} examples of {task.name} "
+        f"(once; {'cached afterwards under ' + str(cache_root()) if ws_cfg.cache else 'not cached'}; "
+        "model.warm_start.steps=0 skips it)")
     rng = random.Random(seed)
+    report = Progress(ws_cfg.steps, log)
     opt = torch.optim.AdamW(model.parameters(), lr=ws_cfg.lr, weight_decay=0.0)
     eos = codec.tokenizer.eos_token_id
     pad = codec.pad_id
@@ -66,6 +96,7 @@ def warm_start(model, codec, task, ws_cfg, seed: int, key: dict, log=print) -> s
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
+            report(step + 1, loss.item())
     if ws_cfg.cache:
         tmp = path.parent.with_name(path.parent.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
