@@ -16,6 +16,7 @@ from rollwise.filter import d3s as _d3s
 from rollwise.generate import arrol as _arrol
 from rollwise.objectives import ess
 from rollwise.registry import UserError, format_validation
+from rollwise.verify import ttrl as _ttrl
 
 
 class Section(BaseModel):
@@ -196,6 +197,12 @@ class KlInRewardConfig(Section):
                                                  "'k1' = -l, 'k2' = l^2/2, 'k3' = exp(l) - 1 - l (as objective.options.kl_estimator).")
 
 
+class TtrlConfig(_ttrl.Options):
+    enabled: bool = Field(False, description="Test-time RL (TTRL, arXiv 2504.16084; rollwise.verify.ttrl): the training reward is "
+                          "agreement with the majority answer of the group, never the reference answer (evaluation still "
+                          "uses the reference).")
+
+
 class FapoConfig(Section):
     enabled: bool = Field(False, description="FAPO flawed-positive penalty (arXiv 2510.22543; rollwise.verify.flaws): a correct rollout "
                           "whose reasoning the detector finds flawed loses 'penalty' from its reward.")
@@ -217,6 +224,7 @@ class RewardConfig(Section):
     overlong_penalty: OverlongPenaltyConfig = Field(default_factory=OverlongPenaltyConfig, description="DAPO overlong reward shaping.")
     kl: KlInRewardConfig = Field(default_factory=KlInRewardConfig, description="KL to the reference as a reward penalty (KL in the loss is objective.options.kl_coef).")
     fapo: FapoConfig = Field(default_factory=FapoConfig, description="FAPO flawed-positive penalty (off by default).")
+    ttrl: TtrlConfig = Field(default_factory=TtrlConfig, description="Test-time RL: majority-vote pseudo-rewards (off by default).")
 
 
 class AdvantageConfig(StrategyConfig):

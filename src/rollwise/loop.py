@@ -45,10 +45,14 @@ def train(cfg: Config, *, resume: bool = False, backend=None, log=print) -> RunR
             rows, rewards, gidx = flatten(batch_groups)
             rewards, shaping = run.shape_rewards(rows, rewards)          # overlong penalty, KL in reward
             advs = parts.advantage(rewards, gidx, parts.advantage_options, **advantage_inputs(parts.advantage, rows, run))
+            if hasattr(ctrl, "weigh_advantages"):                        # Prompt-GDRO's bin weights
+                advs = ctrl.weigh_advantages(advs, rows)
             batch = collate(rows, rewards, gidx, advs, run.codec.pad_id)
             t0 = now()                                                   # train time includes D3S (entropy forward)
             batch, picked = run.downsample(batch, rows)                 # D3S rows / tokens (off by default)
             metrics = run.trainer.optimize(batch)                        # objective + optimizer step
+            if hasattr(ctrl, "after_update"):                            # GDRO's bin losses, MSSR's KL window
+                ctrl.after_update(batch, rows, metrics, run)
             metrics["time/train_s"] = now() - t0
             st.policy_version += 1
             metrics.update(step_metrics(groups, dropped, planned), **shaping, **getattr(ctrl, "metrics", {}), **picked)

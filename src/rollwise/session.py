@@ -68,6 +68,8 @@ class Run:
         d3s = cfg.filter.d3s
         if d3s.enabled and d3s.token_level and d3s.entropy == "sampler" and hasattr(backend, "record_entropy"):
             backend.record_entropy = True  # D3S token scores read the sampler's entropies (filter/d3s.py)
+        if getattr(self.parts.advantage_options, "entropy", None) == "sampler" and hasattr(backend, "record_entropy"):
+            backend.record_entropy = True  # ETTRL / ECHO / MSSR read the sampler's entropies (objectives/signals.py)
         describe = getattr(self.task, "describe_verifier", None)
         if describe is not None:  # e.g. which code sandbox is active (verify/sandbox.py)
             log(describe())
@@ -81,6 +83,10 @@ class Run:
         schedule = getattr(self.parts.replay, "wrap_pool", None)
         if schedule is not None:  # rollout schedulers that own generation (APRIL partial, SPEC-RL speculative)
             self.pool = schedule(self.pool, self.parts.controller, lambda: self.state)
+        if cfg.reward.ttrl.enabled:  # TTRL majority-vote pseudo-rewards on training groups (verify/ttrl.py)
+            from rollwise.verify.ttrl import TtrlPool
+
+            self.pool = TtrlPool(self.pool, cfg.reward.ttrl)
         bind = getattr(self.parts.controller, "bind", None)
         if bind is not None:  # controllers that build token prefixes from references (ADHint hints)
             bind(self.task, self.codec)
@@ -266,6 +272,12 @@ def step_metrics(groups, dropped: dict[str, int], plan_sizes: list[int]) -> dict
            "control/rollouts_per_prompt_p90": percentile(sizes, 0.9),
            "control/budget_used": sum(plan_sizes), "control/rounds": len(plan_sizes)}
     out.update({f"filter/{reason}": n for reason, n in dropped.items()})
+    named: dict[str, list[float]] = {}  # named reward components (Verdict.rewards): their means as reward/<name>
+    for g in groups:
+        for r in g.rollouts:
+            for k, v in ((r.verdict.rewards or {}) if r.verdict is not None and r.verdict.score is not None else {}).items():
+                named.setdefault(k, []).append(float(v))
+    out.update({f"reward/{k}": sum(v) / len(v) for k, v in named.items()})
     return out
 
 

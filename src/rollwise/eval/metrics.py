@@ -26,11 +26,19 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - comb(n - c, k) / comb(n, k)
 
 
+def majority_answer(answers: Sequence[str | None]) -> str | None:
+    """The most frequent non-None answer, ties broken by first appearance; None if there is none
+    (maj@k here, TTRL's pseudo-label in ``rollwise.verify.ttrl``). ["5", "3", "3", "5"] -> "5"."""
+    counts = Counter(a for a in answers if a is not None)
+    if not counts:
+        return None
+    best = max(counts.values())
+    return next(a for a in answers if a is not None and counts[a] == best)
+
+
 def maj_at_k(answers: Sequence[str | None], correct: Sequence[bool | None], k: int) -> float:
     votes = [(a, ok) for a, ok in zip(answers[:k], correct[:k]) if a is not None and ok is not None]
     if not votes:
         return 0.0
-    counts = Counter(a for a, _ in votes)
-    best = max(counts.values())
-    winner = next(a for a, _ in votes if counts[a] == best)
+    winner = majority_answer([a for a, _ in votes])
     return 1.0 if any(ok for a, ok in votes if a == winner) else 0.0

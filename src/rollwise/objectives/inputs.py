@@ -62,9 +62,43 @@ def hint_tokens(rows: Sequence[Rollout]) -> torch.Tensor:
                         dtype=torch.long)
 
 
+def named_rewards(rows: Sequence[Rollout]) -> dict[str, torch.Tensor]:
+    """name -> (B,) float from each row's ``Verdict.rewards`` (GDPO, ``objectives/gdpo.py``); every
+    row must carry the same names. ``{}`` for an empty batch."""
+    out: dict[str, list[float]] = {}
+    for i, r in enumerate(rows):
+        named = r.verdict.rewards if r.verdict is not None else None
+        if not named:
+            raise ValueError(f"rollout of prompt {r.prompt_id!r} has no named rewards (Verdict.rewards); "
+                             "this advantage needs a task that returns them")
+        if i and set(named) != set(out):
+            raise ValueError(f"rollout of prompt {r.prompt_id!r} has rewards {sorted(named)}, others {sorted(out)}")
+        for k, v in named.items():
+            out.setdefault(k, []).append(float(v))
+    return {k: torch.tensor(v, dtype=torch.float32) for k, v in out.items()}
+
+
+def completion_entropies(rows: Sequence[Rollout]) -> list[tuple[float, ...] | None]:
+    """Each row's sampler entropies (``Rollout.entropies``, one per completion token; None where the
+    backend did not record them). ETTRL / MSSR / ECHO read them with ``entropy = "sampler"``."""
+    return [r.entropies for r in rows]
+
+
+def prompt_baseline(rows: Sequence[Rollout], run) -> torch.Tensor:
+    """(B,) the controller's per-prompt value baseline for each row (MSSR's Beta tracker,
+    ``control/mssr.py``); the run's controller must provide ``baselines(rows)``."""
+    ctrl = run.parts.controller
+    if not hasattr(ctrl, "baselines"):
+        raise ValueError(f"this advantage needs a controller with a per-prompt baseline (control.name = 'mssr'), "
+                         f"got {type(ctrl).__name__}")
+    return ctrl.baselines(rows)
+
+
 _INPUTS = {"seq_logprob": sequence_logprob, "tree_paths": tree_paths, "completion_logprobs": completion_logprobs,
-           "completion_texts": completion_texts, "completion_lengths": completion_lengths, "hint_tokens": hint_tokens}
-_RUN_INPUTS = {"confidence_shift": confidence_shift}  # inputs that need the run (its trainer, codec, controller)
+           "completion_texts": completion_texts, "completion_lengths": completion_lengths, "hint_tokens": hint_tokens,
+           "named_rewards": named_rewards, "completion_entropies": completion_entropies}
+_RUN_INPUTS = {"confidence_shift": confidence_shift,  # inputs that need the run (its trainer, codec, controller)
+               "prompt_baseline": prompt_baseline}
 
 
 def advantage_inputs(fn, rows: Sequence[Rollout], run=None) -> dict[str, torch.Tensor]:

@@ -13,7 +13,7 @@ from objtest_utils import make_batch, place
 from rollwise.objectives import OBJECTIVES
 from rollwise.objectives.common import aggregate, behaviour_weight, kl_penalty
 
-NAMES = ["grpo", "dapo", "gspo", "cispo", "decoupled_ppo"]
+NAMES = ["grpo", "dapo", "gspo", "cispo", "decoupled_ppo", "echo"]
 MODES = ["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"]
 
 
@@ -263,8 +263,9 @@ def test_registry_names_resolve_and_validate_options():
     from rollwise.objectives import ADVANTAGES
     from rollwise.registry import UserError, validate_options
 
-    assert OBJECTIVES.names() == sorted(NAMES)
-    assert ADVANTAGES.names() == sorted(["grpo", "dr_grpo", "rloo", "reinforce_pp_baseline", "median", "novelty", "tree"])
+    assert OBJECTIVES.names() == sorted(NAMES + ["minpro", "opmd"])
+    assert ADVANTAGES.names() == sorted(["grpo", "dr_grpo", "rloo", "reinforce_pp_baseline", "median", "novelty", "tree",
+                                         "gdpo", "grpo_sum", "mssr", "ettrl", "echo", "ace", "uniqueness", "r3l", "adhint"])
     o = validate_options("objective", "dapo", OBJECTIVES.get("dapo"), {"eps_high": 0.3, "aggregation": "seq_mean_token_mean"})
     assert o.eps_high == 0.3 and o.eps_low == 0.2
     with pytest.raises(UserError, match="clip_epsilon"):

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from objtest_utils import make_batch
 from rollwise.objectives import OBJECTIVES
 
-NAMES = ["grpo", "dapo", "gspo", "cispo", "decoupled_ppo"]
+NAMES = ["grpo", "dapo", "gspo", "cispo", "decoupled_ppo", "echo"]
 MODES = ["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"]
 
 
