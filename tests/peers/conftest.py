@@ -15,14 +15,17 @@ verl: ``import verl`` runs ``verl/__init__.py``, which imports ``verl.protocol``
    -- with inert stub modules while ``core_algos`` is imported, then removes the stubs again from
    ``sys.modules`` so nothing else in the session sees them.
 
-No verl function is copied, patched or wrapped: the tests call ``core_algos.compute_*`` and
-``agg_loss`` / ``kl_penalty`` as verl's trainer does.
+The same window loads ``verl.trainer.ppo.rollout_corr_helper`` (TIS / IcePop weights), which
+imports ``verl.protocol`` and so Ray. No verl function is copied, patched or wrapped: the tests
+call ``core_algos.compute_*``, ``agg_loss``, ``kl_penalty``, ``compute_rewards`` and
+``compute_rollout_correction_weights`` as verl's trainer does.
 
 TRL: ``trl.trainer.grpo_trainer`` imports normally. Its loss lives in the method
 ``GRPOTrainer._compute_loss(self, model, inputs)``; the ``trl_loss`` fixture calls that real method
 with a small stand-in for ``self`` that holds the trainer attributes the method reads (loss type,
 epsilons, beta, ...) and returns the test's log-probs from ``_get_per_token_logps_and_entropies``
-instead of running a model. TRL's advantage code is inline in ``_generate_and_score_completions``
+instead of running a model; ``trl_rloo_loss`` does the same for ``RLOOTrainer._compute_loss``.
+TRL's advantage code is inline in ``_generate_and_score_completions``
 (it needs generation and reward functions) and is not called here; the TRL advantage conventions
 are covered by hand-worked unit tests (tests/unit/objectives/test_obj_peer_options.py).
 """
@@ -81,6 +84,7 @@ def verl_core():
         sys.modules["verl"] = package
     try:
         core = importlib.import_module("verl.trainer.ppo.core_algos")
+        importlib.import_module("verl.trainer.ppo.rollout_corr_helper")  # TIS / IcePop weights (imports Ray)
     finally:
         sys.meta_path.remove(finder)
         for name in [m for m in sys.modules if m.split(".")[0] in missing]:
@@ -89,6 +93,12 @@ def verl_core():
 
     assert version("verl") == "0.9.1", f"the parity suite is written against verl 0.9.1, found {version('verl')}"
     return core
+
+
+@pytest.fixture(scope="session")
+def verl_rollout_corr(verl_core):
+    """verl 0.9.1's ``verl.trainer.ppo.rollout_corr_helper`` (loaded with ``core_algos``)."""
+    return sys.modules["verl.trainer.ppo.rollout_corr_helper"]
 
 
 @pytest.fixture(scope="session")
@@ -115,6 +125,41 @@ def trl_grpo():
     return GRPOTrainer
 
 
+def _accelerator() -> SimpleNamespace:
+    return SimpleNamespace(num_processes=1, gather=lambda x: x, gather_for_metrics=lambda x: x,
+                           reduce=lambda x, reduction="sum": x)
+
+
+@pytest.fixture(scope="session")
+def trl_rloo_loss(trl_grpo):
+    """``trl_rloo_loss(new, old, mask, advantages, epsilon=0.2) -> loss``: TRL's real
+    ``RLOOTrainer._compute_loss`` (sequence ratio ``exp(sum_t new - old)``, mean over rows)."""
+    from trl.trainer.rloo_trainer import RLOOTrainer
+
+    def run(new, old, mask, advantages, *, epsilon=0.2, epsilon_high=None):
+        B, T = new.shape
+        trainer = SimpleNamespace(
+            _get_per_token_logps_and_entropies=lambda *a, **k: (new, torch.zeros_like(new), None),
+            aux_loss_enabled=False,
+            epsilon_low=epsilon,
+            epsilon_high=epsilon if epsilon_high is None else epsilon_high,
+            model=SimpleNamespace(training=True),
+            accelerator=_accelerator(),
+            _metrics={"train": defaultdict(list), "eval": defaultdict(list)},
+        )
+        inputs = {
+            "prompt_ids": torch.zeros(B, 1, dtype=torch.long),
+            "prompt_mask": torch.ones(B, 1, dtype=torch.long),
+            "completion_ids": torch.zeros(B, T, dtype=torch.long),
+            "completion_mask": mask.to(new.dtype),
+            "advantages": advantages,
+            "old_logps": (old * mask).sum(dim=1),
+        }
+        return RLOOTrainer._compute_loss(trainer, None, inputs)
+
+    return run
+
+
 @pytest.fixture(scope="session")
 def trl_loss(trl_grpo):
     """``trl_loss(new, old, mask, advantages, loss_type=..., **settings) -> loss``: runs TRL's real
@@ -123,12 +168,7 @@ def trl_loss(trl_grpo):
     def run(new, old, mask, advantages, *, loss_type="dapo", epsilon=0.2, epsilon_high=None, beta=0.0, ref=None,
             use_bias_correction_kl=False, importance_sampling_level="token", max_completion_length=512, delta=None):
         B, T = new.shape
-        accelerator = SimpleNamespace(
-            num_processes=1,
-            gather=lambda x: x,
-            gather_for_metrics=lambda x: x,
-            reduce=lambda x, reduction="sum": x,
-        )
+        accelerator = _accelerator()
         trainer = SimpleNamespace(
             _get_per_token_logps_and_entropies=lambda *a, **k: (new, torch.zeros_like(new), None),
             top_entropy_quantile=1.0,

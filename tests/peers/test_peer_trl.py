@@ -117,3 +117,27 @@ def test_exact_cispo_default_is_trl_recommended_cap(trl_loss, seed):
     assert ((r.new - r.old).exp() * r.mask > 5).any()
     ours, theirs = _pair(trl_loss, r, cispo, cispo.Options(), loss_type="cispo", epsilon_high=5.0)
     assert _same(ours, theirs)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_convention_rloo_trainer_sequence_ratio(trl_rloo_loss, seed):
+    # TRL's RLOOTrainer clips the *sequence* ratio exp(sum_t new - old) (not length-normalised) and
+    # averages rows. rollwise has no such objective; on-policy (new == old, one update per batch,
+    # as in the rollwise loop) its gradient is -A sum_t d log pi / B, which is rollwise grpo with
+    # aggregation seq_mean_token_sum_norm and norm_constant 1 (exact gradient; the loss *values*
+    # differ: TRL -mean(A), rollwise -sum_i A_i |y_i| / B). Off-policy the two differ.
+    r = ragged(seed)
+    new_t = leaf(r.old)
+    theirs = trl_rloo_loss(new_t, r.old, r.mask, r.adv)
+    theirs.backward()
+    assert close(theirs, -r.adv.mean())
+    new_o = leaf(r.old)
+    opts = grpo.Options(aggregation="seq_mean_token_sum_norm", norm_constant=1.0)
+    grpo.loss(r.batch(), new_o, opts).loss.backward()
+    assert close(new_o.grad, new_t.grad)
+    # off-policy: the sequence ratio and the token ratios clip differently
+    off_t = leaf(r.new)
+    trl_rloo_loss(off_t, r.old, r.mask, r.adv).backward()
+    off_o = leaf(r.new)
+    grpo.loss(r.batch(), off_o, opts).loss.backward()
+    assert not close(off_o.grad, off_t.grad)

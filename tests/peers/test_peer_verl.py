@@ -9,6 +9,8 @@ exact (asserted). How verl is loaded without Ray: tests/peers/conftest.py.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -240,3 +242,76 @@ def test_convention_low_var_kl_cap(verl_core, seed):
     # and inside the cap (small drift) the plain k3 is exact
     small = ragged(seed, drift=0.3)
     assert close(kl_penalty(small.new, small.ref, "k3"), verl_core.kl_penalty(small.new, small.ref, "low_var_kl"))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_exact_kl_in_reward(verl_core, seed):
+    # verl's use_kl_in_reward: token rewards = scores - beta * (old - ref) (compute_rewards, k1);
+    # GRPO sums them per row. rollwise reward.sequence_kl(..., "k1") is that sum (float32 inside).
+    from rollwise.reward import sequence_kl
+
+    r = ragged(seed, drift=0.6)
+    beta = 0.05
+    theirs = (verl_core.compute_rewards(torch.zeros_like(r.mask), r.new, r.ref, beta) * r.mask).sum(dim=1)
+    ours = -beta * sequence_kl(r.new, r.ref, r.mask, "k1").double()
+    assert torch.allclose(ours, theirs, rtol=1e-5, atol=1e-6)  # float32 in sequence_kl
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_documented_gspo_log_ratio_clamp(verl_core, verl_actor_config, seed):
+    # verl clamps GSPO's log s_i only from above, at 10 (rollwise: [-20, 20] like every ratio).
+    # Documented difference without an option: it needs s_i > e^10 = 22026. Row 0's log-ratio is
+    # set to 12 with A < 0: rollwise's loss grows with s_i (gradient > 0 on its tokens); verl's
+    # clamp freezes it (value |A| e^10, gradient 0). Every other row is exact.
+    r = ragged(seed, drift=0.002)
+    new = r.new.clone()
+    new[0] = (r.old[0] + 12.0) * r.mask[0]
+    adv_ = r.adv.clone()
+    adv_[0] = -1.0
+    r = dataclasses.replace(r, new=new, adv=adv_)
+    cfg = verl_actor_config(_batch_info(r, "seq_mean_token_mean"), clip_ratio_low=3e-4, clip_ratio_high=4e-4)
+    theirs = _verl(verl_core.compute_policy_loss_gspo, r, cfg, "seq_mean_token_mean")
+    ours = _ours(gspo, r, gspo.Options())
+    assert (theirs[1][0] == 0).all() and (ours[1][0][r.mask[0] > 0] > 0).all()
+    assert close(ours[1][1:], theirs[1][1:])
+    B = r.mask.shape[0]
+    assert close(ours[0] - theirs[0], (torch.tensor(12.0).exp() - torch.tensor(10.0).exp()) / B)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("level", ["token", "sequence"])
+@pytest.mark.parametrize("threshold, action", [(2.0, "truncate"), ("0.5_2.0", "mask")])
+def test_exact_rollout_correction_weights(verl_rollout_corr, seed, level, threshold, action):
+    # verl's rollout correction: w = pi_old / pi_rollout per token or per sequence (product), TIS
+    # truncates at the upper threshold (2.0, verl's default), IcePop ("lower_upper") zeroes outside.
+    # rollwise: behaviour_weight(prox, behaviour, ...) with tis_cap / tis_low / tis_action.
+    from rollwise.objectives.common import behaviour_weight
+
+    r = ragged(seed, drift=0.3 if level == "token" else 0.1)
+    prox = r.ref  # the trainer's recompute (verl: old_log_prob); r.old is the sampler's
+    theirs, _ = verl_rollout_corr.compute_rollout_correction_weights(
+        (prox - r.old) * r.mask, r.mask, rollout_is=level, rollout_is_threshold=threshold)
+    low = 0.5 if action == "mask" else 0.0
+    ours, _ = behaviour_weight(prox, r.old, r.mask, level, low=low, cap=2.0, action=action)
+    assert close(ours * r.mask, theirs)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_exact_tis_weighted_ppo_loss(verl_core, verl_rollout_corr, verl_actor_config, seed):
+    # The whole decoupled loss: verl's vanilla loss around old_log_prob = pi_prox, times its TIS
+    # weights pi_prox / pi_rollout (token, cap 2), equals rollwise grpo with prox_logprobs and
+    # tis_level="token" (dual_clip=3 for verl's default clip_ratio_c).
+    r = ragged(seed, drift=0.4)
+    prox = r.ref
+    cfg = verl_actor_config(_batch_info(r, "token_mean"))
+    weights, _ = verl_rollout_corr.compute_rollout_correction_weights((prox - r.old) * r.mask, r.mask)
+    new_t = leaf(r.new)
+    theirs, _ = verl_core.compute_policy_loss_vanilla(prox, new_t, r.adv[:, None] * r.mask, r.mask,
+                                                      loss_agg_mode="token-mean", config=cfg,
+                                                      rollout_is_weights=weights)
+    theirs.backward()
+    new_o = leaf(r.new)
+    batch = dataclasses.replace(r.batch(), prox_logprobs=prox, ref_logprobs=None)
+    ours = grpo.loss(batch, new_o, grpo.Options(tis_level="token", dual_clip=3.0)).loss
+    ours.backward()
+    assert close(ours, theirs) and close(new_o.grad, new_t.grad)
