@@ -56,8 +56,8 @@ def check(cfg) -> None:
     if getattr(adv_opts, "per_token", False) and cfg.objective.name == "gspo":  # tree advantage, per token
         raise UserError("advantage.options.per_token = true gives per-token advantages, which objective 'gspo' "
                         "(sequence-level) cannot use; set advantage.options.per_token = false or another objective")
-    for section in ("control", "replay"):  # cross-section requirements, e.g. APRIL's "tis" mode needs
-        cls, opts, _ = resolve(cfg, section)  # an objective weight, SPEED needs its filter
+    for section in ("control", "replay", "advantage"):  # cross-section requirements, e.g. APRIL's "tis" mode needs
+        cls, opts, _ = resolve(cfg, section)  # an objective weight, SPEED needs its filter, V0.5's advantage its controller
         if hasattr(cls, "check_config"):
             cls.check_config(cfg, opts)
     build_filters(cfg)

@@ -1,0 +1,163 @@
+"""``v05``: V0.5's value prior with a real-time test and on-demand extra rollouts (controller half;
+the fused baseline is ``advantage.name = "v05"``, :mod:`rollwise.objectives.v05`).
+
+Paper: "Generalist Value Model as a Prior for Sparse RL Rollouts" (V0.5), arXiv 2603.10848
+(project page now-join-us.github.io/V0_5; no code found); allocation.md §11. Structure from the
+abstract [PAPER-ABS]; every equation is the spec's reconstruction [RECON] (a standard shrinkage
+estimator and z-test; the paper's "four steps" were not recovered).
+
+Per step, for each of ``prompts_per_step`` prompts (drawn as ``uniform`` does):
+
+1. read the prompt's prior ``v in [0, 1]`` (its expected reward under the current policy);
+2. round 1: ``n_0 = rollouts_per_prompt`` rollouts;
+3. test H0: p = v with ``z = (r_bar - v) / sqrt(v (1 - v) / n)`` (:func:`rejects`); a prior of
+   exactly 0 or 1 is rejected by any disagreeing rollout;
+4. each rejected prompt gets ``delta_n`` more rollouts (another round, merged into its group),
+   up to ``cap`` rollouts per prompt and ``extra_budget`` extra rollouts per step; the test is
+   redone after each round until no prompt is rejected or the caps are reached;
+5. the ``v05`` advantage fuses v with the group mean (:func:`rollwise.objectives.v05.fuse`).
+
+Deviation (the large one): the paper's prior is a *generalist value model* (V0) that predicts a
+prompt's success in-context for the current policy. No such model is available here, so the prior
+is pluggable (``prior``):
+
+- ``"history"`` (default; ours, not the paper's): the prompt's mean verified reward over its last
+  ``history_window`` steps, shrunk toward the mean of all prompts seen so far with
+  ``history_strength`` pseudo-rollouts (0.5 before any data) — an empirical-Bayes stand-in that
+  is biased the way V0 can be (it lags the policy);
+- ``"metadata"``: ``Prompt.metadata["value_prior"]`` (a float in [0, 1]; every train prompt must
+  have one, checked at construction);
+- ``"package.module:attr"``: a callable ``(prompt) -> float in [0, 1]`` (a V0 service, say).
+
+Metrics: ``control/v05_rejected_frac`` (first test), ``control/v05_extra_rollouts``,
+``control/v05_prior_mean``.
+"""
+
+from __future__ import annotations
+
+import math
+from statistics import NormalDist
+from typing import Callable, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from rollwise.control.uniform import Uniform
+from rollwise.registry import Registry, UserError
+from rollwise.types import Group, Plan, Prompt, Request, Rollout
+
+PRIORS = Registry("value prior")
+PRIORS.register("history", None)  # built in the controller (needs its history)
+PRIORS.register("metadata", None)  # read from Prompt.metadata
+
+
+class Options(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prior: str = Field("history", description="Value prior: 'history' (ours: the prompt's recent mean reward, shrunk to the global "
+                       "mean), 'metadata' (Prompt.metadata['value_prior']), or 'package.module:attr' (prompt) -> float in [0, 1].")
+    alpha: float = Field(0.05, gt=0.0, lt=1.0, description="Level of the two-sided z-test of H0: p = v (spec [RECON] 0.05).")
+    delta_n: int = Field(4, ge=1, description="Extra rollouts per escalation (spec [RECON] 4).")
+    cap: int = Field(16, ge=1, description="Most rollouts per prompt including escalations (spec [RECON] 16-32).")
+    extra_budget: int | None = Field(None, ge=0, description="Most extra rollouts per step over all prompts (default: prompts_per_step * "
+                                     "(cap - rollouts_per_prompt)).")
+    history_window: int = Field(4, ge=1, description="'history' prior: steps of the prompt's own records averaged.")
+    history_strength: float = Field(4.0, ge=0.0, description="'history' prior: pseudo-rollouts of the global mean it is shrunk toward.")
+
+    @field_validator("prior")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        PRIORS.resolve(v)
+        return v
+
+
+def z_statistic(rbar: float, v: float, n: int) -> float:
+    """``(r_bar - v) / sqrt(v (1 - v) / n)``; +-inf when v is 0 or 1 and r_bar differs, 0 when equal.
+    Example: r_bar 1.0, v 0.5, n 4 -> 0.5 / 0.25 = 2.0."""
+    var = v * (1.0 - v) / max(n, 1)
+    if var <= 0.0:
+        return 0.0 if rbar == v else math.copysign(math.inf, rbar - v)
+    return (rbar - v) / math.sqrt(var)
+
+
+def rejects(rbar: float, v: float, n: int, alpha: float) -> bool:
+    """Two-sided z-test of H0: p = v at level ``alpha`` (|z| > z_{1 - alpha/2}; 1.96 at 0.05)."""
+    return abs(z_statistic(rbar, v, n)) > NormalDist().inv_cdf(1.0 - alpha / 2.0)
+
+
+class V05(Uniform):
+    def __init__(self, prompts: Sequence[Prompt], cfg, options: Options | None, seed: int):
+        super().__init__(prompts, cfg, options, seed)
+        self.opts = options or Options()
+        if self.opts.cap < cfg.rollouts_per_prompt:
+            raise UserError(f"control.options.cap ({self.opts.cap}) is below control.rollouts_per_prompt ({cfg.rollouts_per_prompt})")
+        self.extra_budget = self.opts.extra_budget if self.opts.extra_budget is not None else \
+            cfg.prompts_per_step * (self.opts.cap - cfg.rollouts_per_prompt)
+        self._source: Callable[[Prompt], float] | None = None
+        if self.opts.prior == "metadata":
+            missing = [p.id for p in prompts if not isinstance(p.metadata.get("value_prior"), (int, float))
+                       or not 0.0 <= float(p.metadata["value_prior"]) <= 1.0]
+            if missing:
+                raise UserError(f"control.options.prior = 'metadata' needs metadata['value_prior'] in [0, 1] on every train prompt; "
+                                f"missing or out of range on {len(missing)}, e.g. {missing[:3]}")
+            self._source = lambda p: float(p.metadata["value_prior"])
+        elif self.opts.prior != "history":
+            self._source = PRIORS.get(self.opts.prior)
+        self._priors: dict[str, float] = {}
+        self._extra = 0
+        self._first = True
+        self.metrics: dict[str, float] = {}
+
+    def history_prior(self, prompt_id: str) -> float:
+        """The 'history' prior: ``(k_own + s * m) / (n_own + s)`` over the prompt's last
+        ``history_window`` records, ``m`` the mean verified reward of every record so far
+        (0.5 before any). Example: own records 3/4 correct, m = 0.5, s = 4 -> (3 + 2) / 8 = 0.625."""
+        recs = [r for rs in self.history.records.values() for r in rs]
+        total_n = sum(r.n for r in recs)
+        m = sum(r.mean_reward * r.n for r in recs) / total_n if total_n else 0.5
+        own = self.history.of(prompt_id)[-self.opts.history_window:]
+        n = sum(r.n for r in own)
+        s = self.opts.history_strength
+        return (sum(r.mean_reward * r.n for r in own) + s * m) / (n + s) if n + s > 0 else m
+
+    def prior(self, prompt: Prompt) -> float:
+        v = self.history_prior(prompt.id) if self._source is None else self._source(prompt)
+        if v is None or not 0.0 <= float(v) <= 1.0:
+            raise ValueError(f"value prior for prompt {prompt.id!r} must be a float in [0, 1], got {v!r}")
+        return float(v)
+
+    def plan(self, prompts: list[Prompt], state) -> Plan:
+        self._priors = {p.id: self.prior(p) for p in prompts}
+        self._extra, self._first = 0, True
+        self.metrics = {"control/v05_prior_mean": sum(self._priors.values()) / max(len(self._priors), 1),
+                        "control/v05_rejected_frac": 0.0, "control/v05_extra_rollouts": 0.0}
+        return super().plan(prompts, state)
+
+    def next_round(self, groups: list[Group], state) -> Plan:
+        requests, rejected = [], 0
+        for g in groups:
+            scores = g.verified_rewards()
+            v = self._priors.get(g.prompt.id)
+            if v is None or not scores:
+                continue
+            if not rejects(sum(scores) / len(scores), v, len(scores), self.opts.alpha):
+                continue
+            rejected += 1
+            more = min(self.opts.delta_n, self.opts.cap - g.size, self.extra_budget - self._extra)
+            if more > 0:
+                requests.append(Request(g.prompt, more))
+                self._extra += more
+        if self._first:
+            self.metrics["control/v05_rejected_frac"] = rejected / max(len(groups), 1)
+            self._first = False
+        self.metrics["control/v05_extra_rollouts"] = float(self._extra)
+        return Plan(tuple(requests))
+
+    def priors(self, rows: Sequence[Rollout]):
+        """(B,) this step's prior of each row's prompt (the ``value_prior`` advantage input)."""
+        import torch
+
+        missing = sorted({r.prompt_id for r in rows} - set(self._priors))
+        if missing:
+            raise ValueError(f"no V0.5 prior for prompts {missing[:3]} (rows must come from this step's prompts; a replay "
+                             "that mixes in older groups does not combine with advantage 'v05')")
+        return torch.tensor([self._priors[r.prompt_id] for r in rows], dtype=torch.float32)
