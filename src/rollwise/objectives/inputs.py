@@ -97,7 +97,16 @@ def prompt_baseline(rows: Sequence[Rollout], run) -> torch.Tensor:
 _INPUTS = {"seq_logprob": sequence_logprob, "tree_paths": tree_paths, "completion_logprobs": completion_logprobs,
            "completion_texts": completion_texts, "completion_lengths": completion_lengths, "hint_tokens": hint_tokens,
            "named_rewards": named_rewards, "completion_entropies": completion_entropies}
-_RUN_INPUTS = {"confidence_shift": confidence_shift,  # inputs that need the run (its trainer, codec, controller)
+def value_prior(rows: Sequence[Rollout], run) -> torch.Tensor:
+    """(B,) this step's value prior of each row's prompt (V0.5, ``control/v05.py``); the run's
+    controller must provide ``priors(rows)``."""
+    ctrl = run.parts.controller
+    if not hasattr(ctrl, "priors"):
+        raise ValueError(f"advantage 'v05' needs control.name = 'v05' (the value prior), got {type(ctrl).__name__}")
+    return ctrl.priors(rows)
+
+
+_RUN_INPUTS = {"confidence_shift": confidence_shift, "value_prior": value_prior,  # inputs that need the run (its trainer, codec, controller)
                "prompt_baseline": prompt_baseline}
 
 
