@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from rollwise.filter import d3s as _d3s
 from rollwise.generate import arrol as _arrol
 from rollwise.objectives import ess
+from rollwise.objectives.otr import OtrOptions
 from rollwise.registry import UserError, format_validation
 from rollwise.verify import ttrl as _ttrl
 
@@ -55,6 +56,9 @@ class WarmStartConfig(Section):
     lr: float = Field(1e-3, gt=0, description="Warm-start learning rate.")
     seed: int = Field(0, ge=0, description="Seed of the warm start (independent of run.seed, so seeds of a comparison share one warm start).")
     cache: bool = Field(True, description="Cache the warm-started weights under ~/.cache/rollwise (or $ROLLWISE_CACHE).")
+    objective: Literal["sft", "otr"] = Field("sft", description="'sft': cross-entropy on the reference completion; 'otr': One-Token "
+                                             "Rollout, a one-token policy gradient on sampled candidates (rollwise.objectives.otr).")
+    otr: OtrOptions = Field(default_factory=OtrOptions, description="OTR options (objective = 'otr' only).")
 
 
 class ModelConfig(Section):

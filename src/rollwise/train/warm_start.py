@@ -61,7 +61,9 @@ def warm_start(model, codec, task, ws_cfg, seed: int, key: dict, log=print) -> s
     """Train ``model`` in place (or load the cached result). Returns "cached", "trained" or "skipped"."""
     if ws_cfg.steps == 0:
         return "skipped"
-    path = cache_path({**key, "ws": ws_cfg.model_dump(exclude={"cache"}), "seed": seed, "v": WARM_VERSION})
+    # the OTR fields enter the key only when chosen, so SFT warm starts keep their cache entries
+    skip = {"cache"} | ({"objective", "otr"} if ws_cfg.objective == "sft" else set())
+    path = cache_path({**key, "ws": ws_cfg.model_dump(exclude=skip), "seed": seed, "v": WARM_VERSION})
     if ws_cfg.cache and path.exists():
         load_model(model, str(path))
         return "cached"
@@ -92,7 +94,14 @@ def warm_start(model, codec, task, ws_cfg, seed: int, key: dict, log=print) -> s
                 ids[i, : len(p) + len(t)] = torch.tensor(list(p) + t)
                 labels[i, len(p) : len(p) + len(t)] = torch.tensor(t)
                 attn[i, : len(p) + len(t)] = 1
-            loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
+            if ws_cfg.objective == "otr":  # One-Token Rollout (rollwise.objectives.otr) instead of cross-entropy
+                from rollwise.objectives.otr import otr_loss
+
+                logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1]
+                gold = labels[:, 1:]
+                loss = otr_loss(logits, gold.clamp(min=0), gold != -100, ws_cfg.otr)
+            else:
+                loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
