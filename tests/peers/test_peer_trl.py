@@ -59,16 +59,18 @@ def test_exact_clip_higher(trl_loss, seed):
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_convention_grpo_loss_counts_empty_rows(trl_loss, seed):
-    # TRL's loss_type="grpo" averages sum_t / max(count, 1) over *all* rows; rollwise (and verl)
-    # over rows with >= 1 loss token. count_empty_rows=True (with Batch.num_rows) makes it exact.
-    r = ragged(seed, min_len=0, drift=0.6)
+@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo"])
+def test_convention_sequence_losses_count_empty_rows(trl_loss, seed, loss_type):
+    # TRL's loss_type="grpo" averages sum_t / max(count, 1) over *all* rows and "dr_grpo" divides
+    # by all rows * max_completion_length; rollwise (and verl) count rows with >= 1 loss token.
+    # count_empty_rows=True (with Batch.num_rows) makes both exact.
+    r = ragged(seed, min_len=0, drift=0.6, max_len=MAX_COMPLETION)
     assert (r.mask.sum(dim=1) == 0).any()
-    base = {"aggregation": "seq_mean_token_mean"}
-    default, theirs = _pair(trl_loss, r, grpo, grpo.Options(**base), loss_type="grpo")
+    base = LOSS_TYPES[loss_type]
+    default, theirs = _pair(trl_loss, r, grpo, grpo.Options(**base), loss_type=loss_type)
     assert not close(default[0], theirs[0])
     matched, theirs = _pair(trl_loss, r, grpo, grpo.Options(count_empty_rows=True, **base), num_rows=True,
-                            loss_type="grpo")
+                            loss_type=loss_type)
     assert _same(matched, theirs)
 
 

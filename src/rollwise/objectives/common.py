@@ -54,7 +54,7 @@ only the exponential at 20 made k3 *fall* beyond ``l = 20``, with gradient +1 in
 Peer conventions (issue #19; comparison table in ``docs/objectives.md``): ``kl_cap`` reproduces
 verl's clamp of ``low_var_kl`` at 10, ``kl_bias_correction`` TRL's ``use_bias_correction_kl``
 (KL times the policy ratio) and ``count_empty_rows`` TRL's ``loss_type="grpo"`` mean over all
-rows, empty ones included. All are off by default.
+rows (``loss_type="dr_grpo"``: all rows too), empty ones included. All are off by default.
 """
 
 from __future__ import annotations
@@ -117,8 +117,8 @@ class ObjectiveOptions(BaseModel):
     )
     count_empty_rows: bool = Field(
         False,
-        description="With aggregation 'seq_mean_token_mean': divide by all rows of the step (batch.num_rows), rows "
-        "without loss tokens included, as TRL's loss_type='grpo' does; False divides by rows with >= 1 loss token (verl).",
+        description="With the 'seq_mean_*' aggregations: divide by all rows of the step (batch.num_rows), rows without "
+        "loss tokens included, as TRL's loss_type 'grpo' and 'dr_grpo' do; False divides by rows with >= 1 loss token (verl).",
     )
     entropy_coef: float = Field(
         0.0, ge=0, description="Weight of the entropy bonus (subtracted from the loss; needs an entropy tensor)."
@@ -152,8 +152,8 @@ class ObjectiveOptions(BaseModel):
             raise ValueError(f"tis_low ({self.tis_low}) exceeds tis_cap ({self.tis_cap})")
         if self.kl_cap is not None and self.kl_estimator != "k3":
             raise ValueError(f"kl_cap applies to kl_estimator 'k3' only (verl's low_var_kl), got {self.kl_estimator!r}")
-        if self.count_empty_rows and self.aggregation != "seq_mean_token_mean":
-            raise ValueError(f"count_empty_rows applies to aggregation 'seq_mean_token_mean' only, got {self.aggregation!r}")
+        if self.count_empty_rows and self.aggregation == "token_mean":
+            raise ValueError("count_empty_rows applies to the 'seq_mean_*' aggregations, not 'token_mean'")
         return self
 
 
@@ -280,7 +280,8 @@ def aggregate(
       tokens contributes 0 (``num_sequences`` counts rows with >= 1 loss token, as verl's
       ``agg_loss``); with ``count_empty_rows`` the divisor is ``batch.num_rows``, every row of the
       step (TRL's ``loss_type="grpo"``: a mean over all rows of ``sum_t m l / max(sum_t m, 1)``).
-    - ``seq_mean_token_sum_norm``: ``sum_{i,t} m l / (num_sequences * norm_constant)``.
+    - ``seq_mean_token_sum_norm``: ``sum_{i,t} m l / (num_sequences * norm_constant)``
+      (``count_empty_rows``: ``num_rows`` instead of ``num_sequences``, TRL's ``"dr_grpo"``).
 
     Every mode is a sum of per-row terms over a global constant, so micro-batch losses add up to
     the full-batch loss. Off-mask entries are ignored even if they are inf or NaN.
@@ -289,16 +290,17 @@ def aggregate(
     masked = torch.where(mask != 0, per_token_loss * mask, torch.zeros_like(per_token_loss))
     if mode == "token_mean":
         return masked.sum() / max(batch.num_loss_tokens, 1)
+    rows = batch.num_sequences
+    if count_empty_rows and mode != "token_mean":
+        if batch.num_rows is None:
+            raise ValueError("count_empty_rows needs batch.num_rows (the step's global row count)")
+        rows = batch.num_rows
     if mode == "seq_mean_token_mean":
-        if count_empty_rows:
-            if batch.num_rows is None:
-                raise ValueError("count_empty_rows needs batch.num_rows (the step's global row count)")
-            return sequence_mean(per_token_loss, mask).sum() / max(batch.num_rows, 1)
-        return sequence_mean(per_token_loss, mask).sum() / max(batch.num_sequences, 1)
+        return sequence_mean(per_token_loss, mask).sum() / max(rows, 1)
     if mode == "seq_mean_token_sum_norm":
         if norm_constant is None:
             raise ValueError("aggregation 'seq_mean_token_sum_norm' needs norm_constant")
-        return masked.sum() / (max(batch.num_sequences, 1) * norm_constant)
+        return masked.sum() / (max(rows, 1) * norm_constant)
     raise ValueError(f"unknown aggregation {mode!r}; known: token_mean, seq_mean_token_mean, seq_mean_token_sum_norm")
 
 

@@ -99,6 +99,11 @@ def test_count_empty_rows_divides_by_every_row():
     counted = grpo.loss(dataclasses.replace(b, num_rows=2), new,
                         grpo.Options(aggregation="seq_mean_token_mean", count_empty_rows=True))
     assert counted.loss.item() == pytest.approx(-0.5)
+    # seq_mean_token_sum_norm (norm 4): row sum -2 / (1 row * 4) = -0.5; counting both rows -2 / (2 * 4) = -0.25
+    norm = {"aggregation": "seq_mean_token_sum_norm", "norm_constant": 4.0}
+    assert grpo.loss(b, new, grpo.Options(**norm)).loss.item() == pytest.approx(-0.5)
+    counted = grpo.loss(dataclasses.replace(b, num_rows=2), new, grpo.Options(count_empty_rows=True, **norm))
+    assert counted.loss.item() == pytest.approx(-0.25)
     with pytest.raises(ValueError, match="num_rows"):
         grpo.loss(b, new, grpo.Options(aggregation="seq_mean_token_mean", count_empty_rows=True))
     with pytest.raises(ValueError, match="count_empty_rows"):
