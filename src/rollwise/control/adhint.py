@@ -71,6 +71,8 @@ def hint_length(w: float, reference_len: int) -> int:
 
 
 class ADHint(Uniform):
+    Options = Options
+
     def __init__(self, prompts: Sequence[Prompt], cfg, options: Options | None, seed: int):
         super().__init__(prompts, cfg, options, seed)
         self.opts = options or Options()

@@ -93,6 +93,8 @@ def token_cut(ids: Sequence[int], decode, offset: int, text: str) -> int:
 
 
 class R3L(Uniform):
+    Options = Options
+
     def __init__(self, prompts: Sequence[Prompt], cfg, options: Options | None, seed: int):
         super().__init__(prompts, cfg, options, seed)
         self.opts = options or Options()

@@ -85,6 +85,8 @@ def rejects(rbar: float, v: float, n: int, alpha: float) -> bool:
 
 
 class V05(Uniform):
+    Options = Options
+
     def __init__(self, prompts: Sequence[Prompt], cfg, options: Options | None, seed: int):
         super().__init__(prompts, cfg, options, seed)
         self.opts = options or Options()

@@ -128,3 +128,10 @@ def test_bad_input_named_before_training():
         _controller([Prompt("a", "t", "x", "1")], prior="metadata")
     with pytest.raises(UserError, match="control.name = 'v05'"):
         load_config(overrides=["advantage.name=v05"])
+
+
+def test_controller_options_are_validated_at_load():
+    for name, extra in [("v05", ["advantage.name=v05"]), ("adhint", ["advantage.name=adhint"]), ("r3l", []), ("scope", [])]:
+        assert load_config(overrides=[f"control.name={name}", *extra]).control.name == name
+        with pytest.raises(UserError, match="bogus"):
+            load_config(overrides=[f"control.name={name}", "control.options.bogus=1", *extra])
