@@ -33,7 +33,7 @@ def batches(draw):
         return scale * torch.randn(batch.loss_mask.shape, generator=gen, dtype=batch.loss_mask.dtype) * batch.loss_mask
 
     batch = dataclasses.replace(
-        batch, prox_logprobs=batch.old_logprobs + noise(0.5), ref_logprobs=batch.old_logprobs + noise(0.3)
+        batch, prox_logprobs=batch.old_logprobs + noise(0.5), ref_logprobs=batch.old_logprobs + noise(0.3), num_rows=B
     )
     new = batch.old_logprobs + noise(0.4)
     entropy = torch.rand(batch.loss_mask.shape, generator=gen, dtype=batch.loss_mask.dtype) * batch.loss_mask
@@ -44,7 +44,10 @@ def batches(draw):
     use_slices = draw(st.booleans())
     if use_slices:
         parts = [slice(a, b) for a, b in zip([0, *cuts], [*cuts, B])]
-    extra = draw(st.sampled_from([{}, {"kl_coef": 0.1}, {"entropy_coef": 0.01}, {"tis_level": "sequence"}]))
+    extra = draw(st.sampled_from([{}, {"kl_coef": 0.1}, {"entropy_coef": 0.01}, {"tis_level": "sequence"},
+                                  # the peer-convention options (issue #19)
+                                  {"kl_coef": 0.1, "kl_bias_correction": True}, {"kl_coef": 0.1, "kl_cap": 0.05},
+                                  {"count_empty_rows": True}, {"dual_clip": 1.5}]))
     return batch, new, entropy, parts, extra
 
 
@@ -58,7 +61,11 @@ def test_micro_batches_sum_to_full_batch(data):
     batch, new, entropy, parts, extra = data
     for name in NAMES:
         fn = OBJECTIVES.get(name)
+        if not set(extra) <= set(fn.Options.model_fields):
+            continue  # e.g. dual_clip exists only on the clipped-PPO objectives
         for mode in MODES:
+            if extra.get("count_empty_rows") and mode == "token_mean":
+                continue
             kw = {"aggregation": mode, **extra}
             if mode == "seq_mean_token_sum_norm":
                 kw["norm_constant"] = 7.0
