@@ -16,7 +16,8 @@ Contract:
   * mlflow: each metric at step = step and, as ``by_tokens/<key>``, at step = tokens; the
     config flattened to params (``section.key``). Metric names have ``@`` written ``_at_``
     (``eval/pass_at_1``): MLflow refuses ``@``. Store: ``$MLFLOW_TRACKING_URI`` or
-    ``<run>/mlruns`` (a local file store), experiment ``rollwise``.
+    ``<run>/mlruns`` (a local file store; MLflow 3 wants ``MLFLOW_ALLOW_FILE_STORE=true`` for it,
+    which rollwise sets when it picks this default), experiment ``rollwise``.
   * wandb: ``wandb.log(values, step=step)``; ``by_tokens/<key>`` series are declared with
     ``define_metric(step_metric="cost/generated_tokens")``. Mode ``$WANDB_MODE``, else
     ``offline`` unless ``WANDB_API_KEY`` is set; files under ``<run>/wandb``; project
@@ -153,7 +154,10 @@ class MLflow:
         from mlflow.entities import Param
         from mlflow.tracking import MlflowClient
 
-        uri = os.environ.get("MLFLOW_TRACKING_URI") or (Path(run_dir).resolve() / "mlruns").as_uri()
+        uri = os.environ.get("MLFLOW_TRACKING_URI")
+        if not uri:  # the local file store, which MLflow 3 keeps behind an opt-in
+            uri = (Path(run_dir).resolve() / "mlruns").as_uri()
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         self.client = MlflowClient(tracking_uri=uri)
         run_id = ids.get("mlflow")
         if run_id is None:
@@ -207,7 +211,8 @@ class Trackio:
 
         self.trackio = trackio
         self.run = trackio.init(project=os.environ.get("TRACKIO_PROJECT", "rollwise"), name=Path(run_dir).name,
-                                config=config, resume="allow", embed=False)
+                                config=config, resume="allow", embed=False,
+                                auto_log_cpu=False, auto_log_gpu=False)
 
     def log(self, values, step, tokens):
         self.run.log(dict(values, **{"cost/generated_tokens": float(tokens)}), step=step)
