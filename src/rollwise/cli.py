@@ -65,9 +65,20 @@ def train(config: Optional[Path] = ConfigOpt, set: Optional[List[str]] = SetOpt,
     import rollwise
 
     cfg = _load(config, set, resume)
+    if resume is None:
+        cfg = cfg.with_run_name()  # the directory it will write (a default name never reuses a run)
+    tc = cfg.train
+    budget = "".join(f", budget {v:,} {k.replace('_', ' ')}" for k, v in (("generated tokens", tc.budget_generated_tokens),
+                                                                           ("rollouts", tc.budget_rollouts)) if v)
     console.print(f"[bold]rollwise[/] run [cyan]{cfg.run_dir()}[/] — task {cfg.task.name}, model {cfg.model.name}, "
-                  f"controller {cfg.control.name}, objective {cfg.objective.name}, {cfg.train.steps} steps")
-    result = rollwise.train(cfg, resume=resume is not None, log=lambda m: console.print(f"[dim]{m}[/]"))
+                  f"controller {cfg.control.name}, objective {cfg.objective.name}, at most {tc.steps} steps{budget}",
+                  highlight=False)
+    try:
+        result = rollwise.train(cfg, resume=resume is not None, log=lambda m: console.print(f"[dim]{m}[/]", highlight=False))
+    except KeyboardInterrupt:
+        if (cfg.run_dir() / "config.resolved.toml").is_file():
+            console.print(f"continue with: rollwise train --resume {cfg.run_dir()}  (from its latest checkpoint)", highlight=False)
+        raise
     console.print(f"[green]done[/]: {result.summary()}")
     console.print(f"files: {result.run_dir}/ (metrics.jsonl, eval.jsonl, plots/, checkpoints/)")
 
@@ -138,10 +149,23 @@ def runs(root: Path = typer.Argument(Path("runs"), help="Directory holding run d
 
 @config_app.command("show")
 def config_show(config: Optional[Path] = ConfigOpt, set: Optional[List[str]] = SetOpt):
-    """Print the resolved configuration as TOML."""
-    from rollwise.config import to_toml
+    """Print the resolved configuration as TOML: every key with its description, unset keys and
+    strategy options as commented lines. Validates exactly as `rollwise train` does before the model."""
+    from rollwise import components
+    from rollwise.config_doc import annotated_toml
 
-    console.print(to_toml(_load(config, set)), markup=False, highlight=False)
+    cfg = _load(config, set)
+    components.build_task(cfg)  # what train checks before the model: files, dataset names, non-empty splits
+    console.print(annotated_toml(cfg), markup=False, highlight=False, soft_wrap=True)
+
+
+@config_app.command("options")
+def config_options(section: str = typer.Argument(..., help="task, control, replay, filter, advantage or objective."),
+                   name: Optional[str] = typer.Argument(None, help="A name in that section, e.g. jsonl, reasoning_gym, dars.")):
+    """List a strategy's options with their defaults and descriptions (without NAME: the section's names)."""
+    from rollwise.config_doc import options_text
+
+    console.print(options_text(section, name), markup=False, highlight=False, soft_wrap=True)
 
 
 def _usage_error_types() -> tuple[type, ...]:

@@ -6,6 +6,7 @@ any model is loaded, naming the key and the valid choices.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -25,7 +26,9 @@ class Section(BaseModel):
 
 
 class RunConfig(Section):
-    name: str | None = Field(None, description="Run name; the run directory is <dir>/<name>. Default: <task>-<controller>-s<seed>.")
+    name: str | None = Field(None, description="Run name; the run directory is <dir>/<name>. Default: <task>-<model>-<controller>-<objective>-s<seed>, "
+                             "with -2, -3, ... added when a run of that name exists (an explicit name is never reused: "
+                             "--resume continues it).")
     dir: str = Field("runs", description="Parent directory of run directories.")
     seed: int = Field(0, ge=0, description="Seed for model init, prompt order and sampling.")
     checkpoint_every: int = Field(100, ge=0, description="Save a checkpoint every N steps (0: only at the end).")
@@ -61,12 +64,31 @@ class WarmStartConfig(Section):
     otr: OtrOptions = Field(default_factory=OtrOptions, description="OTR options (objective = 'otr' only).")
 
 
+class VllmConfig(Section):
+    kv_cache_gib: float = Field(1.0, gt=0, description="CPU: GiB of memory for vLLM's KV cache (VLLM_CPU_KVCACHE_SPACE, rounded up "
+                                "to whole GiB); ignored on GPU.")
+    gpu_memory_utilization: float = Field(0.3, gt=0, le=1, description="GPU: share of GPU memory vLLM may take (weights + KV "
+                                          "cache); the trainer shares the device, so keep it well below 1.")
+    enforce_eager: bool = Field(True, description="Run vLLM without CUDA graphs / torch.compile (faster start; required on CPU here).")
+    max_model_len: int | None = Field(None, ge=16, description="Longest prompt + completion vLLM plans for (default: the model's "
+                                      "max_position_embeddings, capped at 4096).")
+
+
 class ModelConfig(Section):
     name: str = Field("tiny", description="'tiny' / 'tiny-s' / 'tiny-m' / 'tiny-l' (built-in), 'smollm2-135m', a local HF model directory, or a .gguf file.")
     dtype: Literal["float32", "bfloat16"] = Field("float32", description="Weights and compute dtype.")
+    compute_dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto", description="Dtype the policy's matrix products run in (generation, scoring, training) while weights, gradients and "
+                            "optimizer state stay in model.dtype (bf16 autocast, fp32 master weights; rollwise.train.precision). "
+                            "'auto': bfloat16 where the hardware has native bf16 (CPU flags avx512_bf16 or amx_bf16, a CUDA GPU "
+                            "with bf16), else float32.")
     max_batch: int = Field(256, ge=1, description="Most sequences per generation forward pass.")
     lora: LoraConfig = Field(default_factory=LoraConfig, description="LoRA options.")
     warm_start: WarmStartConfig = Field(default_factory=WarmStartConfig, description="Supervised warm start of the built-in model.")
+    backend: Literal["hf", "vllm"] = Field("hf", description="Rollout engine: 'hf' (rollwise's own sampler on the trainer's module) or "
+                                           "'vllm' (vLLM in the trainer's process, weights pushed after every optimizer step; "
+                                           "pip install 'rollwise[vllm]'; rollwise.backends.vllm).")
+    vllm: VllmConfig = Field(default_factory=VllmConfig, description="vLLM engine options (model.backend = 'vllm' only).")
 
 
 class StrategyConfig(Section):
@@ -252,6 +274,8 @@ class TrainConfig(Section):
     max_grad_norm: float = Field(1.0, ge=0, description="Gradient clipping (0 = off).")
     warmup_steps: int = Field(0, ge=0, description="Linear learning-rate warm-up steps.")
     micro_batch: int = Field(128, ge=1, description="Sequences per forward/backward pass (gradient accumulation is exact).")
+    activation_checkpointing: bool = Field(False, description="Recompute each decoder layer's activations in the backward pass "
+                                           "(Hugging Face gradient checkpointing): less memory per micro-batch, ~30% more compute.")
     epochs: int = Field(1, ge=1, description="Update epochs per batch (PPO's ppo_epochs, TRL's num_iterations): one "
                         "full-batch optimizer step per epoch; the LR schedule counts optimizer steps.")
     ess_lr_scaling: EssLrScalingConfig = Field(default_factory=EssLrScalingConfig, description="VCPO ESS learning-rate scaling.")
@@ -259,6 +283,18 @@ class TrainConfig(Section):
                                                 "rollouts (cost/generated_tokens) reach this; train.steps still caps (None = no budget).")
     budget_rollouts: int | None = Field(None, ge=1, description="Stop once the cumulative training rollouts (cost/rollouts) "
                                         "reach this; train.steps still caps (None = no budget).")
+
+
+class DistributedConfig(Section):
+    workers: int = Field(0, ge=0, description="Rollout workers as Ray actors, each with its own model.backend (0 = generate in "
+                         "this process, the local pool; > 0 needs pip install 'rollwise[ray]'; rollwise.distributed.ray_pool).")
+    address: str | None = Field(None, description="Ray cluster to join, 'host:port' or 'ray://host:port' (None = start Ray "
+                                "locally with this machine's CPUs).")
+    cpus_per_worker: int = Field(1, ge=1, description="CPUs reserved for each rollout worker (its torch threads).")
+    request_seeds: bool = Field(False, description="Seed each request's rollouts from (run.seed, policy version, prompt id, request "
+                                "index) and generate request by request, so results do not depend on how a plan is split "
+                                "across workers; always on when workers > 0 (set it with workers = 0 to compare with the "
+                                "local pool).")
 
 
 class EvalConfig(Section):
@@ -290,6 +326,7 @@ class Config(Section):
     objective: ObjectiveConfig = Field(default_factory=ObjectiveConfig, description="Policy objective.")
     train: TrainConfig = Field(default_factory=TrainConfig, description="Optimizer and steps.")
     eval: EvalConfig = Field(default_factory=EvalConfig, description="Held-out evaluation.")
+    distributed: DistributedConfig = Field(default_factory=DistributedConfig, description="Rollout workers (local pool or Ray actors).")
 
     @model_validator(mode="after")
     def _control_knows_max_new_tokens(self):
@@ -297,13 +334,32 @@ class Config(Section):
         return self
 
     def run_name(self) -> str:
+        """``run.name``, or the default ``<task>-<model>-<controller>-<objective>-s<seed>`` (e.g.
+        ``arithmetic-tiny-uniform-grpo-s0``, ``rg.chain_sum-smollm2-135m-dars-dapo-s1``,
+        ``jsonl.mydata-tiny-uniform-grpo-s0``); ``with_run_name`` makes a default name unique."""
         if self.run.name:
             return self.run.name
-        task = self.task.name.split(":")[0]
-        return f"{task}-{self.control.name}-s{self.run.seed}"
+        head, _, arg = self.task.name.partition(":")
+        task = {"reasoning_gym": "rg"}.get(head, head.rsplit(".", 1)[-1]) + (f".{Path(arg).stem}" if arg else "")
+        parts = (task, Path(self.model.name).stem or self.model.name, self.control.name.rsplit(":", 1)[-1],
+                 self.objective.name.rsplit(":", 1)[-1], f"s{self.run.seed}")
+        return "-".join(re.sub(r"[^A-Za-z0-9_.]+", "_", p).strip("_.") or "x" for p in parts)
 
     def run_dir(self) -> Path:
         return Path(self.run.dir) / self.run_name()
+
+    def with_run_name(self) -> "Config":
+        """This config with ``run.name`` set: itself if set, else the default name, or, when a run
+        directory of that name already holds files, the first free ``<name>-2``, ``<name>-3``, ...
+        (a default name never reuses an existing run)."""
+        if self.run.name:
+            return self
+        base, n = self.run_name(), 1
+        name = base
+        while (Path(self.run.dir) / name).is_dir() and any(p.name != ".lock" for p in (Path(self.run.dir) / name).iterdir()):
+            n += 1
+            name = f"{base}-{n}"
+        return self.model_copy(update={"run": self.run.model_copy(update={"name": name})})
 
 
 # ---------------------------------------------------------------- loading
@@ -321,9 +377,26 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return [p for p in key.strip().split(".")], value
 
 
+def _wants_text(path: list[str]) -> bool:
+    """True when the field at ``path`` is a plain string field (``run.name``, ``task.name``):
+    ``--set run.name=2024`` then means the text "2024", not the integer TOML reads."""
+    import typing
+
+    from rollwise.registry import model_at
+
+    section = model_at(Config, path[:-1])
+    field = getattr(section, "model_fields", {}).get(path[-1]) if section is not None else None
+    if field is None:
+        return False
+    args = typing.get_args(field.annotation)
+    return field.annotation is str or (bool(args) and str in args and all(a in (str, type(None)) for a in args))
+
+
 def apply_overrides(data: dict, overrides: list[str]) -> dict:
     for text in overrides:
         path, value = parse_override(text)
+        if not isinstance(value, str) and not isinstance(value, (dict, list)) and _wants_text(path):
+            value = text.partition("=")[2].strip()
         node = data
         for part in path[:-1]:
             node = node.setdefault(part, {})
@@ -352,7 +425,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     try:
         cfg = Config.model_validate(raw)
     except ValidationError as e:
-        raise UserError("invalid configuration:\n" + format_validation(e)) from None
+        raise UserError("invalid configuration:\n" + format_validation(e, model=Config)) from None
     check_strategies(cfg)
     return cfg
 

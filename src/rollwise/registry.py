@@ -90,16 +90,56 @@ def validate_options(family: str, name: str, obj: Any, options: dict) -> Any:
     try:
         return model.model_validate(options)
     except ValidationError as e:
-        raise UserError(f"invalid options for {family} {name!r}:\n" + format_validation(e, f"{family}.options")) from None
+        raise UserError(f"invalid options for {family} {name!r}:\n" + format_validation(e, f"{family}.options", model)) from None
 
 
-def format_validation(err: Any, prefix: str = "") -> str:
+def format_validation(err: Any, prefix: str = "", model: Any = None) -> str:
+    """One line per error, ``  key: message (got value)``. With the pydantic ``model`` that was
+    validated, an unknown key gets the close matches among the valid keys at its place, or the
+    list of valid keys ("train.stpes: unknown key; did you mean train.steps?")."""
     lines = []
     for e in err.errors():
         loc = ".".join(str(p) for p in e["loc"])
         key = f"{prefix}.{loc}" if prefix and loc else (prefix or loc)
+        if e.get("type") == "extra_forbidden" and model is not None:
+            lines.append(f"  {key}: unknown key; {suggest(model, [str(p) for p in e['loc']], prefix)}")
+            continue
         lines.append(f"  {key}: {e['msg']}" + (f" (got {e['input']!r})" if "input" in e and not isinstance(e["input"], dict) else ""))
     return "\n".join(lines)
+
+
+def model_at(model: Any, path: list[str]) -> Any:
+    """The pydantic model class of the section at ``path`` under ``model`` (None if not a section)."""
+    import typing
+
+    from pydantic import BaseModel
+
+    for part in path:
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return None
+        ann = field.annotation
+        cands = [ann, *typing.get_args(ann)]
+        model = next((c for c in cands if isinstance(c, type) and issubclass(c, BaseModel)), None)
+        if model is None:
+            return None
+    return model
+
+
+def suggest(model: Any, loc: list[str], prefix: str = "") -> str:
+    """'did you mean a.b?' for the unknown key ``loc[-1]`` in the section ``loc[:-1]`` of
+    ``model``, or 'valid: ...' when nothing is close."""
+    import difflib
+
+    section = model_at(model, loc[:-1])
+    valid = sorted(getattr(section, "model_fields", {}))
+    if not valid:
+        return "this section takes no keys"
+    where = ".".join(p for p in [prefix, *loc[:-1]] if p)
+    close = difflib.get_close_matches(loc[-1], valid, n=3, cutoff=0.6)
+    if close:
+        return "did you mean " + " or ".join(f"{where}.{c}" if where else c for c in close) + "?"
+    return f"valid keys{' of ' + where if where else ''}: {', '.join(valid)}"
 
 
 Factory = Callable[..., Any]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import shutil
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -19,11 +20,12 @@ import numpy as np
 import torch
 
 from rollwise import components, reward
+from rollwise import resume as resume_check
 from rollwise.config import Config, to_toml
-from rollwise.distributed.local import LocalPool
 from rollwise.eval.evaluate import evaluate
 from rollwise.ledger import Ledger
 from rollwise.train import checkpoint
+from rollwise.train.precision import resolve_compute_dtype
 from rollwise.train.trainer import Trainer
 from rollwise.types import RunState, Sampling
 
@@ -45,25 +47,35 @@ class RunResult:
 
 class Run:
     def __init__(self, cfg: Config, resume: bool = False, backend=None, log=print):
+        if resume:  # the saved config against the requested one, before anything in the directory is touched
+            changes = resume_check.check(cfg, cfg.run_dir())
+        else:  # a default run name never reuses an existing run directory
+            cfg, changes = cfg.with_run_name(), {}
         self.cfg, self.log = cfg, log
+        existed = cfg.run_dir().exists()
         self.dir = components.prepare_run_dir(cfg, resume)
-        self.task = components.build_task(cfg)
-        self.parts = components.build_strategies(cfg, self.task)
-        resolved = self.dir / "config.resolved.toml"  # atomic: a kill here must not spoil a later --resume
-        resolved.with_suffix(".tmp").write_text(to_toml(cfg))
-        resolved.with_suffix(".tmp").replace(resolved)
+        try:
+            self.task = components.build_task(cfg)
+            self.parts = components.build_strategies(cfg, self.task)
+        except BaseException:
+            if not existed:  # a run that fails validation leaves no empty directory behind
+                checkpoint.unlock_run_dir(self.dir)
+                shutil.rmtree(self.dir, ignore_errors=True)
+            raise
+        if not resume:
+            self._write_config()
         seed = cfg.run.seed
         random.seed(seed), np.random.seed(seed), torch.manual_seed(seed)
         ckpt = checkpoint.latest(self.dir, log=log) if resume else None
         if ckpt is not None:  # weights come from the checkpoint: skip the warm start
             cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"warm_start": cfg.model.warm_start.model_copy(update={"steps": 0})})})
+        components.check_runtime(cfg, log=log)  # Ray cluster reachable, enough CPUs: before the model loads
         self.model, self.codec = components.build_policy(cfg, self.task, log=log)
         s = cfg.sampling
         self.sampling = Sampling(s.temperature, s.top_p, s.max_new_tokens)
-        if backend is None:
-            from rollwise.backends.hf import HFBackend
-
-            backend = HFBackend(self.model, self.codec.eos_ids, self.codec.pad_id, cfg.model.max_batch, seed)
+        self.compute_dtype = resolve_compute_dtype(cfg.model.compute_dtype, next(self.model.parameters()).device)
+        if backend is None:  # model.backend in this process (None with Ray workers)
+            backend = components.build_backend(cfg, self.model, self.codec, seed)
         self.backend = backend
         d3s = cfg.filter.d3s
         if d3s.enabled and d3s.token_level and d3s.entropy == "sampler" and hasattr(backend, "record_entropy"):
@@ -73,8 +85,9 @@ class Run:
         describe = getattr(self.task, "describe_verifier", None)
         if describe is not None:  # e.g. which code sandbox is active (verify/sandbox.py)
             log(describe())
-        self.pool = LocalPool(backend, self.codec, self.task.verify, self.sampling, max_batch=cfg.model.max_batch,
-                              tree=self._tree_sampler(backend), verify_workers=getattr(self.task, "verify_workers", 1))
+        self.pool = components.build_pool(cfg, backend, self.codec, self.task, self.sampling, self._tree_sampler(backend),
+                                          self.model, log=log)
+        self.receivers = components.weight_receivers(backend, self.pool)  # engines that get published weights
         self.arrol = None
         if cfg.sampling.arrol.enabled:  # ARRoL online pruning of training rollouts (generate/arrol.py)
             from rollwise.generate.arrol import ArrolPool
@@ -83,26 +96,27 @@ class Run:
         schedule = getattr(self.parts.replay, "wrap_pool", None)
         if schedule is not None:  # rollout schedulers that own generation (APRIL partial, SPEC-RL speculative)
             self.pool = schedule(self.pool, self.parts.controller, lambda: self.state)
+        bind = getattr(self.parts.controller, "bind", None)
+        if bind is not None:  # controllers that build token prefixes from references (ADHint hints)
+            bind(self.task, self.codec)
         if cfg.reward.ttrl.enabled:  # TTRL majority-vote pseudo-rewards on training groups (verify/ttrl.py)
             from rollwise.verify.ttrl import TtrlPool
 
             self.pool = TtrlPool(self.pool, cfg.reward.ttrl)
-        bind = getattr(self.parts.controller, "bind", None)
-        if bind is not None:  # controllers that build token prefixes from references (ADHint hints)
-            bind(self.task, self.codec)
         self.trainer = Trainer(self.model, self.parts.objective, self.parts.objective_options, cfg.train, s.temperature,
-                               reference=cfg.reward.kl.coef > 0 or getattr(self.parts.advantage, "needs_reference", False))
+                               reference=cfg.reward.kl.coef > 0 or getattr(self.parts.advantage, "needs_reference", False),
+                               compute_dtype=self.compute_dtype)
         self.ledger = Ledger(self.dir)
         self.state = RunState(seed=seed)
         self.evals: list[dict] = []
         if resume:
             self._resume(ckpt)
-
-    def _tree_sampler(self, backend):
-        """LATR tree sampler (``sampling.tree``, backends/latr.py), or None when off."""
-        tc = self.cfg.sampling.tree
-        if not tc.enabled:
-            return None
+            if changes:  # allowed mid-run changes (steps, budgets, cadences): recorded at the step they start
+                resume_check.record(self.dir, self.state.step, changes)
+                self._write_config()
+                log("changed on resume at step {}: {}".format(self.state.step, ", ".join(
+                    f"{k} {old!r} -> {new!r}" for k, (old, new) in changes.items())))
+        self.sync_weights()  # the engines start from the trainer's weights (warm-started or resumed)
         self.trackers = None
         if cfg.run.report_to:  # experiment trackers fed by the ledger (rollwise.trackers)
             from rollwise.trackers import Trackers
@@ -113,6 +127,30 @@ class Run:
             for line in self.evals:  # kept evaluations at the resumed step (tensorboard purged them)
                 if line["step"] >= self.state.step:
                     self.trackers("eval", line)
+
+    def _write_config(self) -> None:
+        resolved = self.dir / "config.resolved.toml"  # atomic: a kill here must not spoil a later --resume
+        resolved.with_suffix(".tmp").write_text(to_toml(self.cfg))
+        resolved.with_suffix(".tmp").replace(resolved)
+
+    def sync_weights(self) -> float:
+        """Publish the trainer's weights to every engine that does not share its module (vLLM,
+        Ray workers; rollwise.distributed.weights); returns the seconds (0.0 when none does)."""
+        if not self.receivers:
+            return 0.0
+        from rollwise.distributed.weights import policy_weights
+
+        t0 = now()
+        weights = policy_weights(self.model)
+        for r in self.receivers:
+            r.load_weights(self.state.policy_version, weights)
+        return now() - t0
+
+    def _tree_sampler(self, backend):
+        """LATR tree sampler (``sampling.tree``, backends/latr.py), or None when off."""
+        tc = self.cfg.sampling.tree
+        if not tc.enabled:
+            return None
         from rollwise.backends.latr import LatrSampler, math_symbol_ids
 
         # config-only checks are in latr.check_config (components.check); LatrSampler checks the
@@ -217,21 +255,15 @@ class Run:
         saved = checkpoint.list_steps(self.dir)
         if not saved or saved[-1] != self.state.step:
             self.checkpoint()
+        from rollwise.export import write_hf  # final/: the trained model as a Hugging Face directory
+
+        write_hf(self.model, self.codec.tokenizer, self.dir / "final", overwrite=True)
         return RunResult(self.dir, self.state.step, self.evals[0] if self.evals else {}, self.evals[-1] if self.evals else {},
                          dict(self.ledger.totals))
 
     # -------------------------------------------------------------- progress
     @contextmanager
     def progress(self):
-        from rollwise.export import write_hf  # final/: the trained model as a Hugging Face directory
-
-        write_hf(self.model, self.codec.tokenizer, self.dir / "final", overwrite=True)
-        if not self.cfg.run.progress:
-            yield lambda **kw: None
-            return
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        cols = (TextColumn("step"), MofNCompleteColumn(), BarColumn(), TextColumn("reward {task.fields[reward]}"),
         """The training session: a progress bar (or a no-op update), and on leaving it, normally
         or not, the trackers finished and the run directory unlocked (``close``)."""
         try:
@@ -247,6 +279,12 @@ class Run:
 
     @contextmanager
     def _bar(self):
+        if not self.cfg.run.progress:
+            yield lambda **kw: None
+            return
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        cols = (TextColumn("step"), MofNCompleteColumn(), BarColumn(), TextColumn("reward {task.fields[reward]}"),
                 TextColumn("pass@1 {task.fields[acc]}"), TextColumn("tokens {task.fields[tokens]}"), TimeElapsedColumn())
         with Progress(*cols) as bar:
             tid = bar.add_task("train", total=self.cfg.train.steps, completed=self.state.step, reward="-", acc=self._acc(), tokens="0")

@@ -1,0 +1,173 @@
+"""Configuration as documentation (``rollwise config show``, ``rollwise config options``).
+
+``annotated_toml(cfg)`` renders a resolved ``Config`` as TOML in which every key appears with its
+description as a comment, keys whose value is unset (``None``: the budgets, ``run.name``, ...) as
+commented lines, and every strategy's options table with the strategy's own options: the ones set
+as keys, the others as commented lines with their default and description. Parsing the output
+gives exactly ``to_toml(cfg)``'s data. ``options_text(section, name)`` lists one strategy's
+options (``rollwise config options task jsonl``).
+"""
+
+from __future__ import annotations
+
+import textwrap
+from typing import Any
+
+from pydantic import BaseModel
+
+WIDTH = 110
+
+
+def _value(key: str, value: Any) -> str:
+    """``key = value`` on one line (arrays and tables inline), valid TOML."""
+    return f"{_key(key)} = {_compact(value)}"
+
+
+def _compact(v: Any) -> str:
+    import tomli_w
+
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{_key(str(k))} = {_compact(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_compact(x) for x in v) + "]"
+    return tomli_w.dumps({"v": v}).strip()[len("v = "):]
+
+
+def _key(k: str) -> str:
+    import re
+
+    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else f'"{k}"'
+
+
+def _comment(text: str | None, indent: str = "") -> list[str]:
+    if not text:
+        return []
+    return [indent + "# " + ln for ln in textwrap.wrap(" ".join(text.split()), WIDTH - len(indent) - 2)]
+
+
+def _strategy_options(cfg, path: str) -> tuple[type[BaseModel] | None, str]:
+    """(Options model, strategy name) for a strategy section ('task', 'control', ...) or a filter
+    ('filter.<name>'); (None, name) when it has none or cannot be resolved."""
+    from rollwise import components
+
+    try:
+        if path.startswith("filter."):
+            name = path.split(".", 1)[1]
+            obj = components._registries()["filter"].get(name)
+        else:
+            name = getattr(cfg, path).name
+            obj = components._registries()[path].get(name)
+    except Exception:  # noqa: BLE001 - rendering never fails on a name the loader will report
+        return None, path
+    return getattr(obj, "Options", None), name
+
+
+def _options_lines(model: type[BaseModel] | None, given: dict, name: str) -> list[str]:
+    """Lines of an options table: given options as keys, the rest commented with their defaults."""
+    if model is None:
+        return [f"# {name!r} takes no options"] if not given else [_value(k, v) for k, v in given.items()]
+    out = []
+    for key, field in model.model_fields.items():
+        if key in given:
+            out += _comment(field.description)
+            out.append(_value(key, given[key]))
+        else:
+            default = field.get_default(call_default_factory=True)
+            if isinstance(default, BaseModel):
+                default = default.model_dump(mode="json")
+            shown = "(unset)" if default is None else _value(key, default).split(" = ", 1)[1]
+            out.append(f"# {key} = {shown}" + (f"  -- {' '.join(field.description.split())}" if field.description else ""))
+    extra = [k for k in given if k not in model.model_fields]
+    out += [_value(k, given[k]) for k in extra]
+    return out
+
+
+def annotated_toml(cfg) -> str:
+    """The resolved config as commented TOML (see the module docstring)."""
+    data = cfg.model_dump(mode="json")
+    lines: list[str] = []
+
+    def section(model: BaseModel, values: dict, path: str, description: str | None) -> None:
+        cls = type(model)
+        lines.append("")
+        lines.extend(_comment(description))
+        lines.append(f"[{path}]")
+        later: list[tuple[str, Any, Any]] = []
+        for key, field in cls.model_fields.items():
+            value, attr = values.get(key), getattr(model, key)
+            if isinstance(attr, BaseModel):
+                later.append((key, field, attr))
+                continue
+            if key == "options" and isinstance(value, dict):
+                later.append((key, field, None))
+                continue
+            if isinstance(value, dict) and value and all(isinstance(v, dict) for v in value.values()):
+                later.append((key, field, None))  # e.g. filter.options: one table per filter
+                continue
+            lines.extend(_comment(field.description))
+            lines.append(f"# {key} = (unset)" if value is None else _value(key, value))
+        for key, field, attr in later:
+            sub = f"{path}.{key}"
+            if attr is not None:
+                section(attr, values[key], sub, field.description)
+            elif key == "options" and path == "filter":
+                lines.append("")
+                lines.extend(_comment(field.description))
+                lines.append(f"[{sub}]")
+                for fname in cfg.filter.names:
+                    model_, name = _strategy_options(cfg, f"filter.{fname}")
+                    present, given = fname in values[key], values[key].get(fname, {})
+                    lines.append(f"[{sub}.{_key(fname)}]" if present else f"# [{sub}.{_key(fname)}]")
+                    lines.extend(ln if ln.startswith("#") or present else "# " + ln for ln in _options_lines(model_, given, name))
+            elif key == "options":
+                model_, name = _strategy_options(cfg, path)
+                lines.append("")
+                lines.extend(_comment(f"Options of {path} {name!r} (rollwise config options {path} {name.split(':')[0]})."))
+                lines.append(f"[{sub}]")
+                lines.extend(_options_lines(model_, values[key], name))
+            else:
+                lines.append("")
+                lines.extend(_comment(field.description))
+                lines.append(f"[{sub}]")
+                lines.extend(_value(k, v) for k, v in values[key].items())
+
+    for key, field in type(cfg).model_fields.items():
+        section(getattr(cfg, key), data[key], key, field.description)
+    return "\n".join(lines).lstrip("\n") + "\n"
+
+
+def options_text(section: str, name: str | None = None) -> str:
+    """Every option of strategy ``name`` of ``section`` with its type, default and description;
+    without a name, the names ``section`` knows."""
+    from rollwise import components
+    from rollwise.registry import UserError
+
+    regs = components._registries()
+    if section not in regs:
+        raise UserError(f"unknown section {section!r}; sections with named strategies: {', '.join(sorted(regs))}")
+    reg = regs[section]
+    if name is None:
+        return f"{section} names: {', '.join(reg.names())}\n(rollwise config options {section} NAME lists one's options)"
+    if ":" not in name and f"{name}:<arg>" in reg.names():  # 'jsonl', 'reasoning_gym': the options need no argument
+        name = f"{name}:_"
+    obj = reg.resolve(name).obj
+    name = name.removesuffix(":_")
+    model = getattr(obj, "Options", None)
+    head = f"{section} {name!r}"
+    if model is None:
+        return f"{head} takes no options"
+    out = [f"{head} options (set as {section}.options.KEY=VALUE{'' if section != 'filter' else ' under filter.options.' + name})"]
+    for key, field in model.model_fields.items():
+        default = field.get_default(call_default_factory=True)
+        if isinstance(default, BaseModel):
+            default = default.model_dump(mode="json")
+        import typing
+
+        a = field.annotation
+        ann = (str(a) if typing.get_origin(a) is not None else getattr(a, "__name__", str(a))).replace("typing.", "")
+        out.append(f"  {key} ({ann}, default {'unset' if default is None else _compact(default)})")
+        out += _comment(field.description, "      ")
+    doc = (getattr(obj, "__doc__", None) or "").strip().splitlines()
+    if doc:
+        out.append(f"  -- {doc[0]}")
+    return "\n".join(ln.replace("      # ", "      ") for ln in out)
