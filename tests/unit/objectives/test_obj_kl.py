@@ -123,7 +123,7 @@ def test_kl_bias_correction_in_gspo_uses_the_sequence_ratio():
     assert out.loss.item() == pytest.approx(0.1 * math.sqrt(2) * (math.e - 2) / 2)
 
 
-def test_kl_options_need_a_reference_batch_and_place_helper():
+def test_kl_bias_correction_needs_reference_logprobs():
     b = make_batch([1], [2], [1.0])
     new = place(b, [[-0.1, -0.2]])
     with pytest.raises(ValueError, match="ref_logprobs"):
