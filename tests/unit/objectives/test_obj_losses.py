@@ -265,7 +265,7 @@ def test_registry_names_resolve_and_validate_options():
 
     assert OBJECTIVES.names() == sorted(NAMES + ["minpro", "opmd"])
     assert ADVANTAGES.names() == sorted(["grpo", "dr_grpo", "rloo", "reinforce_pp_baseline", "median", "novelty", "tree",
-                                         "gdpo", "grpo_sum", "mssr", "ettrl", "echo", "ace", "uniqueness", "r3l", "adhint"])
+                                         "gdpo", "grpo_sum", "mssr", "ettrl", "echo", "ace", "uniqueness", "r3l", "adhint", "v05"])
     o = validate_options("objective", "dapo", OBJECTIVES.get("dapo"), {"eps_high": 0.3, "aggregation": "seq_mean_token_mean"})
     assert o.eps_high == 0.3 and o.eps_low == 0.2
     with pytest.raises(UserError, match="clip_epsilon"):
