@@ -32,6 +32,12 @@ Chain of thought (``cot = true``, optional): the prompt is unchanged, the SFT ta
 digit trace ending in ``=ANSWER`` (``"47+85="`` -> ``"7+5+0=12,4+8+1=13,=132"``), which gives
 response lengths that grow with the number of digits and operations; the verifier then reads the
 last integer of the completion (``metadata["cot"]``).
+
+Two rewards (``second_reward``, optional; for GDPO, ``rollwise.objectives.gdpo``): verdicts then
+carry named rewards ``{"correct": score, "format" | "length": 0/1}`` (``Verdict.rewards``), where
+``format`` is 1 for a well-formed answer (a bare integer; cot: the trace ends in ``=INTEGER``)
+and ``length`` is 1 for a stripped completion of at most ``max_length`` characters. The score,
+which evaluation and every other estimator read, stays correctness.
 """
 
 from __future__ import annotations
