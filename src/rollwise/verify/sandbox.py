@@ -197,6 +197,10 @@ class Sandbox:
     def __init__(self, limits: Limits | None = None):
         self.limits = limits or Limits()
         self.python = self.limits.python or default_python()
+        if not (os.path.isfile(self.python) and os.access(self.python, os.X_OK)):
+            from rollwise.registry import UserError
+
+            raise UserError(f"task.options.sandbox.python: {self.python!r} is not an executable file")
         self.isolation, self.why = self._choose(self.limits.isolation)
 
     def describe(self) -> str:
