@@ -69,6 +69,11 @@ def check(cfg) -> None:
     check_filters(cfg.control, list(cfg.filter.names))
     check_arrol(cfg)
     check_latr(cfg)
+    from rollwise.backends.vllm import check_config as check_vllm
+    from rollwise.distributed.ray_pool import check_config as check_ray
+
+    check_vllm(cfg)  # model.backend = "vllm": installed, no hf-only rollout strategy
+    check_ray(cfg)  # distributed.workers > 0: installed, no in-process rollout strategy
     overlong_limits(cfg.reward.overlong_penalty, cfg.sampling.max_new_tokens)
 
 
@@ -114,6 +119,7 @@ def build_strategies(cfg, task) -> Strategies:
     adv, adv_opts, _ = resolve(cfg, "advantage")
     obj, obj_opts, _ = resolve(cfg, "objective")
     from rollwise.control.rounds import DynamicSampling, target_groups
+    from rollwise.train.mismatch import default_tis  # TIS against a sampler that is not the trainer's forward
 
     seed = cfg.run.seed
     controller = ctrl_cls(task.train_prompts(), cfg.control, ctrl_opts, seed)
@@ -123,7 +129,7 @@ def build_strategies(cfg, task) -> Strategies:
     return Strategies(
         controller=controller, filters=filters, replay=rep_cls(cfg.replay, rep_opts, seed),
         advantage=adv, advantage_options=adv_opts if adv_opts is not None else adv.Options(),
-        objective=obj, objective_options=obj_opts if obj_opts is not None else obj.Options(),
+        objective=obj, objective_options=default_tis(obj_opts if obj_opts is not None else obj.Options(), cfg),
         keep_at_most=target_groups(cfg.control),
     )
 
@@ -169,10 +175,12 @@ def build_policy(cfg, task, log=print):
         torch.set_num_threads(cfg.run.threads)
     name = cfg.model.name
     if name in tiny.NAMES:
-        from rollwise.train.warm_start import warm_start
+        from rollwise.train.warm_start import fit_warnings, warm_start
 
         model, tok = tiny.build_tiny(name, seed=cfg.model.warm_start.seed)
         codec = Codec(tok, use_chat=False)
+        for w in fit_warnings(task, codec, cfg.sampling.max_new_tokens, model.config.max_position_embeddings, builtin=True):
+            log(f"warning: {w}")  # before the warm start: a run that cannot score should not spend it first
         key = {"model": tiny.canonical(name), "task": cfg.task.name, "task_options": cfg.task.options}
         how = warm_start(model, codec, task, cfg.model.warm_start, cfg.model.warm_start.seed, key, log=log)
         log(f"warm start: {how}")
@@ -181,6 +189,10 @@ def build_policy(cfg, task, log=print):
 
         model, tok = load_pretrained(name, dtype=cfg.model.dtype)
         codec = Codec(tok, use_chat=True)
+        from rollwise.train.warm_start import fit_warnings
+
+        for w in fit_warnings(task, codec, cfg.sampling.max_new_tokens):
+            log(f"warning: {w}")
     if cfg.model.dtype == "bfloat16":
         model = model.to(torch.bfloat16)
     if cfg.model.lora.enabled:
@@ -189,3 +201,55 @@ def build_policy(cfg, task, log=print):
         lc = cfg.model.lora
         model = apply_lora(model, r=lc.r, alpha=lc.alpha, dropout=lc.dropout, target_modules=list(lc.target_modules))
     return model, codec
+
+
+# ---------------------------------------------------------------- generation (DESIGN.md §7)
+
+
+def check_runtime(cfg, log=print) -> None:
+    """Checks that need the machine, not only the config, made before the model is loaded: the Ray
+    cluster (``distributed.address`` reachable, enough CPUs for ``distributed.workers``)."""
+    if cfg.distributed.workers > 0:
+        from rollwise.distributed.ray_pool import connect
+
+        connect(cfg.distributed, log=log)
+
+
+def build_backend(cfg, model, codec, seed: int):
+    """The rollout engine in this process (``model.backend``), or None when rollout workers
+    (``distributed.workers > 0``) each build their own."""
+    if cfg.distributed.workers > 0:
+        return None
+    if cfg.model.backend == "vllm":
+        from rollwise.backends.vllm import VLLMBackend
+
+        return VLLMBackend.from_policy(model, codec.eos_ids, cfg.model, seed)
+    from rollwise.backends.hf import HFBackend
+    from rollwise.train.precision import resolve_compute_dtype
+
+    compute = resolve_compute_dtype(cfg.model.compute_dtype, next(model.parameters()).device)
+    return HFBackend(model, codec.eos_ids, codec.pad_id, cfg.model.max_batch, seed, compute_dtype=compute)
+
+
+def build_pool(cfg, backend, codec, task, sampling, tree, model, log=print):
+    """The worker pool the loop calls: the local pool (in this process), request-seeded when
+    ``distributed.request_seeds``, or Ray rollout workers (``distributed.workers``)."""
+    from rollwise.distributed.local import LocalPool
+
+    if cfg.distributed.workers > 0:
+        from rollwise.distributed.ray_pool import RayPool
+
+        return RayPool(cfg, model, codec, sampling, log=log)
+    pool = LocalPool(backend, codec, task.verify, sampling, max_batch=cfg.model.max_batch, tree=tree,
+                     verify_workers=getattr(task, "verify_workers", 1))
+    if cfg.distributed.request_seeds:
+        from rollwise.distributed.ray_pool import SeededPool
+
+        pool = SeededPool(pool, cfg.run.seed)
+    return pool
+
+
+def weight_receivers(backend, pool) -> list:
+    """What receives the trainer's published weights (``load_weights(version, weights)``): an
+    engine that does not share the trainer's module (vLLM) and a pool of workers (Ray)."""
+    return [x for x in (backend, pool) if hasattr(x, "load_weights")]

@@ -64,6 +64,10 @@ class Run:
             raise
         if not resume:
             self._write_config()
+        held = len(self.task.heldout_prompts())
+        if held < cfg.eval.n_prompts:  # evaluate() takes the first n_prompts of the held-out split
+            log(f"warning: evaluation uses {held} held-out prompts, not eval.n_prompts = {cfg.eval.n_prompts}: the task's "
+                f"held-out split has only {held} (pass@1 is then coarse: steps of {1 / max(1, held):.3f})")
         seed = cfg.run.seed
         random.seed(seed), np.random.seed(seed), torch.manual_seed(seed)
         ckpt = checkpoint.latest(self.dir, log=log) if resume else None

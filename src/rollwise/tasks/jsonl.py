@@ -4,8 +4,8 @@ Contract:
 
 - The file (and ``heldout_path``, if given) is read and checked at construction: one JSON object
   per non-blank line, each with a non-empty string ``question_field`` and an ``answer_field``
-  (string or number). Every mistake raises ``UserError`` naming the file, and the line number
-  and field where there is one: missing file, malformed JSON, a line that is not an object, a
+  (string or number). Every mistake raises ``UserError`` naming the file, and the line number,
+  field and the option that names it (``task.options.answer_field``) where there is one: missing file, malformed JSON, a line that is not an object, a
   missing or empty field, no rows at all.
 - Splits, both disjoint by question text and in file order:
 
@@ -19,7 +19,8 @@ Contract:
   "line"}`` plus ``"difficulty"`` when the row has that field. Ids: ``jsonl:<path>/line-<n>``
   (``.../heldout-line-<n>`` for rows of ``heldout_path``).
 - ``verify``: the verifier named by ``verifier`` (default ``math``, see ``rollwise.verify.math``).
-- ``sft_examples``: targets from ``solution_field``; without one it raises NotImplementedError.
+- ``sft_examples``: targets from ``solution_field`` (a string, or a number used as its text); without
+  one it raises NotImplementedError.
 """
 
 from __future__ import annotations
@@ -78,22 +79,27 @@ def read_rows(path: Path, opts: _Options) -> list[tuple[int, dict[str, Any]]]:
             raise UserError(f"{path} line {n}: expected a JSON object, got {type(row).__name__}")
         q = row.get(opts.question_field)
         if not isinstance(q, str) or not q.strip():
-            raise UserError(_field_error(path, n, opts.question_field, row, "a non-empty string"))
+            raise UserError(_field_error(path, n, "question_field", opts.question_field, row, "a non-empty string"))
         a = row.get(opts.answer_field)
-        if isinstance(a, bool) or not isinstance(a, (str, int, float)) or not str(a).strip():
-            raise UserError(_field_error(path, n, opts.answer_field, row, "a non-empty string or number"))
-        if opts.solution_field and not isinstance(row.get(opts.solution_field), str):
-            raise UserError(_field_error(path, n, opts.solution_field, row, "a string"))
+        if not _text_or_number(a):
+            raise UserError(_field_error(path, n, "answer_field", opts.answer_field, row, "a non-empty string or number"))
+        if opts.solution_field and not _text_or_number(row.get(opts.solution_field)):
+            raise UserError(_field_error(path, n, "solution_field", opts.solution_field, row, "a non-empty string or number"))
         rows.append((n, row))
     if not rows:
         raise UserError(f"jsonl task: {path} has no rows")
     return rows
 
 
-def _field_error(path: Path, n: int, field: str, row: dict, want: str) -> str:
+def _text_or_number(v: Any) -> bool:
+    return not isinstance(v, bool) and isinstance(v, (str, int, float)) and bool(str(v).strip())
+
+
+def _field_error(path: Path, n: int, option: str, field: str, row: dict, want: str) -> str:
     if field not in row:
-        return f"{path} line {n}: missing field {field!r} (the line has {sorted(row)})"
-    return f"{path} line {n}: field {field!r} must be {want}, got {row[field]!r:.80}"
+        return (f"{path} line {n}: missing field {field!r} (the line has {sorted(row)}); set task.options.{option} "
+                f"to the key that holds it (rollwise config options task jsonl)")
+    return f"{path} line {n}: field {field!r} must be {want}, got {row[field]!r:.80} (the field named by task.options.{option})"
 
 
 class JsonlTask:
@@ -129,7 +135,7 @@ class JsonlTask:
         if "difficulty" in row:
             meta["difficulty"] = row["difficulty"]
         if o.solution_field:
-            meta["solution"] = row[o.solution_field]
+            meta["solution"] = str(row[o.solution_field])  # a number is its own solution text
         return Prompt(
             id=f"{self.name}/{kind}-{n}",
             task=self.name,

@@ -114,3 +114,41 @@ def warm_start(model, codec, task, ws_cfg, seed: int, key: dict, log=print) -> s
         shutil.rmtree(path.parent, ignore_errors=True)
         tmp.rename(path.parent)
     return "trained"
+
+
+def fit_warnings(task, codec, max_new_tokens: int, context: int | None = None, builtin: bool = False, n: int = 64) -> list[str]:
+    """Warnings, before any training, when a run cannot score however long it trains: the task's
+    reference completions (warm-start targets, else reference answers; end-of-text included) are
+    longer than ``sampling.max_new_tokens``; and, for the built-in tiny model (``builtin``), the
+    task uses characters its character-level tokenizer lacks, or its prompts do not fit the
+    model's ``context`` with ``max_new_tokens`` after them. Looks at the first ``n`` train examples."""
+    prompts = list(task.train_prompts()[:n])
+    try:
+        targets = [t for _, t in task.sft_examples(n, 0)]
+        what = "warm-start targets"
+    except NotImplementedError:
+        targets = [p.answer for p in prompts if p.answer]
+        what = "reference answers"
+    out = []
+    if targets:
+        lens = sorted(len(codec.encode_text(t)) + 1 for t in targets)
+        median = lens[len(lens) // 2]
+        if median > max_new_tokens:
+            out.append(f"sampling.max_new_tokens = {max_new_tokens} is shorter than the task's {what} (median {median} tokens with "
+                       f"end-of-text, longest {lens[-1]}, e.g. {targets[0]!r:.40}): rollouts are cut before they can answer and "
+                       f"rewards stay 0; set sampling.max_new_tokens={lens[-1]} or more")
+    if builtin:
+        unk = getattr(codec.tokenizer, "unk_token_id", None)
+        texts = [p.text for p in prompts] + list(targets)
+        missing = sorted({ch for t in texts for ch in t if unk is not None and codec.encode_text(ch) == [unk]})
+        if missing:
+            out.append(f"the built-in tiny model's character vocabulary (printable ASCII) lacks {len(missing)} character(s) this "
+                       f"task uses ({''.join(missing[:20])!r}): it cannot learn this task's format; use a Hugging Face model "
+                       "(model.name=smollm2-135m or a local model directory)")
+        if context is not None and prompts:
+            longest = max(len(codec.encode_prompt(p)) for p in prompts)
+            if longest + max_new_tokens > context:
+                out.append(f"the task's prompts (up to {longest} tokens) plus sampling.max_new_tokens = {max_new_tokens} exceed the "
+                           f"built-in tiny model's context of {context} tokens: it cannot learn this task's format; use a Hugging "
+                           "Face model (model.name=smollm2-135m or a local model directory)")
+    return out

@@ -1,0 +1,59 @@
+"""Bring your own data: a missing field's error names the option that sets it, a numeric answer
+can be the solution (warm-start target), and evaluation on fewer held-out prompts than
+eval.n_prompts is warned about at start."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rollwise.config import load_config
+from rollwise.registry import UserError
+from rollwise.tasks.jsonl import make
+
+
+def _file(tmp_path, rows, name="d.jsonl"):
+    p = tmp_path / name
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return p
+
+
+def test_missing_field_names_the_option_to_set(tmp_path):
+    p = _file(tmp_path, [{"problem": "1+1", "answer": "2"}])
+    with pytest.raises(UserError, match=r"missing field 'question'.*set task\.options\.question_field"):
+        make(str(p), {})
+
+
+def test_bad_solution_names_its_option(tmp_path):
+    p = _file(tmp_path, [{"question": "1+1", "answer": "2", "sol": None}])
+    with pytest.raises(UserError, match=r"task\.options\.solution_field"):
+        make(str(p), {"solution_field": "sol"})
+
+
+def test_numeric_answer_can_be_the_solution_field(tmp_path):
+    p = _file(tmp_path, [{"question": f"{i}+{i}", "answer": 2 * i} for i in range(10)])
+    task = make(str(p), {"solution_field": "answer", "heldout_fraction": 0.2})
+    targets = [t for _, t in task.sft_examples(4, 0)]
+    assert targets and all(isinstance(t, str) and t == str(int(t)) for t in targets)
+
+
+def test_fewer_held_out_prompts_than_configured_is_warned(tmp_path, monkeypatch):
+    import rollwise
+    from rollwise import components
+
+    class Stop(Exception):
+        pass
+
+    def stop(*a, **k):
+        raise Stop
+
+    monkeypatch.setattr(components, "build_policy", stop)
+    # 50 distinct questions, heldout_fraction 0.1 -> round(5.0) = 5 held out, eval.n_prompts 200
+    p = _file(tmp_path, [{"question": f"{i}+1", "answer": str(i + 1)} for i in range(50)])
+    cfg = load_config(overrides=[f'task.name="jsonl:{p}"', f'run.dir="{tmp_path / "runs"}"', "run.progress=false"])
+    logs = []
+    with pytest.raises(Stop):
+        rollwise.train(cfg, log=logs.append)
+    [w] = [m for m in logs if "held-out prompts" in m]
+    assert "uses 5 held-out prompts, not eval.n_prompts = 200" in w
