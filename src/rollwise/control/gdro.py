@@ -398,8 +398,11 @@ class GDRO:
         if not rows:
             return
         o = self.opts
-        ell = self.losses(batch, run.trainer).tolist()
-        row_bins = self._row_bins(rows)
+        has_loss = (batch.loss_mask.sum(dim=1) > 0).tolist()  # rows an estimator excluded carry no loss
+        ell = [x for x, keep in zip(self.losses(batch, run.trainer).tolist(), has_loss) if keep]
+        row_bins = [b for b, keep in zip(self._row_bins(rows), has_loss) if keep]
+        if not ell:
+            return
         by_bin: dict[int, list[float]] = {}
         for b, x in zip(row_bins, ell):
             by_bin.setdefault(b, []).append(x)

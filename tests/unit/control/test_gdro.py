@@ -206,3 +206,28 @@ def test_state_round_trip():
         x.plan(ps, RunState(step=2))
     assert d.ctx == c.ctx and d.scores == c.scores and d.arm_scores == c.arm_scores and d.mu == c.mu
     assert d.prev_bin == c.prev_bin
+
+
+def test_after_update_scores_bins_from_per_response_losses():
+    """A fake uniform policy over V = 4 tokens equals the sampler (old log-prob -log 4), so the ratio
+    is 1 and l_i = -A_i (unweighted). Rows: bin 0 with A = (1, -1), bin 1 with A = 0.5, and an
+    excluded row without loss tokens. Bin means 0 and -0.5, shares 2/3 and 1/3 -> S = (0, -1.5)."""
+    from rollwise.types import Batch
+
+    class Uniform(torch.nn.Module):
+        def forward(self, input_ids, attention_mask):
+            return SimpleNamespace(logits=torch.zeros(*input_ids.shape, 4))
+
+    b, t = 4, 3
+    mask = torch.tensor([[0.0, 1.0, 1.0]] * 3 + [[0.0, 0.0, 0.0]])
+    batch = Batch(torch.zeros(b, t, dtype=torch.long), torch.ones(b, t, dtype=torch.bool), mask, -math.log(4) * mask,
+                  torch.tensor([1.0, -1.0, 0.5, 9.0]), torch.zeros(b), torch.arange(b), torch.zeros(b, t, dtype=torch.long),
+                  num_loss_tokens=6, num_sequences=3)
+    trainer = SimpleNamespace(model=Uniform(), temperature=1.0, ref_model=None, micro_batches=lambda bt: [(slice(0, b), bt)])
+    c = GDRO(PROMPTS, cfg(), GdroOptions(edges=EDGES), 0)
+    c.ctx["bins"] = {"a": 0, "b": 1, "x": 2}
+    rows = [group(p, 1.0).rollouts[0] for p in "aabx"]
+    c.weigh_advantages(Advantages(batch.advantages.clone(), torch.ones(b, dtype=torch.bool)), rows)
+    c.after_update(batch, rows, {}, SimpleNamespace(trainer=trainer))
+    assert c.scores == pytest.approx({0: 0.0, 1: -1.5})  # bin 2's row had no loss tokens: not scored
+    assert c.metrics["control/gdro_loss_mean"] == pytest.approx(-0.5 / 3)
