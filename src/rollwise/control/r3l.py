@@ -131,11 +131,11 @@ class R3L(Uniform):
             return Plan()
         if self.codec is None:
             raise RuntimeError("R3L.bind(task, codec) was not called (session.Run binds it)")
-        requests, pivots = [], []
+        requests, entries = [], []  # entries[i]: (prompt id, base count, base index, shared prefix, pivot) of requests[i]
         for g in groups:
-            todo = []
+            n_todo = 0
             for i, r in enumerate(g.rollouts):
-                if len(todo) >= self.max_retries:
+                if n_todo >= self.max_retries:
                     break
                 if r.reward is None or r.reward >= self.opts.success_at:
                     continue
@@ -147,19 +147,22 @@ class R3L(Uniform):
                     continue  # the pivot lies beyond the last step (the code rejects out-of-range pivots)
                 j = token_cut(r.completion_ids, self.codec.decode, offset, r.text)
                 prefix = tuple(r.completion_ids[:j])
-                todo.append((i, prefix))
-                pivots.append(k)
+                n_todo += 1
+                entries.append((g.prompt.id, len(g.rollouts), i, prefix, k))
                 if j == 0:
                     requests.append(Request(g.prompt, 1))
                 else:
                     versions = r.token_versions or (r.policy_version,) * len(r.completion_ids)
                     requests.append(Request(g.prompt, 1, prefix=prefix, prefix_logprobs=tuple(r.logprobs[:j]),
                                             prefix_versions=tuple(versions[:j])))
-            if todo:
-                self._retries[g.prompt.id] = (len(g.rollouts), todo)
-        self.metrics = {"control/r3l_retries": float(len(pivots)),
+        # the base round's groups count against the step budget; cap_plan trims the last requests first
+        plan = self.step_budget.cap(requests, self.history, groups)
+        for pid, n_base, i, prefix, _ in entries[:plan.total]:
+            self._retries.setdefault(pid, (n_base, []))[1].append((i, prefix))
+        pivots = [e[4] for e in entries[:plan.total]]
+        self.metrics = {"control/r3l_retries": float(plan.total),
                         "control/r3l_pivot_mean": sum(pivots) / len(pivots) if pivots else 0.0}
-        return Plan(tuple(requests))
+        return plan
 
     def finish_batch(self, groups: list[Group], kept: list[Group], dropped) -> list[Group]:
         """Pivot masking: the shared pre-pivot tokens of each retry and of its base rollout leave the loss."""

@@ -41,6 +41,7 @@ from typing import Callable, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from rollwise.control.budget import StepBudget
 from rollwise.control.uniform import Uniform
 from rollwise.registry import Registry, UserError
 from rollwise.types import Group, Plan, Prompt, Request, Rollout
@@ -94,6 +95,9 @@ class V05(Uniform):
             raise UserError(f"control.options.cap ({self.opts.cap}) is below control.rollouts_per_prompt ({cfg.rollouts_per_prompt})")
         self.extra_budget = self.opts.extra_budget if self.opts.extra_budget is not None else \
             cfg.prompts_per_step * (self.opts.cap - cfg.rollouts_per_prompt)
+        # the step budget (control.budget_rollouts / budget_tokens) caps every round; by default it
+        # allows the first round plus the whole extra budget
+        self.step_budget = StepBudget.from_config(cfg, cfg.prompts_per_step * cfg.rollouts_per_prompt + self.extra_budget)
         self._source: Callable[[Prompt], float] | None = None
         if self.opts.prior == "metadata":
             missing = [p.id for p in prompts if not isinstance(p.metadata.get("value_prior"), (int, float))
@@ -136,6 +140,9 @@ class V05(Uniform):
 
     def next_round(self, groups: list[Group], state) -> Plan:
         requests, rejected = [], 0
+        left = self.step_budget.remaining(self.history, groups)
+        budget = self.extra_budget - self._extra if left is None else min(self.extra_budget - self._extra, left)
+        spent = 0
         for g in groups:
             scores = g.verified_rewards()
             v = self._priors.get(g.prompt.id)
@@ -144,10 +151,11 @@ class V05(Uniform):
             if not rejects(sum(scores) / len(scores), v, len(scores), self.opts.alpha):
                 continue
             rejected += 1
-            more = min(self.opts.delta_n, self.opts.cap - g.size, self.extra_budget - self._extra)
+            more = min(self.opts.delta_n, self.opts.cap - g.size, budget - spent)
             if more > 0:
                 requests.append(Request(g.prompt, more))
-                self._extra += more
+                spent += more
+        self._extra += spent
         if self._first:
             self.metrics["control/v05_rejected_frac"] = rejected / max(len(groups), 1)
             self._first = False

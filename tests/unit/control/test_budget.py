@@ -129,11 +129,36 @@ NAMES = sorted(n.split(":")[0] for n in REGISTRY.names())
 # options a controller needs at rollouts_per_prompt = 4 (SPEED screens with n_init < the group size)
 # and config it requires (SPEED's filter)
 OPTIONS = {"speed": {"n_init": 2}}
-NEEDS = {"speed": ['filter.names=["speed_complete"]']}
+NEEDS = {"speed": ['filter.names=["speed_complete"]'], "adhint": ["advantage.name=adhint"]}
+
+
+class _Tok:
+    eos_token_id = 0
+
+
+class _Codec:  # for controllers that build token prefixes (bind): one character per token
+    tokenizer = _Tok()
+
+    def encode_text(self, text):
+        return [ord(c) for c in text]
+
+    def decode(self, ids):
+        return "".join(chr(i) for i in ids)
+
+
+class _Task:
+    def target(self, prompt):
+        return "0,1=1,=1"
 
 
 def _options(name, cls):
     return cls.Options(**OPTIONS.get(name, {})) if hasattr(cls, "Options") else None
+
+
+def _bound(ctrl):
+    if hasattr(ctrl, "bind"):  # ADHint hints, R3L retries, SCOPE guides: the run binds its task and codec
+        ctrl.bind(_Task(), _Codec())
+    return ctrl
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -141,7 +166,7 @@ def test_every_registered_controller_stays_within_the_rollout_budget(name):
     cls = REGISTRY.get(name)
     cfg = load_config(overrides=["control.prompts_per_step=3", "control.rollouts_per_prompt=4",
                                  "control.budget_rollouts=10", f"control.name={name}", *NEEDS.get(name, [])]).control
-    ctrl = cls(_prompts(30), cfg, _options(name, cls), 0)
+    ctrl = _bound(cls(_prompts(30), cfg, _options(name, cls), 0))
     used = _drive(ctrl, 4, length=3)
     assert all(0 < u <= 10 for u in used), used
 
@@ -152,6 +177,6 @@ def test_every_registered_controller_stays_within_the_token_budget(name):
     cls = REGISTRY.get(name)
     cfg = load_config(overrides=["control.prompts_per_step=3", "control.rollouts_per_prompt=4", "sampling.max_new_tokens=8",
                                  "control.budget_tokens=40", f"control.name={name}", *NEEDS.get(name, [])]).control
-    ctrl = cls(_prompts(30), cfg, _options(name, cls), 0)
+    ctrl = _bound(cls(_prompts(30), cfg, _options(name, cls), 0))
     used = _drive(ctrl, 4, length=8)
     assert all(0 < u * 8 <= 40 for u in used), used

@@ -106,3 +106,20 @@ def test_no_retry_for_successes_perfect_or_invalid_reflections_and_budget():
         _controller(n=2, n_base=2)
     with pytest.raises(UserError, match="known: rule"):
         Options(reflector="judge")
+
+
+def test_retries_fit_the_step_budget_and_only_kept_ones_are_masked():
+    cfg = load_config(overrides=["control.name=r3l", "control.rollouts_per_prompt=4", "control.prompts_per_step=1",
+                                 "control.budget_rollouts=3"]).control
+    c = R3L([Prompt("a", "t", "47+85=", "132")], cfg, Options(), seed=0)
+    c.bind(None, _Codec())
+    st = RunState()
+    p = c.select(st)[0]
+    c.plan([p], st)
+    b1, b2 = _r("7+5+0=11,=131", 0.0), _r("7+5+0=12,4+8+1=14,=142", 0.0)
+    plan = c.next_round([Group(p, (b1, b2))], st)  # two failures, room for one retry (2 + 1 = 3)
+    assert plan.total == 1 and plan.requests[0].prefix is None  # the first failure (pivot 0) is kept
+    retry = _r("7+5+0=12,=132", 1.0)
+    g = Group(p, (b1, b2, retry))
+    out = c.finish_batch([g], [g], {})[0]
+    assert all(r.loss_mask is None for r in out.rollouts)  # pivot 0 masks nothing; b2 had no retry
