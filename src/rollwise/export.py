@@ -4,7 +4,8 @@ Face model directory, and optionally a GGUF file.
 Contract:
 
 - ``export_run(run_dir, out_dir, step=None, adapter=False, gguf=False)`` rebuilds the run's
-  policy from ``config.resolved.toml`` (no warm start, no task files read), loads the verified
+  policy from ``config.resolved.toml`` (no warm start; the task is built, as the policy's
+  checks read it), loads the verified
   checkpoint ``step-<step>`` (default: the newest that verifies, see ``train/checkpoint.py``)
   and writes ``out_dir`` with ``write_hf``. Refuses (``UserError``) a missing run, a missing
   step (naming the steps there), a non-empty ``out_dir`` and ``--adapter`` on a run without
@@ -14,7 +15,9 @@ Contract:
   and ``AutoTokenizer.from_pretrained`` load it. LoRA runs: the adapters folded into the base
   weights (``hf_models.merged_state_dict``; the training model is not modified), or with
   ``adapter=True`` the PEFT adapter directory (``adapter_config.json`` +
-  ``adapter_model.safetensors``, loaded with ``peft.PeftModel.from_pretrained`` over the base).
+  ``adapter_model.safetensors``, loaded with ``peft.PeftModel.from_pretrained`` over the base);
+  a built-in base model, which has no directory of its own, is written to ``<out>/base/`` and
+  named there as ``base_model_name_or_path``.
   Written to ``<out>.tmp`` and renamed, so a kill never leaves half a directory.
 - Greedy equality: rollwise's prompts are the codec's token ids (``tokens.Codec``: BOS + text
   for the built-in character model, the chat template for instruct models); the exported model
@@ -59,14 +62,16 @@ def write_hf(model, tokenizer, out_dir: str | Path, adapter: bool = False, overw
         if not is_lora(model):
             raise UserError("--adapter needs a LoRA run (model.lora.enabled = true)")
         model.save_pretrained(str(tmp))
+        source = getattr(model.get_base_model().config, "_name_or_path", "")
+        if not source or not Path(source).is_dir():  # built-in model: its base weights go beside the adapter
+            _plain(model, merged=False).save_pretrained(str(tmp / "base"))
+            tokenizer.save_pretrained(str(tmp / "base"))
+            cfg_path = tmp / "adapter_config.json"
+            acfg = json.loads(cfg_path.read_text())
+            acfg["base_model_name_or_path"] = str((out / "base").resolve())
+            cfg_path.write_text(json.dumps(acfg, indent=2))
     elif is_lora(model):
-        from rollwise.train.hf_models import merged_state_dict
-
-        base = model.get_base_model()
-        state = merged_state_dict(model)
-        plain = type(base)(base.config)  # a model without adapter layers, then the merged weights
-        plain.load_state_dict(state, strict=False)
-        plain.to(next(base.parameters()).dtype).save_pretrained(str(tmp))
+        _plain(model, merged=True).save_pretrained(str(tmp))
     else:
         model.save_pretrained(str(tmp))
     tokenizer.save_pretrained(str(tmp))
@@ -76,13 +81,31 @@ def write_hf(model, tokenizer, out_dir: str | Path, adapter: bool = False, overw
     return out
 
 
+def _plain(model, merged: bool):
+    """The base model of a LoRA ``model`` without adapter layers: with the adapters folded in
+    (``merged``) or its original weights."""
+    from rollwise.train.hf_models import merged_state_dict
+
+    base = model.get_base_model()
+    if merged:
+        state = merged_state_dict(model)
+    else:
+        state = {k.replace(".base_layer.", "."): v.detach().clone() for k, v in base.state_dict().items()
+                 if not any(p.startswith("lora_") for p in k.split("."))}
+    plain = type(base)(base.config)
+    missing, unexpected = plain.load_state_dict(state, strict=False)
+    if unexpected or [k for k in missing if k != "lm_head.weight"]:  # a tied lm_head is the embedding
+        raise RuntimeError(f"LoRA export: weights do not fit the base model (missing {missing}, unexpected {unexpected})")
+    return plain.to(next(base.parameters()).dtype)
+
+
 def _policy(run_dir: Path):
     """The run's config and its policy built without warm start (weights come from a checkpoint)."""
     from rollwise import components
     from rollwise.config import load_config
 
     cfg = load_config(run_dir / "config.resolved.toml", ["model.warm_start.steps=0", "run.progress=false"])
-    model, codec = components.build_policy(cfg, task=None, log=lambda m: None)
+    model, codec = components.build_policy(cfg, components.build_task(cfg), log=lambda m: None)
     return cfg, model, codec
 
 
