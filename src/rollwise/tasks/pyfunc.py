@@ -89,7 +89,7 @@ def draw_input(kind: str, rng: random.Random):
     return "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(1, 8)))
 
 
-def test_source(name: str, args: str, expr: str, n: int, rng: random.Random) -> tuple[str, list]:
+def hidden_tests(name: str, args: str, expr: str, n: int, rng: random.Random) -> tuple[str, list]:
     """``check(candidate)`` asserting ``n`` values of ``lambda args: expr`` (computed here, from
     our own reference expression), and the (inputs, expected) pairs."""
     ref = eval(f"lambda {args}: {expr}", {})  # noqa: S307 - our own reference expression, not model output
@@ -139,7 +139,7 @@ class PyFuncTask:
 
     def _prompt(self, level: int, fn: tuple[str, str, str], rng: random.Random) -> Prompt:
         name, args, expr = fn
-        test, _ = test_source(name, args, expr, self.options.tests, rng)
+        test, _ = hidden_tests(name, args, expr, self.options.tests, rng)
         return Prompt(id=f"{NAME}/{name}", task=NAME, text=f"def {name}({args}): return ", answer=expr,
                       metadata={"level": level, "difficulty": level, "entry_point": name, "test": test})
 
