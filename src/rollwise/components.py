@@ -181,7 +181,9 @@ def build_policy(cfg, task, log=print):
         codec = Codec(tok, use_chat=False)
         for w in fit_warnings(task, codec, cfg.sampling.max_new_tokens, model.config.max_position_embeddings, builtin=True):
             log(f"warning: {w}")  # before the warm start: a run that cannot score should not spend it first
-        key = {"model": tiny.canonical(name), "task": cfg.task.name, "task_options": cfg.task.options}
+        reward_only = getattr(task, "REWARD_ONLY_OPTIONS", ())  # options that leave the SFT examples unchanged share a cache
+        key = {"model": tiny.canonical(name), "task": cfg.task.name,
+               "task_options": {k: v for k, v in cfg.task.options.items() if k not in reward_only}}
         how = warm_start(model, codec, task, cfg.model.warm_start, cfg.model.warm_start.seed, key, log=log)
         log(f"warm start: {how}")
     else:

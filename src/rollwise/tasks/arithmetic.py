@@ -178,6 +178,7 @@ class ArithmeticTask:
     """See the module docstring."""
 
     name = NAME
+    REWARD_ONLY_OPTIONS = ("second_reward", "max_length")  # change verdicts only: the warm start is shared
 
     def __init__(self, options: "make.Options"):
         self.options = options
