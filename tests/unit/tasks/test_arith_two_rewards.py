@@ -58,3 +58,13 @@ def test_bad_option_is_refused():
 
     with pytest.raises(UserError, match="second_reward"):
         task(second_reward="speed")
+
+
+def test_reward_only_options_leave_the_sft_examples_alone():
+    # the warm-start cache key drops REWARD_ONLY_OPTIONS (components.build_policy), so they must not change SFT data
+    from rollwise.tasks.arithmetic import ArithmeticTask
+
+    assert set(ArithmeticTask.REWARD_ONLY_OPTIONS) == {"second_reward", "max_length"}
+    base = task().sft_examples(10, seed=1)
+    assert task(second_reward="length", max_length=5).sft_examples(10, seed=1) == base
+    assert task(second_reward="format").sft_examples(10, seed=1) == base
