@@ -3,15 +3,16 @@ batches (fixed seeds, float64, one process, no gradient accumulation).
 
 Test names: ``test_exact_*`` -- equal within ``peerutil.RTOL/ATOL`` with the rollwise options named
 in the test; ``test_convention_*`` -- rollwise's default differs by a named convention (asserted)
-and the named option makes it exact (asserted). How TRL's method is called: tests/peers/conftest.py.
+and the named option makes it exact (asserted). How TRL's method is called: tests/peers/peerfixtures.py.
 TRL's advantages are inline in ``_generate_and_score_completions`` and not compared here (see the
-conftest docstring); their conventions (eps 1e-4, scale_rewards="batch") are unit-tested by hand.
+peerfixtures docstring); their conventions (eps 1e-4, scale_rewards="batch") are unit-tested by hand.
 """
 
 from __future__ import annotations
 
 import pytest
 
+from peerfixtures import trl_grpo, trl_loss, trl_rloo_loss  # noqa: F401 (pytest fixtures)
 from peerutil import SEEDS, close, leaf, ragged
 from rollwise.objectives import cispo, grpo, gspo
 

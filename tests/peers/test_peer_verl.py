@@ -4,7 +4,7 @@ ragged batches (ragged groups, ragged lengths, fixed seeds, float64).
 Test names say what each comparison is: ``test_exact_*`` -- rollwise (with the options named in the
 test) equals verl within ``peerutil.RTOL/ATOL``; ``test_convention_*`` -- rollwise's default
 differs from verl's by a named convention (asserted), and the named rollwise option makes it
-exact (asserted). How verl is loaded without Ray: tests/peers/conftest.py.
+exact (asserted). How verl is loaded without Ray: tests/peers/peerfixtures.py.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from peerfixtures import verl_actor_config, verl_core, verl_rollout_corr  # noqa: F401 (pytest fixtures)
 from peerutil import SEEDS, close, leaf, ragged
 from rollwise.objectives import advantages as adv
 from rollwise.objectives import cispo, dapo, grpo, gspo

@@ -1,5 +1,8 @@
 """Fixtures that load the peers' own loss and advantage code (issue #19): verl 0.9.1 and TRL 1.16.0.
 
+The test modules import these fixtures by name (a ``conftest.py`` here would shadow the
+``conftest`` module that other test directories import helpers from).
+
 Both are an optional extra installed by ``make test`` (``--no-deps``, plus the few import-time
 dependencies: see the Makefile target ``.installed-test``). Without them every test here skips.
 
