@@ -55,6 +55,7 @@ def train(cfg: Config, *, resume: bool = False, backend=None, log=print) -> RunR
                 ctrl.after_update(batch, rows, metrics, run)
             metrics["time/train_s"] = now() - t0
             st.policy_version += 1
+            metrics["time/weight_sync_s"] = run.sync_weights()           # publish to vLLM / Ray workers (0 for hf)
             metrics.update(step_metrics(groups, dropped, planned), **shaping, **getattr(ctrl, "metrics", {}), **picked)
             line = run.ledger.record(st.step, st.policy_version, run.pool.take_cost(), batch.num_loss_tokens, metrics)
             st.step += 1

@@ -1,0 +1,68 @@
+"""Sampler/trainer mismatch: how far the log-probs the rollouts were sampled with are from the
+trainer's own recompute, and truncated importance sampling (TIS) against the sampler by default
+whenever the two differ by construction.
+
+Why: an inference engine (vLLM, SGLang) computes the same distribution with other kernels, other
+reduction orders and often another precision, so ``mu`` (sampler) != ``pi_old`` (trainer) even at
+equal weights, and the PPO ratio silently becomes off-policy. Yao et al., "Your Efficient RL
+Framework Secretly Brings You Off-Policy RL Training" (2025, the TIS blog post behind verl's
+``rollout_is`` / ``tis_imp_ratio_cap`` and slime's ``--use-tis``) measure the gap and correct it
+with the truncated weight ``min(pi_old / mu, C)``, ``C = 2``. Here:
+
+- :class:`MismatchMeter` (fed by the trainer with each micro-batch's pre-update log-probs, the
+  ``prox`` the objective also sees) logs per step, over loss tokens, with
+  ``d = log pi_trainer - log mu``: ``mismatch/abs_mean`` = mean |d|, ``mismatch/abs_max`` =
+  max |d|, and ``mismatch/k3_kl`` = mean of ``exp(d) - 1 - d`` (Schulman's k3 estimator of
+  KL(mu || pi_trainer) from tokens sampled from mu; slime's ``train_rollout_logprob_diff`` /
+  verl's ``rollout_probs_diff`` report the same quantities). It is logged for every backend;
+  with ``hf`` it measures only rounding (and replayed data's staleness), and changes nothing.
+- :func:`default_tis`: when ``model.backend`` is not ``hf`` and the objective has a
+  ``tis_level`` option that the config did not set, it becomes ``"token"`` (per-token weight
+  ``exp(prox - old)`` truncated to ``[tis_low, tis_cap]`` = ``[0, 2]``, objectives/common.py).
+  Deviation from the post: the weight uses the trainer's pre-update log-probs as ``pi_old``
+  (rollwise's ``prox``), which is exactly the post's ``pi_fsdp`` with one update epoch. With
+  ``hf`` nothing changes, so today's runs stay bit-identical. An explicit ``tis_level`` (even
+  ``"off"``) is kept.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class MismatchMeter:
+    """Accumulates the gap over a step's micro-batches; ``metrics()`` gives the step's values."""
+
+    def __init__(self) -> None:
+        self.abs_sum = 0.0
+        self.k3_sum = 0.0
+        self.abs_max = 0.0
+        self.tokens = 0.0
+
+    @torch.no_grad()
+    def add(self, trainer_lp: torch.Tensor, sampler_lp: torch.Tensor, mask: torch.Tensor) -> None:
+        """(B, T) trainer log-probs, sampler log-probs and loss mask (0 = not a loss token)."""
+        on = mask != 0
+        if not bool(on.any()):
+            return
+        d = (trainer_lp.float() - sampler_lp.float())[on].clamp(-20.0, 20.0)  # as the objectives' ratio guard
+        self.abs_sum += float(d.abs().sum())
+        self.k3_sum += float((torch.exp(d) - 1.0 - d).sum())
+        self.abs_max = max(self.abs_max, float(d.abs().max()))
+        self.tokens += float(on.sum())
+
+    def metrics(self) -> dict[str, float]:
+        if not self.tokens:
+            return {}
+        return {"mismatch/abs_mean": self.abs_sum / self.tokens, "mismatch/abs_max": self.abs_max,
+                "mismatch/k3_kl": self.k3_sum / self.tokens}
+
+
+def default_tis(options, cfg):
+    """``options`` with ``tis_level = "token"`` when the sampler is not the trainer's forward
+    (``model.backend != "hf"``), the objective has the option and the config did not set it."""
+    if cfg.model.backend == "hf" or "tis_level" in cfg.objective.options or not hasattr(options, "tis_level"):
+        return options
+    if options.tis_level != "off":
+        return options
+    return type(options).model_validate({**options.model_dump(), "tis_level": "token"})
