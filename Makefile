@@ -11,9 +11,22 @@ export HF_HUB_OFFLINE := 1
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)
 
-# torch is pinned to the CPU build first, so nothing later pulls a CUDA build
+# torch first, so that nothing later pulls another build. PyPI's Linux torch==2.13.0 is the CUDA
+# build (several GB of nvidia-* wheels); on a machine without an NVIDIA GPU (no nvidia-smi) or on
+# request (make TORCH_VARIANT=cpu) we ask for torch==2.13.0+cpu from the PyTorch CPU index (or a
+# local wheel in pip's find-links). If no CPU wheel is reachable the line falls back to PyPI's
+# build and says so. macOS: PyPI's build is the CPU/MPS one. GPU machines get PyPI's CUDA build.
+TORCH_VERSION   := 2.13.0
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH_VARIANT   ?= $(shell if [ "$$(uname -s)" = Darwin ] || command -v nvidia-smi >/dev/null 2>&1; then echo pypi; else echo cpu; fi)
+
 $(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
-	$(PIP) torch==2.13.0
+	@if [ "$(TORCH_VARIANT)" = cpu ]; then \
+	  echo "installing torch==$(TORCH_VERSION)+cpu (no NVIDIA GPU found; make TORCH_VARIANT=pypi for PyPI's build)"; \
+	  $(PIP) "torch==$(TORCH_VERSION)+cpu" --extra-index-url $(TORCH_CPU_INDEX) || { \
+	    echo "warning: no CPU torch wheel reachable ($(TORCH_CPU_INDEX) or pip find-links): installing PyPI's torch==$(TORCH_VERSION), on Linux the CUDA build"; \
+	    $(PIP) torch==$(TORCH_VERSION); }; \
+	else $(PIP) torch==$(TORCH_VERSION); fi
 	$(PIP) -e .
 	touch $@
 

@@ -116,6 +116,8 @@ def compare(config: Path = typer.Option(..., "--config", "-c", help="Sweep file 
         console.print(f"  {arm:20s} tokens to target {'not reached' if ttt is None else f'{ttt:,.0f}':>12s}   "
                       f"AUC {m['auc']['value']:.3f}   final pass@1 {m['final_pass@1']['value']:.3f}", markup=False, highlight=False,
                       soft_wrap=True)
+    for w in result.get("warnings", []):
+        console.print(f"[yellow]warning:[/] {w}", highlight=False, soft_wrap=True)
     console.print(f"files: {out / 'compare.json'}, {out / 'report.html'}", soft_wrap=True)
 
 

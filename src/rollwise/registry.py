@@ -41,6 +41,7 @@ class Registry:
         self.family = family
         self._entries: dict[str, Any] = {}
         self._takes_arg: set[str] = set()
+        self.hints: dict[str, str] = {}  # names people try that are not entries here, and what to write instead
 
     def register(self, name: str, obj: Any, *, takes_arg: bool = False) -> None:
         if name in self._entries:
@@ -65,7 +66,13 @@ class Registry:
             return Resolved(head, obj, arg or None)
         if sep and "." in head:  # "package.module:attr" plugin
             return Resolved(name, load_attr(name), None)
-        raise UserError(f"unknown {self.family} {name!r}; known: {', '.join(self.names())}")
+        if head in self.hints:
+            raise UserError(f"{self.family} {name!r} is not a {self.family} name: {self.hints[head]}")
+        import difflib
+
+        close = difflib.get_close_matches(head, list(self._entries), n=3, cutoff=0.6)
+        hint = f" (did you mean {' or '.join(close)}?)" if close else ""
+        raise UserError(f"unknown {self.family} {name!r}; known: {', '.join(self.names())}{hint}")
 
     def get(self, name: str) -> Any:
         return self.resolve(name).obj

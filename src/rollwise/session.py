@@ -281,20 +281,52 @@ class Run:
             self.trackers.close()
         checkpoint.unlock_run_dir(self.dir)
 
+    def _budget(self) -> tuple[str, int, int]:
+        """(unit, spent, total) of what ends the run: a compute budget when one is set, else steps."""
+        t, c = self.ledger.totals, self.cfg.train
+        if c.budget_generated_tokens is not None:
+            return "tokens", t["generated_tokens"], c.budget_generated_tokens
+        if c.budget_rollouts is not None:
+            return "rollouts", t["rollouts"], c.budget_rollouts
+        return "steps", self.state.step, self.cfg.train.steps
+
     @contextmanager
     def _bar(self):
+        """A rich progress bar on a terminal; plain log lines (through ``log``, so ``rollwise compare -j``
+        labels them by run) when stdout is not one (nohup, cluster jobs, pipes) or ROLLWISE_PROGRESS=plain:
+        one per step, or per hundredth of the steps cap. Budget runs show the budget's progress."""
         if not self.cfg.run.progress:
             yield lambda **kw: None
             return
+        import os
+        import sys
+
+        if os.environ.get("ROLLWISE_PROGRESS") == "plain" or not sys.stdout.isatty():
+            every = max(1, self.cfg.train.steps // 100)
+            t0 = time.perf_counter()
+
+            def line(**kw):
+                step = self.state.step
+                if step == 0 or not (step % every == 0 or step >= self.cfg.train.steps or not self.within_budget()):
+                    return
+                unit, spent, total = self._budget()
+                budget = f"  {unit} {spent:,}/{total:,} ({100 * spent / max(1, total):.0f}%)" if unit != "steps" else ""
+                self.log(f"step {step}/{self.cfg.train.steps}  reward {kw.get('reward', '-')}  pass@1 {self._acc()}  "
+                         f"tokens {self.ledger.totals['generated_tokens']:,}{budget}  {time.perf_counter() - t0:.0f}s")
+
+            yield line
+            return
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        cols = (TextColumn("step"), MofNCompleteColumn(), BarColumn(), TextColumn("reward {task.fields[reward]}"),
-                TextColumn("pass@1 {task.fields[acc]}"), TextColumn("tokens {task.fields[tokens]}"), TimeElapsedColumn())
+        unit, spent, total = self._budget()
+        cols = (TextColumn(unit), MofNCompleteColumn(), BarColumn(), TextColumn("step {task.fields[step]}"),
+                TextColumn("reward {task.fields[reward]}"), TextColumn("pass@1 {task.fields[acc]}"),
+                TextColumn("tokens {task.fields[tokens]}"), TimeElapsedColumn())
         with Progress(*cols) as bar:
-            tid = bar.add_task("train", total=self.cfg.train.steps, completed=self.state.step, reward="-", acc=self._acc(), tokens="0")
+            tid = bar.add_task("train", total=total, completed=spent, reward="-", acc=self._acc(), tokens="0", step=self.state.step)
 
             def update(**kw):
-                bar.update(tid, completed=self.state.step, acc=self._acc(), **kw)
+                bar.update(tid, completed=min(self._budget()[1], total), acc=self._acc(), step=self.state.step, **kw)
 
             yield update
 

@@ -151,6 +151,7 @@ def _execute_in_child(cfg_dict: dict, resume: bool) -> dict:
 
     cfg = Config.model_validate(cfg_dict)
     name = cfg.run_name()
+    os.environ["ROLLWISE_PROGRESS"] = "plain"  # runs share the terminal: progress as log lines labelled by run
     return execute(cfg, resume, log=lambda m: print(f"[{name}] {m}", flush=True))
 
 
@@ -230,6 +231,14 @@ def compare(sweep_path: str | Path, overrides: list[str] | None = None, out_dir:
     ks = specs[0].cfg.eval.k
     result = analysis.analyse(evals, sweep.baseline_arm, x_max, ks, sweep.target)
     machine = machine_info()
+    warnings = []
+    base_ttt = result["arms"][sweep.baseline_arm]["metrics"]["tokens_to_target"]["value"]
+    if base_ttt is not None and base_ttt <= 0:
+        warnings.append(f"the baseline {sweep.baseline_arm!r} reaches the target pass@1 {result['target']['value']:.3f} at 0 "
+                        "generated tokens (at its first evaluation, before training): nothing was learned, so tokens to "
+                        "target compares nothing; raise the budget or set a higher target")
+    for w in warnings:
+        log(f"warning: {w}")
     arms = {}
     for arm in sweep.arms:
         a = result["arms"][arm.name]
@@ -254,6 +263,7 @@ def compare(sweep_path: str | Path, overrides: list[str] | None = None, out_dir:
                                "budget": {sweep.budget.unit: sweep.budget.amount}, "jobs": jobs if jobs is not None else sweep.jobs},
         "target": result["target"], "auc_tokens": result["auc_tokens"], "ci": analysis.BOOTSTRAP,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine, "git": git_info(), "arms": arms,
+        "warnings": warnings,
     }
     (out / "compare.json").write_text(json.dumps(compare_json, indent=1))
     configs = {arm.name: to_toml(next(s.cfg for s in specs if s.arm == arm.name)) for arm in sweep.arms}

@@ -114,3 +114,23 @@ def test_config_options_without_a_name_lists_the_names(capsys):
 def test_descriptions_exist_for_every_field():
     missing = [k for k, d in _leaf_keys(Config()) if not d]
     assert not missing
+
+
+def test_dapo_as_a_controller_says_what_dapo_is():
+    with pytest.raises(UserError, match=r"DAPO is a filter plus dynamic sampling.*control\.dynamic_sampling\.enabled"):
+        load_config(overrides=["control.name=dapo"])
+
+
+def test_misspelt_strategy_name_gets_a_close_match():
+    with pytest.raises(UserError, match=r"unknown controller 'dras'; known: .*\(did you mean dars"):
+        load_config(overrides=["control.name=dras"])
+
+
+@pytest.mark.parametrize("preset", ["xrpo", "cures", "vcrl", "vade", "dapo"])
+def test_presets_exist_for_the_strategies_the_readme_names(preset):
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[3] / "configs" / f"{preset}.toml"
+    cfg = load_config(path)
+    assert cfg.control.name == preset or (preset == "dapo" and cfg.control.dynamic_sampling.enabled
+                                          and cfg.filter.names == ["zero_variance"])
