@@ -123,3 +123,30 @@ def test_retries_fit_the_step_budget_and_only_kept_ones_are_masked():
     g = Group(p, (b1, b2, retry))
     out = c.finish_batch([g], [g], {})[0]
     assert all(r.loss_mask is None for r in out.rollouts)  # pivot 0 masks nothing; b2 had no retry
+
+
+def test_pivot_two_of_three_steps_masks_the_first_two_in_base_and_retry():
+    # spec §7a.5: pivot k = 2 with three segments -> the first two masked in both copies, the third trained
+    c = _controller()
+    c.reflect = lambda prompt, text: 2
+    st = RunState()
+    p = c.select(st)[0]
+    c.plan([p], st)
+    bad = _r("7+5+0=12,4+8+1=13,=142", 0.0)
+    (req,) = c.next_round([Group(p, (bad,))], st).requests
+    assert req.prefix == _ids("7+5+0=12,4+8+1=13,")
+    retry = _r("7+5+0=12,4+8+1=13,=132", 1.0)
+    out = c.finish_batch([Group(p, (bad, retry))], [Group(p, (bad, retry))], {})[0]
+    for r in out.rollouts:
+        assert r.loss_mask == (0,) * 18 + (1,) * (len(r.completion_ids) - 18)
+
+
+@pytest.mark.parametrize("k", [1.5, -1, 3, True, "1"])
+def test_invalid_pivots_trigger_no_retry(k):
+    # non-integer, negative, or beyond the last step (3 steps: valid pivots 0..2)
+    c = _controller()
+    c.reflect = lambda prompt, text: k
+    st = RunState()
+    p = c.select(st)[0]
+    c.plan([p], st)
+    assert not c.next_round([Group(p, (_r("7+5+0=12,4+8+1=13,=142", 0.0),))], st)
