@@ -59,6 +59,8 @@ def parse_args(argv=None):
     p.add_argument("--steps", type=int, default=6, help="timed steps per arm")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--compare-compaction", action=argparse.BooleanOptionalAction, default=True,
+                   help="also run both arms with finished rows kept in the decode batch (HFBackend.compact = False)")
     p.add_argument("--out", default=str(benchinfo.RESULTS / "april_throughput.json"))
     return p.parse_args(argv)
 
@@ -103,16 +105,20 @@ def main(argv=None) -> int:
     sampling = Sampling(a.temperature, 1.0, a.max_new_tokens)
     width = int(a.factor * a.groups + 0.999999) * a.n
 
-    def pool():
+    def pool(compact=True):
         backend = HFBackend(model, codec.eos_ids, codec.pad_id, max_batch=max(width, a.groups * a.n), seed=a.seed)
+        backend.compact = compact  # False: finished rows stay in the decode batch (before issue #13)
         return LocalPool(backend, codec, task.verify, sampling, max_batch=max(width, a.groups * a.n))
 
-    sync_ctrl = Uniform(task.train_prompts(), cfg.control, None, a.seed)
-    april_ctrl = Uniform(task.train_prompts(), cfg.control, None, a.seed)
-    sync_pool, april_inner = pool(), pool()
-    buf = PartialRollouts(None, PartialRollouts.Options(over_provision=a.factor), a.seed)
-    april_pool = buf.wrap_pool(april_inner, april_ctrl, lambda: RunState())
-    arms = {"sync": (sync_ctrl, sync_pool, sync_pool), "april": (april_ctrl, april_pool, april_inner)}
+    arms = {}
+    for suffix, compact in [("", True)] + ([("_nocompact", False)] if a.compare_compaction else []):
+        sync_ctrl = Uniform(task.train_prompts(), cfg.control, None, a.seed)
+        april_ctrl = Uniform(task.train_prompts(), cfg.control, None, a.seed)
+        sync_pool, april_inner = pool(compact), pool(compact)
+        buf = PartialRollouts(None, PartialRollouts.Options(over_provision=a.factor), a.seed)
+        april_pool = buf.wrap_pool(april_inner, april_ctrl, lambda: RunState())
+        arms["sync" + suffix] = (sync_ctrl, sync_pool, sync_pool)
+        arms["april" + suffix] = (april_ctrl, april_pool, april_inner)
     stats = {k: {"seconds": 0.0, "generated_tokens": 0, "groups": 0, "rollouts": 0, "lengths": [], "steps": [],
                  "offpolicy_token_frac": [], "partial_rollouts": 0} for k in arms}
     for step in range(a.steps + 1):
@@ -152,11 +158,17 @@ def main(argv=None) -> int:
         "settings": {"model": a.model, "task": f"arithmetic cot=true levels={a.levels}", "warm_start_steps": a.warm_steps,
                      "groups_per_step": a.groups, "rollouts_per_prompt": a.n, "over_provision": a.factor,
                      "max_new_tokens": a.max_new_tokens, "temperature": a.temperature, "timed_steps": a.steps,
-                     "torch_threads": torch.get_num_threads(), "backend": "rollwise hf (KV cache), fp32, all pulled rows in one decode batch",
+                     "torch_threads": torch.get_num_threads(), "backend": "rollwise hf (KV cache), fp32, all pulled rows in one decode batch; finished rows leave it (KV cache compacted) except in the *_nocompact arms",
                      "note": "arms interleaved step by step on the same weights; compare the speedup ratio only (machine load at start: machine.load_avg_1min_at_start)"},
         "arms": arms_out,
         "speedup": {"generated_tokens_per_s": round(april["generated_tokens_per_s"] / sync["generated_tokens_per_s"], 3),
                     "groups_per_s": round(april["groups_per_s"] / sync["groups_per_s"], 3)},
+        **({"speedup_nocompact": {  # the same ratio with finished rows kept in the batch (before issue #13)
+            "groups_per_s": round(arms_out["april_nocompact"]["groups_per_s"] / arms_out["sync_nocompact"]["groups_per_s"], 3)},
+            "compaction_speedup_groups_per_s": {  # compacting / not compacting, per arm
+                k: round(arms_out[k]["groups_per_s"] / arms_out[k + "_nocompact"]["groups_per_s"], 3) for k in ("sync", "april")}}
+           if "sync_nocompact" in arms_out else {}),
+        "load_avg_at_end": os.getloadavg(),
         "warm_start_s": round(warm_s, 1),
         "total_wall_s": round(time.perf_counter() - t_start, 1),
     }

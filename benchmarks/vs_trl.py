@@ -75,8 +75,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchinfo  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-BOS = "<bos>"  # the char tokenizer maps this text to its BOS id, as rollwise's codec prepends it
 MODES = ("forced", "natural")
+SETTINGS = ("same", "best")
 
 
 # ---------------------------------------------------------------- configuration (pure)
@@ -88,6 +88,7 @@ def rollwise_config_data(spec: dict, run_dir: str) -> dict:
         "run": {"dir": str(Path(run_dir).parent), "name": Path(run_dir).name, "seed": spec["seed"],
                 "threads": spec["threads"], "progress": False, "checkpoint_every": 0, "overwrite": True},
         "model": {"name": spec["model"], "max_batch": spec["prompts"] * spec["group"],
+                  "compute_dtype": "float32" if spec.get("settings", "same") == "same" else "auto",
                   "warm_start": {"steps": spec["warm_start_steps"]}},
         "task": {"name": "arithmetic"},
         "sampling": {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": spec["max_new_tokens"]},
@@ -108,7 +109,8 @@ def trl_config_kwargs(spec: dict, output_dir: str) -> dict:
         max_steps=spec["warmup"] + spec["steps"], num_iterations=1, learning_rate=spec["lr"], lr_scheduler_type="constant",
         warmup_steps=0, adam_beta1=0.9, adam_beta2=0.99, weight_decay=0.0, max_grad_norm=1.0,
         temperature=1.0, top_p=1.0, top_k=0, beta=0.0, epsilon=0.2, loss_type="dapo", scale_rewards="group",
-        use_cpu=True, bf16=False, fp16=False, report_to="none", save_strategy="no", logging_steps=1,
+        use_cpu=True, bf16=spec.get("settings", "same") == "best" and native_bf16(), fp16=False,
+        report_to="none", save_strategy="no", logging_steps=1,
         disable_tqdm=True, seed=spec["seed"], dataloader_num_workers=0,
         # TRL turns activation checkpointing on by default (a forward pass recomputed in the
         # backward to save memory); rollwise does not recompute, so it is off unless asked for.
@@ -117,6 +119,13 @@ def trl_config_kwargs(spec: dict, output_dir: str) -> dict:
     if spec["mode"] == "forced":
         kw["generation_kwargs"] = {"min_new_tokens": spec["max_new_tokens"]}
     return kw
+
+
+def native_bf16() -> bool:
+    """The CPU runs bf16 natively (what rollwise's compute_dtype "auto" and TRL's best setting use)."""
+    from rollwise.train.precision import cpu_has_native_bf16
+
+    return cpu_has_native_bf16()
 
 
 # ---------------------------------------------------------------- summaries (pure)
@@ -241,8 +250,8 @@ def child_rollwise(spec: dict) -> dict:
         class NoStopBackend(hf.HFBackend):
             """HFBackend with no EOS ids: every completion runs to max_new_tokens."""
 
-            def __init__(self, model, eos_ids, pad_id, max_batch=256, seed=0):
-                super().__init__(model, (), pad_id, max_batch, seed)
+            def __init__(self, model, eos_ids, pad_id, max_batch=256, seed=0, **kw):
+                super().__init__(model, (), pad_id, max_batch, seed, **kw)
 
         hf.HFBackend = NoStopBackend
     rollwise.train(cfg, log=lambda *a, **k: None)
@@ -256,6 +265,9 @@ def child_rollwise(spec: dict) -> dict:
                       "verify_s": ln["time/verify_s"], "tokens": ln["cost/generated_tokens"] - prev["cost/generated_tokens"],
                       "rollouts": ln["cost/rollouts"] - prev["cost/rollouts"], "reward": ln["reward/mean"]})
         prev = ln
+    from rollwise.train.precision import resolve_compute_dtype
+
+    info["bf16_autocast"] = resolve_compute_dtype(cfg.model.compute_dtype) == torch.bfloat16
     return {"steps": steps, "peak_rss_mb": benchinfo.peak_rss_mb(), "torch_threads": torch.get_num_threads(), **info}
 
 
@@ -279,17 +291,19 @@ def child_trl(spec: dict) -> dict:
     warnings.filterwarnings("ignore", category=FutureWarning)
     cfg = load_config(data=rollwise_config_data(spec, str(Path(spec["work"]) / "unused")))
     task = components.build_task(cfg)
-    by_text = {BOS + p.text: p for p in task.train_prompts()}
 
     def arithmetic_reward(prompts, completions, **kwargs):
         return [task.verify(by_text[p], c).score for p, c in zip(prompts, completions)]
 
     tok = AutoTokenizer.from_pretrained(spec["model_dir"])
+    bos = tok.bos_token or ""  # its text maps to the BOS id, which rollwise's codec prepends
+    by_text = {bos + p.text: p for p in task.train_prompts()}
     args = GRPOConfig(**trl_config_kwargs(spec, str(Path(spec["work"]) / f"trl-{spec['mode']}")))
     trainer = GRPOTrainer(model=spec["model_dir"], reward_funcs=[arithmetic_reward], args=args,
                           train_dataset=Dataset.from_dict({"prompt": list(by_text)}), processing_class=tok)
     info = {"initial_weights": weights_digest(trainer.model), "rss_after_setup_mb": benchinfo.peak_rss_mb(),
-            "model_dtype": str(next(trainer.model.parameters()).dtype)}
+            "model_dtype": str(next(trainer.model.parameters()).dtype),
+            "bf16_autocast": str(getattr(trainer.accelerator, "mixed_precision", "no")) == "bf16"}
     gens: list[dict] = []
     generate = trainer._generate_single_turn
 
@@ -377,7 +391,7 @@ def prepare_model(spec: dict) -> tuple[str, int]:
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="tiny-m", choices=["tiny-s", "tiny-m", "tiny-l"])
+    ap.add_argument("--model", default="tiny-m", choices=["tiny-s", "tiny-m", "tiny-l", "smollm2-135m"])
     ap.add_argument("--warm-start-steps", type=int, default=1150, help="rollwise warm start of the shared initial weights (0 = random init)")
     ap.add_argument("--prompts", type=int, default=16, help="prompts per step")
     ap.add_argument("--group", type=int, default=8, help="completions per prompt (TRL num_generations)")
@@ -390,6 +404,8 @@ def parse_args(argv=None):
     ap.add_argument("--trl-activation-checkpointing", action="store_true",
                     help="keep TRL's default activation checkpointing (off here: rollwise does not recompute activations)")
     ap.add_argument("--lengths", nargs="+", choices=MODES, default=list(MODES))
+    ap.add_argument("--settings", nargs="+", choices=SETTINGS, default=["same"],
+                    help="same: fp32 on both sides; best: each side's best CPU settings (bf16 autocast where native)")
     ap.add_argument("--profile", choices=["auto", "always", "never"], default="auto",
                     help="auto: profile rollwise (pyinstrument) in a mode where it is not faster")
     ap.add_argument("--out", default=str(benchinfo.RESULTS / "vs_trl.json"))
@@ -424,17 +440,20 @@ def main(argv=None) -> int:
         digest, n_params = prepare_model({**base, "mode": "natural"})
         prepare_s = time.perf_counter() - t0
         modes = {}
-        for mode in a.lengths:
-            spec = {**base, "mode": mode}
+        for setting, mode in [(st, m) for st in a.settings for m in a.lengths]:
+            spec = {**base, "mode": mode, "settings": setting}
             sides = {}
             for side in ("rollwise", "trl"):
-                print(f"[{mode}] {side}: {a.warmup} + {a.steps} steps ...", flush=True)
+                print(f"[{setting} {mode}] {side}: {a.warmup} + {a.steps} steps ...", flush=True)
+                load_before = os.getloadavg()
                 res = run_child(side, spec)
+                res["load_avg"] = {"before": load_before, "after": os.getloadavg()}
                 sides[side] = {**summarise(res["steps"], a.warmup), "peak_rss_mb": res["peak_rss_mb"],
                                "rss_after_setup_mb": res["rss_after_setup_mb"], "torch_threads": res["torch_threads"],
                                "initial_weights": res["initial_weights"], "steps": res["steps"]}
-                if "model_dtype" in res:
-                    sides[side]["model_dtype"] = res["model_dtype"]
+                for k in ("model_dtype", "load_avg", "bf16_autocast"):
+                    if k in res:
+                        sides[side][k] = res[k]
                 s = sides[side]
                 print(f"  {s['s_per_step_median']:.3f} s/step (gen {s['generate_s_median']:.3f}), "
                       f"{s['tokens_per_s']:.0f} tok/s, mean length {s['mean_completion_length']:.2f}, "
@@ -450,12 +469,13 @@ def main(argv=None) -> int:
                 want = {}
             for side, on in want.items():
                 if on:
-                    path = out.with_name(f"{out.stem}_profile_{side}_{mode}.txt")
+                    path = out.with_name(f"{out.stem}_profile_{side}_{setting}_{mode}.txt")
                     path.parent.mkdir(parents=True, exist_ok=True)
                     print(f"  profiling {side} ({mode}) -> {path}", flush=True)
                     run_child(side, {**spec, "profile": str(path)})
                     entry.setdefault("profiles", {})[side] = str(path)
-            modes[mode] = entry
+            entry["settings"] = setting
+            modes[mode if a.settings == ["same"] else f"{setting}-{mode}"] = entry
         result = {
             "benchmark": "vs_trl", "created": benchinfo.stamp(), "git": benchinfo.git(), "machine": benchinfo.machine(),
             "command": " ".join([Path(sys.executable).name, *sys.argv]),
@@ -467,6 +487,11 @@ def main(argv=None) -> int:
                 "prompts_per_step": a.prompts, "group_size": a.group, "completions_per_step": a.prompts * a.group,
                 "max_completion_length": a.max_new_tokens, "temperature": 1.0, "top_p": 1.0, "top_k": "off",
                 "loss": "token-level clipped surrogate (TRL loss_type='dapo', rollwise grpo aggregation='token_mean')",
+                "settings": {"same": "fp32 on both sides (rollwise model.compute_dtype='float32', TRL bf16=False)",
+                             "best": "each side's best CPU settings: bf16 autocast with fp32 master weights where the CPU has "
+                                     f"native bf16 ({'yes' if native_bf16() else 'no'} here): rollwise model.compute_dtype='auto', "
+                                     "TRL bf16=True; everything else as 'same'"},
+                "run": a.settings,
                 "trl_activation_checkpointing": a.trl_activation_checkpointing,
                 "clip_eps": 0.2, "beta": 0.0, "updates_per_batch": 1, "micro_batches_per_step": 1, "lr": a.lr,
                 "lr_schedule": "constant", "adam_betas": [0.9, 0.99], "max_grad_norm": 1.0,

@@ -28,6 +28,15 @@ Options the trainer serves (each computed here, its math living in ``objectives/
   restored right after ``optimizer.step()``. Logs ``train/ess_ratio`` and ``train/lr_scale``.
 - The entropy bonus is the objective option ``entropy_coef``; the trainer always passes the
   entropy tensor and logs ``train/entropy``.
+
+Speed and memory (issue #13; ``token_logprobs``): log-probs, entropies, proximal and reference
+log-probs exist only at completion positions (0 elsewhere, which no objective reads: they all
+weight by ``loss_mask``); the micro-batch's rows are packed so the decoder computes no padding;
+the LM head and log-softmax run only where a completion token is predicted, in checkpointed
+chunks of ``LOGIT_CHUNK`` positions. ``compute_dtype`` (``model.compute_dtype``,
+``rollwise.train.precision``) runs forward and backward under bf16 autocast while the weights,
+gradients and AdamW state stay fp32 (master weights). ``train.activation_checkpointing``
+recomputes each decoder layer's activations in the backward pass (HF gradient checkpointing).
 """
 
 from __future__ import annotations
@@ -39,26 +48,146 @@ import math
 import torch
 
 from rollwise.objectives.ess import ess_lr_scale, ess_ratio
+from rollwise.train.mismatch import MismatchMeter
+from rollwise.train.precision import autocast
 from rollwise.types import Batch
 
 
-def token_logprobs(model, batch: Batch, temperature: float, with_entropy: bool = False):
-    """(B, T) log-probs of ``input_ids`` under ``model`` (position 0 gets 0) and optional entropy."""
-    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask.long()).logits[:, :-1].float()
+LOGIT_CHUNK = 512  # positions per LM-head + log-softmax chunk (49k vocab: ~100 MB of fp32 logits)
+_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale")
+
+
+def completion_positions(batch: Batch) -> torch.Tensor:
+    """(B, T) bool: the positions whose log-prob anyone reads, i.e. the completion tokens (loss
+    tokens, and completion tokens outside the loss whose sampler log-prob is set: an APRIL masked
+    prefix, an excluded row). Elsewhere ``token_logprobs`` returns 0, as it always did at position 0."""
+    return (batch.loss_mask != 0) | (batch.old_logprobs != 0)
+
+
+def _decoder_and_head(model):
+    """(decoder, LM head) of a Hugging Face causal LM (peft-wrapped or not) whose logits are
+    exactly ``head(decoder(...).last_hidden_state)``; None for anything else (the full path)."""
+    get_dec, get_head = getattr(model, "get_decoder", None), getattr(model, "get_output_embeddings", None)
+    config = getattr(model, "config", None)
+    if get_dec is None or get_head is None or config is None:
+        return None
+    if any(getattr(config, k, None) not in (None, 1, 1.0) for k in _LOGIT_TRANSFORMS):
+        return None
+    try:
+        dec, head = get_dec(), get_head()
+    except (AttributeError, NotImplementedError):
+        return None
+    if dec is None or dec is model or head is None:
+        return None
+    return dec, head
+
+
+def pack_rows(lengths: list[int], width: int) -> list[list[int]]:
+    """First-fit-decreasing packing of sequences (their ``lengths``) into rows of ``width``
+    tokens; each row lists the sequences it holds, in placement order. Ties keep input order."""
+    rows: list[list[int]] = []
+    free: list[int] = []
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        for r, room in enumerate(free):
+            if lengths[i] <= room:
+                rows[r].append(i)
+                free[r] -= lengths[i]
+                break
+        else:
+            rows.append([i])
+            free.append(width - lengths[i])
+    return rows
+
+
+def _head_logprobs(h, head, targets, temperature: float, with_entropy: bool):
+    logits = head(h).float()
     if temperature > 0:
         logits = logits / temperature
     logp = torch.log_softmax(logits, dim=-1)
-    lp = logp.gather(2, batch.input_ids[:, 1:, None])[..., 0]
-    lp = torch.nn.functional.pad(lp, (1, 0))
+    lp = logp.gather(1, targets[:, None])[:, 0]
+    ent = -(logp.exp() * logp).sum(-1) if with_entropy else torch.zeros_like(lp)
+    return lp, ent
+
+
+def token_logprobs(model, batch: Batch, temperature: float, with_entropy: bool = False,
+                   where: torch.Tensor | None = None, compute_dtype: torch.dtype | None = None,
+                   chunk: int = LOGIT_CHUNK):
+    """(B, T) log-probs of ``input_ids`` under ``model`` at the positions ``where`` (default
+    ``completion_positions``; 0 elsewhere, and at position 0) and, with ``with_entropy``, the
+    entropy of the distribution there.
+
+    For a Hugging Face causal LM (issue #13, "no compute on padding"): the right-padded rows are
+    packed first-fit into rows of the batch's width, each sequence keeping its own position ids
+    (the model's packed-sequence mask keeps them apart); the decoder runs on the packed rows;
+    only the hidden states that predict a ``where`` token reach the LM head and the log-softmax,
+    ``chunk`` positions at a time under activation checkpointing, so their logits are never all
+    alive at once, in the forward or the backward pass. Other models (test doubles) take the
+    full path: one forward, every position's logits. ``compute_dtype`` runs the forward under
+    autocast; logits are cast to fp32 before the log-softmax either way.
+    """
+    ids, attn = batch.input_ids, batch.attention_mask.bool()
+    where = (completion_positions(batch) if where is None else where.bool()) & attn
+    where[:, 0] = False
+    dev = ids.device
+    parts = _decoder_and_head(model)
+    if parts is None:
+        with autocast(compute_dtype, dev):
+            logits = model(input_ids=ids, attention_mask=attn.long()).logits[:, :-1]
+        lp, ent = _head_logprobs(logits.reshape(-1, logits.shape[-1]), lambda x: x, ids[:, 1:].reshape(-1), temperature, with_entropy)
+        keep = where[:, 1:].to(lp.dtype)
+        lp = torch.nn.functional.pad(lp.view(ids.shape[0], -1) * keep, (1, 0))
+        ent = torch.nn.functional.pad(ent.view(ids.shape[0], -1) * keep, (1, 0)) if with_entropy else None
+        return lp, ent
+    decoder, head = parts
+    b, width = ids.shape
+    lengths = attn.sum(1).tolist()
+    layout = pack_rows(lengths, width)
+    packed = torch.zeros((len(layout), width), dtype=ids.dtype, device=dev)
+    ppos = torch.zeros((len(layout), width), dtype=torch.long, device=dev)
+    row_of, off_of = [0] * b, [0] * b
+    for r, members in enumerate(layout):
+        off = 0
+        for i in members:
+            n = lengths[i]
+            packed[r, off:off + n] = ids[i, :n]
+            ppos[r, off:off + n] = torch.arange(n, device=dev)
+            row_of[i], off_of[i] = r, off
+            off += n
+        if off < width:  # the row's free tail is a block of its own (a fresh position 0..)
+            ppos[r, off:] = torch.arange(width - off, device=dev)
+    with autocast(compute_dtype, dev):
+        hidden = decoder(input_ids=packed, position_ids=ppos, use_cache=False).last_hidden_state
+    tb, tt = where.nonzero(as_tuple=True)
+    src_r = torch.tensor(row_of, device=dev)[tb]
+    src_c = torch.tensor(off_of, device=dev)[tb] + tt - 1  # the hidden state that predicts (tb, tt)
+    h, targets = hidden[src_r, src_c], ids[tb, tt]
+    lps, ents = [], []
+    for lo in range(0, len(targets), chunk):
+        args = (h[lo:lo + chunk], head, targets[lo:lo + chunk], temperature, with_entropy)
+        with autocast(compute_dtype, dev):
+            if torch.is_grad_enabled():
+                lp_c, ent_c = torch.utils.checkpoint.checkpoint(_head_logprobs, *args, use_reentrant=False)
+            else:
+                lp_c, ent_c = _head_logprobs(*args)
+        lps.append(lp_c)
+        ents.append(ent_c)
+    lp_flat = torch.cat(lps) if lps else h.new_zeros(0, dtype=torch.float32)
+    lp = torch.zeros((b, width), dtype=torch.float32, device=dev).index_put((tb, tt), lp_flat)
     if not with_entropy:
         return lp, None
-    ent = -(logp.exp() * logp).sum(-1)
-    return lp, torch.nn.functional.pad(ent, (1, 0))
+    ent_flat = torch.cat(ents) if ents else lp_flat
+    return lp, torch.zeros((b, width), dtype=torch.float32, device=dev).index_put((tb, tt), ent_flat)
 
 
 class Trainer:
-    def __init__(self, model, objective, options, train_cfg, temperature: float, reference: bool = False):
+    def __init__(self, model, objective, options, train_cfg, temperature: float, reference: bool = False,
+                 compute_dtype: torch.dtype | None = None):
         self.model = model
+        self.compute_dtype = compute_dtype  # autocast dtype of forward and backward; weights stay as they are
+        if getattr(train_cfg, "activation_checkpointing", False):
+            if not hasattr(model, "gradient_checkpointing_enable"):
+                raise ValueError("train.activation_checkpointing needs a Hugging Face model (gradient_checkpointing_enable)")
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.objective, self.options = objective, options
         self.cfg = train_cfg
         self.temperature = temperature
@@ -80,11 +209,15 @@ class Trainer:
             rows = slice(start, start + self.cfg.micro_batch)
             yield rows, batch.rows(rows).to(device)
 
+    def _logprobs(self, model, mb: Batch, with_entropy: bool = False):
+        """``token_logprobs`` at the completion positions under this trainer's temperature and dtype."""
+        return token_logprobs(model, mb, self.temperature, with_entropy=with_entropy, compute_dtype=self.compute_dtype)
+
     @torch.no_grad()
     def _with_reference(self, mb: Batch) -> Batch:
         if not self.kl_in_loss:
             return mb
-        return dataclasses.replace(mb, ref_logprobs=token_logprobs(self.ref_model, mb, self.temperature)[0])
+        return dataclasses.replace(mb, ref_logprobs=self._logprobs(self.ref_model, mb)[0])
 
     @torch.no_grad()
     def policy_and_reference_logprobs(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -95,8 +228,8 @@ class Trainer:
         policy, ref = torch.zeros_like(batch.old_logprobs), torch.zeros_like(batch.old_logprobs)
         for rows, mb in self.micro_batches(batch):
             width = mb.input_ids.shape[1]
-            policy[rows, :width] = token_logprobs(self.model, mb, self.temperature)[0].to(policy.device)
-            ref[rows, :width] = token_logprobs(self.ref_model, mb, self.temperature)[0].to(ref.device)
+            policy[rows, :width] = self._logprobs(self.model, mb)[0].to(policy.device)
+            ref[rows, :width] = self._logprobs(self.ref_model, mb)[0].to(ref.device)
         return policy, ref
 
     @torch.no_grad()
@@ -105,7 +238,7 @@ class Trainer:
         gradient, micro-batched, zero-padded back to the batch's width (D3S token scores)."""
         out = torch.zeros_like(batch.old_logprobs)
         for rows, mb in self.micro_batches(batch):
-            out[rows, :mb.input_ids.shape[1]] = token_logprobs(self.model, mb, self.temperature, with_entropy=True)[1].to(out.device)
+            out[rows, :mb.input_ids.shape[1]] = self._logprobs(self.model, mb, with_entropy=True)[1].to(out.device)
         return out
 
     def _ess_scale(self, log_w: list[torch.Tensor], has_tokens: list[torch.Tensor]) -> tuple[float, float]:
@@ -131,7 +264,7 @@ class Trainer:
         """Log-probs of the pre-update weights per micro-batch (several update epochs), in train
         mode like the one-epoch path, whose prox is the loss forward's own."""
         self.model.train()
-        return [token_logprobs(self.model, mb, self.temperature)[0] for _, mb in self.micro_batches(batch)]
+        return [self._logprobs(self.model, mb)[0] for _, mb in self.micro_batches(batch)]
 
     def _epoch(self, batch: Batch, prox_up_front: list[torch.Tensor] | None) -> dict[str, float]:
         """One optimizer step over every micro-batch of ``batch``."""
@@ -140,13 +273,15 @@ class Trainer:
         sums: dict[str, float] = {}
         loss_total = 0.0
         log_w, has_tokens = [], []
+        gap = MismatchMeter()  # sampler vs trainer log-probs (train/mismatch.py)
         for i, (_, mb) in enumerate(self.micro_batches(batch)):
             if mb.loss_mask.sum() == 0:
                 continue
             mb = self._with_reference(mb)
-            new_lp, ent = token_logprobs(self.model, mb, self.temperature, with_entropy=True)
+            new_lp, ent = self._logprobs(self.model, mb, with_entropy=True)
             # pre-update policy: this forward before the first update (module docstring)
             prox = new_lp.detach() if prox_up_front is None else prox_up_front[i]
+            gap.add(prox, mb.old_logprobs, mb.loss_mask)
             if self.needs_prox:
                 mb = dataclasses.replace(mb, prox_logprobs=prox)
             if ess_on:
@@ -176,7 +311,7 @@ class Trainer:
             g["lr"] = lr
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        metrics = {"train/loss": loss_total, "train/grad_norm": grad_norm, "train/lr": self.scheduler.get_last_lr()[0], **extra}
+        metrics = {"train/loss": loss_total, "train/grad_norm": grad_norm, "train/lr": self.scheduler.get_last_lr()[0], **extra, **gap.metrics()}
         for k, v in sums.items():
             if k.endswith("_sum"):  # objectives report sums over loss tokens
                 metrics["train/" + k.removesuffix("_sum")] = v / batch.num_loss_tokens
