@@ -21,7 +21,8 @@ down. ``A`` is the ``grpo`` estimator's advantage (same ``eps`` / ``std`` option
   below 0 because ``|A'| >= |A| (1 - alpha ln 2)`` is clamped to ``|A|`` — see below);
 - ``alpha = 1``;
 - ``log pi`` is the rollout (sampler) policy's log-probs, detached; ``log pi_ref`` the frozen
-  reference (the initial model) recomputed by the trainer. Option ``length_normalise`` divides
+  reference (the initial model) recomputed by the trainer (with ``sampling.top_p < 1`` the sampler's
+  log-probs are renormalised over the nucleus, which shifts ``c`` up). Option ``length_normalise`` divides
   ``c_i`` by the completion length (the spec suggests considering it for long CoT; unverified).
 
 Deviation: with ``center = true`` the multiplier is clamped at 1 from below, so the property
