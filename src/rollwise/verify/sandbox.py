@@ -24,7 +24,7 @@ once per process; the choice is in every verdict's details and in the run's log 
   or signals to other processes). Weaker than namespaces: the guard is Python-level.
 
 In both, when this process runs as root the sandbox runs as a dedicated unprivileged user (one
-per concurrent call, ``UID_BASE``..), so the process-count limit holds (root is exempt from it)
+per concurrent call, from ``UID_BASE`` up, offset by the process id), so the process-count limit holds (root is exempt from it)
 and the sandbox cannot signal or read the trainer. Without root the sandbox shares the trainer's
 user; the process limit is then set relative to that user's current task count.
 
@@ -130,7 +130,8 @@ class _Uids:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.free = list(range(UID_BASE, UID_BASE + UID_SLOTS))
+        base = UID_BASE + (os.getpid() % 64) * UID_SLOTS  # concurrent trainer processes rarely share a uid
+        self.free = list(range(base, base + UID_SLOTS))
 
     def take(self) -> int:
         with self.lock:
