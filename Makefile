@@ -16,6 +16,7 @@ $(VENV)/bin/python:
 # request (make TORCH_VARIANT=cpu) we ask for torch==2.13.0+cpu from the PyTorch CPU index (or a
 # local wheel in pip's find-links). If no CPU wheel is reachable the line falls back to PyPI's
 # build and says so. macOS: PyPI's build is the CPU/MPS one. GPU machines get PyPI's CUDA build.
+# --no-deps: torch's own dependencies come from PyPI with rollwise's (the CPU index is asked for torch only).
 TORCH_VERSION   := 2.13.0
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH_VARIANT   ?= $(shell if [ "$$(uname -s)" = Darwin ] || command -v nvidia-smi >/dev/null 2>&1; then echo pypi; else echo cpu; fi)
@@ -23,7 +24,7 @@ TORCH_VARIANT   ?= $(shell if [ "$$(uname -s)" = Darwin ] || command -v nvidia-s
 $(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
 	@if [ "$(TORCH_VARIANT)" = cpu ]; then \
 	  echo "installing torch==$(TORCH_VERSION)+cpu (no NVIDIA GPU found; make TORCH_VARIANT=pypi for PyPI's build)"; \
-	  $(PIP) "torch==$(TORCH_VERSION)+cpu" --extra-index-url $(TORCH_CPU_INDEX) || { \
+	  $(PIP) --no-deps "torch==$(TORCH_VERSION)+cpu" --extra-index-url $(TORCH_CPU_INDEX) || { \
 	    echo "warning: no CPU torch wheel reachable ($(TORCH_CPU_INDEX) or pip find-links): installing PyPI's torch==$(TORCH_VERSION), on Linux the CUDA build"; \
 	    $(PIP) torch==$(TORCH_VERSION); }; \
 	else $(PIP) torch==$(TORCH_VERSION); fi

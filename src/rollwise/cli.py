@@ -12,6 +12,7 @@ from typing import List, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from rollwise.registry import UserError
 
@@ -72,14 +73,14 @@ def train(config: Optional[Path] = ConfigOpt, set: Optional[List[str]] = SetOpt,
                                                                            ("rollouts", tc.budget_rollouts)) if v)
     console.print(f"[bold]rollwise[/] run [cyan]{cfg.run_dir()}[/] — task {cfg.task.name}, model {cfg.model.name}, "
                   f"controller {cfg.control.name}, objective {cfg.objective.name}, at most {tc.steps} steps{budget}",
-                  highlight=False)
+                  highlight=False, soft_wrap=True)
     try:
-        result = rollwise.train(cfg, resume=resume is not None, log=lambda m: console.print(f"[dim]{m}[/]", highlight=False))
+        result = rollwise.train(cfg, resume=resume is not None, log=lambda m: console.print(f"[dim]{escape(m)}[/]", highlight=False, soft_wrap=True))
     except KeyboardInterrupt:
         if (cfg.run_dir() / "config.resolved.toml").is_file():
             console.print(f"continue with: rollwise train --resume {cfg.run_dir()}  (from its latest checkpoint)", highlight=False)
         raise
-    console.print(f"[green]done[/]: {result.summary()}")
+    console.print(f"[green]done[/]: {result.summary()}", soft_wrap=True)
     console.print(f"files: {result.run_dir}/ (metrics.jsonl, eval.jsonl, plots/, checkpoints/)")
 
 
@@ -117,7 +118,7 @@ def compare(config: Path = typer.Option(..., "--config", "-c", help="Sweep file 
                       f"AUC {m['auc']['value']:.3f}   final pass@1 {m['final_pass@1']['value']:.3f}", markup=False, highlight=False,
                       soft_wrap=True)
     for w in result.get("warnings", []):
-        console.print(f"[yellow]warning:[/] {w}", highlight=False, soft_wrap=True)
+        console.print(f"[yellow]warning:[/] {escape(w)}", highlight=False, soft_wrap=True)
     console.print(f"files: {out / 'compare.json'}, {out / 'report.html'}", soft_wrap=True)
 
 
@@ -197,7 +198,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         rc = app(args=argv, standalone_mode=False, prog_name="rollwise")
     except UserError as e:
-        console.print(f"[bold red]error:[/] {e}", markup=True, highlight=False)
+        console.print(f"[bold red]error:[/] {escape(str(e))}", markup=True, highlight=False)
         sys.exit(2)
     except (typer.Abort, KeyboardInterrupt):
         _aborted()
@@ -208,7 +209,7 @@ def main(argv: list[str] | None = None) -> None:
         if type(e).__name__ == "NoArgsIsHelpError":  # bare `rollwise`: the help is the answer
             console.print(msg, markup=False, highlight=False)
         else:
-            console.print(f"[bold red]error:[/] {msg}{hint}", markup=True, highlight=False, soft_wrap=True)
+            console.print(f"[bold red]error:[/] {escape(msg + hint)}", markup=True, highlight=False, soft_wrap=True)
         sys.exit(getattr(e, "exit_code", 2) or 2)
     # in non-standalone mode typer turns Ctrl-C into Exit(130) and returns the code
     if rc == 130:

@@ -102,3 +102,11 @@ def test_ctrl_c_on_compare_exits_130_with_aborted(tmp_path):
     assert rc == 130, out
     assert "aborted" in out and "Traceback" not in out
     assert not (tmp_path / "cmp" / "compare.json").exists()
+
+
+def test_messages_with_brackets_are_printed_whole(tmp_path):
+    # rich markup would swallow "[task.options]"-like text in an error message
+    bad = tmp_path / "d.jsonl"
+    bad.write_text('{"q": "1+1", "answer": "2"}\n')
+    rc, out = _cli(tmp_path, "config", "show", "--set", f"task.name=jsonl:{bad}")
+    assert rc == 2 and "the line has ['answer', 'q']" in out and "task.options.question_field" in out

@@ -33,7 +33,7 @@ def _bin_without_nvidia(tmp_path):
 
 def test_cpu_machine_asks_for_the_cpu_wheel(tmp_path):
     out = _dry_run(tmp_path, [_bin_without_nvidia(tmp_path)])
-    assert '"torch==2.13.0+cpu" --extra-index-url https://download.pytorch.org/whl/cpu' in out
+    assert '--no-deps "torch==2.13.0+cpu" --extra-index-url https://download.pytorch.org/whl/cpu' in out
     assert "on Linux the CUDA build" in out  # the fallback says what it installs
 
 
