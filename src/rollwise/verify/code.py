@@ -26,7 +26,7 @@ Outcomes (three, as for every verifier):
   could not run); ``Verdict(None, "bad_reference")`` when the metadata lacks the test.
 
 ``details``: ``detail`` (the sandbox's explanation), ``seconds``, ``isolation`` (``bwrap`` /
-``rlimit``), ``cached``, and ``answer`` (the program, whitespace-normalised, so maj@k votes over
+``rlimit``), ``cached``, ``sandbox_id`` (the call's marker, see ``rollwise.verify.sandbox``), and ``answer`` (the program, whitespace-normalised, so maj@k votes over
 identical programs).
 
 ``cache`` (a :class:`VerdictCache`) remembers deterministic outcomes by (prompt id, program):
@@ -109,7 +109,7 @@ def verify(prompt: Prompt, completion: str, sandbox: Sandbox | None = None, cach
     sb = sandbox or default_sandbox()
     res = sb.run(src, meta["test"], meta["entry_point"], meta.get("prelude", ""))
     details = {"detail": res.detail, "seconds": round(res.seconds, 4), "isolation": res.isolation, "cached": False,
-               "answer": " ".join(src.split())}
+               "answer": " ".join(src.split()), "sandbox_id": res.extra.get("sandbox_id")}
     if res.status == "correct":
         v = Verdict(1.0, "correct", details)
     elif res.status == "sandbox_error":

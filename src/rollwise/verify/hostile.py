@@ -8,8 +8,8 @@ worked. ``run_case`` then checks that it was *contained*:
 2. nothing outside the sandbox changed: the ``outside`` directory (a canary file the case tries
    to overwrite, and no new files), ``/tmp`` and the trainer's home have no ``rollwise_pwned*``
    file, and the canary TCP listener accepted no connection;
-3. no process of the call is left (none carries the sandbox marker in its environment, runs the
-   harness, or runs the case's ``sleep 61``);
+3. no process of the call is left (none carries the call's marker in its environment, and no
+   ``sleep 61`` of the case runs);
 4. this process is alive (trivially, if the runner returns) and the next verification, of a
    correct program, is correct.
 
@@ -115,20 +115,19 @@ class CaseResult:
     isolation: str
 
 
-def _leftovers(tokens_seen: set[str]) -> list[int]:
-    """Pids that look like sandbox leftovers: the marker, the harness, or the case's ``sleep 61``."""
+def _leftovers(sandbox_id: str | None) -> list[int]:
+    """Pids left by the call ``sandbox_id``: its marker in their environment (a detached
+    grandchild inherits it), or the case's ``sleep 61`` running as the sandbox user."""
     out = []
     me = os.getpid()
+    needle = f"{MARKER}={sandbox_id}".encode()
     for d in os.listdir("/proc"):
         if not d.isdigit() or int(d) == me:
             continue
         try:
-            cmd = Path(f"/proc/{d}/cmdline").read_bytes()
-            if b"rollwise_sandbox_harness" in cmd or cmd.startswith(b"sleep\x0061"):
+            if sandbox_id and needle in Path(f"/proc/{d}/environ").read_bytes().split(b"\0"):
                 out.append(int(d))
-                continue
-            env = Path(f"/proc/{d}/environ").read_bytes()
-            if f"{MARKER}=".encode() in env:
+            elif Path(f"/proc/{d}/cmdline").read_bytes().startswith(b"sleep\x0061") and os.stat(f"/proc/{d}").st_uid != 0:
                 out.append(int(d))
         except OSError:
             pass
@@ -201,7 +200,7 @@ def run_case(case: Case, sandbox: Sandbox, canary: Canary) -> CaseResult:
     if v.reason not in case.reasons:
         problems.append(f"reason {v.reason!r} not in {sorted(case.reasons)} ({v.details.get('detail')})")
     problems += canary.damage()
-    left = _leftovers(set())
+    left = _leftovers(v.details.get("sandbox_id"))
     if left:
         problems.append(f"processes left behind: {left}")
     ok = Prompt(id="hostile/ok", task="hostile", text="", answer=None, metadata={"entry_point": "f", "test": CHECK1})

@@ -302,7 +302,7 @@ class Sandbox:
                 shutil.rmtree(workdir, ignore_errors=True)
         seconds = time.perf_counter() - t0
         if timed_out:
-            return SandboxResult("timeout", f"wall-clock limit {lim.wall_s}s", seconds, isolation)
+            return SandboxResult("timeout", f"wall-clock limit {lim.wall_s}s", seconds, isolation, extra={"sandbox_id": token})
         if too_big:
             return SandboxResult("sandbox_error", "the harness wrote more than its report", seconds, isolation)
         lines = out.decode(errors="replace").strip().splitlines()
@@ -315,14 +315,14 @@ class Sandbox:
             sig = -rc if rc is not None and rc < 0 else rc - 128 if rc is not None and rc > 128 else None
             if sig:
                 status = "timeout" if sig == signal.SIGXCPU else "killed"
-                return SandboxResult(status, f"harness ended by signal {sig}", seconds, isolation)
+                return SandboxResult(status, f"harness ended by signal {sig}", seconds, isolation, extra={"sandbox_id": token})
             tail = err.decode(errors="replace")[-300:]
             return SandboxResult("sandbox_error", f"no report (exit {rc}): {tail}", seconds, isolation)
         status = rep["status"]
         if status == "harness_error":
             status = "sandbox_error"
         return SandboxResult(status, str(rep.get("detail", "")), seconds, isolation, int(rep.get("output_bytes", 0)),
-                             int(rep.get("calls", 0)))
+                             int(rep.get("calls", 0)), {"sandbox_id": token})
 
 
 def _communicate(proc, data: bytes, wall_s: float, cap: int) -> tuple[bytes, bytes, bool, bool]:
