@@ -27,7 +27,7 @@ Contract:
 
 - Resuming: a resumed run continues the same tracker run (ids kept in
   ``<run>/trackers.json``); tensorboard purges the events at or after the resumed step (and
-  tokens), so the curves have no duplicate points; points the others got after the checkpoint
+  above the resumed token count), so the training curves have no duplicate points; points the others got after the checkpoint
   are logged again at the same step (W&B keeps its first value of a step).
 - A tracker that raises (at start or mid-run) is reported once through ``log`` and dropped;
   training never stops for a tracker.
@@ -127,7 +127,8 @@ class TensorBoard:
 
         root = Path(run_dir) / "tensorboard"
         self.by_step = SummaryWriter(str(root / "step"), purge_step=start_step or None)
-        self.by_tokens = SummaryWriter(str(root / "tokens"), purge_step=start_tokens or None)
+        # the line of the last step before the checkpoint sits at start_tokens and stays
+        self.by_tokens = SummaryWriter(str(root / "tokens"), purge_step=start_tokens + 1 if start_step else None)
         if not start_step:
             self.by_step.add_text("config", "```\n" + config_toml + "\n```", 0)
 
