@@ -77,8 +77,8 @@ class Limits(BaseModel):
     file_mb: int = Field(8, ge=1, le=4096, description="Largest file the sandbox may write, MiB (RLIMIT_FSIZE).")
     disk_mb: int = Field(16, ge=1, le=4096, description="Size of the writable working directory, MiB (bwrap's tmpfs; rlimit: file_mb per file).")
     output_bytes: int = Field(65536, ge=1024, le=1 << 30, description="Most bytes the completion may print (and most per return value); more is 'output_limit'.")
-    python: str | None = Field(None, description="Interpreter that runs inside the sandbox (standard library only); default: "
-                               "this interpreter's base executable when other users can read it, else /usr/bin/python3.")
+    python: str = Field("", description="Interpreter that runs inside the sandbox (standard library only); empty: "
+                        "this interpreter's base executable when other users can read it, else /usr/bin/python3.")
 
 
 @dataclass(frozen=True)
