@@ -7,7 +7,7 @@ Zhao et al., arXiv 2602.02150 (ICML 2026); code user683/ECHO @ 6f7b311 (a verl f
 specs/guidance.md §5.3. The paper's formulas come from notes [SEC]; the code was read [CODE].
 
 **Hybrid advantage** (code ``apply_hybrid_advantage_shaping``): ``A_grp`` is the GRPO advantage;
-over all valid tokens of the batch both signals are z-scored (population std, as
+over all valid tokens of the batch both signals are z-scored (unbiased std, as
 ``masked_whiten``), ``S = alpha z(H) + beta z(1 - C)`` is clamped to ``[-s_max, s_max]`` and
 ``A_t = A_grp (1 + a S_t)``. With ``a = 0.1`` and ``s_max = 2`` the multiplier lies in [0.8, 1.2],
 so the sign of ``A`` never flips (``1 + a S > 0`` for ``a s_max < 1``, checked at load).
@@ -63,10 +63,13 @@ class EchoAdvantageOptions(GrpoOptions):
 
 
 def zscore(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``(x - mean) / std`` over the masked entries (population std; 0 where std is 0 or off-mask)."""
-    n = mask.sum().clamp(min=1)
+    """``(x - mean) / std`` over the masked entries (unbiased std, as verl's ``masked_whiten``; 0 where
+    std is 0, fewer than two entries, or off-mask)."""
+    n = mask.sum()
+    if n < 2:
+        return torch.zeros_like(x)
     mean = (x * mask).sum() / n
-    var = (((x - mean) * mask) ** 2).sum() / n
+    var = (((x - mean) * mask) ** 2).sum() / (n - 1)
     std = var.sqrt()
     z = (x - mean) / std if float(std) > 0 else torch.zeros_like(x)
     return torch.where(mask, z, torch.zeros_like(x))

@@ -97,3 +97,13 @@ def test_hybrid_multiplier_bounds_and_sign():
 def test_hybrid_options_refuse_a_sign_flipping_coefficient():
     with pytest.raises(ValueError, match="a \\* s_max"):
         EchoAdvantageOptions(a=0.6)
+
+
+def test_zscore_over_valid_tokens_only():
+    from rollwise.objectives.echo import zscore
+
+    x = torch.tensor([[1.0, 3.0, 99.0]])
+    mask = torch.tensor([[True, True, False]])
+    # mean 2, unbiased std sqrt(2) over the two valid tokens -> (-0.7071, 0.7071); padding stays 0
+    assert torch.allclose(zscore(x, mask), torch.tensor([[-0.70711, 0.70711, 0.0]]), atol=1e-5)
+    assert torch.equal(zscore(torch.ones(1, 3), torch.ones(1, 3, dtype=torch.bool)), torch.zeros(1, 3))
