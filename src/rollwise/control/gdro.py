@@ -381,13 +381,14 @@ class GDRO:
         o = self.opts
         adv = self.raw_adv if self.raw_adv is not None and self.raw_adv.shape[0] == batch.size else batch.advantages
         out = torch.zeros(batch.size)
+        dtype = getattr(trainer, "compute_dtype", None)  # as the trainer's own forward passes
         for rows, mb in trainer.micro_batches(batch):
-            new = token_logprobs(trainer.model, mb, trainer.temperature)[0]
+            new = token_logprobs(trainer.model, mb, trainer.temperature, compute_dtype=dtype)[0]
             ref = None
             if o.loss_signal == "surrogate_kl":
                 if trainer.ref_model is None:
                     raise ValueError("loss_signal 'surrogate_kl' needs the trainer's reference model")
-                ref = token_logprobs(trainer.ref_model, mb, trainer.temperature)[0]
+                ref = token_logprobs(trainer.ref_model, mb, trainer.temperature, compute_dtype=dtype)[0]
             loss = response_loss(new, mb.old_logprobs.to(new.dtype), adv[rows].to(new.device, new.dtype),
                                  mb.loss_mask.to(new.dtype), o.eps_low, o.eps_high, ref, o.kl_coef)
             out[rows] = loss.float().cpu()
