@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         rc = app(args=argv, standalone_mode=False, prog_name="rollwise")
     except UserError as e:
-        console.print(f"[bold red]error:[/] {escape(str(e))}", markup=True, highlight=False)
+        console.print(f"[bold red]error:[/] {escape(str(e))}", markup=True, highlight=False, soft_wrap=True)
         sys.exit(2)
     except (typer.Abort, KeyboardInterrupt):
         _aborted()

@@ -34,9 +34,9 @@ def cache_path(key: dict) -> Path:
 
 class Progress:
     """Logs warm-start progress: step, loss and an estimate of the time left, at step 10 (the
-    first estimate) and then every tenth of the run (or every 30 s, whichever comes first)."""
+    first estimate) and then every tenth of the run (or every 60 s, whichever comes first)."""
 
-    def __init__(self, total: int, log, every_s: float = 30.0):
+    def __init__(self, total: int, log, every_s: float = 60.0):
         self.total, self.log, self.every_s = total, log, every_s
         self.t0 = self.last = time.perf_counter()
         self.tenth = max(1, total // 10)
