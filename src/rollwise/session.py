@@ -310,9 +310,11 @@ class Run:
                 if step == 0 or not (step % every == 0 or step >= self.cfg.train.steps or not self.within_budget()):
                     return
                 unit, spent, total = self._budget()
-                budget = f"  {unit} {spent:,}/{total:,} ({100 * spent / max(1, total):.0f}%)" if unit != "steps" else ""
+                tokens = f"tokens {self.ledger.totals['generated_tokens']:,}"
+                if unit != "steps":  # the budget's progress (tokens or rollouts)
+                    tokens = (tokens + "  " if unit != "tokens" else "") + f"{unit} {spent:,}/{total:,} ({100 * spent / max(1, total):.0f}%)"
                 self.log(f"step {step}/{self.cfg.train.steps}  reward {kw.get('reward', '-')}  pass@1 {self._acc()}  "
-                         f"tokens {self.ledger.totals['generated_tokens']:,}{budget}  {time.perf_counter() - t0:.0f}s")
+                         f"{tokens}  {time.perf_counter() - t0:.0f}s")
 
             yield line
             return
