@@ -61,8 +61,10 @@ def test_user_error_is_one_line_with_status_2(tmp_path):
 
 def _interrupt(tmp_path, args, ready: str, timeout=120.0):
     """Start the CLI, wait until a line containing ``ready`` appears, send SIGINT; (rc, output)."""
+    # SIGINT back to its default in the child: a shell without job control starts background jobs
+    # (and so pytest and its children) with SIGINT ignored, and Python then installs no handler
     p = subprocess.Popen([str(EXE), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         env=_env(tmp_path), cwd=tmp_path)
+                         env=_env(tmp_path), cwd=tmp_path, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     lines, t0 = [], time.time()
     try:
         for line in p.stdout:
