@@ -113,6 +113,11 @@ class VLLMBackend:
                       enforce_eager=opts.enforce_eager, logprobs_mode="processed_logprobs", enable_prefix_caching=True,
                       seed=seed, max_model_len=opts.max_model_len or min(positions, 4096), max_num_seqs=max_batch,
                       disable_log_stats=True)
+        # No chunked prefill: vLLM discards the token sampled for a partially prefilled request and rewinds
+        # its seeded generator with set_offset, which a CPU generator does not support ("CPU Generator does
+        # not use offset": every seeded request batch whose prompts exceed one step's token budget crashed,
+        # e.g. 128 x 39 prompt tokens). Whole prompts per step instead; a step holds at least one full prompt.
+        kwargs.update(enable_chunked_prefill=False, max_num_batched_tokens=max(kwargs["max_model_len"], 8192))
         if torch.cuda.is_available():
             kwargs["gpu_memory_utilization"] = opts.gpu_memory_utilization
         try:

@@ -164,6 +164,31 @@ def test_an_architecture_vllm_cannot_load_is_a_user_error():
         check_architecture(cfg, "my-model")
 
 
+def test_seeded_requests_beyond_one_steps_prefill_budget(tiny_engine):
+    """128 seeded requests whose prompts (~5,000 tokens) exceed vLLM's default prefill budget of
+    2,048 tokens a step. With chunked prefill vLLM rewound the seeded generator of a partially
+    prefilled request with set_offset, which CPU generators refuse ("CPU Generator does not use
+    offset"): this crashed before the backend turned chunked prefill off. Same seed, same tokens."""
+    from rollwise.backends.vllm import VLLMBackend
+    from rollwise.config import ModelConfig
+
+    eng0, model, tok = tiny_engine
+    eng0.close()  # one engine at a time
+    eng = VLLMBackend.from_policy(model, [tok.eos_token_id], ModelConfig(name="tiny-s", max_batch=128, compute_dtype="float32"),
+                                  seed=0)
+    try:
+        eng.load_weights(0, policy_weights(model))
+        seqs = [[tok.bos_token_id] + tok.encode("12+34=56;" * 4 + str(i), add_special_tokens=False) for i in range(128)]
+        assert sum(map(len, seqs)) > 2048
+        smp = Sampling(1.0, 1.0, 4)
+        a = eng.generate(seqs, smp, torch.Generator().manual_seed(0))
+        b = eng.generate(seqs, smp, torch.Generator().manual_seed(0))
+    finally:
+        eng.close()
+    assert [len(c.token_ids) for c in a] == [4] * 128 or all(c.finish == "stop" for c in a if len(c.token_ids) < 4)
+    assert [c.token_ids for c in a] == [c.token_ids for c in b]
+
+
 
 def _has_smollm2() -> bool:
     from rollwise.train import hf_models
