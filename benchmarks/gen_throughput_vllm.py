@@ -111,7 +111,11 @@ def main(argv=None):
                 print(f"{backend:5s} {dtype:9s} batch {r['batch']:4d}: {r['tokens_per_s']:7.1f} tok/s, "
                       f"{100 * r['fraction_of_fp32_matmul_bound']:.1f}% of the fp32 matmul bound", flush=True)
             arms.append(res)
-    result = {"bound_flops_per_s": bound, "loadavg_before": os.getloadavg(), "threads": os.cpu_count(), "arms": arms}
+    from benchinfo import git, machine, stamp
+
+    result = {"benchmark": "gen_throughput_vllm", "created": stamp(), "git": git(), "machine": machine(),
+              "command": "python benchmarks/gen_throughput_vllm.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+              "bound_flops_per_s": bound, "loadavg_at_end": os.getloadavg(), "threads": os.cpu_count(), "arms": arms}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(result, indent=1))
 

@@ -175,3 +175,22 @@ def test_trl_config_matches_the_rollwise_side(tmp_path, mode):
     assert getattr(args, vs_trl.checkpointing_arg()) is False and args.use_cpu
     assert args.generation_batch_size == 12  # one generation call per step
     assert (args.generation_kwargs or {}).get("min_new_tokens") == (5 if mode == "forced" else None)
+
+
+# ---------------------------------------------------------------- scale_out
+
+
+def test_scale_out_stage_summary_first_step_apart_median_of_the_rest():
+    import scale_out
+
+    lines = [{"time/generate_s": 9.0, "time/train_s": 4.0},  # first step: warm-up, reported apart
+             {"time/generate_s": 2.0, "time/weight_sync_s": 0.5, "time/verify_s": 0.1, "time/train_s": 3.0},
+             {"time/generate_s": 4.0, "time/weight_sync_s": 0.3, "time/verify_s": 0.1, "time/train_s": 1.0},
+             {"time/generate_s": 3.0, "time/weight_sync_s": 0.4, "time/verify_s": 0.1, "time/train_s": 2.0}]
+    s = scale_out.stage_summary(lines)
+    assert s["n_steps"] == 4
+    assert s["first_step"] == {"generate_s": 9.0, "weight_sync_s": 0.0, "verify_s": 0.0, "train_s": 4.0}
+    # medians per stage over steps 2-4: generate 3, sync 0.4, verify 0.1, train 2; step = their sum 5.5
+    assert s["median_later_steps"] == {"generate_s": 3.0, "weight_sync_s": 0.4, "verify_s": 0.1, "train_s": 2.0,
+                                       "step_s": 5.5}
+    assert scale_out.stage_summary(lines[:1])["median_later_steps"] is None
