@@ -37,11 +37,10 @@ from typing import Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rollwise.control.budget import StepBudget
-from rollwise.control.history import CORRECT, PromptHistory
-from rollwise.control.uniform import PromptStream
+from rollwise.control.history import CORRECT
+from rollwise.control.uniform import Uniform
 from rollwise.registry import UserError
-from rollwise.types import Group, Plan, Prompt, Request
+from rollwise.types import Group, Prompt
 
 
 class MssrOptions(BaseModel):
@@ -96,19 +95,18 @@ class BetaTracker:
         self.ab[pid] = [rho * a + r, rho * b + (1.0 - r)]
 
 
-class MSSR:
+class MSSR(Uniform):
+    """Uniform's prompts, stream, plan and history (``control/uniform.py``), plus the value tracker."""
+
     Options = MssrOptions
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: MssrOptions | None, seed: int):
-        self.cfg = cfg
+        super().__init__(prompts, cfg, None, seed)
         self.opts = options if options is not None else MssrOptions()
-        self.stream = PromptStream(prompts, seed)
-        self.history = PromptHistory()
         self.tracker = BetaTracker(1.0 / (1.0 - self.opts.rho_min), self.opts.v_init)
         self.kl: list[float] = []  # batch-mean KL of recent steps (last kl_window kept)
         self.step_baselines: dict[str, float] = {}
         self.metrics: dict[str, float] = {}
-        self.step_budget = StepBudget.from_config(cfg, cfg.prompts_per_step * cfg.rollouts_per_prompt)
 
     @staticmethod
     def check_config(cfg, opts) -> None:
@@ -116,24 +114,11 @@ class MSSR:
             raise UserError(f"control.name = 'mssr' keeps the baseline of advantage 'mssr'; set advantage.name = 'mssr' "
                             f"(got {cfg.advantage.name!r})")
 
-    @property
-    def budget(self) -> int | None:
-        return self.step_budget.rollouts
-
     def rho(self) -> float:
         return forgetting(sum(self.kl) / len(self.kl) if self.kl else None, self.opts)
 
-    def select(self, state) -> list[Prompt]:
-        return self.stream.take(self.cfg.prompts_per_step)
-
-    def plan(self, prompts: list[Prompt], state) -> Plan:
-        return self.step_budget.cap([Request(p, self.cfg.rollouts_per_prompt) for p in prompts], self.history)
-
-    def next_round(self, groups: list[Group], state) -> Plan:
-        return Plan()
-
     def observe(self, groups: list[Group], state) -> None:
-        self.history.record(groups, state.step, self.stream.epoch)
+        super().observe(groups, state)
         self.step_baselines = {g.prompt.id: self.tracker.value(g.prompt.id) for g in groups}
         rho = self.rho()
         for g in groups:
@@ -155,13 +140,11 @@ class MSSR:
         return {}
 
     def state_dict(self) -> dict:
-        return {"stream": self.stream.state_dict(), "history": self.history.state_dict(),
-                "tracker": {k: list(v) for k, v in self.tracker.ab.items()}, "kl": list(self.kl),
+        return {**super().state_dict(), "tracker": {k: list(v) for k, v in self.tracker.ab.items()}, "kl": list(self.kl),
                 "step_baselines": dict(self.step_baselines)}
 
     def load_state_dict(self, s: dict) -> None:
-        self.stream.load_state_dict(s["stream"])
-        self.history.load_state_dict(s["history"])
+        super().load_state_dict(s)
         self.tracker.ab = {k: list(v) for k, v in s["tracker"].items()}
         self.kl = list(s["kl"])
         self.step_baselines = dict(s["step_baselines"])
