@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -31,7 +30,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-from benchinfo import RESULTS, git, machine, stamp  # noqa: E402
+from benchinfo import RESULTS, git, machine, median, stamp  # noqa: E402
 
 STAGES = ("time/generate_s", "time/weight_sync_s", "time/verify_s", "time/train_s")
 
@@ -58,7 +57,7 @@ def stage_summary(lines: list[dict]) -> dict:
 
     first = row(lines[0])
     rest = [row(x) for x in lines[1:]]
-    med = {k: round(statistics.median(r[k] for r in rest), 3) for k in rest[0]} if rest else None
+    med = {k: round(median(r[k] for r in rest), 3) for k in rest[0]} if rest else None
     if med:
         med["step_s"] = round(sum(med.values()), 3)
     return {"first_step": first, "median_later_steps": med, "n_steps": len(lines)}

@@ -116,7 +116,8 @@ class VLLMBackend:
         # No chunked prefill: vLLM discards the token sampled for a partially prefilled request and rewinds
         # its seeded generator with set_offset, which a CPU generator does not support ("CPU Generator does
         # not use offset": every seeded request batch whose prompts exceed one step's token budget crashed,
-        # e.g. 128 x 39 prompt tokens). Whole prompts per step instead; a step holds at least one full prompt.
+        # e.g. 128 x 39 prompt tokens). Whole prompts per step instead; vLLM then needs a step to hold one full
+        # prompt (max_model_len); 8192 lets a typical plan's prompts (e.g. 128 x 64 tokens) prefill in one step.
         kwargs.update(enable_chunked_prefill=False, max_num_batched_tokens=max(kwargs["max_model_len"], 8192))
         if torch.cuda.is_available():
             kwargs["gpu_memory_utilization"] = opts.gpu_memory_utilization

@@ -185,7 +185,7 @@ def test_seeded_requests_beyond_one_steps_prefill_budget(tiny_engine):
         b = eng.generate(seqs, smp, torch.Generator().manual_seed(0))
     finally:
         eng.close()
-    assert [len(c.token_ids) for c in a] == [4] * 128 or all(c.finish == "stop" for c in a if len(c.token_ids) < 4)
+    assert all(len(c.token_ids) == 4 or c.finish == "stop" for c in a)  # every request answered
     assert [c.token_ids for c in a] == [c.token_ids for c in b]
 
 
