@@ -74,6 +74,9 @@ def check(cfg) -> None:
 
     check_vllm(cfg)  # model.backend = "vllm": installed, no hf-only rollout strategy
     check_ray(cfg)  # distributed.workers > 0: installed, no in-process rollout strategy
+    from rollwise.distributed.async_pool import check_config as check_async
+
+    check_async(cfg)  # train.async: no strategy that drives the trainer's backend directly
     overlong_limits(cfg.reward.overlong_penalty, cfg.sampling.max_new_tokens)
 
 

@@ -11,7 +11,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, create_model, model_validator
 
 from rollwise.filter import d3s as _d3s
 from rollwise.generate import arrol as _arrol
@@ -266,7 +266,28 @@ class EssLrScalingConfig(ess.Options):
                           "(arXiv 2602.17616) on the step's sequence weights pi_prox / mu; for off-policy data.")
 
 
-class TrainConfig(Section):
+class AsyncConfig(Section):
+    enabled: bool | None = Field(None, description="Generate rollouts in a background generator ahead of the trainer "
+                                 "(rollwise.distributed.async_pool; AReaL arXiv 2505.24298). None = on when max_staleness > 0; "
+                                 "true with max_staleness = 0 runs the asynchronous machinery synchronously (the same run as off).")
+    max_staleness: int = Field(0, ge=0, description="eta: a rollout is trained at most this many policy versions after the "
+                               "version that drew its oldest token (plans k .. k + eta are generated while step k trains). "
+                               "0 = synchronous. Use objective.name = 'decoupled_ppo' (or a behaviour weight) for eta > 0.")
+    on_new_weights: Literal["finish", "interrupt", "discard"] = Field(
+        "finish", description="When new weights are published mid-plan: finish the plan with the old ones; interrupt "
+        "(AReaL's interruptible generation: load them between decode steps and continue unfinished rollouts from their "
+        "tokens, per-token versions record the switch); or discard the unfinished rollouts and restart them. interrupt "
+        "and discard need the in-process hf backend (distributed.workers = 0).")
+    periodic: bool = Field(False, description="Periodic asynchrony (arXiv 2511.18871): strictly on-policy; the trainer "
+                           "back-propagates each group as soon as it is generated while the rest of the batch is still "
+                           "generating, one optimizer step per batch (rollwise.train.streaming).")
+
+    @property
+    def on(self) -> bool:
+        return self.max_staleness > 0 if self.enabled is None else self.enabled
+
+
+class _TrainBase(Section):
     steps: int = Field(600, ge=0, description="RL steps (optimizer steps).")
     lr: float = Field(2e-4, gt=0, description="AdamW learning rate.")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
@@ -283,6 +304,12 @@ class TrainConfig(Section):
                                                 "rollouts (cost/generated_tokens) reach this; train.steps still caps (None = no budget).")
     budget_rollouts: int | None = Field(None, ge=1, description="Stop once the cumulative training rollouts (cost/rollouts) "
                                         "reach this; train.steps still caps (None = no budget).")
+
+
+# "async" is a Python keyword: the field is added by name (read it as ``cfg.train.async_``)
+TrainConfig = create_model("TrainConfig", __base__=_TrainBase, **{"async": (AsyncConfig, Field(
+    default_factory=AsyncConfig, description="Asynchronous rollouts with a staleness bound (AReaL), or periodic asynchrony."))})
+TrainConfig.async_ = property(lambda self: getattr(self, "async"))
 
 
 class DistributedConfig(Section):

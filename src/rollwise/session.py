@@ -92,6 +92,15 @@ class Run:
         self.pool = components.build_pool(cfg, backend, self.codec, self.task, self.sampling, self._tree_sampler(backend),
                                           self.model, log=log)
         self.receivers = components.weight_receivers(backend, self.pool)  # engines that get published weights
+        self.async_pool = None
+        if cfg.train.async_.on:  # a generator running ahead of the trainer (distributed/async_pool.py)
+            from rollwise.distributed import async_pool
+
+            ctrl = self.parts.controller
+            self.pool = self.async_pool = async_pool.build(cfg, self.pool, backend, self.model,
+                                                           lambda: ctrl.plan(ctrl.select(self.state), self.state),
+                                                           self.dir / "timeline.jsonl", log=log)
+            self.receivers = [self.async_pool]
         self.arrol = None
         if cfg.sampling.arrol.enabled:  # ARRoL online pruning of training rollouts (generate/arrol.py)
             from rollwise.generate.arrol import ArrolPool
@@ -197,7 +206,7 @@ class Run:
     def _stateful(self) -> dict:
         p = self.parts
         return {"controller": p.controller, "replay": p.replay, "trainer": self.trainer, "ledger": self.ledger,
-                "backend": self.backend, "arrol": self.arrol}
+                "backend": self.backend, "arrol": self.arrol, "async_pool": self.async_pool}
 
     def _frozen(self) -> dict:
         """Frozen models saved with the policy (the KL reference: it is the warm-started model,
@@ -277,6 +286,8 @@ class Run:
             self.close()
 
     def close(self) -> None:
+        if self.async_pool is not None:  # stop the generator thread
+            self.async_pool.close()
         if self.trackers is not None:
             self.trackers.close()
         checkpoint.unlock_run_dir(self.dir)

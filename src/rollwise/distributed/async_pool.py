@@ -1,0 +1,456 @@
+"""``async`` pool (``train.async``): rollouts generated ahead of the trainer, with a staleness bound.
+
+Paper: Fu et al. 2025, "AReaL: A Large-Scale Asynchronous Reinforcement Learning System for
+Language Reasoning", arXiv 2505.24298 (staleness-bounded submission, eq. 3; interruptible
+generation; decoupled PPO, eq. 4-5); specs/systems.md §2. DESIGN.md §7: "async training is a
+pool that runs ahead ... the staleness bound η is enforced by admission, and η = 0 is exactly
+synchronous. No second loop." The loop is unchanged: it still calls
+``pool.generate(plan, groups, version)`` once per round.
+
+How it works:
+
+- **Plans ahead.** Plan ``k`` is the plan trained at step ``k``. At step ``k`` the pool holds
+  plans ``k .. k + η`` (the loop's ``plan`` of this step is appended as plan ``k + η``; at the
+  first step the pool draws ``η`` more from the controller through ``draw``, i.e. the
+  controller's ``select``/``plan``, so prompts are taken in the controller's order). Controllers
+  therefore choose plan ``k + η`` from statistics observed up to step ``k - 1``: the price of
+  running ahead, as in AReaL, whose prompts never depend on the trainer.
+- **Generator.** One background thread (the *generator*) takes plans in order and generates them
+  on the *engine*: a pool whose weights are its own (an in-process copy of the policy for the
+  ``hf`` backend, the colocated vLLM engine, or Ray rollout workers). It starts plan ``k`` only
+  when ``k <= i + η``, ``i`` being the newest published policy version (AReaL's submission gate
+  ``floor((N_r - 1) / B) <= i + η`` with one plan per step as the unit B). Before each plan it
+  loads the newest published weights. Every rollout is tagged with the version it was drawn from.
+- **Admission.** The loop's ``generate`` returns plan ``k``'s groups once generated; each rollout
+  is admitted only if its oldest token is at most ``η`` versions behind the trainer (with the gate
+  this always holds; a violation is dropped and counted in ``async/stale_dropped``, never trained).
+  ``η = 0``: plan ``k`` starts only after version ``k`` is published, so every token of a batch
+  trained at version ``k`` is of version ``k``: the synchronous run, token for token
+  (tests/invariants/test_async.py).
+- **New weights mid-plan** (``on_new_weights``): ``finish`` (default) completes the plan with the
+  weights it started with; ``interrupt`` (AReaL's interruptible generation) stops decoding as soon
+  as new weights are published, loads them and continues every unfinished rollout from its token
+  ids under the new weights (the prefix is re-encoded by the next call's prefill), so one rollout
+  can hold tokens of several versions (``Rollout.token_versions`` shows the switch); ``discard``
+  drops the unfinished rollouts' tokens (charged as generated) and restarts them under the new
+  weights. ``interrupt``/``discard`` need an in-process engine that can stop between decode steps
+  (``hf``); Ray workers and vLLM take ``finish`` (refused at config load otherwise).
+- **Top-up rounds** (DARS, XRPO, ...: ``generate`` with non-empty ``groups``) and evaluation are
+  generated at once, ahead of queued plans, at the newest weights; evaluation is never charged.
+- **Objective.** Stale data needs the behaviour/proximal split: use ``objective.name =
+  "decoupled_ppo"`` or a behaviour weight (``objective.options.tis_level``), as AReaL does; the
+  trainer recomputes the proximal log-probs (``Trainer``'s ``needs_prox``).
+
+Costs and metrics (per step, in ``metrics.jsonl``): the cost of plan ``k`` is charged at step ``k``
+(its tokens, rollouts, verifier calls, generation seconds); ``async/staleness_<d>`` counts the
+step's trained rollouts whose oldest token is ``d`` versions behind, ``async/max_staleness`` the
+largest ``d``; ``async/interrupted`` rollouts that took new weights mid-generation,
+``async/restarted`` (``discard``) and ``async/discarded_tokens``; ``time/trainer_wait_s`` the
+seconds the loop waited for its plan, ``time/generator_idle_s`` the generator's seconds without
+an admissible plan since the previous step. ``timeline.jsonl`` in the run directory holds one
+line per generation span (per Ray worker when the engine is Ray) and per trainer span (the loop's
+time between two ``generate`` calls: training, evaluation, checkpoints); ``rollwise.eval.plots``
+draws it.
+
+Checkpoints (``state_dict``): the plans drawn and not yet trained, with the rollouts of those
+already generated (accepted) and their costs; plans being generated at the checkpoint are
+regenerated after a resume (their tokens were never accepted or charged). So a run killed and
+resumed trains every drawn plan exactly once, loses no accepted rollout and charges none twice.
+
+Differences from AReaL: one generator thread takes whole plans in order (AReaL streams single
+trajectories to many servers and forms batches from the oldest finished ones); the gate counts
+plans, not trajectories; with ``finish`` a plan never mixes versions. The A-3PO log-linear
+proximal approximation is not implemented (the trainer recomputes the proximal policy).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from rollwise.distributed.local import StepCost, merge_groups
+from rollwise.types import Completion, Plan, Request
+
+now = time.perf_counter
+
+
+@dataclass
+class Job:
+    """One plan for the generator. ``index``: the step that trains it (None: a top-up round or
+    an evaluation, generated at once)."""
+
+    index: int | None
+    plan: Plan
+    sampling: object = None
+    generator: object = None
+    charge: bool = True
+    pairs: list | None = None
+    cost: StepCost | None = None
+    error: BaseException | None = None
+    done: bool = False
+    running: bool = False
+
+
+@dataclass
+class _Slot:
+    """An unfinished rollout of an interruptible plan: its ids, log-probs and versions so far."""
+
+    req: Request
+    pids: tuple
+    ids: list = field(default_factory=list)
+    logprobs: list = field(default_factory=list)
+    versions: list = field(default_factory=list)
+    last: Completion | None = None  # the latest segment
+    held: int = -1  # version of the latest segment
+    segments: int = 0
+
+
+def merge_cost(into: StepCost, cost: StepCost) -> None:
+    """Add ``cost`` (a plan's) to ``into`` (the step's)."""
+    for f in dataclasses.fields(StepCost):
+        if f.name != "metrics":
+            setattr(into, f.name, getattr(into, f.name) + getattr(cost, f.name))
+    into.count(**cost.metrics)
+
+
+class AsyncPool:
+    """See the module docstring. ``engine``: the pool that generates (``rollouts``, ``take_cost``);
+    ``receive(version, weights)`` loads published weights into it; ``backend``: the engine's
+    in-process backend for ``interrupt``/``discard`` (None otherwise); ``draw()``: the
+    controller's next plan."""
+
+    def __init__(self, engine, receive: Callable, opts, draw: Callable[[], Plan], backend=None,
+                 timeline: Path | None = None, codec=None, sampling=None):
+        self.engine, self.receive, self.draw, self.backend = engine, receive, draw, backend
+        self.eta, self.on_new_weights = opts.max_staleness, opts.on_new_weights
+        self.codec = codec if codec is not None else getattr(engine, "codec", None)
+        self.sampling = sampling if sampling is not None else getattr(engine, "sampling", None)
+        self.timeline = timeline
+        self.cond = threading.Condition()
+        self.engine_lock = threading.Lock()
+        self.jobs: dict[int, Job] = {}  # plans drawn and not yet trained, by index
+        self.urgent: list[Job] = []  # top-ups and evaluations: before any plan
+        self.next_index = 0  # the plan the next step trains
+        self.drawn = 0  # plans drawn so far
+        self.version = -1  # newest published version
+        self.held = -1  # version the engine holds
+        self.pending = None  # (version, weights) published, not yet loaded by the engine
+        self.closed = False
+        self.cost = StepCost()
+        self._idle = 0.0  # generator seconds without an admissible plan, since the last step
+        self._left = None  # when the loop last left generate() (the trainer's span starts)
+        self._t0 = time.time()
+        self._thread = None
+
+    # ------------------------------------------------------------ weights
+    def load_weights(self, version: int, weights: dict) -> float:
+        """Publish weights (copied: the trainer's tensors change at its next step); the engine
+        loads them before its next plan, or at once between decode steps with ``interrupt``."""
+        t0 = now()
+        copy = {k: v.detach().clone() for k, v in weights.items()}
+        with self.cond:
+            self.pending, self.version = (version, copy), version
+            self.cond.notify_all()
+        return now() - t0
+
+    def _load_pending(self) -> bool:
+        """Load the newest published weights into the engine (generator thread or evaluation,
+        under ``engine_lock``); True if it loaded any."""
+        with self.cond:
+            pending, self.pending = self.pending, None
+        if pending is None:
+            return False
+        self.receive(*pending)
+        self.held = pending[0]
+        return True
+
+    # ------------------------------------------------------------ the loop's side
+    def take_cost(self) -> StepCost:
+        cost, self.cost = self.cost, StepCost()
+        return cost
+
+    def generate(self, plan: Plan, groups: list, version: int) -> list:
+        arrived = now()
+        if self._left is not None and not groups:  # the loop's time since its last plan: training, evaluation
+            self._span("trainer", "train", self.next_index - 1, self._left, arrived)
+        if groups:  # a later round of this step: now, at the newest weights
+            job = self._submit_urgent(Job(None, plan))
+        else:
+            self._submit(plan)
+            while self.drawn <= self.next_index + self.eta:  # keep plans k .. k + eta drawn
+                self._submit(self.draw())
+            job = self.jobs[self.next_index]
+        self._wait(job)
+        if job.index is not None:
+            del self.jobs[job.index]
+            self.next_index += 1
+        merge_cost(self.cost, job.cost)
+        pairs = self._admit(job.pairs, version)
+        with self.cond:
+            idle, self._idle = self._idle, 0.0
+        self._left = now()
+        self.cost.count(**{"time/trainer_wait_s": self._left - arrived, "time/generator_idle_s": idle})
+        return merge_groups(groups, pairs)
+
+    def rollouts(self, plan: Plan, version: int, sampling=None, generator=None, charge: bool = True):
+        """Evaluation (``charge=False``) or a direct call: generated now at the newest weights."""
+        job = self._submit_urgent(Job(None, plan, sampling, generator, charge))
+        self._wait(job)
+        if charge:
+            merge_cost(self.cost, job.cost)
+        return job.pairs
+
+    def _admit(self, pairs, version: int) -> list:
+        lags: Counter[int] = Counter()
+        kept = []
+        for prompt, r in pairs:
+            lag = version - min(r.token_versions or (r.policy_version,))
+            if lag > self.eta:
+                self.cost.count(**{"async/stale_dropped": 1})
+                continue
+            lags[lag] += 1
+            kept.append((prompt, r))
+        self.cost.count(**{f"async/staleness_{d}": n for d, n in lags.items()})
+        self.cost.metrics["async/max_staleness"] = max(lags, default=0)
+        return kept
+
+    def _submit(self, plan: Plan) -> None:
+        with self.cond:
+            self.jobs[self.drawn] = Job(self.drawn, plan)
+            self.drawn += 1
+            self.cond.notify_all()
+        self._start()
+
+    def _submit_urgent(self, job: Job) -> Job:
+        with self.cond:
+            self.urgent.append(job)
+            self.cond.notify_all()
+        self._start()
+        return job
+
+    def _wait(self, job: Job) -> None:
+        with self.cond:
+            while not job.done:
+                self.cond.wait()
+        if job.error is not None:
+            raise job.error
+
+    # ------------------------------------------------------------ the generator thread
+    def _start(self) -> None:
+        if self._thread is None:
+            import torch
+
+            threads = torch.get_num_threads()  # run.threads: a new thread starts with the default count
+
+            def generator():
+                torch.set_num_threads(threads)
+                self._generator()
+
+            self._thread = threading.Thread(target=generator, name="rollwise-generator", daemon=True)
+            self._thread.start()
+
+    def _admissible(self) -> Job | None:
+        if self.urgent:
+            return self.urgent[0]
+        for k in sorted(self.jobs):
+            job = self.jobs[k]
+            if job.pairs is None and not job.running:
+                return job if k <= self.version + self.eta else None  # AReaL's gate, in plans
+        return None
+
+    def _generator(self) -> None:
+        while True:
+            with self.cond:
+                t0 = now()
+                while not self.closed and self._admissible() is None:
+                    self.cond.wait()
+                if self.closed:
+                    return
+                self._idle += now() - t0
+                job = self._admissible()
+                if job in self.urgent:
+                    self.urgent.remove(job)
+                job.running = True
+            try:
+                with self.engine_lock:
+                    job.pairs, job.cost = self._run(job)
+            except BaseException as e:  # raised in the loop's thread by _wait
+                job.error = e
+            with self.cond:
+                job.done, job.running = True, False
+                self.cond.notify_all()
+
+    def _run(self, job: Job):
+        self._load_pending()
+        t0 = now()
+        if job.charge and self.on_new_weights != "finish" and self.backend is not None:
+            pairs = self._interruptible(job.plan)
+        else:
+            pairs = self.engine.rollouts(job.plan, self.held, job.sampling, job.generator, job.charge)
+        cost = self.engine.take_cost() if job.charge else StepCost()
+        spans = getattr(self.engine, "last_spans", None)
+        for lane, a, b in (spans or [("generator", t0, now())]):
+            self._span(lane, "generate" if job.charge else "evaluate", job.index, a, b)
+        return pairs, cost
+
+    def _interruptible(self, plan: Plan) -> list:
+        """Generate ``plan`` on the in-process backend, taking new weights between decode steps
+        (module docstring, ``on_new_weights``)."""
+        sampling, pool = self.sampling, self.engine
+        slots = []
+        for req in plan.requests:
+            pids = tuple(self.codec.encode_prompt(req.prompt))
+            prefix = list(req.prefix or ())
+            versions = list(req.prefix_versions or (self.held,) * len(prefix))
+            slots += [_Slot(req, pids, list(prefix), list(req.prefix_logprobs or ()), list(versions)) for _ in range(req.n)]
+        todo, decoded, interrupted, restarted, discarded = list(slots), 0, set(), 0, 0
+        t0 = now()
+        while todo:
+            self._load_pending()
+            sofar = [tuple(s.ids) + (s.last.token_ids if s.last is not None else ()) for s in todo]
+            comps = self.backend.generate([s.pids + ids for s, ids in zip(todo, sofar)], sampling, None,
+                                          max_new_tokens=[sampling.max_new_tokens - len(ids) for ids in sofar],
+                                          stop_when=lambda done: self.pending is not None)
+            decoded += sum(len(c.token_ids) for c in comps)
+            left = []
+            for s, c in zip(todo, comps):
+                if c.finish == "partial" and self.on_new_weights == "discard":
+                    discarded += len(c.token_ids)
+                    restarted += 1
+                    left.append(s)
+                    continue
+                if s.last is not None:  # the previous segment becomes part of the prefix
+                    s.ids += s.last.token_ids
+                    s.logprobs += s.last.logprobs
+                    s.versions += [s.held] * len(s.last.token_ids)
+                s.last, s.held = c, self.held
+                s.segments += 1
+                if c.finish == "partial":
+                    interrupted.add(id(s))
+                    left.append(s)
+            todo = left
+        t1 = now()
+        items, versions = [], []
+        for s in slots:
+            req = s.req if s.segments == 1 and not s.req.prefix else Request(
+                s.req.prompt, 1, tuple(s.ids), tuple(s.logprobs), tuple(s.versions))
+            items.append((req, s.pids, s.last))
+            versions.append(s.held)
+        done = [pool.finish_rollouts([item], v)[0] for item, v in zip(items, versions)]
+        t2 = now()
+        pool.cost.charge(decoded, len(done), [r.verdict for r in done], t1 - t0, t2 - t1)
+        pool.cost.count(**{"async/interrupted": len(interrupted), "async/restarted": restarted, "async/discarded_tokens": discarded})
+        return [(s.req.prompt, r) for s, r in zip(slots, done)]
+
+    # ------------------------------------------------------------ timeline, state, shutdown
+    def _span(self, lane: str, kind: str, step, a: float, b: float) -> None:
+        if self.timeline is None:
+            return
+        base = now() - (time.time() - self._t0)  # perf_counter value at self._t0
+        line = {"lane": lane, "kind": kind, "step": step, "start": round(a - base, 4), "end": round(b - base, 4)}
+        with open(self.timeline, "a") as f:
+            f.write(json.dumps(line) + "\n")
+
+    def state_dict(self) -> dict:
+        """Plans drawn and not yet trained; the generated ones with their rollouts and costs."""
+        with self.cond:
+            jobs = [(k, j.plan, j.pairs if j.done and j.error is None else None, j.cost if j.done else None)
+                    for k, j in sorted(self.jobs.items())]
+            return {"jobs": jobs, "next_index": self.next_index, "drawn": self.drawn}
+
+    def load_state_dict(self, s: dict) -> None:
+        with self.cond:
+            self.jobs = {}
+            for k, plan, pairs, cost in s["jobs"]:
+                job = Job(k, plan, pairs=pairs, cost=cost, done=pairs is not None)
+                self.jobs[k] = job
+            self.next_index, self.drawn = s["next_index"], s["drawn"]
+            self.cond.notify_all()
+
+    def close(self) -> None:
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+        close = getattr(self.engine, "close", None)
+        if close is not None:
+            close()
+
+
+# ---------------------------------------------------------------- config checks and assembly
+
+
+def check_config(cfg) -> None:
+    """Config-only refusals for ``train.async`` (called by ``components.check``)."""
+    from rollwise.components import resolve
+    from rollwise.registry import UserError
+
+    a = cfg.train.async_
+    if a.periodic:
+        if a.max_staleness > 0:
+            raise UserError("train.async.periodic = true is strictly on-policy; set train.async.max_staleness = 0 "
+                            "(or periodic = false for bounded staleness)")
+        from rollwise.train.streaming import check_config as check_periodic
+
+        check_periodic(cfg)
+        return
+    if not a.on:
+        if a.on_new_weights != "finish":
+            raise UserError(f"train.async.on_new_weights = {a.on_new_weights!r} needs asynchronous rollouts: set "
+                            "train.async.max_staleness >= 1")
+        return
+    in_process = [key for key, on in (("sampling.arrol.enabled", cfg.sampling.arrol.enabled),
+                                      ("sampling.tree.enabled", cfg.sampling.tree.enabled),
+                                      (f"replay.name = {cfg.replay.name!r}", hasattr(resolve(cfg, "replay")[0], "wrap_pool"))) if on]
+    if in_process:
+        raise UserError(f"{', '.join(in_process)} drives the trainer's backend directly, which train.async "
+                        "(a generator with its own weights) does not allow; turn it off or set train.async.max_staleness = 0")
+    if a.on_new_weights != "finish" and (cfg.distributed.workers > 0 or cfg.model.backend != "hf"):
+        raise UserError(f"train.async.on_new_weights = {a.on_new_weights!r} stops generation between decode steps, "
+                        "which only the in-process hf backend does; set model.backend = 'hf' and distributed.workers = 0, "
+                        "or on_new_weights = 'finish'")
+
+
+def build(cfg, engine, backend, model, draw, timeline, log=print) -> AsyncPool:
+    """The async pool around ``engine`` (the pool ``components.build_pool`` made). The engine gets
+    weights of its own: Ray workers and a vLLM engine already have them; the in-process ``hf``
+    backend gets a copy of the policy (a plain model of its architecture, LoRA merged, as
+    ``distributed.weights`` publishes) so the trainer's module is never read while it trains."""
+    inner = getattr(engine, "pool", engine)  # SeededPool wraps the local pool
+    if hasattr(engine, "load_weights"):  # Ray workers
+        receive, local = engine.load_weights, None
+    elif hasattr(backend, "load_weights"):  # the colocated vLLM engine
+        receive, local = backend.load_weights, None
+    elif getattr(backend, "model", None) is model and model is not None:
+        import copy
+
+        from rollwise.distributed.weights import base_model
+
+        base = base_model(model)
+        if base is model:
+            # requires_grad kept as the policy's: some CPU kernels round differently for frozen weights,
+            # and eta = 0 must sample exactly what the trainer's module would (generation is no-grad)
+            shadow = copy.deepcopy(model)
+        else:  # peft: a plain model of the base architecture
+            from transformers import AutoModelForCausalLM
+
+            from rollwise.distributed.weights import plain_config
+
+            shadow = AutoModelForCausalLM.from_config(plain_config(model)).to(next(model.parameters()).dtype)
+        local = copy.copy(backend)  # same sampling RNG (checkpointed as "backend"), own weights
+        local.model = shadow
+        inner.backend = local
+
+        def receive(version, weights):
+            shadow.load_state_dict(weights)
+    else:  # a scripted backend (tests): nothing to load
+        receive, local = (lambda version, weights: None), backend
+    log(f"async rollouts: max_staleness {cfg.train.async_.max_staleness}, on new weights: {cfg.train.async_.on_new_weights}")
+    return AsyncPool(engine, receive, cfg.train.async_, draw, backend=local, timeline=timeline)
