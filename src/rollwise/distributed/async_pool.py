@@ -47,7 +47,8 @@ step's trained rollouts whose oldest token is ``d`` versions behind, ``async/max
 largest ``d``; ``async/interrupted`` rollouts that took new weights mid-generation,
 ``async/restarted`` (``discard``) and ``async/discarded_tokens``; ``time/trainer_wait_s`` the
 seconds the loop waited for its plan, ``time/generator_idle_s`` the generator's seconds without
-an admissible plan since the previous step. ``timeline.jsonl`` in the run directory holds one
+an admissible plan since the previous step, and ``util/trainer`` / ``util/generator`` the share
+of the step's wall-clock (from one plan's return to the next) each was busy. ``timeline.jsonl`` in the run directory holds one
 line per generation span (per Ray worker when the engine is Ray) and per trainer span (the loop's
 time between two ``generate`` calls: training, evaluation, checkpoints); ``rollwise.eval.plots``
 draws it.
@@ -194,8 +195,12 @@ class AsyncPool:
         pairs = self._admit(job.pairs, version)
         with self.cond:
             idle, self._idle = self._idle, 0.0
-        self._left = now()
-        self.cost.count(**{"time/trainer_wait_s": self._left - arrived, "time/generator_idle_s": idle})
+        prev, self._left = self._left, now()
+        wait = self._left - arrived
+        self.cost.count(**{"time/trainer_wait_s": wait, "time/generator_idle_s": idle})
+        if prev is not None and not groups:  # utilisation over the step (from the previous plan's return to this one's)
+            wall = max(self._left - prev, 1e-9)
+            self.cost.metrics.update({"util/trainer": 1 - wait / wall, "util/generator": max(0.0, 1 - idle / wall)})
         return merge_groups(groups, pairs)
 
     def rollouts(self, plan: Plan, version: int, sampling=None, generator=None, charge: bool = True):

@@ -242,6 +242,8 @@ class RayPool:
         self.seeds = _Seeds(cfg.run.seed)
         self.cost = StepCost()
         self.restarts = 0
+        self.ready_at: dict[int, float] = {}
+        self.last_spans: list = []  # (lane, start, end) of the last rollouts call, per worker
         self._spec = {"cfg": cfg.model_dump(mode="json"), "config": plain_config(model), "tokenizer": codec.tokenizer,
                       "use_chat": codec.use_chat, "threads": cfg.distributed.cpus_per_worker, "sampling": sampling}
         self._cpus = cfg.distributed.cpus_per_worker
@@ -267,6 +269,7 @@ class RayPool:
         from ray.exceptions import RayActorError
 
         tries = {i: 0 for i in calls}
+        self.ready_at = {}  # worker -> when its result arrived (the async pool's timeline)
         pending = {getattr(self.actors[i], m).remote(*a): i for i, (m, a) in calls.items()}
         results: dict[int, object] = {}
         while pending:
@@ -275,6 +278,7 @@ class RayPool:
                 i = pending.pop(ref)
                 try:
                     results[i] = self.ray.get(ref)
+                    self.ready_at[i] = time.perf_counter()
                 except RayActorError as e:
                     tries[i] += 1
                     if tries[i] > MAX_RESTARTS:
@@ -305,6 +309,7 @@ class RayPool:
         results = self._call_all({w: ("rollouts", ([jobs[k] for k in idx], version, sampling, charge))
                                   for w, idx in enumerate(share) if idx})
         wall = time.perf_counter() - t0
+        self.last_spans = [(f"worker {w}", t0, self.ready_at.get(w, t0 + wall)) for w in sorted(results)]
         per_job: list = [None] * len(jobs)
         verify_s = 0.0
         for w, (outs, cost) in results.items():
