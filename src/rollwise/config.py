@@ -281,10 +281,13 @@ class AsyncConfig(Section):
     periodic: bool = Field(False, description="Periodic asynchrony (arXiv 2511.18871): strictly on-policy; the trainer "
                            "back-propagates each group as soon as it is generated while the rest of the batch is still "
                            "generating, one optimizer step per batch (rollwise.train.streaming).")
+    periodic_chunks: int = Field(4, ge=1, description="Periodic asynchrony: generate each step's plan in this many chunks of "
+                                 "groups; the trainer back-propagates a chunk while the next one generates.")
 
     @property
     def on(self) -> bool:
-        return self.max_staleness > 0 if self.enabled is None else self.enabled
+        """A generator with its own weights: bounded staleness, or periodic asynchrony."""
+        return self.periodic or (self.max_staleness > 0 if self.enabled is None else bool(self.enabled))
 
 
 class _TrainBase(Section):

@@ -42,12 +42,7 @@ def train(cfg: Config, *, resume: bool = False, backend=None, log=print) -> RunR
             ctrl.observe(groups, st)                                     # per-prompt statistics (all groups)
             batch_groups = parts.replay.mix(kept, st)                    # fresh + replayed data
             parts.replay.add(kept)
-            rows, rewards, gidx = flatten(batch_groups)
-            rewards, shaping = run.shape_rewards(rows, rewards)          # overlong penalty, KL in reward
-            advs = parts.advantage(rewards, gidx, parts.advantage_options, **advantage_inputs(parts.advantage, rows, run))
-            if hasattr(ctrl, "weigh_advantages"):                        # Prompt-GDRO's bin weights
-                advs = ctrl.weigh_advantages(advs, rows)
-            batch = collate(rows, rewards, gidx, advs, run.codec.pad_id)
+            rows, batch, shaping = make_batch(run, batch_groups)         # shaped rewards, advantages, tensors
             t0 = now()                                                   # train time includes D3S (entropy forward)
             batch, picked = run.downsample(batch, rows)                 # D3S rows / tokens (off by default)
             metrics = run.trainer.optimize(batch)                        # objective + optimizer step
@@ -65,6 +60,20 @@ def train(cfg: Config, *, resume: bool = False, backend=None, log=print) -> RunR
                 run.checkpoint()
             show(reward=f"{line['reward/mean']:.3f}", tokens=f"{line['cost/generated_tokens']:,}")
         return run.finish()
+
+
+def make_batch(run, groups):
+    """The trainer's batch of ``groups``: their rows, rewards shaped (overlong penalty, KL in the
+    reward), advantages (a pure function of rewards and group ids, then Prompt-GDRO's bin weights
+    when the controller has them) and the padded tensors; returns ``(rows, batch, shaping metrics)``.
+    Periodic asynchrony calls it on each group as it arrives (rollwise.train.streaming)."""
+    parts = run.parts
+    rows, rewards, gidx = flatten(groups)
+    rewards, shaping = run.shape_rewards(rows, rewards)
+    advs = parts.advantage(rewards, gidx, parts.advantage_options, **advantage_inputs(parts.advantage, rows, run))
+    if hasattr(parts.controller, "weigh_advantages"):
+        advs = parts.controller.weigh_advantages(advs, rows)
+    return rows, collate(rows, rewards, gidx, advs, run.codec.pad_id), shaping
 
 
 def apply_filters(filters, groups, keep_at_most=None, controller=None):

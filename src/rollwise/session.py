@@ -97,9 +97,10 @@ class Run:
             from rollwise.distributed import async_pool
 
             ctrl = self.parts.controller
+            consume = (lambda groups: self.trainer.consume(groups)) if cfg.train.async_.periodic else None
             self.pool = self.async_pool = async_pool.build(cfg, self.pool, backend, self.model,
                                                            lambda: ctrl.plan(ctrl.select(self.state), self.state),
-                                                           self.dir / "timeline.jsonl", log=log)
+                                                           self.dir / "timeline.jsonl", consume, log=log)
             self.receivers = [self.async_pool]
         self.arrol = None
         if cfg.sampling.arrol.enabled:  # ARRoL online pruning of training rollouts (generate/arrol.py)
@@ -119,6 +120,10 @@ class Run:
         self.trainer = Trainer(self.model, self.parts.objective, self.parts.objective_options, cfg.train, s.temperature,
                                reference=cfg.reward.kl.coef > 0 or getattr(self.parts.advantage, "needs_reference", False),
                                compute_dtype=self.compute_dtype)
+        if cfg.train.async_.periodic:  # periodic asynchrony: groups back-propagated as they arrive (train/streaming.py)
+            from rollwise.train.streaming import StreamingTrainer
+
+            self.trainer = StreamingTrainer(self.trainer, self._stream_batch)
         self.ledger = Ledger(self.dir)
         self.state = RunState(seed=seed)
         self.evals: list[dict] = []
@@ -158,6 +163,14 @@ class Run:
         for r in self.receivers:
             r.load_weights(self.state.policy_version, weights)
         return now() - t0
+
+    def _stream_batch(self, groups):
+        """Periodic asynchrony: the batch the loop would make of ``groups`` (filters, then
+        ``loop.make_batch``), or None when every group is dropped."""
+        from rollwise.loop import apply_filters, make_batch
+
+        kept, _ = apply_filters(self.parts.filters, groups)
+        return make_batch(self, kept)[1] if kept else None
 
     def _tree_sampler(self, backend):
         """LATR tree sampler (``sampling.tree``, backends/latr.py), or None when off."""

@@ -96,6 +96,8 @@ class Job:
     error: BaseException | None = None
     done: bool = False
     running: bool = False
+    chunks: list = field(default_factory=list)  # periodic: each generated chunk's pairs, in order
+    consumed: int = 0  # periodic: chunks handed to the trainer
 
 
 @dataclass
@@ -127,9 +129,11 @@ class AsyncPool:
     controller's next plan."""
 
     def __init__(self, engine, receive: Callable, opts, draw: Callable[[], Plan], backend=None,
-                 timeline: Path | None = None, codec=None, sampling=None):
+                 timeline: Path | None = None, codec=None, sampling=None, consume: Callable | None = None):
         self.engine, self.receive, self.draw, self.backend = engine, receive, draw, backend
         self.eta, self.on_new_weights = opts.max_staleness, opts.on_new_weights
+        self.consume = consume  # periodic asynchrony: the trainer takes each chunk's groups as it arrives
+        self.chunks = getattr(opts, "periodic_chunks", 1) if consume is not None else 1
         self.codec = codec if codec is not None else getattr(engine, "codec", None)
         self.sampling = sampling if sampling is not None else getattr(engine, "sampling", None)
         self.timeline = timeline
@@ -187,7 +191,9 @@ class AsyncPool:
             while self.drawn <= self.next_index + self.eta:  # keep plans k .. k + eta drawn
                 self._submit(self.draw())
             job = self.jobs[self.next_index]
-        self._wait(job)
+        streamed = self._wait(job, self.consume if job.index is not None else None)
+        if self.consume is not None:
+            self.cost.count(**{"time/streamed_train_s": streamed})
         if job.index is not None:
             del self.jobs[job.index]
             self.next_index += 1
@@ -239,12 +245,26 @@ class AsyncPool:
         self._start()
         return job
 
-    def _wait(self, job: Job) -> None:
-        with self.cond:
-            while not job.done:
-                self.cond.wait()
+    def _wait(self, job: Job, consume: Callable | None = None) -> float:
+        """Wait for ``job``; with ``consume`` (periodic), hand it each chunk's groups as they arrive.
+        Returns the seconds spent in ``consume``."""
+        spent = 0.0
+        while True:
+            with self.cond:
+                while not job.done and (consume is None or job.consumed >= len(job.chunks)):
+                    self.cond.wait()
+                new, job.consumed = job.chunks[job.consumed:], len(job.chunks)
+                done = job.done
+            if consume is not None and job.error is None:
+                for pairs in new:
+                    t0 = now()
+                    consume(merge_groups([], pairs))
+                    spent += now() - t0
+            if done and not new:
+                break
         if job.error is not None:
             raise job.error
+        return spent
 
     # ------------------------------------------------------------ the generator thread
     def _start(self) -> None:
@@ -296,6 +316,15 @@ class AsyncPool:
         t0 = now()
         if job.charge and self.on_new_weights != "finish" and self.backend is not None:
             pairs = self._interruptible(job.plan)
+        elif self.chunks > 1 and job.index is not None:  # periodic: chunk by chunk, each handed over when done
+            reqs, pairs = job.plan.requests, []
+            size = -(-len(reqs) // self.chunks)
+            for start in range(0, len(reqs), size):
+                out = self.engine.rollouts(Plan(reqs[start:start + size]), self.held)
+                pairs += out
+                with self.cond:
+                    job.chunks.append(out)
+                    self.cond.notify_all()
         else:
             pairs = self.engine.rollouts(job.plan, self.held, job.sampling, job.generator, job.charge)
         cost = self.engine.take_cost() if job.charge else StepCost()
@@ -423,11 +452,12 @@ def check_config(cfg) -> None:
                         "or on_new_weights = 'finish'")
 
 
-def build(cfg, engine, backend, model, draw, timeline, log=print) -> AsyncPool:
+def build(cfg, engine, backend, model, draw, timeline, consume=None, log=print) -> AsyncPool:
     """The async pool around ``engine`` (the pool ``components.build_pool`` made). The engine gets
     weights of its own: Ray workers and a vLLM engine already have them; the in-process ``hf``
     backend gets a copy of the policy (a plain model of its architecture, LoRA merged, as
-    ``distributed.weights`` publishes) so the trainer's module is never read while it trains."""
+    ``distributed.weights`` publishes) so the trainer's module is never read while it trains.
+    ``consume``: periodic asynchrony's trainer hand-off (``StreamingTrainer.consume``)."""
     inner = getattr(engine, "pool", engine)  # SeededPool wraps the local pool
     if hasattr(engine, "load_weights"):  # Ray workers
         receive, local = engine.load_weights, None
@@ -457,5 +487,7 @@ def build(cfg, engine, backend, model, draw, timeline, log=print) -> AsyncPool:
             shadow.load_state_dict(weights)
     else:  # a scripted backend (tests): nothing to load
         receive, local = (lambda version, weights: None), backend
-    log(f"async rollouts: max_staleness {cfg.train.async_.max_staleness}, on new weights: {cfg.train.async_.on_new_weights}")
-    return AsyncPool(engine, receive, cfg.train.async_, draw, backend=local, timeline=timeline)
+    a = cfg.train.async_
+    log(f"periodic asynchrony: {a.periodic_chunks} chunks a step" if a.periodic else
+        f"async rollouts: max_staleness {a.max_staleness}, on new weights: {a.on_new_weights}")
+    return AsyncPool(engine, receive, a, draw, backend=local, timeline=timeline, consume=consume)

@@ -288,19 +288,28 @@ def aggregate(
     """
     mask = loss_mask.to(per_token_loss.dtype)
     masked = torch.where(mask != 0, per_token_loss * mask, torch.zeros_like(per_token_loss))
+    d = denominator(mode, batch, norm_constant, count_empty_rows)
+    if mode == "seq_mean_token_mean":
+        return sequence_mean(per_token_loss, mask).sum() / d
+    return masked.sum() / d
+
+
+def denominator(mode: Aggregation, batch: Batch, norm_constant: float | None = None, count_empty_rows: bool = False) -> float:
+    """The global constant ``aggregate`` divides by (see there): ``num_loss_tokens``, the row count,
+    or the row count times ``norm_constant``; at least 1 count."""
     if mode == "token_mean":
-        return masked.sum() / max(batch.num_loss_tokens, 1)
+        return max(batch.num_loss_tokens, 1)
     rows = batch.num_sequences
-    if count_empty_rows and mode != "token_mean":
+    if count_empty_rows:
         if batch.num_rows is None:
             raise ValueError("count_empty_rows needs batch.num_rows (the step's global row count)")
         rows = batch.num_rows
     if mode == "seq_mean_token_mean":
-        return sequence_mean(per_token_loss, mask).sum() / max(rows, 1)
+        return max(rows, 1)
     if mode == "seq_mean_token_sum_norm":
         if norm_constant is None:
             raise ValueError("aggregation 'seq_mean_token_sum_norm' needs norm_constant")
-        return masked.sum() / (max(rows, 1) * norm_constant)
+        return max(rows, 1) * norm_constant
     raise ValueError(f"unknown aggregation {mode!r}; known: token_mean, seq_mean_token_mean, seq_mean_token_sum_norm")
 
 

@@ -179,6 +179,17 @@ def token_logprobs(model, batch: Batch, temperature: float, with_entropy: bool =
     return lp, torch.zeros((b, width), dtype=torch.float32, device=dev).index_put((tb, tt), ent_flat)
 
 
+@dataclasses.dataclass
+class Accumulated:
+    """What an optimizer step sums over its micro-batches besides the gradients."""
+
+    loss: float = 0.0
+    sums: dict = dataclasses.field(default_factory=dict)  # objective metric sums
+    log_w: list = dataclasses.field(default_factory=list)  # per-row sequence log-weights (ESS scaling)
+    has_tokens: list = dataclasses.field(default_factory=list)
+    gap: MismatchMeter = dataclasses.field(default_factory=MismatchMeter)  # sampler vs trainer log-probs
+
+
 class Trainer:
     def __init__(self, model, objective, options, train_cfg, temperature: float, reference: bool = False,
                  compute_dtype: torch.dtype | None = None):
@@ -268,12 +279,16 @@ class Trainer:
 
     def _epoch(self, batch: Batch, prox_up_front: list[torch.Tensor] | None) -> dict[str, float]:
         """One optimizer step over every micro-batch of ``batch``."""
+        return self.step(batch, self.accumulate(batch, prox_up_front))
+
+    def accumulate(self, batch: Batch, prox_up_front: list[torch.Tensor] | None = None,
+                   acc: "Accumulated | None" = None) -> "Accumulated":
+        """Forward and backward of every micro-batch of ``batch``: gradients are added to the
+        parameters' ``.grad`` and the step's sums to ``acc`` (a new one when None). Periodic
+        asynchrony calls it once per arriving group (rollwise.train.streaming)."""
         self.model.train()
+        acc = acc if acc is not None else Accumulated()
         ess_on = bool(getattr(self.cfg, "ess_lr_scaling", None) and self.cfg.ess_lr_scaling.enabled)
-        sums: dict[str, float] = {}
-        loss_total = 0.0
-        log_w, has_tokens = [], []
-        gap = MismatchMeter()  # sampler vs trainer log-probs (train/mismatch.py)
         for i, (_, mb) in enumerate(self.micro_batches(batch)):
             if mb.loss_mask.sum() == 0:
                 continue
@@ -281,27 +296,36 @@ class Trainer:
             new_lp, ent = self._logprobs(self.model, mb, with_entropy=True)
             # pre-update policy: this forward before the first update (module docstring)
             prox = new_lp.detach() if prox_up_front is None else prox_up_front[i]
-            gap.add(prox, mb.old_logprobs, mb.loss_mask)
+            acc.gap.add(prox, mb.old_logprobs, mb.loss_mask)
             if self.needs_prox:
                 mb = dataclasses.replace(mb, prox_logprobs=prox)
             if ess_on:
                 m = mb.loss_mask
-                log_w.append(torch.where(m != 0, (prox - mb.old_logprobs) * m, torch.zeros_like(prox)).sum(dim=1))
-                has_tokens.append(m.sum(dim=1) > 0)
+                acc.log_w.append(torch.where(m != 0, (prox - mb.old_logprobs) * m, torch.zeros_like(prox)).sum(dim=1))
+                acc.has_tokens.append(m.sum(dim=1) > 0)
             out = self.objective(mb, new_lp, self.options, entropy=ent)
             out.loss.backward()
-            loss_total += float(out.loss.detach())
+            acc.loss += float(out.loss.detach())
             for k, v in out.metrics.items():
-                sums[k] = sums.get(k, 0.0) + float(v)
+                acc.sums[k] = acc.sums.get(k, 0.0) + float(v)
             if "entropy_sum" not in out.metrics:  # objectives built on common.finish report it already
-                sums["entropy_sum"] = sums.get("entropy_sum", 0.0) + float((ent.detach() * mb.loss_mask).sum())
+                acc.sums["entropy_sum"] = acc.sums.get("entropy_sum", 0.0) + float((ent.detach() * mb.loss_mask).sum())
+        return acc
+
+    def step(self, batch: Batch, acc: "Accumulated", grad_scale: float = 1.0) -> dict[str, float]:
+        """Clip and take the optimizer step on the accumulated gradients (first multiplied by
+        ``grad_scale``, as is the reported loss); returns the step's ``train/*`` metrics."""
         params = [p for p in self.model.parameters() if p.requires_grad]
+        if grad_scale != 1.0:
+            for p in params:
+                if p.grad is not None:
+                    p.grad.mul_(grad_scale)
         clip = self.cfg.max_grad_norm if self.cfg.max_grad_norm > 0 else math.inf
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
         extra = {}
         scale = 1.0
-        if ess_on:
-            rho, scale = self._ess_scale(log_w, has_tokens)
+        if acc.log_w:
+            rho, scale = self._ess_scale(acc.log_w, acc.has_tokens)
             extra = {"train/ess_ratio": rho, "train/lr_scale": scale}
         base_lrs = [g["lr"] for g in self.optimizer.param_groups]
         for g, lr in zip(self.optimizer.param_groups, base_lrs):
@@ -311,8 +335,9 @@ class Trainer:
             g["lr"] = lr
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        metrics = {"train/loss": loss_total, "train/grad_norm": grad_norm, "train/lr": self.scheduler.get_last_lr()[0], **extra, **gap.metrics()}
-        for k, v in sums.items():
+        metrics = {"train/loss": acc.loss * grad_scale, "train/grad_norm": grad_norm, "train/lr": self.scheduler.get_last_lr()[0],
+                   **extra, **acc.gap.metrics()}
+        for k, v in acc.sums.items():
             if k.endswith("_sum"):  # objectives report sums over loss tokens
                 metrics["train/" + k.removesuffix("_sum")] = v / batch.num_loss_tokens
         return metrics
