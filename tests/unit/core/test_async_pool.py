@@ -195,3 +195,32 @@ def test_interrupt_switches_versions_mid_rollout_and_greedy_continuation_is_exac
     cost = engine.take_cost()
     assert cost.metrics["async/interrupted"] == 3
     assert cost.generated_tokens == sum(len(r.completion_ids) for _, r in out)
+
+
+# ---------------------------------------------------------------- config refusals (before any model loads)
+
+
+@pytest.mark.parametrize("overrides, needle", [
+    (["train.async.max_staleness=1", "replay.name=partial"], "replay.name = 'partial'"),
+    (["train.async.max_staleness=1", "sampling.tree.enabled=true"], "sampling.tree.enabled"),
+    (["train.async.on_new_weights=interrupt"], "train.async.max_staleness >= 1"),
+    (["train.async.max_staleness=1", "train.async.on_new_weights=interrupt", "model.backend=vllm"], "model.backend = 'hf'"),
+    (["train.async.periodic=true", "train.async.max_staleness=1"], "train.async.max_staleness = 0"),
+    (["train.async.periodic=true", "train.epochs=2"], "train.epochs > 1"),
+    (["train.async.periodic=true", "replay.name=rollout_replay"], "replay.name = 'rollout_replay'"),
+])
+def test_bad_async_configs_are_refused_naming_the_key(overrides, needle):
+    from rollwise.config import load_config
+    from rollwise.registry import UserError
+
+    with pytest.raises(UserError, match=needle.replace(".", r"\.").replace("(", r"\(")):
+        load_config(overrides=overrides)
+
+
+def test_async_key_reads_and_writes_as_train_async():
+    from rollwise.config import load_config, to_toml
+
+    cfg = load_config(overrides=["train.async.max_staleness=2"])
+    assert cfg.train.async_.max_staleness == 2 and cfg.train.async_.on
+    assert "[train.async]" in to_toml(cfg) and "max_staleness = 2" in to_toml(cfg)
+    assert not load_config().train.async_.on  # default: the synchronous loop
