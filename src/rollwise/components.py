@@ -80,6 +80,15 @@ def check(cfg) -> None:
     overlong_limits(cfg.reward.overlong_penalty, cfg.sampling.max_new_tokens)
 
 
+def in_process_strategies(cfg) -> list[str]:
+    """The enabled rollout strategies that drive the ``hf`` backend in the trainer's process
+    (ARRoL, LATR trees, a replay source that schedules generation: APRIL, SPEC-RL), as config keys;
+    vLLM, Ray workers and asynchronous rollouts refuse them."""
+    return [key for key, on in (("sampling.arrol.enabled", cfg.sampling.arrol.enabled),
+                                ("sampling.tree.enabled", cfg.sampling.tree.enabled),
+                                (f"replay.name = {cfg.replay.name!r}", hasattr(resolve(cfg, "replay")[0], "wrap_pool"))) if on]
+
+
 def build_filters(cfg) -> list[tuple[str, Callable]]:
     reg = _registries()["filter"]
     unknown = sorted(set(cfg.filter.options) - set(cfg.filter.names))

@@ -62,11 +62,9 @@ def check_config(cfg) -> None:
     if cfg.model.backend != "vllm":
         return
     check_installed()
-    from rollwise.components import resolve
+    from rollwise.components import in_process_strategies
 
-    needs_hf = [key for key, on in (("sampling.arrol.enabled", cfg.sampling.arrol.enabled),
-                                    ("sampling.tree.enabled", cfg.sampling.tree.enabled),
-                                    (f"replay.name = {cfg.replay.name!r}", hasattr(resolve(cfg, "replay")[0], "wrap_pool"))) if on]
+    needs_hf = in_process_strategies(cfg)
     if needs_hf:
         raise UserError(f"{', '.join(needs_hf)} needs the hf backend's decode hooks or scoring, which model.backend = 'vllm' "
                         "does not have; set model.backend = 'hf' or turn it off")

@@ -423,7 +423,7 @@ class AsyncPool:
 
 def check_config(cfg) -> None:
     """Config-only refusals for ``train.async`` (called by ``components.check``)."""
-    from rollwise.components import resolve
+    from rollwise.components import in_process_strategies
     from rollwise.registry import UserError
 
     a = cfg.train.async_
@@ -440,9 +440,7 @@ def check_config(cfg) -> None:
             raise UserError(f"train.async.on_new_weights = {a.on_new_weights!r} needs asynchronous rollouts: set "
                             "train.async.max_staleness >= 1")
         return
-    in_process = [key for key, on in (("sampling.arrol.enabled", cfg.sampling.arrol.enabled),
-                                      ("sampling.tree.enabled", cfg.sampling.tree.enabled),
-                                      (f"replay.name = {cfg.replay.name!r}", hasattr(resolve(cfg, "replay")[0], "wrap_pool"))) if on]
+    in_process = in_process_strategies(cfg)
     if in_process:
         raise UserError(f"{', '.join(in_process)} drives the trainer's backend directly, which train.async "
                         "(a generator with its own weights) does not allow; turn it off or set train.async.max_staleness = 0")

@@ -70,11 +70,9 @@ def check_config(cfg) -> None:
 
     if importlib.util.find_spec("ray") is None:
         raise UserError(f"distributed.workers = {cfg.distributed.workers} needs Ray, which is not installed: {INSTALL_HINT}")
-    from rollwise.components import resolve
+    from rollwise.components import in_process_strategies
 
-    local_only = [key for key, on in (("sampling.arrol.enabled", cfg.sampling.arrol.enabled),
-                                      ("sampling.tree.enabled", cfg.sampling.tree.enabled),
-                                      (f"replay.name = {cfg.replay.name!r}", hasattr(resolve(cfg, "replay")[0], "wrap_pool"))) if on]
+    local_only = in_process_strategies(cfg)
     if local_only:
         raise UserError(f"{', '.join(local_only)} drives the backend in this process, which distributed.workers > 0 "
                         "does not have; set distributed.workers = 0 or turn it off")
