@@ -614,11 +614,13 @@ def run_schedule(cfg: dict) -> dict:
             "max_new_tokens": int(samp.get("max_new_tokens", 8)), "model": cfg.get("model", {}).get("name", "tiny")}
 
 
-def read_run(run_dir) -> dict:
+def read_run(run_dir, quiet_frac: float = 1.0) -> dict:
     """Per-step measurements of a rollwise run directory (the first step, which carries start-up,
     is dropped): seconds between steps with evaluation time removed (``dwall``), the ledger's stage
     seconds, and per-step generated / trained tokens and rollouts (differences of the cumulative
-    ``cost/*``); plus ``run_schedule`` of its config."""
+    ``cost/*``); plus ``run_schedule`` of its config. ``quiet_frac < 1`` keeps only that fraction
+    of the steps, the fastest (by ``dwall``): on a machine shared with other jobs the slow steps
+    measure the other jobs (timeit's reasoning for taking the minimum)."""
     import tomllib
 
     from rollwise.ledger import read_jsonl
@@ -642,9 +644,14 @@ def read_run(run_dir) -> dict:
                          "trained": ln["cost/trained_tokens"] - prev["cost/trained_tokens"],
                          "rollouts": ln["cost/rollouts"] - prev["cost/rollouts"]})
         prev = ln
+    if not 0 < quiet_frac <= 1:
+        raise SystemExit(f"--quiet-frac must be in (0, 1], not {quiet_frac}")
+    if quiet_frac < 1:
+        rows = sorted(rows, key=lambda r: r["dwall"])[: max(2, math.ceil(quiet_frac * len(rows)))]
     med = {k: float(np.median([r[k] for r in rows])) for k in rows[0]}
     mean_len = float(np.median([r["tokens"] / r["rollouts"] for r in rows if r["rollouts"]]))
-    return {"dir": str(d), **run_schedule(cfg), "steps_used": len(rows), "median": med, "mean_length": mean_len, "rows": rows}
+    return {"dir": str(d), **run_schedule(cfg), "steps_used": len(rows), "quiet_frac": quiet_frac, "median": med,
+            "mean_length": mean_len, "rows": rows}
 
 
 def run_setup(run: dict, *, steps: int = 30, warmup: int = 5, mode: str | None = None, eta: int | None = None,
@@ -690,78 +697,100 @@ def load_gen_throughput() -> dict:
 # median 661 tokens; a single log-normal through p50 and p90 gives p99/p50 ~ 12; 16k cap.
 PAPER_LENGTHS = {"median": 661, "p99": 661 * 12, "cap": 16384}
 
-# Two published end-to-end comparisons, each sync colocated vs async on the same devices.
+# Published end-to-end comparisons, each sync colocated vs async on the same devices, and the
+# costs the simulator is given for them. Costs are stated as shares of the synchronous step.
+_VERL_ROW = {"gen": 177.85, "old_log_prob": 53.92, "update_actor": 113.81, "step": 356.30}   # colocate sync, 128 GPUs
+_VERL_ASYNC_UPDATE = 113.16                                                                # fully async 64:64, update_actor
+_VERL_SHARES = (_VERL_ROW["gen"] / _VERL_ROW["step"], (_VERL_ROW["old_log_prob"] + _VERL_ROW["update_actor"]) / _VERL_ROW["step"],
+                1 - (_VERL_ROW["gen"] + _VERL_ROW["old_log_prob"] + _VERL_ROW["update_actor"]) / _VERL_ROW["step"])
+AREAL_CITE = ("AReaL (Fu et al., arXiv 2505.24298) Table 1: up to 2.77x end-to-end at a fixed number of PPO steps, "
+              "sync vs async on the same GPUs (1.5B math: 41.0 h -> 14.8 h), H800, 16-48 nodes")
+VERL_CITE = ("verl recipe/fully_async_policy README (Meituan): Qwen2.5-Math-7B, DAPO, 28k max response, 128 H20, "
+             "colocate sync vs fully async 64:64 (staleness 0.5, partial rollout): 400 steps 1d16h48m -> 17h22m = 2.35x")
 SCENARIOS = {
     "areal": {
-        "published_speedup": 2.77,
-        "cite": "AReaL (Fu et al., arXiv 2505.24298) Table 1: 1.5B math, sync 41.0 h -> async 14.8 h at fixed PPO steps, H800, 16-48 nodes",
+        "published_speedup": 2.77, "cite": AREAL_CITE,
         "gen_train_devices": (3, 1),       # AReaL: inference:training devices 3:1
-        # sync step shares (rollout, training, rest): RollPacker Table 1, math (notes/regime.md 2.3)
         "sync_shares": (0.72, 0.23, 0.05),
-        "share_source": "RollPacker Table 1 (math): rollout 72%, training 23%, the rest 5% counted as weight sync",
-        "groups": 512, "group_size": 16,   # AReaL paper setup: 512 prompts x 16 answers
+        "share_source": "RollPacker Table 1 (math, Qwen2.5-14B, veRL): rollout 72%, training 23%, the rest 5% (counted as weight sync)",
+    },
+    "areal_light_training": {
+        "published_speedup": 2.77, "cite": AREAL_CITE,
+        "gen_train_devices": (3, 1),
+        "sync_shares": (0.87, 0.08, 0.05),
+        "share_source": "[I] hypothetical: the largest training share at which a 3:1 split can reach 2.77x "
+                        "(trainer-bound: 4 * train + rest <= 1/2.77 of the sync step -> train <= 7.8%)",
     },
     "verl_fully_async": {
-        "published_speedup": 2.35,
-        "cite": "verl recipe/fully_async_policy README: Qwen2.5-Math-7B, 128 H20, colocate sync vs fully async 64:64 "
-                "(staleness 0.5, partial rollout), 400 steps 1d16h48m -> 17h22m",
+        "published_speedup": 2.35, "cite": VERL_CITE,
         "gen_train_devices": (1, 1),
-        # verl's own colocate-sync row on 128 GPUs: gen 177.85 s, old_log_prob 53.92 + update_actor 113.81 s, step 356.30 s
-        "sync_shares": (177.85 / 356.30, (53.92 + 113.81) / 356.30, 1 - (177.85 + 53.92 + 113.81) / 356.30),
-        "share_source": "verl fully_async README, colocate sync on 128 GPUs: gen 177.85 s, old_log_prob + update_actor 167.73 s, rest 10.72 s of 356.30 s",
-        "groups": 512, "group_size": 16,   # verl recipe: train_batch_size 512, n 16
+        "sync_shares": _VERL_SHARES,
+        "share_source": "verl README, colocate sync on 128 GPUs: gen 177.85 s, old_log_prob 53.92 + update_actor 113.81 s, "
+                        "rest 10.72 s of a 356.30 s step; the async trainer on half the devices, perfect scaling",
+    },
+    "verl_fully_async_measured_trainer": {
+        "published_speedup": 2.35, "cite": VERL_CITE,
+        "gen_train_devices": (1, 1),
+        "sync_shares": _VERL_SHARES,
+        "async_train_share": _VERL_ASYNC_UPDATE / _VERL_ROW["step"],
+        "share_source": "as verl_fully_async, but the async trainer costs what verl measured for it: update_actor 113.16 s "
+                        "on its 64 GPUs and no old_log_prob recompute (rollout log-probs are used)",
     },
 }
+BATCH = {"groups": 512, "group_size": 16}   # AReaL's paper setup and verl's recipe: 512 prompts x 16 responses
 # [I] GPU decode: one iteration costs twice as much at 128 concurrent sequences as at one (memory-bound
 # weights read plus KV reads and compute growing with the batch); 256 sequences per engine.
 GPU_DECODE = {"b_over_a": 1 / 128, "max_concurrent": 256}
 
 
-def scenario_costs(sc: dict, devices: int, lengths, steps: int, warmup: int, seed: int) -> tuple[Costs, dict]:
-    """Costs in units of one decode iteration at batch 1 (``decode_a = 1``): the synchronous run on
-    all ``devices`` (colocated, every device a generation worker) is simulated once to get its
-    generation phase; training and weight sync are then set so the step splits as ``sync_shares``.
-    Training is charged per token (c0 = 0) and is what ``devices`` trainer devices do; async
-    runs it on its share of the devices, slower in proportion (perfect data-parallel scaling)."""
+def scenario_costs(sc: dict, devices: int, lengths, seed: int) -> tuple[Costs, Costs, dict]:
+    """Costs in units of one decode iteration at batch 1 (``decode_a = 1``) for the synchronous run
+    on all ``devices`` (colocated, every device a generation worker) and for the asynchronous one on
+    the scenario's split. The synchronous generation phase is simulated once; training and weight
+    sync are then set so the synchronous step splits as ``sync_shares``. Training is charged per
+    token (c0 = 0). The async trainer has ``devices * t / (g + t)`` devices and is slower in
+    proportion (perfect data-parallel scaling), unless the scenario gives its measured share."""
     gen_share, train_share, rest_share = sc["sync_shares"]
-    setup = Setup(mode="sync", workers=devices, groups=sc["groups"], group_size=sc["group_size"],
-                  max_concurrent=GPU_DECODE["max_concurrent"], steps=min(steps, 10), warmup=0, colocated=True)
-    probe = simulate(setup, Costs(1.0, GPU_DECODE["b_over_a"], 0.0, 0.0, 0.0), lengths, seed)
+    probe = simulate(Setup(mode="sync", workers=devices, max_concurrent=GPU_DECODE["max_concurrent"], steps=6, warmup=0,
+                           colocated=True, **BATCH), Costs(1.0, GPU_DECODE["b_over_a"], 0.0, 0.0, 0.0), lengths, seed)
     gen = probe["generation_phase_s"]
-    mean_tokens = sc["groups"] * sc["group_size"] * _mean_length(lengths, seed)
-    costs = Costs(1.0, GPU_DECODE["b_over_a"], 0.0, gen * train_share / gen_share / mean_tokens, gen * rest_share / gen_share)
-    return costs, {"sync_generation_phase_units": round(gen, 1), "mean_tokens_per_step": round(mean_tokens)}
+    sync_step = gen / gen_share
+    tokens = BATCH["groups"] * BATCH["group_size"] * _mean_length(lengths, seed)
+    sync = Costs(1.0, GPU_DECODE["b_over_a"], 0.0, sync_step * train_share / tokens, sync_step * rest_share)
+    g, t = sc["gen_train_devices"]
+    train_dev = devices * t / (g + t)
+    c1 = sync_step * sc["async_train_share"] / tokens if "async_train_share" in sc else sync.train_c1 * devices / train_dev
+    return sync, replace(sync, train_c1=c1), {"sync_generation_phase_units": round(gen, 1), "mean_tokens_per_step": round(tokens)}
 
 
 def _mean_length(lengths, seed: int) -> float:
     return float(np.mean(lengths.draw(np.random.default_rng(seed + 1), 200_000)))
 
 
-def compare_published(devices_list=(8, 64), etas=(1, 2, 4), steps: int = 40, warmup: int = 8, seed: int = 0) -> dict:
+def compare_published(devices_list=(8, 64), etas=(1, 2, 4), steps: int = 24, warmup: int = 6, seed: int = 0) -> dict:
     """For each scenario and device count D: sync colocated on D devices against async (eta) and
-    periodic on the scenario's split of the same D devices (gen:train; trainer cost scaled by
-    D / trainer devices)."""
+    periodic on the scenario's split of the same D devices; plus the generator-bound ceiling (async
+    eta = 4 with training free)."""
     lengths = LogNormal.from_quantile(PAPER_LENGTHS["median"], PAPER_LENGTHS["p99"], Z99, PAPER_LENGTHS["cap"])
     out = {"lengths": {**lengths.describe(), "source": "notes/regime.md 2.1-2.2 (RollPacker Fig. 2a, math): p50 661, p99/p50 ~ 12, cap 16k"},
-           "gpu_decode": GPU_DECODE, "steps": steps, "warmup": warmup, "scenarios": {}}
+           "gpu_decode": GPU_DECODE, "batch": BATCH, "steps": steps, "warmup": warmup, "scenarios": {}}
     for name, sc in SCENARIOS.items():
         rows = []
         for D in devices_list:
-            costs, probe = scenario_costs(sc, D, lengths, steps, warmup, seed)
+            sync_costs, split, probe = scenario_costs(sc, D, lengths, seed)
             g, t = sc["gen_train_devices"]
             gen_w = max(1, round(D * g / (g + t)))
-            train_dev = D - gen_w
-            split = replace(costs, train_c1=costs.train_c1 * D / train_dev)
-            base = dict(groups=sc["groups"], group_size=sc["group_size"], max_concurrent=GPU_DECODE["max_concurrent"],
-                        steps=steps, warmup=warmup)
-            sync = simulate(Setup(mode="sync", workers=D, colocated=True, **base), costs, lengths, seed)
-            row = {"devices": D, "async_generation_workers": gen_w, "async_trainer_devices": train_dev,
-                   "costs_units": asdict(costs), **probe, "sync_colocated": _brief(sync)}
+            base = dict(max_concurrent=GPU_DECODE["max_concurrent"], steps=steps, warmup=warmup, **BATCH)
+            sync = simulate(Setup(mode="sync", workers=D, colocated=True, **base), sync_costs, lengths, seed)
+            row = {"devices": D, "async_generation_workers": gen_w, "async_trainer_devices": D - gen_w,
+                   "costs_units_sync": asdict(sync_costs), "costs_units_async": asdict(split), **probe, "sync_colocated": _brief(sync)}
             for eta in etas:
                 r = simulate(Setup(mode="async", eta=eta, workers=gen_w, **base), split, lengths, seed)
                 row[f"async_eta{eta}"] = {**_brief(r), "speedup_vs_sync": round(sync["step_s"] / r["step_s"], 3)}
             r = simulate(Setup(mode="periodic", workers=gen_w, **base), split, lengths, seed)
             row["periodic"] = {**_brief(r), "speedup_vs_sync": round(sync["step_s"] / r["step_s"], 3)}
+            free = simulate(Setup(mode="async", eta=max(etas), workers=gen_w, **base), replace(split, train_c1=0.0), lengths, seed)
+            row["ceiling_training_free"] = {"step_s": round(free["step_s"], 3), "speedup_vs_sync": round(sync["step_s"] / free["step_s"], 3)}
             rows.append(row)
         out["scenarios"][name] = {**sc, "rows": rows}
     return out
@@ -775,10 +804,60 @@ def _brief(r: dict) -> dict:
 # ---------------------------------------------------------------- sweep and validation
 
 
-# Default costs: this machine (2-core AMD EPYC, AVX2), the embedded default (tiny-s, 32 x 8 rollouts).
-# decode: gen_throughput.json tiny-s fit; training: a local-pool run of the embedded default
-# (see docs/results.md, "Simulated asynchrony", for the command). Override with flags or --from-run.
-DEFAULT_COSTS = Costs(decode_a=1.37e-3, decode_b=2.93e-5, train_c0=0.25, train_c1=0.0, sync_s=0.0)
+# Default costs: this machine (2-core AMD EPYC, AVX2, quiet), the embedded default (tiny-s, 32 x 8
+# rollouts, 8-token budget, 3.2 generated tokens per rollout in its runs), from two committed
+# measurements: benchmarks/results/scale_out.json (local pool, medians of steps 2-15: generation
+# 0.048 s, training 0.123 s, verification 0.003 s; Ray 2 workers: weight sync 0.020 s) and
+# gen_throughput.json (the tiny-s decode shape). machine_costs() recomputes them from those files.
+EMBEDDED = {"groups": 32, "group_size": 8, "mean_length": 3.2, "cap": 8}
+FALLBACK_COSTS = Costs(decode_a=1.7e-3, decode_b=3.6e-5, train_c0=0.003, train_c1=0.123 / (32 * 8 * 3.2), sync_s=0.020)
+
+
+def machine_costs(seed: int = 0) -> tuple[Costs, dict]:
+    """Costs of the embedded default on this machine (see the comment above): the decode shape of
+    tiny-s scaled so that the local pool (one worker, the whole plan in one static batch) spends
+    the measured generation seconds; training per token; verification added to c0."""
+    try:
+        so = json.loads((benchinfo.RESULTS / "scale_out.json").read_text())["ray_vs_local"]
+        a0, b0 = fit_decode_shape(json.loads((benchinfo.RESULTS / "gen_throughput.json").read_text()), "tiny-s")
+    except (OSError, KeyError, ValueError):
+        return FALLBACK_COSTS, {"source": "fallback constants (scale_out.json or gen_throughput.json missing)"}
+    local = so["local"]["median_later_steps"]
+    B, G = EMBEDDED["groups"], EMBEDDED["group_size"]
+    lengths = lognormal_with_mean(EMBEDDED["mean_length"], rollwise_lengths().sigma, EMBEDDED["cap"])
+    probe = simulate(Setup(mode="sync", workers=1, groups=B, group_size=G, max_concurrent=B * G, batching="static", steps=20, warmup=0),
+                     Costs(a0, b0, 0.0, 0.0, 0.0), lengths, seed)
+    scale = local["generate_s"] / probe["generation_phase_s"]
+    costs = Costs(a0 * scale, b0 * scale, local["verify_s"], local["train_s"] / (B * G * EMBEDDED["mean_length"]),
+                  so["ray_2_workers"]["median_later_steps"]["weight_sync_s"])
+    return costs, {"source": "scale_out.json (local pool medians; Ray weight sync) + gen_throughput.json (tiny-s decode shape)",
+                   "decode_scale": round(scale, 4), "embedded_default": EMBEDDED}
+
+
+def validate_committed(seed: int = 0) -> dict:
+    """Predicted against measured generation and step seconds for the two arms of
+    ``scale_out.json`` that the calibration (machine_costs: the local pool's one batched call) did
+    not see: one worker generating request by request (``local_request_seeds``, what one Ray worker
+    does) and 2 Ray workers. Both synchronous, 15 steps on a quiet machine. Each arm's weight-sync
+    seconds are its own measured ones (an input of the model, not a prediction)."""
+    costs, _ = machine_costs(seed)
+    lengths = lognormal_with_mean(EMBEDDED["mean_length"], rollwise_lengths().sigma, EMBEDDED["cap"])
+    so = json.loads((benchinfo.RESULTS / "scale_out.json").read_text())["ray_vs_local"]
+    out = []
+    for arm, workers in (("local", 0), ("local_request_seeds", 1), ("ray_2_workers", 2)):
+        m = so[arm]["median_later_steps"]
+        B, G = EMBEDDED["groups"], EMBEDDED["group_size"]
+        st = Setup(mode="sync", workers=max(workers, 1), groups=B, group_size=G, max_concurrent=B * G if workers == 0 else G,
+                   batching="static", steps=20, warmup=2)
+        # weight sync is an input (measured, constant): the arm's own (0 for the local pool)
+        p = simulate(st, replace(costs, sync_s=m["weight_sync_s"]), lengths, seed)
+        out.append({"arm": arm, "workers": workers, "calibrated_on": arm == "local",
+                    "measured_generate_s": m["generate_s"], "predicted_generate_s": round(p["generation_phase_s"], 4),
+                    "generate_error_pct": round(100 * (p["generation_phase_s"] / m["generate_s"] - 1), 1),
+                    "measured_step_s": m["step_s"], "predicted_step_s": round(p["step_s"], 4),
+                    "step_error_pct": round(100 * (p["step_s"] / m["step_s"] - 1), 1)})
+    return {"source": "benchmarks/results/scale_out.json (ray_vs_local; medians of steps 2-15; measured step = sum of stage medians)",
+            "rows": out}
 
 
 def sweep(costs: Costs, lengths, workers, etas, base: Setup, seed: int) -> list[dict]:
@@ -795,17 +874,20 @@ def sweep(costs: Costs, lengths, workers, etas, base: Setup, seed: int) -> list[
     return rows
 
 
-def validate(run_dirs, calibrate_dir, sigma: float, seed: int) -> dict:
+def validate(run_dirs, calibrate_dir, sigma: float, seed: int, quiet_frac: float = 1.0) -> dict:
     """Predicted against measured seconds per step for each run (see the module docstring)."""
-    runs = [read_run(d) for d in run_dirs]
-    cal = read_run(calibrate_dir) if calibrate_dir else next((r for r in runs if r["mode"] == "sync"), None)
-    if cal is None:
-        raise SystemExit("--validate needs a synchronous run to take the costs from (give one, or --calibrate RUN_DIR)")
-    if cal["mode"] != "sync":
-        raise SystemExit(f"--calibrate {cal['dir']}: the calibration run must be synchronous (it is {cal['mode']})")
-    gt = load_gen_throughput()
-    costs, _, notes = calibrate(cal, sigma, gt, seed)
-    out = {"calibration_run": cal["dir"], "costs": asdict(costs), "calibration": notes, "runs": []}
+    runs = [read_run(d, quiet_frac) for d in run_dirs]
+    if calibrate_dir == "committed":
+        costs, notes = machine_costs(seed)
+        cal = {"dir": "committed (machine_costs: scale_out.json + gen_throughput.json)"}
+    else:
+        cal = read_run(calibrate_dir, quiet_frac) if calibrate_dir else next((r for r in runs if r["mode"] == "sync"), None)
+        if cal is None:
+            raise SystemExit("--validate needs a synchronous run to take the costs from (give one, or --calibrate RUN_DIR)")
+        if cal["mode"] != "sync":
+            raise SystemExit(f"--calibrate {cal['dir']}: the calibration run must be synchronous (it is {cal['mode']})")
+        costs, _, notes = calibrate(cal, sigma, load_gen_throughput(), seed)
+    out = {"calibration_run": cal["dir"], "quiet_frac": quiet_frac, "costs": asdict(costs), "calibration": notes, "runs": []}
     for r in runs:
         lengths = lognormal_with_mean(r["mean_length"], sigma, r["max_new_tokens"])
         entry = {"dir": r["dir"], "mode": r["mode"], "eta": r["eta"], "workers": r["workers"], "groups": r["groups"],
@@ -837,6 +919,13 @@ def machine_info() -> dict:
         return {"cpu": benchinfo.cpu_model(cpuinfo), "cpu_features": benchinfo.cpu_features(cpuinfo), "cores": os.cpu_count()}
 
 
+def git_info() -> dict | None:
+    try:
+        return benchinfo.git()
+    except ImportError:  # rollwise not importable: the simulation itself does not need it
+        return None
+
+
 def pick_lengths(args) -> object:
     kind = args.lengths
     if kind == "rollwise":
@@ -863,12 +952,10 @@ def parse_args(argv=None):
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--seed", type=int, default=0)
-    for name, default, what in (("decode-a", DEFAULT_COSTS.decode_a, "s per decode iteration, fixed part"),
-                                ("decode-b", DEFAULT_COSTS.decode_b, "s per decode iteration per held sequence"),
-                                ("train-c0", DEFAULT_COSTS.train_c0, "s per optimizer step, fixed part"),
-                                ("train-c1", DEFAULT_COSTS.train_c1, "s per trained token"),
-                                ("sync-s", DEFAULT_COSTS.sync_s, "s per weight publish")):
-        p.add_argument(f"--{name}", type=float, default=None, help=f"{what} (default {default:g}, or from --from-run)")
+    for name, what in (("decode-a", "s per decode iteration, fixed part"), ("decode-b", "s per decode iteration per held sequence"),
+                       ("train-c0", "s per optimizer step, fixed part"), ("train-c1", "s per trained token"),
+                       ("sync-s", "s per weight publish")):
+        p.add_argument(f"--{name}", type=float, default=None, help=f"{what} (default: machine_costs(), or from --from-run)")
     p.add_argument("--from-run", default=None, help="a rollwise run directory: costs, B, G and lengths from its ledger")
     p.add_argument("--lengths", default="rollwise", help="rollwise | lognormal | constant | jsonl:PATH")
     p.add_argument("--median", type=float, default=661.0, help="lognormal / constant: median length")
@@ -877,7 +964,9 @@ def parse_args(argv=None):
     p.add_argument("--sigma", type=float, default=None, help="--from-run / --validate: log-normal spread of the run's lengths "
                    "(default: that of rollwise's measured lengths)")
     p.add_argument("--validate", nargs="+", default=None, metavar="RUN_DIR")
-    p.add_argument("--calibrate", default=None, metavar="RUN_DIR", help="--validate: the sync run to take costs from")
+    p.add_argument("--calibrate", default=None, metavar="RUN_DIR", help="--validate: the sync run to take costs from, or 'committed' for machine_costs() (default: the first sync run given)")
+    p.add_argument("--quiet-frac", type=float, default=1.0, help="--from-run / --validate: use only this fraction of each "
+                   "run's steps, the fastest (a shared machine's slow steps measure the other jobs)")
     p.add_argument("--no-comparison", action="store_true", help="skip the published-figure scenarios")
     p.add_argument("--out", default=None)
     return p.parse_args(argv)
@@ -886,11 +975,11 @@ def parse_args(argv=None):
 def main(argv=None) -> None:
     args = parse_args(argv)
     sigma = args.sigma if args.sigma is not None else rollwise_lengths().sigma
-    result = {"benchmark": "simulate_async", "created": benchinfo.stamp(), "machine": machine_info(),
+    result = {"benchmark": "simulate_async", "created": benchinfo.stamp(), "git": git_info(), "machine": machine_info(),
               "command": "python benchmarks/simulate_async.py " + " ".join(sys.argv[1:] if argv is None else argv),
               "assumptions": __doc__.split("Model and assumptions (state them with any figure this produces):")[1].split("\nInputs:")[0].strip()}
     if args.validate:
-        result["validation"] = validate(args.validate, args.calibrate, sigma, args.seed)
+        result["validation"] = validate(args.validate, args.calibrate, sigma, args.seed, args.quiet_frac)
         out = Path(args.out or benchinfo.RESULTS / "simulate_async_validation.json")
         out.write_text(json.dumps(result, indent=1) + "\n")
         for r in result["validation"]["runs"]:
@@ -901,9 +990,9 @@ def main(argv=None) -> None:
         return
     base = Setup(groups=args.groups, group_size=args.group_size, max_concurrent=args.max_concurrent, batching=args.batching,
                  colocated=args.colocated, take=args.take, steps=args.steps, warmup=args.warmup)
-    costs, lengths, source = DEFAULT_COSTS, pick_lengths(args), "defaults (this machine, embedded default)"
+    (costs, source), lengths = machine_costs(args.seed), pick_lengths(args)
     if args.from_run:
-        run = read_run(args.from_run)
+        run = read_run(args.from_run, args.quiet_frac)
         costs, lengths, notes = calibrate(run, sigma, load_gen_throughput(), args.seed)
         base = replace(base, groups=run["groups"], group_size=run["group_size"])
         source = {"from_run": args.from_run, **notes}
@@ -912,6 +1001,8 @@ def main(argv=None) -> None:
     base.check()
     result["sweep"] = {"costs": asdict(costs), "costs_source": source, "lengths": lengths.describe(), "setup": asdict(base),
                        "rows": sweep(costs, lengths, args.workers, args.eta, base, args.seed)}
+    if not args.from_run and not any(v is not None for v in flags.values()):
+        result["validation_committed"] = validate_committed(args.seed)
     if not args.no_comparison:
         result["comparison"] = compare_published(seed=args.seed)
     out = Path(args.out or benchinfo.RESULTS / "simulate_async.json")
@@ -919,6 +1010,9 @@ def main(argv=None) -> None:
     for r in result["sweep"]["rows"]:
         print(f"workers {r['workers']:3d}: sync {r['sync']['step_s']:.4g} s/step; "
               + "; ".join(f"{k} x{v['speedup_vs_sync']:.2f}" for k, v in r.items() if isinstance(v, dict) and "speedup_vs_sync" in v))
+    for r in result.get("validation_committed", {}).get("rows", []):
+        print(f"{r['arm']}: generation measured {r['measured_generate_s']} s, predicted {r['predicted_generate_s']} s; "
+              f"step measured {r['measured_step_s']} s, predicted {r['predicted_step_s']} s ({r['step_error_pct']:+.1f}%)")
     for name, sc in result.get("comparison", {}).get("scenarios", {}).items():
         for r in sc["rows"]:
             print(f"{name} D={r['devices']}: " + "; ".join(f"{k} x{v['speedup_vs_sync']:.2f}" for k, v in r.items()

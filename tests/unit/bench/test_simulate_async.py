@@ -313,3 +313,29 @@ def test_cli_writes_json_with_assumptions(tmp_path):
     assert [row["workers"] for row in r["sweep"]["rows"]] == [1, 2]
     assert "async_eta1" in r["sweep"]["rows"][0] and "periodic" in r["sweep"]["rows"][0]
     assert "Staleness" in r["assumptions"] and r["machine"]["cores"] >= 1
+
+
+def test_quiet_frac_keeps_the_fastest_steps(tmp_path):
+    # intervals 2.0, 2.5, 2.5; half of 3 rounds up to 2 kept: 2.0 and 2.5 -> median 2.25
+    r = sa.read_run(fake_run(tmp_path), quiet_frac=0.5)
+    assert r["steps_used"] == 2 and r["median"]["dwall"] == pytest.approx(2.25)
+    with pytest.raises(SystemExit, match="quiet-frac"):
+        sa.read_run(tmp_path / "run", quiet_frac=0)
+
+
+def test_committed_costs_reproduce_the_arm_they_come_from_and_predict_the_others():
+    # machine_costs is fitted on scale_out.json's local pool: its generation comes back (to the
+    # lengths' sampling); the request-by-request and 2-worker arms are predictions.
+    rows = {r["arm"]: r for r in sa.validate_committed()["rows"]}
+    assert rows["local"]["calibrated_on"] and not rows["ray_2_workers"]["calibrated_on"]
+    assert rows["local"]["predicted_generate_s"] == pytest.approx(rows["local"]["measured_generate_s"], rel=0.02)
+    # one worker, one group per call: 32 calls of ~5 iterations at batch <= 8 cost more than one
+    # call of ~8 iterations at batch 256; two workers halve it
+    one, two = rows["local_request_seeds"]["predicted_generate_s"], rows["ray_2_workers"]["predicted_generate_s"]
+    assert one > 3 * rows["local"]["predicted_generate_s"]
+    assert two == pytest.approx(one / 2, rel=0.1)
+
+
+def test_validate_against_committed_costs(tmp_path):
+    out = sa.validate([str(fake_run(tmp_path))], "committed", 0.4, 0)
+    assert out["calibration_run"].startswith("committed") and out["runs"][0]["predicted_step_s"] > 0
