@@ -20,6 +20,13 @@ Methods modelled (specs/systems.md):
   takes the optimizer step (``train_c0``) once all B groups are in, publishes, and only then does
   batch k+1 start. Strictly on-policy.
 
+Where it differs from the papers: the AReaL gate counts groups (a GRPO group is one request), not
+trajectories; AReaL's global ``max_concurrent_rollouts`` cap is replaced by per-worker slots with a
+queue in front (a submitted group waits on its worker); the objective (decoupled PPO) does not
+matter to timing and is not modelled. Periodic asynchrony's shared-prompt attention is not
+modelled (it would lower ``train_c1``). Neither paper's system is simulated in detail: this is the
+scheduling skeleton both share, with stated costs.
+
 Model and assumptions (state them with any figure this produces):
 
 1. **Batch.** A step trains B groups of G rollouts. Response lengths are drawn i.i.d. per rollout
@@ -75,9 +82,11 @@ lengths read from a file (one integer, or an object with ``length`` / ``completi
 ``tokens``, per line).
 
 ``--validate RUN_DIR ...`` predicts each run's seconds per step from the costs of ``--calibrate``
-(default: the first sync run given) and the run's own configuration (``distributed.workers``, and
+(default: the first sync run given; ``committed``: ``machine_costs()``, fitted on the committed
+``scale_out.json`` and ``gen_throughput.json``) and the run's own configuration (``distributed.workers``, and
 ``train.async_.max_staleness`` / ``train.async_.mode`` read defensively, default sync / 0), against
-its measured median seconds per step (``wall_s`` differences, evaluation time removed).
+its measured median seconds per step (``wall_s`` differences, evaluation time removed;
+``--quiet-frac F`` keeps the fastest fraction F of the steps, for runs on a shared machine).
 
 The comparison with published figures (``comparison`` in the JSON; AReaL 2.77x, verl fully-async
 2.35x) is documented in docs/results.md, "Simulated asynchrony".
