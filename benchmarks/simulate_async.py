@@ -936,7 +936,7 @@ def git_info() -> dict | None:
 
 
 def pick_lengths(args) -> object:
-    kind = args.lengths
+    kind = args.lengths or "rollwise"
     if kind == "rollwise":
         return rollwise_lengths()
     if kind == "lognormal":
@@ -966,7 +966,8 @@ def parse_args(argv=None):
                        ("sync-s", "s per weight publish")):
         p.add_argument(f"--{name}", type=float, default=None, help=f"{what} (default: machine_costs(), or from --from-run)")
     p.add_argument("--from-run", default=None, help="a rollwise run directory: costs, B, G and lengths from its ledger")
-    p.add_argument("--lengths", default="rollwise", help="rollwise | lognormal | constant | jsonl:PATH")
+    p.add_argument("--lengths", default=None, help="rollwise (default) | lognormal | constant | jsonl:PATH; with --from-run, "
+                   "default: the run's mean length on rollwise's log-normal shape")
     p.add_argument("--median", type=float, default=661.0, help="lognormal / constant: median length")
     p.add_argument("--p99", type=float, default=661.0 * 12, help="lognormal: 99th percentile")
     p.add_argument("--cap", type=int, default=16384, help="lognormal: length cap")
@@ -1002,7 +1003,8 @@ def main(argv=None) -> None:
     (costs, source), lengths = machine_costs(args.seed), pick_lengths(args)
     if args.from_run:
         run = read_run(args.from_run, args.quiet_frac)
-        costs, lengths, notes = calibrate(run, sigma, load_gen_throughput(), args.seed)
+        costs, run_lengths, notes = calibrate(run, sigma, load_gen_throughput(), args.seed)
+        lengths = lengths if args.lengths else run_lengths
         base = replace(base, groups=run["groups"], group_size=run["group_size"])
         source = {"from_run": args.from_run, **notes}
     flags = {"decode_a": args.decode_a, "decode_b": args.decode_b, "train_c0": args.train_c0, "train_c1": args.train_c1, "sync_s": args.sync_s}

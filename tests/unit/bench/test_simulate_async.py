@@ -339,3 +339,21 @@ def test_committed_costs_reproduce_the_arm_they_come_from_and_predict_the_others
 def test_validate_against_committed_costs(tmp_path):
     out = sa.validate([str(fake_run(tmp_path))], "committed", 0.4, 0)
     assert out["calibration_run"].startswith("committed") and out["runs"][0]["predicted_step_s"] > 0
+
+
+def test_cli_from_run_takes_costs_and_batch_from_the_run_and_flags_win(tmp_path):
+    out = tmp_path / "sim.json"
+    sa.main(["--from-run", str(fake_run(tmp_path)), "--workers", "1", "--eta", "1", "--steps", "4", "--warmup", "1",
+             "--sync-s", "0.5", "--no-comparison", "--out", str(out)])
+    r = json.loads(out.read_text())["sweep"]
+    assert r["costs_source"]["from_run"].endswith("run")
+    assert (r["setup"]["groups"], r["setup"]["group_size"]) == (25, 4)   # the run's B x G
+    assert r["costs"]["sync_s"] == 0.5                                      # the flag over the run's 0.1
+    assert r["lengths"]["cap"] == 8                                         # the run's max_new_tokens
+
+
+def test_cli_from_run_with_explicit_lengths_keeps_them(tmp_path):
+    out = tmp_path / "sim.json"
+    sa.main(["--from-run", str(fake_run(tmp_path)), "--lengths", "constant", "--median", "5", "--workers", "1", "--eta", "1",
+             "--steps", "4", "--warmup", "1", "--no-comparison", "--out", str(out)])
+    assert json.loads(out.read_text())["sweep"]["lengths"] == {"kind": "cycle", "values": [5], "period": 1}
