@@ -351,7 +351,9 @@ class Simulation:
 
     def _admit(self, w: _Worker):
         G = self.s.group_size
-        if self.s.batching == "static" and w.active:
+        # a paused worker takes no one in (a trainer step may pause it while its finished
+        # sequences are being handled); the new ones join when it resumes, with the new version
+        if w.paused or (self.s.batching == "static" and w.active):
             return
         while w.queue and len(w.active) < self.s.max_concurrent:
             sid = w.queue.popleft()
@@ -367,8 +369,7 @@ class Simulation:
         self._advance(w, self.t)
         G = self.s.group_size
         w.queue.extend(range(g * G, (g + 1) * G))
-        if not w.paused:
-            self._admit(w)
+        self._admit(w)
         self._schedule(i)
 
     def _pause_all(self):

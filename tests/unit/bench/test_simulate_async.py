@@ -357,3 +357,14 @@ def test_cli_from_run_with_explicit_lengths_keeps_them(tmp_path):
     sa.main(["--from-run", str(fake_run(tmp_path)), "--lengths", "constant", "--median", "5", "--workers", "1", "--eta", "1",
              "--steps", "4", "--warmup", "1", "--no-comparison", "--out", str(out)])
     assert json.loads(out.read_text())["sweep"]["lengths"] == {"kind": "cycle", "values": [5], "period": 1}
+
+
+@pytest.mark.parametrize("mode,eta", [("async", 1), ("async", 3), ("periodic", 0)])
+def test_colocated_generation_and_training_never_overlap(mode, eta):
+    # one worker sharing the trainer's device: decoding share + trainer-busy share <= 100%
+    kw = dict(workers=1, groups=4, group_size=4, max_concurrent=8, steps=12, warmup=2, colocated=True)
+    c = costs(0.01, 0.001, 0.3, 0.002, 0.1)
+    r = sa.simulate(sa.Setup(mode=mode, eta=eta, **kw), c, PAPERISH, seed=2)
+    assert (100 - r["generator_idle_pct"]) + (100 - r["trainer_idle_pct"]) <= 100 + 1e-6
+    apart = sa.simulate(sa.Setup(mode=mode, eta=eta, **{**kw, "colocated": False}), c, PAPERISH, seed=2)
+    assert apart["step_s"] <= r["step_s"] + 1e-9
