@@ -84,7 +84,7 @@ lengths read from a file (one integer, or an object with ``length`` / ``completi
 ``--validate RUN_DIR ...`` predicts each run's seconds per step from the costs of ``--calibrate``
 (default: the first sync run given; ``committed``: ``machine_costs()``, fitted on the committed
 ``scale_out.json`` and ``gen_throughput.json``) and the run's own configuration (``distributed.workers``, and
-``train.async_.max_staleness`` / ``train.async_.mode`` read defensively, default sync / 0), against
+``train.async.max_staleness`` / ``train.async.periodic`` read defensively, default sync / 0), against
 its measured median seconds per step (``wall_s`` differences, evaluation time removed;
 ``--quiet-frac F`` keeps the fastest fraction F of the steps, for runs on a shared machine).
 
@@ -603,15 +603,16 @@ def _model_alias(name: str) -> str:
 
 def run_schedule(cfg: dict) -> dict:
     """Mode, eta and pool of a run from its resolved config, read defensively: ``distributed.workers``
-    (0 = the local pool); ``train.async_`` (or ``train.async``) with ``max_staleness`` / ``eta`` and
-    ``mode`` / ``enabled``; absent keys mean synchronous."""
+    (0 = the local pool); ``train.async`` with ``max_staleness`` and ``periodic`` (``enabled``:
+    ``false`` forces synchronous); absent keys mean synchronous."""
     train = cfg.get("train", {}) or {}
     a = train.get("async_", train.get("async", {})) or {}
     if not isinstance(a, dict):
         a = {}
     eta = int(a.get("max_staleness", a.get("eta", 0)) or 0)
-    mode = str(a.get("mode", "") or "").lower()
+    mode = "periodic" if a.get("periodic") else str(a.get("mode", "") or "").lower()
     enabled = a.get("enabled", True)
+    enabled = True if enabled is None else enabled
     if mode == "periodic" and enabled:
         mode = "periodic"
     elif enabled and (mode in ("async", "areal") or (mode in ("", "on") and eta > 0)):
