@@ -70,16 +70,23 @@ def check_config(cfg) -> None:
 
     if importlib.util.find_spec("ray") is None:
         raise UserError(f"distributed.workers = {cfg.distributed.workers} needs Ray, which is not installed: {INSTALL_HINT}")
-    from rollwise.components import resolve
-
-    local_only = [key for key, on in (("sampling.arrol.enabled", cfg.sampling.arrol.enabled),
-                                      ("sampling.tree.enabled", cfg.sampling.tree.enabled),
-                                      (f"replay.name = {cfg.replay.name!r}", hasattr(resolve(cfg, "replay")[0], "wrap_pool"))) if on]
+    local_only = in_process_strategies(cfg)
     if local_only:
         raise UserError(f"{', '.join(local_only)} drives the backend in this process, which distributed.workers > 0 "
                         "does not have; set distributed.workers = 0 or turn it off")
     if cfg.distributed.address is not None:
         _parse_address(cfg.distributed.address)
+
+
+def in_process_strategies(cfg) -> list[str]:
+    """The config keys of rollout strategies that drive the backend in the trainer's process
+    (ARRoL, LATR trees, and replays that wrap the pool: APRIL, SPEC-RL), for the refusals of Ray
+    workers and of data-parallel training."""
+    from rollwise.components import resolve
+
+    return [key for key, on in (("sampling.arrol.enabled", cfg.sampling.arrol.enabled),
+                                ("sampling.tree.enabled", cfg.sampling.tree.enabled),
+                                (f"replay.name = {cfg.replay.name!r}", hasattr(resolve(cfg, "replay")[0], "wrap_pool"))) if on]
 
 
 def _parse_address(address: str) -> tuple[str, int]:
