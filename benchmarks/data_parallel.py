@@ -12,7 +12,8 @@ rollouts and train on the same batches):
 Per step the ledger gives ``time/generate_s`` (for data parallel: the slower rank's generation +
 verification), ``time/train_s`` and the step's wall-clock (difference of consecutive ``wall_s``,
 which also holds the collectives and the bookkeeping); the first step is left out (warm-up) and
-the median of the others reported. Evaluation is off except the run's final one (after the last
+the median of the others reported per run, and per arm the median over ``--repeats`` runs (the
+arms interleaved). Evaluation is off except the run's final one (after the last
 ledger line). Start-up (imports, warm-start cache load, process group) is in ``process_wall_s``.
 
     HF_HUB_OFFLINE=1 python benchmarks/data_parallel.py      # -> benchmarks/results/data_parallel.json
@@ -45,7 +46,9 @@ def step_times(lines: list[dict]) -> list[dict]:
             for a, b in zip(lines, lines[1:])]
 
 
-def summarise(times: list[dict]) -> dict:
+def summarise(times: list[dict]) -> dict | None:
+    if not times:
+        return None
     return {k: round(median(t[k] for t in times), 4) for k in ("generate_s", "train_s", "wall_s")}
 
 
@@ -68,23 +71,35 @@ def run(name: str, launcher: list[str], overrides: list[str], runs: Path) -> dic
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--repeats", type=int, default=2, help="runs per arm, arms interleaved (a shared machine's load drifts)")
     ap.add_argument("--out", default=str(RESULTS / "data_parallel.json"))
     args = ap.parse_args()
     torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or "torchrun"
     steps = [f"train.steps={args.steps}"]
     result = {"benchmark": "data_parallel", "created": stamp(), "git": git(), "machine": machine(),
               "command": "python benchmarks/data_parallel.py " + " ".join(sys.argv[1:])}
+    arms = {"one_process_1_thread": ([sys.executable], ["run.threads=1"]),
+            "one_process_2_threads": ([sys.executable], ["run.threads=2"]),
+            "torchrun_2x1_thread": ([torchrun, "--nproc_per_node", "2"], [])}
+    runs_of: dict[str, list[dict]] = {name: [] for name in arms}
     with tempfile.TemporaryDirectory() as tmp:
         runs = Path(tmp)
         run("warm", [sys.executable], ["train.steps=1"], runs)  # fills the warm-start cache for every arm
-        arms = {"one_process_1_thread": ([sys.executable], ["run.threads=1"]),
-                "one_process_2_threads": ([sys.executable], ["run.threads=2"]),
-                "torchrun_2x1_thread": ([torchrun, "--nproc_per_node", "2"], [])}
-        result["arms"] = {name: run(name, launcher, steps + extra, runs) for name, (launcher, extra) in arms.items()}
-    costs = {json.dumps(a["final_cost"], sort_keys=True) for a in result["arms"].values()}
-    result["same_costs_on_every_arm"] = len(costs) == 1
+        for i in range(args.repeats):
+            for name, (launcher, extra) in arms.items():
+                runs_of[name].append(run(f"{name}-{i}", launcher, steps + extra, runs))
+    result["arms"] = {name: {"median_step_wall_s_over_runs": round(median(r["median_step"]["wall_s"] for r in rs), 4),
+                             "runs": rs} for name, rs in runs_of.items()}
+    base = result["arms"]["one_process_1_thread"]["median_step_wall_s_over_runs"]
+    result["speedup_vs_one_process_1_thread"] = {name: round(base / a["median_step_wall_s_over_runs"], 2)
+                                                 for name, a in result["arms"].items()}
+    costs = {json.dumps(r["final_cost"], sort_keys=True) for rs in runs_of.values() for r in rs}
+    result["same_costs_on_every_run"] = len(costs) == 1
+    result["load_avg_1min_at_end"] = os.getloadavg()[0]
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
-    print(json.dumps({k: v for k, v in result.items() if k != "machine"}, indent=1))
+    print(json.dumps({k: v for k, v in result.items() if k not in ("machine", "arms")}, indent=1))
+    for name, a in result["arms"].items():
+        print(name, a["median_step_wall_s_over_runs"], [r["median_step"] for r in a["runs"]])
 
 
 if __name__ == "__main__":

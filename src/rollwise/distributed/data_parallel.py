@@ -43,9 +43,11 @@ Limits (refused by :func:`check_config` with the key to change): Ray rollout wor
 (ARRoL, LATR trees, APRIL, SPEC-RL), and ``model.backend = "vllm"`` (one engine per rank on
 one device is not handled). No FSDP: every rank holds the whole model and optimizer state.
 
-Process group: ``gloo`` on CPU; on a machine with CUDA ``cpu:gloo,cuda:nccl`` (CUDA tensors
-go through NCCL, CPU tensors and the object collectives through gloo) after
-``torch.cuda.set_device(LOCAL_RANK)``. Started from torchrun's environment (``RANK``,
+Process group: ``gloo`` on CPU; where every local rank has a GPU, ``cpu:gloo,cuda:nccl`` (CUDA
+tensors go through NCCL, CPU tensors and the object collectives through gloo) after
+``torch.cuda.set_device(LOCAL_RANK)``. The gradients are all-reduced where the model's
+parameters are; the hf trainer keeps its model on the CPU today, so the NCCL path is not
+exercised by the tests (CPU only). Started from torchrun's environment (``RANK``,
 ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``), once per process.
 """
 
@@ -123,7 +125,8 @@ def start(cfg) -> "DataParallel | None":
         local = int(os.environ.get("LOCAL_RANK", "0"))
         if not dist.is_initialized():
             backend = "gloo"
-            if torch.cuda.is_available():
+            # NCCL only where every rank of this node has its own GPU (the same choice on every rank)
+            if torch.cuda.is_available() and torch.cuda.device_count() >= int(os.environ.get("LOCAL_WORLD_SIZE", "1")):
                 torch.cuda.set_device(local)
                 backend = "cpu:gloo,cuda:nccl"
             dist.init_process_group(backend)  # env:// from torchrun's variables
