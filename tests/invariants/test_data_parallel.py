@@ -6,16 +6,19 @@ The ranks are started as torchrun would start them (``RANK``, ``WORLD_SIZE``, ``
 thread each.
 
 - The loss normaliser is the global loss-token count of the step on every rank (a hand-worked
-  case where the ranks hold 3 and 1 loss tokens).
-- On a fixed batch whose shards are not the one-process micro-batches (one micro-batch of 6 rows
-  against 3 rows per rank), the weights after one and two optimizer steps equal one process's
-  within ``ATOL``: the only differences are float summation orders (packed rows of other
-  shapes, the two-rank sum of the gradient).
+  case where the ranks hold 3 and 1 loss tokens), and a rank without rows adds a zero gradient.
+- On a fixed batch of 6 rows, 3 rows per rank equal one process with ``micro_batch = 3`` exactly
+  (AdamW weights and every metric after one and two steps: the same micro-batches, and a sum of
+  two gradients does not depend on its order), and one process with ``micro_batch = 6`` within
+  ``ATOL`` (SGD of lr 1, so the weight change is the gradient; the only differences are float
+  summation orders: packed rows of other shapes).
 - A real loop run on 2 ranks, interrupted after step 1 and resumed, equals the uninterrupted
   one-process run with per-request seeds (``distributed.request_seeds``) exactly: same
-  ``metrics.jsonl`` and ``eval.jsonl`` (times aside), same weights after steps 1 and 2. Exact,
-  because each rank's shard (8 rows) is one of the one-process run's micro-batches
-  (``train.micro_batch = 8``) and a sum of two gradients does not depend on its order.
+  ``metrics.jsonl`` and ``eval.jsonl`` (times aside), same weights after steps 1 and 2, one
+  ``changes.jsonl`` line (rank 0 alone writes). Exact, because each rank's shard (8 rows) is
+  one of the one-process run's micro-batches (``train.micro_batch = 8``).
+
+The two ranks are started once (``dp_dir``) for all of these.
 """
 
 import dataclasses
