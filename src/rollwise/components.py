@@ -77,6 +77,9 @@ def check(cfg) -> None:
     from rollwise.distributed.async_pool import check_config as check_async
 
     check_async(cfg)  # train.async: no strategy that drives the trainer's backend directly
+    from rollwise.distributed.data_parallel import check_config as check_data_parallel
+
+    check_data_parallel(cfg)  # torchrun with WORLD_SIZE > 1: no Ray workers, vLLM or in-process rollout strategy
     overlong_limits(cfg.reward.overlong_penalty, cfg.sampling.max_new_tokens)
 
 
@@ -245,9 +248,10 @@ def build_backend(cfg, model, codec, seed: int):
     return HFBackend(model, codec.eos_ids, codec.pad_id, cfg.model.max_batch, seed, compute_dtype=compute)
 
 
-def build_pool(cfg, backend, codec, task, sampling, tree, model, log=print):
+def build_pool(cfg, backend, codec, task, sampling, tree, model, log=print, dp=None):
     """The worker pool the loop calls: the local pool (in this process), request-seeded when
-    ``distributed.request_seeds``, or Ray rollout workers (``distributed.workers``)."""
+    ``distributed.request_seeds``, shared across data-parallel ranks (``dp``, a
+    ``data_parallel.DataParallel``; request-seeded too), or Ray rollout workers (``distributed.workers``)."""
     from rollwise.distributed.local import LocalPool
 
     if cfg.distributed.workers > 0:
@@ -256,6 +260,10 @@ def build_pool(cfg, backend, codec, task, sampling, tree, model, log=print):
         return RayPool(cfg, model, codec, sampling, log=log)
     pool = LocalPool(backend, codec, task.verify, sampling, max_batch=cfg.model.max_batch, tree=tree,
                      verify_workers=getattr(task, "verify_workers", 1))
+    if dp is not None:
+        from rollwise.distributed.data_parallel import DataParallelPool
+
+        return DataParallelPool(pool, dp, cfg.run.seed)
     if cfg.distributed.request_seeds:
         from rollwise.distributed.ray_pool import SeededPool
 

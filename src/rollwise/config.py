@@ -325,6 +325,12 @@ class DistributedConfig(Section):
                                 "index) and generate request by request, so results do not depend on how a plan is split "
                                 "across workers; always on when workers > 0 (set it with workers = 0 to compare with the "
                                 "local pool).")
+    data_parallel: bool | None = Field(None, description="Data-parallel training with torch.distributed, started by torchrun "
+                                       "(torchrun --nproc_per_node N -m rollwise.cli train ...): every process generates and "
+                                       "trains on a share of each step, gradients are summed, rank 0 writes the run "
+                                       "(rollwise.distributed.data_parallel). None = on when torchrun starts more than one "
+                                       "process (WORLD_SIZE > 1); true = refuse to run without torchrun; false = refuse to run "
+                                       "under it.")
 
 
 class EvalConfig(Section):

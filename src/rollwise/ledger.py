@@ -20,8 +20,9 @@ REUSE_KEYS = ("reused_tokens", "verify_tokens")
 
 
 class Ledger:
-    def __init__(self, run_dir: Path):
+    def __init__(self, run_dir: Path, write: bool = True):
         self.dir = Path(run_dir)
+        self.write = write  # False: totals and lines are kept, no file is touched (data-parallel ranks > 0)
         self.metrics_path = self.dir / "metrics.jsonl"
         self.eval_path = self.dir / "eval.jsonl"
         self.totals = {k: 0 for k in COST_KEYS}
@@ -60,8 +61,9 @@ class Ledger:
             sink("eval", line)
         return line
 
-    @staticmethod
-    def _append(path: Path, line: dict) -> None:
+    def _append(self, path: Path, line: dict) -> None:
+        if not self.write:
+            return
         with open(path, "a") as f:
             f.write(json.dumps(line) + "\n")
             f.flush()
@@ -72,6 +74,8 @@ class Ledger:
         atomically, so a kill during truncation leaves the old file or the new one."""
         import os
 
+        if not self.write:
+            return
         for path, keep in ((self.metrics_path, lambda s: s < step), (self.eval_path, lambda s: s <= step)):
             if path.exists():
                 text = path.read_text()
@@ -90,6 +94,8 @@ class Ledger:
         self.elapsed_before, self.t0 = s["wall_s"], time.perf_counter()
 
     def plot(self) -> None:
+        if not self.write:
+            return
         from rollwise.eval.plots import plot_run
 
         plot_run(self.dir)

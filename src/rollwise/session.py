@@ -22,6 +22,7 @@ import torch
 from rollwise import components, reward
 from rollwise import resume as resume_check
 from rollwise.config import Config, to_toml
+from rollwise.distributed import data_parallel
 from rollwise.eval.evaluate import evaluate
 from rollwise.ledger import Ledger
 from rollwise.train import checkpoint
@@ -47,13 +48,17 @@ class RunResult:
 
 class Run:
     def __init__(self, cfg: Config, resume: bool = False, backend=None, log=print):
+        self.dp = data_parallel.start(cfg)  # torchrun with WORLD_SIZE > 1, else None (one process)
+        self.main = self.dp is None or self.dp.main  # the process that writes the run directory
+        if self.dp is not None:  # ranks > 0 wait for rank 0's set-up and take its run name
+            cfg, log = self.dp.follow(cfg, log)
         if resume:  # the saved config against the requested one, before anything in the directory is touched
             changes = resume_check.check(cfg, cfg.run_dir())
         else:  # a default run name never reuses an existing run directory
             cfg, changes = cfg.with_run_name(), {}
         self.cfg, self.log = cfg, log
         existed = cfg.run_dir().exists()
-        self.dir = components.prepare_run_dir(cfg, resume)
+        self.dir = components.prepare_run_dir(cfg, resume) if self.main else cfg.run_dir()
         try:
             self.task = components.build_task(cfg)
             self.parts = components.build_strategies(cfg, self.task)
@@ -90,7 +95,7 @@ class Run:
         if describe is not None:  # e.g. which code sandbox is active (verify/sandbox.py)
             log(describe())
         self.pool = components.build_pool(cfg, backend, self.codec, self.task, self.sampling, self._tree_sampler(backend),
-                                          self.model, log=log)
+                                          self.model, log=log, dp=self.dp)
         self.receivers = components.weight_receivers(backend, self.pool)  # engines that get published weights
         self.async_pool = None
         if cfg.train.async_.on:  # a generator running ahead of the trainer (distributed/async_pool.py)
@@ -119,24 +124,26 @@ class Run:
             self.pool = TtrlPool(self.pool, cfg.reward.ttrl)
         self.trainer = Trainer(self.model, self.parts.objective, self.parts.objective_options, cfg.train, s.temperature,
                                reference=cfg.reward.kl.coef > 0 or getattr(self.parts.advantage, "needs_reference", False),
-                               compute_dtype=self.compute_dtype)
+                               compute_dtype=self.compute_dtype, data_parallel=self.dp)
         if cfg.train.async_.periodic:  # periodic asynchrony: groups back-propagated as they arrive (train/streaming.py)
             from rollwise.train.streaming import StreamingTrainer
 
             self.trainer = StreamingTrainer(self.trainer, self._stream_batch)
-        self.ledger = Ledger(self.dir)
+        self.ledger = Ledger(self.dir, write=self.main)
         self.state = RunState(seed=seed)
         self.evals: list[dict] = []
         if resume:
             self._resume(ckpt)
-            if changes:  # allowed mid-run changes (steps, budgets, cadences): recorded at the step they start
+            if changes and self.main:  # allowed mid-run changes (steps, budgets, cadences): recorded at the step they start
                 resume_check.record(self.dir, self.state.step, changes)
                 self._write_config()
                 log("changed on resume at step {}: {}".format(self.state.step, ", ".join(
                     f"{k} {old!r} -> {new!r}" for k, (old, new) in changes.items())))
+        if self.dp is not None:  # rank 0 releases the others; every rank takes rank 0's weights
+            self.dp.lead(self.cfg, [self.model, self.trainer.ref_model])
         self.sync_weights()  # the engines start from the trainer's weights (warm-started or resumed)
         self.trackers = None
-        if cfg.run.report_to:  # experiment trackers fed by the ledger (rollwise.trackers)
+        if cfg.run.report_to and self.main:  # experiment trackers fed by the ledger (rollwise.trackers)
             from rollwise.trackers import Trackers
 
             self.trackers = Trackers(cfg.run.report_to, self.dir, cfg.model_dump(mode="json"), to_toml(cfg), self.state.step,
@@ -147,6 +154,8 @@ class Run:
                     self.trackers("eval", line)
 
     def _write_config(self) -> None:
+        if not self.main:
+            return
         resolved = self.dir / "config.resolved.toml"  # atomic: a kill here must not spoil a later --resume
         resolved.with_suffix(".tmp").write_text(to_toml(self.cfg))
         resolved.with_suffix(".tmp").replace(resolved)
@@ -227,7 +236,9 @@ class Run:
         ref = self.trainer.ref_model
         return {"reference": ref} if ref is not None else {}
 
-    def checkpoint(self) -> Path:
+    def checkpoint(self) -> Path | None:
+        if not self.main:  # rank 0 saves the (identical) state of every data-parallel rank
+            return None
         state = {name: obj.state_dict() for name, obj in self._stateful().items() if hasattr(obj, "state_dict")}
         state["run_state"] = vars(self.state).copy()
         history = getattr(self.parts.controller, "history", None)
@@ -239,7 +250,8 @@ class Run:
         if ckpt is None:
             self.log(f"no checkpoint in {self.dir}; starting from step 0")
             self.ledger.truncate(0)
-            (self.dir / "eval.jsonl").unlink(missing_ok=True)
+            if self.main:
+                (self.dir / "eval.jsonl").unlink(missing_ok=True)
             return
         state = checkpoint.load(ckpt, self.model, self._frozen())
         for name, obj in self._stateful().items():
@@ -283,7 +295,8 @@ class Run:
             self.checkpoint()
         from rollwise.export import write_hf  # final/: the trained model as a Hugging Face directory
 
-        write_hf(self.model, self.codec.tokenizer, self.dir / "final", overwrite=True)
+        if self.main:
+            write_hf(self.model, self.codec.tokenizer, self.dir / "final", overwrite=True)
         return RunResult(self.dir, self.state.step, self.evals[0] if self.evals else {}, self.evals[-1] if self.evals else {},
                          dict(self.ledger.totals))
 
@@ -319,7 +332,7 @@ class Run:
         """A rich progress bar on a terminal; plain log lines (through ``log``, so ``rollwise compare -j``
         labels them by run) when stdout is not one (nohup, cluster jobs, pipes) or ROLLWISE_PROGRESS=plain:
         one per step, or per hundredth of the steps cap. Budget runs show the budget's progress."""
-        if not self.cfg.run.progress:
+        if not self.cfg.run.progress or not self.main:
             yield lambda **kw: None
             return
         import os

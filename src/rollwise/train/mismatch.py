@@ -51,6 +51,18 @@ class MismatchMeter:
         self.abs_max = max(self.abs_max, float(d.abs().max()))
         self.tokens += float(on.sum())
 
+    @classmethod
+    def merge(cls, meters: list["MismatchMeter"]) -> "MismatchMeter":
+        """One meter over the tokens of all ``meters`` (data-parallel ranks): sums added in
+        order, maxima maxed."""
+        out = cls()
+        for m in meters:
+            out.abs_sum += m.abs_sum
+            out.k3_sum += m.k3_sum
+            out.abs_max = max(out.abs_max, m.abs_max)
+            out.tokens += m.tokens
+        return out
+
     def metrics(self) -> dict[str, float]:
         if not self.tokens:
             return {}

@@ -28,6 +28,10 @@ Options the trainer serves (each computed here, its math living in ``objectives/
   restored right after ``optimizer.step()``. Logs ``train/ess_ratio`` and ``train/lr_scale``.
 - The entropy bonus is the objective option ``entropy_coef``; the trainer always passes the
   entropy tensor and logs ``train/entropy``.
+- **Data parallel** (``data_parallel``, torchrun; ``rollwise.distributed.data_parallel``): each
+  rank trains on its contiguous share of the batch's rows (still divided by the global counts),
+  and before clipping the gradients are summed over the ranks, and the loss, metric sums,
+  mismatch and ESS log-weights gathered, so every rank takes the one-process step.
 
 Speed and memory (issue #13; ``token_logprobs``): log-probs, entropies, proximal and reference
 log-probs exist only at completion positions (0 elsewhere, which no objective reads: they all
@@ -192,8 +196,9 @@ class Accumulated:
 
 class Trainer:
     def __init__(self, model, objective, options, train_cfg, temperature: float, reference: bool = False,
-                 compute_dtype: torch.dtype | None = None):
+                 compute_dtype: torch.dtype | None = None, data_parallel=None):
         self.model = model
+        self.dp = data_parallel  # rollwise.distributed.data_parallel.DataParallel, or None (one process)
         self.compute_dtype = compute_dtype  # autocast dtype of forward and backward; weights stay as they are
         if getattr(train_cfg, "activation_checkpointing", False):
             if not hasattr(model, "gradient_checkpointing_enable"):
@@ -212,12 +217,14 @@ class Trainer:
         if self.kl_in_loss or reference:
             self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
 
-    def micro_batches(self, batch: Batch):
+    def micro_batches(self, batch: Batch, shard: bool = False):
         """Yield ``(rows, micro_batch)``: the slice of ``batch`` and its rows trimmed to their
-        longest sequence, on the model's device (global counts kept, see ``Batch.rows``)."""
+        longest sequence, on the model's device (global counts kept, see ``Batch.rows``). With
+        ``shard`` and data parallel, only this rank's rows (``DataParallel.shard``)."""
         device = next(self.model.parameters()).device
-        for start in range(0, batch.size, self.cfg.micro_batch):
-            rows = slice(start, start + self.cfg.micro_batch)
+        here = self.dp.shard(batch.size) if shard and self.dp is not None else range(batch.size)
+        for start in range(here.start, here.stop, self.cfg.micro_batch):
+            rows = slice(start, min(start + self.cfg.micro_batch, here.stop))
             yield rows, batch.rows(rows).to(device)
 
     def _logprobs(self, model, mb: Batch, with_entropy: bool = False):
@@ -275,7 +282,7 @@ class Trainer:
         """Log-probs of the pre-update weights per micro-batch (several update epochs), in train
         mode like the one-epoch path, whose prox is the loss forward's own."""
         self.model.train()
-        return [self._logprobs(self.model, mb)[0] for _, mb in self.micro_batches(batch)]
+        return [self._logprobs(self.model, mb)[0] for _, mb in self.micro_batches(batch, shard=True)]
 
     def _epoch(self, batch: Batch, prox_up_front: list[torch.Tensor] | None) -> dict[str, float]:
         """One optimizer step over every micro-batch of ``batch``."""
@@ -289,7 +296,7 @@ class Trainer:
         self.model.train()
         acc = acc if acc is not None else Accumulated()
         ess_on = bool(getattr(self.cfg, "ess_lr_scaling", None) and self.cfg.ess_lr_scaling.enabled)
-        for i, (_, mb) in enumerate(self.micro_batches(batch)):
+        for i, (_, mb) in enumerate(self.micro_batches(batch, shard=True)):
             if mb.loss_mask.sum() == 0:
                 continue
             mb = self._with_reference(mb)
@@ -316,6 +323,10 @@ class Trainer:
         """Clip and take the optimizer step on the accumulated gradients (first multiplied by
         ``grad_scale``, as is the reported loss); returns the step's ``train/*`` metrics."""
         params = [p for p in self.model.parameters() if p.requires_grad]
+        if self.dp is not None:  # data parallel: the step's gradient is the sum over every rank's rows
+            self.dp.all_reduce_grads(params)
+            acc.loss, acc.sums, acc.gap, acc.log_w, acc.has_tokens = self.dp.combine(acc.loss, acc.sums, acc.gap, acc.log_w,
+                                                                                    acc.has_tokens)
         if grad_scale != 1.0:
             for p in params:
                 if p.grad is not None:
