@@ -135,3 +135,53 @@ def test_twenty_random_kills_each_resumed_equal_uninterrupted(tmp_path):
     for rel in ("checkpoints/step-8/model.safetensors", "final/model.safetensors"):
         a, b = _weights(run_dir / rel), _weights(full / rel)
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), rel
+
+
+def test_async_run_killed_and_resumed_trains_every_plan_once(tmp_path):
+    """Asynchronous rollouts (η = 1, a generator thread running a plan ahead), SIGKILLed 6 times
+    (optimizer step, checkpoint write, wall-clock) and resumed: every step once, each step trained
+    its own plan (``async/plan`` = step: none lost, none twice), every rollout charged once
+    (``cost/rollouts``), and each prompt visited as often as in the uninterrupted run (the plans
+    drawn ahead are in the checkpoint, so the controller's draws are not repeated or skipped)."""
+    common = tiny_overrides(tmp_path, steps=8, **{"run.checkpoint_every": 2, "run.keep_checkpoints": 2, "eval.every": 3,
+                                                   "train.async.max_staleness": 1, "objective.name": "decoupled_ppo"})
+    sets = lambda o: sum((["--set", s] for s in as_sets(o)), [])  # noqa: E731
+    env = dict(os.environ, ROLLWISE_TEST_KILL="none:0:before")
+
+    def launch(args):
+        return subprocess.Popen([sys.executable, "-c", CHILD, *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    ref = launch(["train", *sets(dict(common, **{"run.name": "full"}))])
+    assert ref.wait(timeout=600) == 0, ref.stderr.read().decode()[-3000:]
+    rng = random.Random(5)
+    run_dir = tmp_path / "killed"
+    fresh = ["train", *sets(dict(common, **{"run.name": "killed"}))]
+    kills = 0
+    while kills < 6:
+        phase = rng.choice(["optimize", "checkpoint", "timed"])
+        when = rng.choice(["state", "before", "after"] if phase == "checkpoint" else ["before", "after"])
+        env["ROLLWISE_TEST_KILL"] = f"{phase}:{rng.randint(1, 3)}:{when}"
+        proc = launch(["train", "--resume", str(run_dir)] if (run_dir / "config.resolved.toml").exists() else fresh)
+        if phase == "timed":
+            try:
+                proc.wait(timeout=rng.uniform(4.0, 12.0))
+            except subprocess.TimeoutExpired:
+                proc.send_signal(signal.SIGKILL)
+        rc = proc.wait(timeout=600)
+        if rc == 0:
+            import shutil
+
+            shutil.rmtree(run_dir)
+            continue
+        assert rc == -signal.SIGKILL, proc.stderr.read().decode()[-3000:]
+        kills += 1
+    final = subprocess.run([sys.executable, "-m", "rollwise.cli", "train", "--resume", str(run_dir)], env=dict(os.environ),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=600)
+    assert final.returncode == 0, final.stderr.decode()[-3000:]
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [d["step"] for d in lines] == list(range(8)) and [d["async/plan"] for d in lines] == list(range(8))
+    assert all(d["async/max_staleness"] <= 1 for d in lines)
+    full = [json.loads(x) for x in (tmp_path / "full" / "metrics.jsonl").read_text().splitlines()]
+    assert lines[-1]["cost/rollouts"] == full[-1]["cost/rollouts"] == 8 * 16
+    visits = lambda d: {p: (s["visits"], s["rollouts"]) for p, s in json.loads((d / "prompt_stats.json").read_text()).items()}  # noqa: E731
+    assert visits(run_dir) == visits(tmp_path / "full")

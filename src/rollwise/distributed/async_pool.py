@@ -44,7 +44,8 @@ How it works:
 Costs and metrics (per step, in ``metrics.jsonl``): the cost of plan ``k`` is charged at step ``k``
 (its tokens, rollouts, verifier calls, generation seconds); ``async/staleness_<d>`` counts the
 step's trained rollouts whose oldest token is ``d`` versions behind, ``async/max_staleness`` the
-largest ``d``; ``async/interrupted`` rollouts that took new weights mid-generation,
+largest ``d``, ``async/plan`` the index of the plan trained (always the step);
+``async/interrupted`` rollouts that took new weights mid-generation,
 ``async/restarted`` (``discard``) and ``async/discarded_tokens``; ``time/trainer_wait_s`` the
 seconds the loop waited for its plan, ``time/generator_idle_s`` the generator's seconds without
 an admissible plan since the previous step, and ``util/trainer`` / ``util/generator`` the share
@@ -197,6 +198,7 @@ class AsyncPool:
         if job.index is not None:
             del self.jobs[job.index]
             self.next_index += 1
+            self.cost.metrics["async/plan"] = job.index  # = the step: no plan lost or trained twice
         merge_cost(self.cost, job.cost)
         pairs = self._admit(job.pairs, version)
         with self.cond:
