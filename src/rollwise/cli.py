@@ -1,5 +1,6 @@
-"""Command line: ``rollwise train | eval | compare | config show`` (typer). Each command is one
+"""Command line: ``rollwise train | eval | compare | swarm | config show`` (typer). Each command is one
 Python call (``rollwise.train(cfg)``, ``rollwise.evaluate(run_dir)``, ``rollwise.bench.compare(sweep)``,
+``rollwise.distributed.swarm.run_swarm``,
 ``load_config``). User errors print a one-paragraph message naming the culprit and exit with
 status 2, without a traceback.
 """
@@ -120,6 +121,24 @@ def compare(config: Path = typer.Option(..., "--config", "-c", help="Sweep file 
     for w in result.get("warnings", []):
         console.print(f"[yellow]warning:[/] {escape(w)}", highlight=False, soft_wrap=True)
     console.print(f"files: {out / 'compare.json'}, {out / 'report.html'}", soft_wrap=True)
+
+
+@app.command()
+def swarm(config: Optional[Path] = ConfigOpt, set: Optional[List[str]] = SetOpt,
+          peers: int = typer.Option(2, "--peers", "-n", help="Number of peers (processes) to start on this machine.")):
+    """SAPO: train N peers at once that share their rollouts as text (replay 'sapo'); write swarm.json."""
+    from rollwise.distributed.swarm import run_swarm
+
+    result = run_swarm(config, set or [], peers, log=lambda m: console.print(f"[dim]{escape(m)}[/]", highlight=False, soft_wrap=True))
+    for name, p in result["peers"].items():
+        acc = "no evaluation" if p["last_pass@1"] is None else f"pass@1 {p['first_pass@1']:.3f} -> {p['last_pass@1']:.3f}"
+        state = "done" if p["returncode"] == 0 else f"[red]failed (exit {p['returncode']})[/]"
+        console.print(f"  {name}: {state}, {p['steps']} steps, {acc}, {p['generated_tokens']:,} generated tokens, "
+                      f"{p['received_rollouts']:,} received rollouts", highlight=False, soft_wrap=True)
+    root = Path(next(iter(result["peers"].values()))["run_dir"]).parent
+    console.print(f"files: {root}/ (peer-<k>/, peer-<k>.log, shared/, swarm.json)", soft_wrap=True)
+    if any(p["returncode"] != 0 for p in result["peers"].values()):
+        raise typer.Exit(1)
 
 
 @app.command()

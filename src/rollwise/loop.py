@@ -51,7 +51,8 @@ def train(cfg: Config, *, resume: bool = False, backend=None, log=print) -> RunR
             metrics["time/train_s"] = now() - t0
             st.policy_version += 1
             metrics["time/weight_sync_s"] = run.sync_weights()           # publish to vLLM / Ray workers (0 for hf)
-            metrics.update(step_metrics(groups, dropped, planned), **shaping, **getattr(ctrl, "metrics", {}), **picked)
+            metrics.update(step_metrics(groups, dropped, planned), **shaping, **getattr(ctrl, "metrics", {}), **picked,
+                           **getattr(parts.replay, "metrics", {}))               # e.g. SAPO's received rollouts
             line = run.ledger.record(st.step, st.policy_version, run.pool.take_cost(), batch.num_loss_tokens, metrics)
             st.step += 1
             if run.due(cfg.eval.every):

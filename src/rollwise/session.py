@@ -125,6 +125,9 @@ class Run:
         self.trainer = Trainer(self.model, self.parts.objective, self.parts.objective_options, cfg.train, s.temperature,
                                reference=cfg.reward.kl.coef > 0 or getattr(self.parts.advantage, "needs_reference", False),
                                compute_dtype=self.compute_dtype, data_parallel=self.dp)
+        bind_replay = getattr(self.parts.replay, "bind", None)
+        if bind_replay is not None:  # replay sources that score received text (SAPO): verifier, codec, the policy's log-probs
+            bind_replay(self.task, self.codec, self.trainer, s.max_new_tokens)
         if cfg.train.async_.periodic:  # periodic asynchrony: groups back-propagated as they arrive (train/streaming.py)
             from rollwise.train.streaming import StreamingTrainer
 

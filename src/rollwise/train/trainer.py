@@ -238,17 +238,22 @@ class Trainer:
         return dataclasses.replace(mb, ref_logprobs=self._logprobs(self.ref_model, mb)[0])
 
     @torch.no_grad()
+    def policy_logprobs(self, batch: Batch, model=None) -> torch.Tensor:
+        """(B, T) log-probs of ``batch.input_ids`` under ``model`` (default: the current weights)
+        at the completion positions, without gradient, micro-batched, zero-padded back to the
+        batch's width (the KL reference; SAPO's received rollouts, rollwise.replay.sapo)."""
+        model = self.model if model is None else model
+        out = torch.zeros_like(batch.old_logprobs)
+        for rows, mb in self.micro_batches(batch):
+            out[rows, :mb.input_ids.shape[1]] = self._logprobs(model, mb)[0].to(out.device)
+        return out
+
     def policy_and_reference_logprobs(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, T) log-probs of ``batch.input_ids`` under the current weights and under the frozen
-        reference, without gradient, micro-batched, zero-padded back to the batch's width."""
+        reference (``policy_logprobs`` of each)."""
         if self.ref_model is None:
             raise ValueError("no reference model: construct the Trainer with reference=True (reward.kl.coef > 0)")
-        policy, ref = torch.zeros_like(batch.old_logprobs), torch.zeros_like(batch.old_logprobs)
-        for rows, mb in self.micro_batches(batch):
-            width = mb.input_ids.shape[1]
-            policy[rows, :width] = self._logprobs(self.model, mb)[0].to(policy.device)
-            ref[rows, :width] = self._logprobs(self.ref_model, mb)[0].to(ref.device)
-        return policy, ref
+        return self.policy_logprobs(batch), self.policy_logprobs(batch, self.ref_model)
 
     @torch.no_grad()
     def token_entropy(self, batch: Batch) -> torch.Tensor:
