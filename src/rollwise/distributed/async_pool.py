@@ -204,7 +204,7 @@ class AsyncPool:
         with self.cond:
             idle, self._idle = self._idle, 0.0
         prev, self._left = self._left, now()
-        wait = self._left - arrived
+        wait = self._left - arrived - streamed  # periodic: back-propagating arrived groups is work, not waiting
         self.cost.count(**{"time/trainer_wait_s": wait, "time/generator_idle_s": idle})
         if prev is not None and not groups:  # utilisation over the step (from the previous plan's return to this one's)
             wall = max(self._left - prev, 1e-9)
