@@ -262,6 +262,7 @@ class AsyncPool:
                     t0 = now()
                     consume(merge_groups([], pairs))
                     spent += now() - t0
+                    self._span("trainer", "train", job.index, t0, now())  # back-propagated while the rest generates
             if done and not new:
                 break
         if job.error is not None:
@@ -318,22 +319,29 @@ class AsyncPool:
         t0 = now()
         if job.charge and self.on_new_weights != "finish" and self.backend is not None:
             pairs = self._interruptible(job.plan)
+            self._spans(job, t0)
         elif self.chunks > 1 and job.index is not None:  # periodic: chunk by chunk, each handed over when done
             reqs, pairs = job.plan.requests, []
             size = -(-len(reqs) // self.chunks)
             for start in range(0, len(reqs), size):
+                t1 = now()
                 out = self.engine.rollouts(Plan(reqs[start:start + size]), self.held)
                 pairs += out
+                self._spans(job, t1)
                 with self.cond:
                     job.chunks.append(out)
                     self.cond.notify_all()
         else:
             pairs = self.engine.rollouts(job.plan, self.held, job.sampling, job.generator, job.charge)
+            self._spans(job, t0)
         cost = self.engine.take_cost() if job.charge else StepCost()
+        return pairs, cost
+
+    def _spans(self, job: Job, t0: float) -> None:
+        """Timeline spans of the engine call that started at ``t0``: one per Ray worker, else one."""
         spans = getattr(self.engine, "last_spans", None)
         for lane, a, b in (spans or [("generator", t0, now())]):
             self._span(lane, "generate" if job.charge else "evaluate", job.index, a, b)
-        return pairs, cost
 
     def _interruptible(self, plan: Plan) -> list:
         """Generate ``plan`` on the in-process backend, taking new weights between decode steps
