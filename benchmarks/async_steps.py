@@ -72,8 +72,14 @@ def main() -> None:
                 for mode, extra in MODES.items():
                     name = f"{task}-w{w}-{mode}-r{rep}"
                     steps = args.steps if task == "default" else max(4, args.steps // 2)
-                    res = train(BASE + TASKS[task] + extra + [f"distributed.workers={w}", f"train.steps={steps}"], None,
-                                args.runs, name)
+                    overrides = BASE + TASKS[task] + extra + [f"distributed.workers={w}", f"train.steps={steps}"]
+                    try:
+                        res = train(overrides, None, args.runs, name)
+                    except SystemExit as e:  # a crashed run is recorded, retried once under another name
+                        info.setdefault("failures", []).append({"run": name, "error": str(e)[-600:]})
+                        print(f"{name}: FAILED, retrying once", flush=True)
+                        name += "-retry"
+                        res = train(overrides, None, args.runs, name)
                     s = summary(res["steps"])
                     info["runs"][name] = {"task": task, "workers": w, "mode": mode, "repeat": rep,
                                           "process_wall_s": res["process_wall_s"], **s}
