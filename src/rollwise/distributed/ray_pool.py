@@ -331,6 +331,7 @@ class RayPool:
 
     def close(self) -> None:
         _kill(self.ray, self.actors)
+        self._weights = None  # release the object-store reference while Ray is up (it may have been put by another thread)
 
 
 def split(items: Sequence, sizes: Sequence[int], workers: int) -> list[list[int]]:
