@@ -135,11 +135,15 @@ def compare(config: Path = typer.Option(..., "--config", "-c", help="Sweep file 
 
 @app.command()
 def swarm(config: Optional[Path] = ConfigOpt, set: Optional[List[str]] = SetOpt,
-          peers: int = typer.Option(2, "--peers", "-n", help="Number of peers (processes) to start on this machine.")):
+          peers: int = typer.Option(2, "--peers", "-n", help="Number of peers (processes) to start."),
+          ray: bool = typer.Option(False, "--ray", help="Start the peers as Ray tasks (locally, or on --address)."),
+          address: Optional[str] = typer.Option(None, "--address", help="Ray cluster to join, host:port (implies --ray); "
+                                                "the swarm directory must be on a filesystem every node sees.")):
     """SAPO: train N peers at once that share their rollouts as text (replay 'sapo'); write swarm.json."""
     from rollwise.distributed.swarm import run_swarm
 
-    result = run_swarm(config, set or [], peers, log=lambda m: console.print(f"[dim]{escape(m)}[/]", highlight=False, soft_wrap=True))
+    result = run_swarm(config, set or [], peers, log=lambda m: console.print(f"[dim]{escape(m)}[/]", highlight=False, soft_wrap=True),
+                       ray=ray, address=address)
     for name, p in result["peers"].items():
         acc = "no evaluation" if p["last_pass@1"] is None else f"pass@1 {p['first_pass@1']:.3f} -> {p['last_pass@1']:.3f}"
         state = "done" if p["returncode"] == 0 else f"[red]failed (exit {p['returncode']})[/]"

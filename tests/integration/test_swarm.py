@@ -10,6 +10,7 @@ step 1 (a cycle).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -28,9 +29,14 @@ def _sets(tmp_path, **extra):
     return [x for s in as_sets(o) for x in ("--set", s)]
 
 
-def test_two_peers_share_rollouts(tmp_path):
+@pytest.mark.parametrize("launch", [[], ["--ray"]], ids=["processes", "ray"])
+def test_two_peers_share_rollouts(tmp_path, launch):
+    """As processes of this one, or as Ray tasks (``--ray``: Ray started locally here; on a cluster
+    ``--address``)."""
+    if launch and importlib.util.find_spec("ray") is None:
+        pytest.skip("ray not installed (rollwise[ray])")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "ROLLWISE_CACHE": str(tmp_path / "cache"), "COLUMNS": "200"}
-    p = subprocess.run([sys.executable, "-m", "rollwise.cli", "swarm", "--peers", "2", *_sets(tmp_path)],
+    p = subprocess.run([sys.executable, "-m", "rollwise.cli", "swarm", "--peers", "2", *launch, *_sets(tmp_path)],
                        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     out = p.stdout + p.stderr
     assert p.returncode == 0, out

@@ -22,8 +22,10 @@ Peers get ``run.threads = max(1, cores // N)`` unless the config sets it. The bu
 model's warm start is computed once in this process before the peers start, so they load it from
 the cache instead of training it N times at once.
 
-Not here: peers on several machines. Every peer of a swarm must see ``swarm_dir`` (a shared
-filesystem); start each machine's peers with ``rollwise train`` and the same ``swarm_dir``.
+On a Ray cluster (``--ray``, optionally ``--address host:port``; Ray started locally without
+it): each peer is a Ray task of ``run.threads`` CPUs that runs the same ``rollwise train`` process on
+whichever node Ray picks. The swarm directory (configs, logs, run directories, ``shared/``) must
+then be on a filesystem every node sees, as for peers started by hand with the same ``swarm_dir``.
 """
 
 from __future__ import annotations
@@ -77,10 +79,33 @@ def warm_cache(cfg, log=print) -> None:
         components.build_policy(cfg, components.build_task(cfg), log=log)
 
 
-def run_swarm(config: Path | None, overrides: list[str], peers: int, log=print, poll_s: float = 1.0) -> dict:
+def _peer_process(config_path: str, log_path: str, env: dict) -> int:
+    """One peer: ``rollwise train --config config_path``, output to ``log_path``; its exit status."""
+    with open(log_path, "w") as out:
+        return subprocess.run([sys.executable, "-m", "rollwise.cli", "train", "--config", config_path],
+                              stdout=out, stderr=subprocess.STDOUT, env=env).returncode
+
+
+def _run_on_ray(paths: list[tuple[Path, Path]], cpus: int, address: str | None, env: dict, log=print) -> list[int]:
+    """Each (config, log) pair as a Ray task of ``cpus`` CPUs (module docstring); exit statuses."""
+    from types import SimpleNamespace
+
+    from rollwise.distributed.ray_pool import connect
+
+    ray = connect(SimpleNamespace(workers=len(paths), cpus_per_worker=cpus, address=address), log=log)
+    task = ray.remote(num_cpus=cpus, max_retries=0)(_peer_process)
+    refs = [task.remote(str(c), str(lg), env) for c, lg in paths]
+    for (c, _), _ref in zip(paths, refs):
+        log(f"{c.stem}: submitted to Ray ({cpus} CPU)")
+    return ray.get(refs)
+
+
+def run_swarm(config: Path | None, overrides: list[str], peers: int, log=print, poll_s: float = 1.0,
+              ray: bool = False, address: str | None = None) -> dict:
     """Train ``peers`` SAPO peers at once (module docstring); returns the ``swarm.json`` summary.
     A peer that fails does not stop the others (a swarm tolerates a lost node); its exit status
-    is in the summary. Ctrl-C stops every peer."""
+    is in the summary. Ctrl-C stops every peer. ``ray``: the peers as Ray tasks (``address``: the
+    cluster to join)."""
     from rollwise.config import to_toml
 
     root, cfgs = peer_configs(config, overrides, peers)
@@ -98,6 +123,16 @@ def run_swarm(config: Path | None, overrides: list[str], peers: int, log=print, 
     warm_cache(cfgs[0], log=log)
     procs = []
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if ray or address is not None:
+        paths = []
+        for cfg in cfgs:
+            path = root / f"{cfg.run.name}.toml"
+            path.write_text(to_toml(cfg))
+            paths.append((path, root / f"{cfg.run.name}.log"))
+        codes = _run_on_ray(paths, cfgs[0].run.threads or 1, address, env, log=log)
+        summary = summarise(root, cfgs, codes)
+        (root / "swarm.json").write_text(json.dumps(summary, indent=1))
+        return summary
     try:
         for cfg in cfgs:
             name = cfg.run.name
