@@ -101,11 +101,17 @@ class Run:
         if cfg.train.async_.on:  # a generator running ahead of the trainer (distributed/async_pool.py)
             from rollwise.distributed import async_pool
 
+            april = None
+            if cfg.replay.name == "partial":  # APRIL inside the generator; the controller shared under a lock
+                import threading
+
+                self.parts.controller = async_pool.Locked(self.parts.controller, threading.RLock())
+                april = lambda engine: self.parts.replay.wrap_pool(engine, self.parts.controller, lambda: self.state)  # noqa: E731
             ctrl = self.parts.controller
             consume = (lambda groups: self.trainer.consume(groups)) if cfg.train.async_.periodic else None
             self.pool = self.async_pool = async_pool.build(cfg, self.pool, backend, self.model,
                                                            lambda: ctrl.plan(ctrl.select(self.state), self.state),
-                                                           self.dir / "timeline.jsonl", consume, log=log)
+                                                           self.dir / "timeline.jsonl", consume, april, log=log)
             self.receivers = [self.async_pool]
         self.arrol = None
         if cfg.sampling.arrol.enabled:  # ARRoL online pruning of training rollouts (generate/arrol.py)
@@ -113,7 +119,7 @@ class Run:
 
             self.pool = self.arrol = ArrolPool(self.pool, cfg.sampling.arrol, s.max_new_tokens, seed)
         schedule = getattr(self.parts.replay, "wrap_pool", None)
-        if schedule is not None:  # rollout schedulers that own generation (APRIL partial, SPEC-RL speculative)
+        if schedule is not None and self.async_pool is None:  # rollout schedulers that own generation (APRIL, SPEC-RL)
             self.pool = schedule(self.pool, self.parts.controller, lambda: self.state)
         bind = getattr(self.parts.controller, "bind", None)
         if bind is not None:  # controllers that build token prefixes from references (ADHint hints)
@@ -242,6 +248,12 @@ class Run:
     def checkpoint(self) -> Path | None:
         if not self.main:  # rank 0 saves the (identical) state of every data-parallel rank
             return None
+        if self.async_pool is not None:  # the generator's current plan finishes first (AsyncPool.paused)
+            with self.async_pool.paused():
+                return self._checkpoint()
+        return self._checkpoint()
+
+    def _checkpoint(self) -> Path:
         state = {name: obj.state_dict() for name, obj in self._stateful().items() if hasattr(obj, "state_dict")}
         state["run_state"] = vars(self.state).copy()
         history = getattr(self.parts.controller, "history", None)

@@ -177,3 +177,17 @@ def test_periodic_asynchrony_streams_groups_and_equals_the_synchronous_step(tmp_
         assert y["train/grad_norm"] == pytest.approx(x["train/grad_norm"], rel=1e-4)
     wa, wb = _weights(sync.run_dir), _weights(per.run_dir)
     assert max(float((wa[k] - wb[k]).abs().max()) for k in wa) < 1e-5
+
+
+def test_april_partial_rollouts_under_async(tmp_path):
+    """APRIL inside the generator (η = 2, over-provision 2): unfinished rollouts are kept and
+    continued in a later plan with their per-token versions (off-policy tokens are trained), and
+    nothing older than η is admitted."""
+    res = _run(tmp_path, "april", steps=6, **{"train.async.max_staleness": 2, "objective.name": "decoupled_ppo",
+                                              "replay.name": "partial", "replay.options": {"over_provision": 2.0},
+                                              "run.checkpoint_every": 3})
+    lines = [json.loads(x) for x in (res.run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert len(lines) == 6 and all(ln["async/max_staleness"] <= 2 for ln in lines)
+    assert sum(ln.get("april/resumed_rollouts", 0) for ln in lines) > 0
+    assert any(ln.get("april/offpolicy_token_frac", 0) > 0 for ln in lines)
+    assert all(ln["april/returned_groups"] == 4 for ln in lines)

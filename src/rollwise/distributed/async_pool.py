@@ -35,6 +35,13 @@ How it works:
   drops the unfinished rollouts' tokens (charged as generated) and restarts them under the new
   weights. ``interrupt``/``discard`` need an in-process engine that can stop between decode steps
   (``hf``); Ray workers and vLLM take ``finish`` (refused at config load otherwise).
+- **APRIL** (``replay.name = "partial"``, ``on_new_weights = "finish"``, the in-process ``hf``
+  engine): APRIL's scheduler wraps the engine and the generator hands it each plan; it returns
+  the first complete groups (buffered ones first) and keeps unfinished rollouts, with their
+  per-token versions, for a later plan. A continued rollout whose oldest token is then more than
+  η versions old is not admitted (``async/stale_dropped``). APRIL draws extra prompts from the
+  controller in the generator thread, so the run's controller is then used under one lock
+  (:class:`Locked`), and checkpoints wait for the generator's current plan (:meth:`paused`).
 - **Top-up rounds** (DARS, XRPO, ...: ``generate`` with non-empty ``groups``) and evaluation are
   generated at once, ahead of queued plans, at the newest weights; evaluation is never charged.
 - **Objective.** Stale data needs the behaviour/proximal split: use ``objective.name =
@@ -72,6 +79,7 @@ import json
 import threading
 import time
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -130,8 +138,10 @@ class AsyncPool:
     controller's next plan."""
 
     def __init__(self, engine, receive: Callable, opts, draw: Callable[[], Plan], backend=None,
-                 timeline: Path | None = None, codec=None, sampling=None, consume: Callable | None = None):
+                 timeline: Path | None = None, codec=None, sampling=None, consume: Callable | None = None,
+                 scheduler=None):
         self.engine, self.receive, self.draw, self.backend = engine, receive, draw, backend
+        self.scheduler = scheduler  # APRIL's pool around the engine: takes each training plan (module docstring)
         self.eta, self.on_new_weights = opts.max_staleness, opts.on_new_weights
         self.consume = consume  # periodic asynchrony: the trainer takes each chunk's groups as it arrives
         self.chunks = getattr(opts, "periodic_chunks", 1) if consume is not None else 1
@@ -331,6 +341,10 @@ class AsyncPool:
                 with self.cond:
                     job.chunks.append(out)
                     self.cond.notify_all()
+        elif self.scheduler is not None and job.index is not None:  # APRIL: buffered groups first, partials kept
+            groups = self.scheduler.generate(job.plan, [], self.held)
+            pairs = [(g.prompt, r) for g in groups for r in g.rollouts]
+            self._spans(job, t0)
         else:
             pairs = self.engine.rollouts(job.plan, self.held, job.sampling, job.generator, job.charge)
             self._spans(job, t0)
@@ -401,6 +415,13 @@ class AsyncPool:
         with open(self.timeline, "a") as f:
             f.write(json.dumps(line) + "\n")
 
+    @contextmanager
+    def paused(self):
+        """No engine work inside (the current plan finishes first): a checkpoint reads state the
+        generator changes (APRIL's buffer, the controller) consistently with the pool's own."""
+        with self.engine_lock:
+            yield
+
     def state_dict(self) -> dict:
         """Plans drawn and not yet trained; the generated ones with their rollouts and costs."""
         with self.cond:
@@ -450,7 +471,10 @@ def check_config(cfg) -> None:
             raise UserError(f"train.async.on_new_weights = {a.on_new_weights!r} needs asynchronous rollouts: set "
                             "train.async.max_staleness >= 1")
         return
-    in_process = in_process_strategies(cfg)
+    in_process = [k for k in in_process_strategies(cfg) if k != "replay.name = 'partial'"]  # APRIL runs inside (build)
+    if cfg.replay.name == "partial" and (cfg.model.backend != "hf" or cfg.distributed.workers > 0 or a.on_new_weights != "finish"):
+        raise UserError("replay.name = 'partial' (APRIL) with train.async drives the generator's own hf backend: set "
+                        "model.backend = 'hf', distributed.workers = 0 and train.async.on_new_weights = 'finish'")
     if in_process:
         raise UserError(f"{', '.join(in_process)} drives the trainer's backend directly, which train.async "
                         "(a generator with its own weights) does not allow; turn it off or set train.async.max_staleness = 0")
@@ -460,12 +484,33 @@ def check_config(cfg) -> None:
                         "or on_new_weights = 'finish'")
 
 
-def build(cfg, engine, backend, model, draw, timeline, consume=None, log=print) -> AsyncPool:
+class Locked:
+    """``obj`` with every method call (and its ``stream``'s) under ``lock``: the controller, when
+    APRIL in the generator thread draws prompts from it while the loop's thread uses it."""
+
+    def __init__(self, obj, lock):
+        self._obj, self._lock = obj, lock
+
+    def __getattr__(self, name):
+        value = getattr(self._obj, name)
+        if name == "stream":
+            return Locked(value, self._lock)
+        if not callable(value):
+            return value
+
+        def call(*a, **k):
+            with self._lock:
+                return value(*a, **k)
+        return call
+
+
+def build(cfg, engine, backend, model, draw, timeline, consume=None, april=None, log=print) -> AsyncPool:
     """The async pool around ``engine`` (the pool ``components.build_pool`` made). The engine gets
     weights of its own: Ray workers and a vLLM engine already have them; the in-process ``hf``
     backend gets a copy of the policy (a plain model of its architecture, LoRA merged, as
     ``distributed.weights`` publishes) so the trainer's module is never read while it trains.
-    ``consume``: periodic asynchrony's trainer hand-off (``StreamingTrainer.consume``)."""
+    ``consume``: periodic asynchrony's trainer hand-off (``StreamingTrainer.consume``); ``april``:
+    ``pool -> AprilPool`` (``replay.name = "partial"``), wrapped around the engine."""
     inner = getattr(engine, "pool", engine)  # SeededPool wraps the local pool
     if hasattr(engine, "load_weights"):  # Ray workers
         receive, local = engine.load_weights, None
@@ -498,4 +543,5 @@ def build(cfg, engine, backend, model, draw, timeline, consume=None, log=print) 
     a = cfg.train.async_
     log(f"periodic asynchrony: {a.periodic_chunks} chunks a step" if a.periodic else
         f"async rollouts: max_staleness {a.max_staleness}, on new weights: {a.on_new_weights}")
-    return AsyncPool(engine, receive, a, draw, backend=local, timeline=timeline, consume=consume)
+    scheduler = april(inner) if april is not None else None  # APRIL around the engine, run by the generator
+    return AsyncPool(engine, receive, a, draw, backend=local, timeline=timeline, consume=consume, scheduler=scheduler)

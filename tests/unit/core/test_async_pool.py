@@ -2,6 +2,7 @@
 the submission gate, admission by staleness, plans drawn in the controller's order, state for
 resume, and interruptible generation (per-token versions, greedy pause/continue = uninterrupted)."""
 
+import re
 import threading
 import time
 from types import SimpleNamespace
@@ -201,7 +202,8 @@ def test_interrupt_switches_versions_mid_rollout_and_greedy_continuation_is_exac
 
 
 @pytest.mark.parametrize("overrides, needle", [
-    (["train.async.max_staleness=1", "replay.name=partial"], "replay.name = 'partial'"),
+    (["train.async.max_staleness=1", "replay.name=speculative"], "replay.name = 'speculative'"),
+    (["train.async.max_staleness=1", "replay.name=partial", "train.async.on_new_weights=interrupt"], "replay.name = 'partial' (APRIL)"),
     (["train.async.max_staleness=1", "sampling.tree.enabled=true"], "sampling.tree.enabled"),
     (["train.async.on_new_weights=interrupt"], "train.async.max_staleness >= 1"),
     (["train.async.max_staleness=1", "train.async.on_new_weights=interrupt", "model.backend=vllm"], "model.backend = 'hf'"),
@@ -213,7 +215,7 @@ def test_bad_async_configs_are_refused_naming_the_key(overrides, needle):
     from rollwise.config import load_config
     from rollwise.registry import UserError
 
-    with pytest.raises(UserError, match=needle.replace(".", r"\.").replace("(", r"\(")):
+    with pytest.raises(UserError, match=re.escape(needle)):
         load_config(overrides=overrides)
 
 
