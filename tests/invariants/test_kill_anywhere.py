@@ -82,8 +82,10 @@ def _weights(path):
     return load_file(str(path))
 
 
-def test_twenty_random_kills_each_resumed_equal_uninterrupted(tmp_path):
-    common = tiny_overrides(tmp_path, steps=8, **{"run.checkpoint_every": 2, "run.keep_checkpoints": 2, "eval.every": 3})
+def _kill_and_resume(tmp_path, common, seed: int, n_kills: int, phases) -> tuple:
+    """The uninterrupted run ``full``, then the run ``killed`` SIGKILLed ``n_kills`` times at moments
+    drawn from ``phases`` by a seeded RNG and resumed after each, then resumed to its end; returns
+    (its run directory, the log of what was done)."""
     sets = lambda o: sum((["--set", s] for s in as_sets(o)), [])  # noqa: E731
     env = dict(os.environ, ROLLWISE_TEST_KILL="none:0:before")
 
@@ -93,12 +95,12 @@ def test_twenty_random_kills_each_resumed_equal_uninterrupted(tmp_path):
     ref = launch(["train", *sets(dict(common, **{"run.name": "full"}))])
     assert ref.wait(timeout=600) == 0, ref.stderr.read().decode()[-3000:]
 
-    rng = random.Random(17)
+    rng = random.Random(seed)
     run_dir = tmp_path / "killed"
     fresh = ["train", *sets(dict(common, **{"run.name": "killed"}))]
     kills, log = 0, []
-    while kills < N_KILLS:
-        phase = rng.choice(["generate", "optimize", "checkpoint", "evaluate", "timed"])
+    while kills < n_kills:
+        phase = rng.choice(phases)
         when = rng.choice(["state", "before", "after"] if phase == "checkpoint" else ["before", "after"])
         n = rng.randint(1, 3)
         env["ROLLWISE_TEST_KILL"] = f"{phase}:{n}:{when}"
@@ -125,6 +127,12 @@ def test_twenty_random_kills_each_resumed_equal_uninterrupted(tmp_path):
     final = subprocess.run([sys.executable, "-m", "rollwise.cli", "train", "--resume", str(run_dir)], env=dict(os.environ),
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=600)
     assert final.returncode == 0, final.stderr.decode()[-3000:]
+    return run_dir, log
+
+
+def test_twenty_random_kills_each_resumed_equal_uninterrupted(tmp_path):
+    common = tiny_overrides(tmp_path, steps=8, **{"run.checkpoint_every": 2, "run.keep_checkpoints": 2, "eval.every": 3})
+    run_dir, log = _kill_and_resume(tmp_path, common, 17, N_KILLS, ["generate", "optimize", "checkpoint", "evaluate", "timed"])
     print("\n".join(log))
 
     full = tmp_path / "full"
@@ -145,39 +153,7 @@ def test_async_run_killed_and_resumed_trains_every_plan_once(tmp_path):
     drawn ahead are in the checkpoint, so the controller's draws are not repeated or skipped)."""
     common = tiny_overrides(tmp_path, steps=8, **{"run.checkpoint_every": 2, "run.keep_checkpoints": 2, "eval.every": 3,
                                                    "train.async.max_staleness": 1, "objective.name": "decoupled_ppo"})
-    sets = lambda o: sum((["--set", s] for s in as_sets(o)), [])  # noqa: E731
-    env = dict(os.environ, ROLLWISE_TEST_KILL="none:0:before")
-
-    def launch(args):
-        return subprocess.Popen([sys.executable, "-c", CHILD, *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-
-    ref = launch(["train", *sets(dict(common, **{"run.name": "full"}))])
-    assert ref.wait(timeout=600) == 0, ref.stderr.read().decode()[-3000:]
-    rng = random.Random(5)
-    run_dir = tmp_path / "killed"
-    fresh = ["train", *sets(dict(common, **{"run.name": "killed"}))]
-    kills = 0
-    while kills < 6:
-        phase = rng.choice(["optimize", "checkpoint", "timed"])
-        when = rng.choice(["state", "before", "after"] if phase == "checkpoint" else ["before", "after"])
-        env["ROLLWISE_TEST_KILL"] = f"{phase}:{rng.randint(1, 3)}:{when}"
-        proc = launch(["train", "--resume", str(run_dir)] if (run_dir / "config.resolved.toml").exists() else fresh)
-        if phase == "timed":
-            try:
-                proc.wait(timeout=rng.uniform(4.0, 12.0))
-            except subprocess.TimeoutExpired:
-                proc.send_signal(signal.SIGKILL)
-        rc = proc.wait(timeout=600)
-        if rc == 0:
-            import shutil
-
-            shutil.rmtree(run_dir)
-            continue
-        assert rc == -signal.SIGKILL, proc.stderr.read().decode()[-3000:]
-        kills += 1
-    final = subprocess.run([sys.executable, "-m", "rollwise.cli", "train", "--resume", str(run_dir)], env=dict(os.environ),
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=600)
-    assert final.returncode == 0, final.stderr.decode()[-3000:]
+    run_dir, _ = _kill_and_resume(tmp_path, common, 5, 6, ["optimize", "checkpoint", "timed"])
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [d["step"] for d in lines] == list(range(8)) and [d["async/plan"] for d in lines] == list(range(8))
     assert all(d["async/max_staleness"] <= 1 for d in lines)
