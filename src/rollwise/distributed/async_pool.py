@@ -206,8 +206,9 @@ class AsyncPool:
         if self.consume is not None:
             self.cost.count(**{"time/streamed_train_s": streamed})
         if job.index is not None:
-            del self.jobs[job.index]
-            self.next_index += 1
+            with self.cond:  # the generator reads jobs under the same lock
+                del self.jobs[job.index]
+                self.next_index += 1
             self.cost.metrics["async/plan"] = job.index  # = the step: no plan lost or trained twice
         merge_cost(self.cost, job.cost)
         pairs = self._admit(job.pairs, version)
@@ -240,7 +241,7 @@ class AsyncPool:
             lags[lag] += 1
             kept.append((prompt, r))
         self.cost.count(**{f"async/staleness_{d}": n for d, n in lags.items()})
-        self.cost.metrics["async/max_staleness"] = max(lags, default=0)
+        self.cost.metrics["async/max_staleness"] = max(self.cost.metrics.get("async/max_staleness", 0), max(lags, default=0))
         return kept
 
     def _submit(self, plan: Plan) -> None:
