@@ -74,7 +74,6 @@ proximal approximation is not implemented (the trainer recomputes the proximal p
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import threading
 import time
@@ -121,14 +120,6 @@ class _Slot:
     last: Completion | None = None  # the latest segment
     held: int = -1  # version of the latest segment
     segments: int = 0
-
-
-def merge_cost(into: StepCost, cost: StepCost) -> None:
-    """Add ``cost`` (a plan's) to ``into`` (the step's)."""
-    for f in dataclasses.fields(StepCost):
-        if f.name != "metrics":
-            setattr(into, f.name, getattr(into, f.name) + getattr(cost, f.name))
-    into.count(**cost.metrics)
 
 
 class AsyncPool:
@@ -210,7 +201,7 @@ class AsyncPool:
                 del self.jobs[job.index]
                 self.next_index += 1
             self.cost.metrics["async/plan"] = job.index  # = the step: no plan lost or trained twice
-        merge_cost(self.cost, job.cost)
+        self.cost.add(job.cost)
         pairs = self._admit(job.pairs, version)
         with self.cond:
             idle, self._idle = self._idle, 0.0
@@ -227,7 +218,7 @@ class AsyncPool:
         job = self._submit_urgent(Job(None, plan, sampling, generator, charge))
         self._wait(job)
         if charge:
-            merge_cost(self.cost, job.cost)
+            self.cost.add(job.cost)
         return job.pairs
 
     def _admit(self, pairs, version: int) -> list:
@@ -401,7 +392,11 @@ class AsyncPool:
                 s.req.prompt, 1, tuple(s.ids), tuple(s.logprobs), tuple(s.versions))
             items.append((req, s.pids, s.last))
             versions.append(s.held)
-        done = [pool.finish_rollouts([item], v)[0] for item, v in zip(items, versions)]
+        done: list = [None] * len(items)
+        for v in sorted(set(versions)):  # one call per final version: decoded and verified together
+            idx = [i for i, x in enumerate(versions) if x == v]
+            for i, r in zip(idx, pool.finish_rollouts([items[i] for i in idx], v)):
+                done[i] = r
         t2 = now()
         pool.cost.charge(decoded, len(done), [r.verdict for r in done], t1 - t0, t2 - t1)
         pool.cost.count(**{"async/interrupted": len(interrupted), "async/restarted": restarted, "async/discarded_tokens": discarded})

@@ -297,9 +297,7 @@ class DataParallelPool:
                 per_job[k] = out
             walls.append(w)
             if charge:
-                for key in ("generated_tokens", "rollouts", "verifier_calls", "unverified", "verify_s", "reused_tokens", "verify_tokens"):
-                    setattr(self.cost, key, getattr(self.cost, key) + getattr(cost, key))
-                self.cost.count(**cost.metrics)
+                self.cost.add(cost, seconds=False)
         if charge:
             self.cost.generate_s += max(walls)
         return [pair for out in per_job for pair in out]

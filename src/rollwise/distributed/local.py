@@ -44,6 +44,15 @@ class StepCost:
         self.verify_s += verify_s
         self.count(**outcome_counts(verdicts))
 
+    def add(self, other: "StepCost", seconds: bool = True) -> None:
+        """Add ``other`` (a worker's, a rank's or a plan's cost) to this one, its metrics counted.
+        ``seconds = False`` leaves ``generate_s`` to the caller: parallel workers' generation
+        overlaps, so the caller charges the wall-clock of the parallel call instead."""
+        for f in dataclasses.fields(self):
+            if f.name != "metrics" and (seconds or f.name != "generate_s"):
+                setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+        self.count(**other.metrics)
+
     def count(self, **values: float) -> None:
         """Accumulate strategy counters in ``metrics`` (``count(**{"april/resumed": 3})``)."""
         for key, v in values.items():

@@ -309,21 +309,13 @@ class RayPool:
         wall = time.perf_counter() - t0
         self.last_spans = [(f"worker {w}", t0, self.ready_at.get(w, t0 + wall)) for w in sorted(results)]
         per_job: list = [None] * len(jobs)
-        verify_s = 0.0
         for w, (outs, cost) in results.items():
             for k, out in zip(share[w], outs):
                 per_job[k] = out
             if charge:
-                self.cost.generated_tokens += cost.generated_tokens
-                self.cost.rollouts += cost.rollouts
-                self.cost.verifier_calls += cost.verifier_calls
-                self.cost.unverified += cost.unverified
-                verify_s += cost.verify_s
-                for key, v in cost.metrics.items():
-                    self.cost.count(**{key: v})
+                self.cost.add(cost, seconds=False)  # the workers' verification seconds summed
         if charge:
             self.cost.generate_s += wall
-            self.cost.verify_s += verify_s
         return [pair for out in per_job for pair in out]
 
     def generate(self, plan: Plan, groups: list[Group], version: int) -> list[Group]:

@@ -242,10 +242,15 @@ class Trainer:
         """(B, T) log-probs of ``batch.input_ids`` under ``model`` (default: the current weights)
         at the completion positions, without gradient, micro-batched, zero-padded back to the
         batch's width (the KL reference; SAPO's received rollouts, rollwise.replay.sapo)."""
-        model = self.model if model is None else model
+        return self._whole_batch(batch, self.model if model is None else model, entropy=False)
+
+    @torch.no_grad()
+    def _whole_batch(self, batch: Batch, model, entropy: bool) -> torch.Tensor:
+        """``_logprobs`` of every micro-batch of ``batch`` (its entropies with ``entropy``), without
+        gradient, zero-padded back to the batch's width."""
         out = torch.zeros_like(batch.old_logprobs)
         for rows, mb in self.micro_batches(batch):
-            out[rows, :mb.input_ids.shape[1]] = self._logprobs(model, mb)[0].to(out.device)
+            out[rows, :mb.input_ids.shape[1]] = self._logprobs(model, mb, with_entropy=entropy)[int(entropy)].to(out.device)
         return out
 
     def policy_and_reference_logprobs(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -259,10 +264,7 @@ class Trainer:
     def token_entropy(self, batch: Batch) -> torch.Tensor:
         """(B, T) entropy of the current policy at each position (as ``token_logprobs``), without
         gradient, micro-batched, zero-padded back to the batch's width (D3S token scores)."""
-        out = torch.zeros_like(batch.old_logprobs)
-        for rows, mb in self.micro_batches(batch):
-            out[rows, :mb.input_ids.shape[1]] = self._logprobs(self.model, mb, with_entropy=True)[1].to(out.device)
-        return out
+        return self._whole_batch(batch, self.model, entropy=True)
 
     def _ess_scale(self, log_w: list[torch.Tensor], has_tokens: list[torch.Tensor]) -> tuple[float, float]:
         """(rho, lr scale) of the step from per-row sequence log-weights, gathered over micro-batches."""
