@@ -112,7 +112,23 @@ def build_task(cfg):
         raise UserError(f"task {cfg.task.name!r} has an empty train split")
     if not task.heldout_prompts():
         raise UserError(f"task {cfg.task.name!r} has an empty held-out split")
+    if cfg.task.max_train_prompts:
+        return TrainSubset(task, cfg.task.max_train_prompts)
     return task
+
+
+class TrainSubset:
+    """A task whose RL train split is the first ``n`` prompts of ``task``'s (``task.max_train_prompts``);
+    everything else, the warm-start examples included, is ``task``'s own."""
+
+    def __init__(self, task, n: int):
+        self._task, self._train = task, tuple(task.train_prompts()[:n])
+
+    def train_prompts(self):
+        return self._train
+
+    def __getattr__(self, name):
+        return getattr(self._task, name)
 
 
 @dataclass

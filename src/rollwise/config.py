@@ -98,6 +98,9 @@ class StrategyConfig(Section):
 
 class TaskConfig(StrategyConfig):
     name: str = Field("arithmetic", description="'arithmetic', 'reasoning_gym:<dataset>' or 'jsonl:<path>'.")
+    max_train_prompts: int = Field(0, ge=0, description="RL draws its prompts from the first N of the task's train split only "
+                                   "(0 = all; like verl's data.train_max_samples): a small pool recurs every few steps, which "
+                                   "history-based strategies (GRESO, SPEC-RL, replay) need. The warm start still uses the whole split.")
 
 
 class TreeSamplingConfig(Section):

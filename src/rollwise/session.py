@@ -400,6 +400,7 @@ def step_metrics(groups, dropped: dict[str, int], plan_sizes: list[int]) -> dict
            "control/rollouts_per_prompt_p90": percentile(sizes, 0.9),
            "control/budget_used": sum(plan_sizes), "control/rounds": len(plan_sizes)}
     out.update({f"filter/{reason}": n for reason, n in dropped.items()})
+    out.update(regime_metrics(groups))
     named: dict[str, list[float]] = {}  # named reward components (Verdict.rewards): their means as reward/<name>
     for g in groups:
         for r in g.rollouts:
@@ -407,6 +408,24 @@ def step_metrics(groups, dropped: dict[str, int], plan_sizes: list[int]) -> dict
                 named.setdefault(k, []).append(float(v))
     out.update({f"reward/{k}": sum(v) / len(v) for k, v in named.items()})
     return out
+
+
+def regime_metrics(groups) -> dict:
+    """The statistics that say how much waste a regime holds (issue #18; ../shared/notes/regime.md):
+    the share of groups whose verified rewards (two or more) are all correct or all wrong (binary
+    threshold ``CORRECT``), and the response lengths in tokens (nearest-rank p50/p90/p99, max) with
+    the share cut at ``max_new_tokens``."""
+    from rollwise.control.history import CORRECT
+
+    verified = [v for v in (g.verified_rewards() for g in groups) if len(v) >= 2]
+    n = max(1, len(verified))
+    lengths = [len(r.completion_ids) for g in groups for r in g.rollouts] or [0]
+    cut = sum(r.finish == "length" for g in groups for r in g.rollouts)
+    return {"groups/all_correct_frac": sum(min(v) >= CORRECT for v in verified) / n,
+            "groups/all_wrong_frac": sum(max(v) < CORRECT for v in verified) / n,
+            "length/p50": percentile(lengths, 0.5), "length/p90": percentile(lengths, 0.9),
+            "length/p99": percentile(lengths, 0.99), "length/max": max(lengths),
+            "length/truncated_frac": cut / max(1, sum(g.size for g in groups))}
 
 
 def percentile(values: list[int], q: float) -> int:

@@ -169,10 +169,10 @@ class SPEED:
     def check_config(cfg, options) -> None:
         """Without its filter the unfinished screens would be trained on: refuse at load."""
         if "speed_complete" not in cfg.filter.names:
-            raise UserError(f"control 'speed' needs 'speed_complete' in filter.names (got {list(cfg.filter.names)}); "
+            raise UserError(f"control {cfg.control.name!r} needs 'speed_complete' in filter.names (got {list(cfg.filter.names)}); "
                             "it drops the screens that were rejected or not continued")
         if cfg.control.dynamic_sampling.enabled:  # also refused in __init__ (built without components.check)
-            raise UserError("control 'speed' runs its own rounds; set control.dynamic_sampling.enabled = false")
+            raise UserError(f"control {cfg.control.name!r} runs its own rounds; set control.dynamic_sampling.enabled = false")
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: SPEEDOptions | None, seed: int):
         self.cfg = cfg
