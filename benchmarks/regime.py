@@ -81,6 +81,14 @@ def group_stats(groups, g: int) -> dict:
             f"pass_rate_hist_k_of_{g}": hist}
 
 
+def kind_of(prompt) -> str:
+    """A prompt's level (arithmetic), else its reasoning-gym source dataset (composite), else 'all'."""
+    m = prompt.metadata
+    if "level" in m:
+        return str(m["level"])
+    return str(((m.get("entry") or {}).get("metadata") or {}).get("source_dataset") or m.get("dataset") or "all")
+
+
 def probe(sweep_path: str, n_prompts: int, g: int, batch: int, overrides: list[str]) -> dict:
     from rollwise.bench.sweep import load_sweep, plan
     from rollwise.config import load_config
@@ -110,7 +118,7 @@ def probe(sweep_path: str, n_prompts: int, g: int, batch: int, overrides: list[s
     cut = sum(r.finish == "length" for grp in groups for r in grp.rollouts)
     by_level: dict = defaultdict(list)
     for grp in groups:
-        by_level[grp.prompt.metadata.get("level", grp.prompt.metadata.get("source", "all"))].append(grp)
+        by_level[kind_of(grp.prompt)].append(grp)
     out = {"config": {"task": cfg.task.model_dump(mode="json"), "model": cfg.model.name,
                       "max_new_tokens": cfg.sampling.max_new_tokens, "temperature": cfg.sampling.temperature,
                       "group_size": g, "prompts": len(prompts)},

@@ -82,11 +82,12 @@ class ReasoningGymTask:
                 f"(set seed and size with the task options); valid: {', '.join(sorted(valid))}"
             )
         self.system_prompt = SYSTEM_PROMPTS.get(options.system_prompt, options.system_prompt) or None
+        built = _composite_specs(self.config) if dataset == "composite" else self.config
         try:
             self._train_ds = reasoning_gym.create_dataset(
-                dataset, **self.config, seed=options.seed, size=options.size)
+                dataset, **built, seed=options.seed, size=options.size)
             self._heldout_ds = reasoning_gym.create_dataset(
-                dataset, **self.config, seed=options.seed + HELDOUT_SEED_OFFSET,
+                dataset, **built, seed=options.seed + HELDOUT_SEED_OFFSET,
                 size=HELDOUT_TRIES * options.heldout_size + 100)
         except Exception as e:  # the dataset's own validation (assertions, type errors)
             raise UserError(f"task {self.name!r}: invalid config {self.config}: {type(e).__name__}: {e}") from None
@@ -135,6 +136,21 @@ class ReasoningGymTask:
         """``n`` (prompt, ``<answer>ANSWER</answer>``) pairs from the train split, drawn by ``seed``."""
         with_answer = [p for p in self._train if p.answer is not None]
         return [(p, f"<answer>{p.answer}</answer>") for p in sample_prompts(with_answer, n, seed)]
+
+
+def _composite_specs(config: dict) -> dict:
+    """``reasoning_gym:composite`` (a weighted mixture of datasets): the config's ``datasets`` is a
+    list of tables ``{name, weight, config}`` in TOML; reasoning-gym wants ``DatasetSpec`` objects.
+    A row that is not such a table raises ``UserError`` naming its index."""
+    from reasoning_gym.composite import DatasetSpec
+
+    specs = []
+    for i, row in enumerate(config.get("datasets") or []):
+        if not isinstance(row, dict) or "name" not in row:
+            raise UserError(f"task 'reasoning_gym:composite': config.datasets[{i}] must be a table with name, weight and "
+                            f"config (got {row!r})")
+        specs.append(DatasetSpec(name=row["name"], weight=float(row.get("weight", 1.0)), config=dict(row.get("config") or {})))
+    return {**config, "datasets": specs}
 
 
 def make(arg: str | None, options=None) -> ReasoningGymTask:

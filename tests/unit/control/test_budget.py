@@ -128,8 +128,8 @@ def _drive(ctrl, steps, length):
 NAMES = sorted(n.split(":")[0] for n in REGISTRY.names())
 # options a controller needs at rollouts_per_prompt = 4 (SPEED screens with n_init < the group size)
 # and config it requires (SPEED's filter)
-OPTIONS = {"speed": {"n_init": 2}}
-NEEDS = {"speed": ['filter.names=["speed_complete"]'], "adhint": ["advantage.name=adhint"], "mssr": ["advantage.name=mssr"]}
+OPTIONS = {"speed": {"n_init": 2}, "wise": {"n_init": 2}}
+NEEDS = {"speed": ['filter.names=["speed_complete"]'], "wise": ['filter.names=["speed_complete"]'], "adhint": ["advantage.name=adhint"], "mssr": ["advantage.name=mssr"]}
 
 
 class _Tok:

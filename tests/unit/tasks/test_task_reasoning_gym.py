@@ -61,3 +61,28 @@ def test_user_errors():
         make("leg_counting", config={"min_animals": 5, "max_animals": 2})
     with pytest.raises(UserError, match="heldout_size"):
         make("leg_counting", heldout_size=0)
+
+
+# ---------------------------------------------------------------- composite (a weighted mixture)
+
+def test_composite_mixture_from_toml_tables():
+    from rollwise.tasks.reasoning_gym import make
+
+    cfg = {"datasets": [{"name": "basic_arithmetic", "weight": 1, "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1,
+                                                                             "max_digits": 1, "operators": ["+"],
+                                                                             "allow_parentheses": False, "allow_negation": False}},
+                        {"name": "leg_counting", "weight": 1, "config": {"min_animals": 1, "max_animals": 2}}]}
+    task = make("composite", {"size": 12, "heldout_size": 4, "config": cfg, "system_prompt": ""})
+    sources = {p.metadata["entry"]["metadata"]["source_dataset"] for p in task.train_prompts()}
+    assert sources == {"basic_arithmetic", "leg_counting"}
+    p = task.train_prompts()[0]
+    assert task.verify(p, f"<answer>{p.answer}</answer>").score == 1.0
+    assert task.verify(p, "<answer>nonsense</answer>").score == 0.0
+    assert len(task.heldout_prompts()) == 4
+
+
+def test_composite_bad_row_names_its_index():
+    from rollwise.tasks.reasoning_gym import make
+
+    with pytest.raises(UserError, match=r"config.datasets\[1\]"):
+        make("composite", {"size": 4, "config": {"datasets": [{"name": "leg_counting"}, "chain_sum"]}})
