@@ -222,10 +222,16 @@ def build_policy(cfg, task, log=print):
 
         model, tok = load_pretrained(name, dtype=cfg.model.dtype)
         codec = Codec(tok, use_chat=True)
-        from rollwise.train.warm_start import fit_warnings
+        from rollwise.train.warm_start import fit_warnings, warm_start
 
         for w in fit_warnings(task, codec, cfg.sampling.max_new_tokens):
             log(f"warning: {w}")
+        ws = cfg.model.warm_start
+        if ws.pretrained and ws.steps > 0:  # opt-in: teach a pretrained model the task's answer format first
+            key = {"model": name, "task": cfg.task.name, "task_options": dict(cfg.task.options)}
+            how = warm_start(model, codec, task, ws, ws.seed, key, log=log)
+            model.eval()
+            log(f"warm start: {how}")
     if cfg.model.dtype == "bfloat16":
         model = model.to(torch.bfloat16)
     if cfg.model.lora.enabled:

@@ -54,7 +54,11 @@ class LoraConfig(Section):
 
 
 class WarmStartConfig(Section):
-    steps: int = Field(1150, ge=0, description="Supervised steps on task examples before RL (built-in tiny model only; 0 = none).")
+    steps: int = Field(1150, ge=0, description="Supervised steps on task examples before RL (built-in tiny model; a pretrained "
+                       "model only with pretrained = true; 0 = none).")
+    pretrained: bool = Field(False, description="Also warm-start a pretrained (Hugging Face / GGUF) model, e.g. to teach "
+                             "SmolLM2 a task's answer format before RL (full fine-tune, before LoRA; cached like the tiny "
+                             "model's). Off by default: a pretrained model starts RL as loaded.")
     batch_size: int = Field(64, ge=1, description="Warm-start batch size.")
     lr: float = Field(1e-3, gt=0, description="Warm-start learning rate.")
     seed: int = Field(0, ge=0, description="Seed of the warm start (independent of run.seed, so seeds of a comparison share one warm start).")

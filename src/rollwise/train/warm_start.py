@@ -62,7 +62,7 @@ def warm_start(model, codec, task, ws_cfg, seed: int, key: dict, log=print) -> s
     if ws_cfg.steps == 0:
         return "skipped"
     # the OTR fields enter the key only when chosen, so SFT warm starts keep their cache entries
-    skip = {"cache"} | ({"objective", "otr"} if ws_cfg.objective == "sft" else set())
+    skip = {"cache", "pretrained"} | ({"objective", "otr"} if ws_cfg.objective == "sft" else set())
     path = cache_path({**key, "ws": ws_cfg.model_dump(exclude=skip), "seed": seed, "v": WARM_VERSION})
     if ws_cfg.cache and path.exists():
         load_model(model, str(path))

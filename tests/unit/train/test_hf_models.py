@@ -480,3 +480,23 @@ def test_smollm2_chat_prompt(smollm2_cached):
     ref = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True)
     ref_ids = ref["input_ids"] if hasattr(ref, "keys") else ref
     assert ids == list(ref_ids)
+
+
+# ----------------------------------------------------------------------------- opt-in warm start
+
+def test_pretrained_warm_start_is_opt_in(tiny_dir: Path, tmp_path: Path, monkeypatch):
+    from rollwise.components import build_policy, build_task
+    from rollwise.config import load_config
+
+    monkeypatch.setenv("ROLLWISE_CACHE", str(tmp_path / "cache"))
+
+    def weights(pretrained: bool):
+        cfg = load_config(data={"model": {"name": str(tiny_dir), "warm_start": {"steps": 3, "batch_size": 2, "pretrained": pretrained}},
+                                "sampling": {"max_new_tokens": 8}})
+        model, _ = build_policy(cfg, build_task(cfg), log=lambda m: None)
+        return {k: v.clone() for k, v in model.state_dict().items()}
+
+    loaded, off, on = make_model().state_dict(), weights(False), weights(True)
+    assert all(torch.equal(loaded[k], off[k]) for k in loaded)  # default: RL starts from the weights as loaded
+    assert any(not torch.equal(loaded[k], on[k]) for k in loaded)  # pretrained = true: supervised steps first
+    assert list((tmp_path / "cache" / "warm_start").iterdir())  # cached like the tiny model's
