@@ -224,10 +224,14 @@ class SPEED:
         while len(out) < k and looked < len(self.by_id):
             p = self.stream.take(1)[0]
             looked += 1
-            if p.id not in seen:
+            if p.id not in seen and self.admit(p):
                 out.append(p)
                 seen.add(p.id)
         return out
+
+    def admit(self, prompt: Prompt) -> bool:
+        """Whether a prompt drawn from the stream is screened (always here; ``wise`` skips some)."""
+        return True
 
     def _screen_request(self, p: Prompt) -> Request:
         return Request(dataclasses.replace(p, metadata={**p.metadata, GROUP_SIZE_KEY: self.group_size}), self.n_init)

@@ -83,30 +83,13 @@ class Wise(SPEED):
                 return kind
         return None
 
-    def fresh(self, k: int) -> list[Prompt]:
-        """SPEED's fresh prompts (the queue first, then the stream), each stream prompt first
-        passed through the skip; at most one pass over the split is looked at."""
-        out: list[Prompt] = []
-        seen = set(self._step_ids)
-        while self.queue and len(out) < k:  # surplus accepted prompts: mixed last time, never skipped
-            pid = self.queue.pop(0)
-            if pid not in seen and pid in self.by_id:
-                out.append(self.by_id[pid])
-                seen.add(pid)
-        looked = 0
-        while len(out) < k and looked < len(self.by_id):
-            p = self.stream.take(1)[0]
-            looked += 1
-            if p.id in seen:
-                continue
-            self._skips["candidates"] += 1
-            kind = self.skip(p.id)
-            if kind is None:
-                out.append(p)
-                seen.add(p.id)
-            else:
-                self._skips[kind] += 1
-        return out
+    def admit(self, prompt: Prompt) -> bool:
+        """A stream prompt passes the skip (queued surplus prompts, mixed last time, never meet it)."""
+        self._skips["candidates"] += 1
+        kind = self.skip(prompt.id)
+        if kind is not None:
+            self._skips[kind] += 1
+        return kind is None
 
     def observe(self, groups, state) -> None:
         super().observe(groups, state)
