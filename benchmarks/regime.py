@@ -44,39 +44,34 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def quantile(xs, q):
-    s = sorted(xs)
-    return s[min(len(s) - 1, max(0, int(round(q * len(s) + 0.5)) - 1))] if s else None
-
-
 def length_stats(lengths: list[int], cut: int) -> dict:
+    """Length quantiles (rollwise.session.percentile, nearest rank), cut share and tail token share."""
+    from rollwise.session import percentile
+
     s = sorted(lengths)
     top = s[-max(1, len(s) // 20):]
-    p50 = quantile(s, 0.5)
-    return {"n": len(s), "mean": round(sum(s) / len(s), 2), "p50": p50, "p90": quantile(s, 0.9), "p95": quantile(s, 0.95),
-            "p99": quantile(s, 0.99), "max": s[-1], "truncated_frac": round(cut / len(s), 4),
-            "top5pct_token_share": round(sum(top) / sum(s), 4), "p90_over_p50": round(quantile(s, 0.9) / p50, 2),
-            "p99_over_p50": round(quantile(s, 0.99) / p50, 2)}
+    p50 = percentile(s, 0.5)
+    return {"n": len(s), "mean": round(sum(s) / len(s), 2), "p50": p50, "p90": percentile(s, 0.9), "p95": percentile(s, 0.95),
+            "p99": percentile(s, 0.99), "max": s[-1], "truncated_frac": round(cut / len(s), 4),
+            "top5pct_token_share": round(sum(top) / sum(s), 4), "p90_over_p50": round(percentile(s, 0.9) / p50, 2),
+            "p99_over_p50": round(percentile(s, 0.99) / p50, 2)}
 
 
 def group_stats(groups, g: int) -> dict:
+    """All-correct / all-wrong shares as every run logs them (rollwise.session.regime_metrics), and
+    the per-prompt pass rates (groups with two or more verified rewards) as a histogram."""
     from rollwise.control.history import CORRECT
+    from rollwise.session import regime_metrics
 
-    rates, ac, aw = [], 0, 0
-    for grp in groups:
-        v = grp.verified_rewards()
-        if len(v) < 2:
-            continue
-        k = sum(x >= CORRECT for x in v)
-        rates.append(k / len(v))
-        ac += k == len(v)
-        aw += k == 0
+    m = regime_metrics(groups)
+    ac, aw = m["groups/all_correct_frac"], m["groups/all_wrong_frac"]
+    rates = [sum(x >= CORRECT for x in v) / len(v) for v in (grp.verified_rewards() for grp in groups) if len(v) >= 2]
     n = max(1, len(rates))
     hist = [0] * (g + 1)
     for r in rates:
         hist[round(r * g)] += 1
-    return {"groups": len(rates), "all_correct_frac": round(ac / n, 4), "all_wrong_frac": round(aw / n, 4),
-            "zero_variance_frac": round((ac + aw) / n, 4), "pass_rate_mean": round(sum(rates) / n, 4),
+    return {"groups": len(rates), "all_correct_frac": round(ac, 4), "all_wrong_frac": round(aw, 4),
+            "zero_variance_frac": round(ac + aw, 4), "pass_rate_mean": round(sum(rates) / n, 4),
             "pass_rate_sd": round(statistics.pstdev(rates), 4) if rates else None,
             f"pass_rate_hist_k_of_{g}": hist}
 
@@ -92,7 +87,7 @@ def kind_of(prompt) -> str:
 def probe(sweep_path: str, n_prompts: int, g: int, batch: int, overrides: list[str]) -> dict:
     from rollwise.bench.sweep import load_sweep, plan
     from rollwise.config import load_config
-    from rollwise.session import Run
+    from rollwise.session import Run, percentile
     from rollwise.types import Plan, Request
 
     sweep = load_sweep(sweep_path)
@@ -123,7 +118,7 @@ def probe(sweep_path: str, n_prompts: int, g: int, batch: int, overrides: list[s
                       "max_new_tokens": cfg.sampling.max_new_tokens, "temperature": cfg.sampling.temperature,
                       "group_size": g, "prompts": len(prompts)},
            **group_stats(groups, g), "lengths": length_stats(lengths, cut),
-           "by_level": {str(k): {**group_stats(v, g), "length_p50": quantile([len(r.completion_ids) for x in v for r in x.rollouts], 0.5)}
+           "by_level": {str(k): {**group_stats(v, g), "length_p50": percentile([len(r.completion_ids) for x in v for r in x.rollouts], 0.5)}
                         for k, v in sorted(by_level.items(), key=lambda kv: str(kv[0]))}}
     return out
 

@@ -201,37 +201,32 @@ def build_policy(cfg, task, log=print):
 
     from rollwise.tokens import Codec
     from rollwise.train import tiny
+    from rollwise.train.warm_start import fit_warnings, warm_start
 
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
-    name = cfg.model.name
-    if name in tiny.NAMES:
-        from rollwise.train.warm_start import fit_warnings, warm_start
-
-        model, tok = tiny.build_tiny(name, seed=cfg.model.warm_start.seed)
+    name, ws = cfg.model.name, cfg.model.warm_start
+    builtin = name in tiny.NAMES
+    if builtin:
+        model, tok = tiny.build_tiny(name, seed=ws.seed)
         codec = Codec(tok, use_chat=False)
-        for w in fit_warnings(task, codec, cfg.sampling.max_new_tokens, model.config.max_position_embeddings, builtin=True):
-            log(f"warning: {w}")  # before the warm start: a run that cannot score should not spend it first
-        reward_only = getattr(task, "REWARD_ONLY_OPTIONS", ())  # options that leave the SFT examples unchanged share a cache
-        key = {"model": tiny.canonical(name), "task": cfg.task.name,
-               "task_options": {k: v for k, v in cfg.task.options.items() if k not in reward_only}}
-        how = warm_start(model, codec, task, cfg.model.warm_start, cfg.model.warm_start.seed, key, log=log)
-        log(f"warm start: {how}")
+        warnings = fit_warnings(task, codec, cfg.sampling.max_new_tokens, model.config.max_position_embeddings, builtin=True)
     else:
         from rollwise.train.hf_models import load_pretrained
 
         model, tok = load_pretrained(name, dtype=cfg.model.dtype)
         codec = Codec(tok, use_chat=True)
-        from rollwise.train.warm_start import fit_warnings, warm_start
-
-        for w in fit_warnings(task, codec, cfg.sampling.max_new_tokens):
-            log(f"warning: {w}")
-        ws = cfg.model.warm_start
-        if ws.pretrained and ws.steps > 0:  # opt-in: teach a pretrained model the task's answer format first
-            key = {"model": name, "task": cfg.task.name, "task_options": dict(cfg.task.options)}
-            how = warm_start(model, codec, task, ws, ws.seed, key, log=log)
-            model.eval()
-            log(f"warm start: {how}")
+        warnings = fit_warnings(task, codec, cfg.sampling.max_new_tokens)
+    for w in warnings:
+        log(f"warning: {w}")  # before the warm start: a run that cannot score should not spend it first
+    if builtin or (ws.pretrained and ws.steps > 0):  # a pretrained model only on request (model.warm_start.pretrained)
+        reward_only = getattr(task, "REWARD_ONLY_OPTIONS", ())  # options that leave the SFT examples unchanged share a cache
+        key = {"model": tiny.canonical(name) if builtin else name, "task": cfg.task.name,
+               "task_options": {k: v for k, v in cfg.task.options.items() if k not in reward_only}}
+        how = warm_start(model, codec, task, ws, ws.seed, key, log=log)
+        if not builtin:
+            model.eval()  # as load_pretrained returns it
+        log(f"warm start: {how}")
     if cfg.model.dtype == "bfloat16":
         model = model.to(torch.bfloat16)
     if cfg.model.lora.enabled:

@@ -65,9 +65,8 @@ class Wise(SPEED):
     Options = WiseOptions
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: WiseOptions | None, seed: int):
-        super().__init__(prompts, cfg, options if options is not None else WiseOptions(), seed)
+        super().__init__(prompts, cfg, options if options is not None else WiseOptions(), seed)  # its _new_step sets _skips
         self.rng = random.Random(f"wise-{seed}")  # skip decisions; separate from the stream's shuffle
-        self._skips = {"candidates": 0, "easy": 0, "hard": 0}
 
     def _new_step(self) -> None:
         super()._new_step()

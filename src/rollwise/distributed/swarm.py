@@ -79,11 +79,15 @@ def warm_cache(cfg, log=print) -> None:
         components.build_policy(cfg, components.build_task(cfg), log=log)
 
 
+def _train_command(config_path) -> list[str]:
+    """A peer's command line: ``rollwise train --config config_path`` in this interpreter."""
+    return [sys.executable, "-m", "rollwise.cli", "train", "--config", str(config_path)]
+
+
 def _peer_process(config_path: str, log_path: str, env: dict) -> int:
     """One peer: ``rollwise train --config config_path``, output to ``log_path``; its exit status."""
     with open(log_path, "w") as out:
-        return subprocess.run([sys.executable, "-m", "rollwise.cli", "train", "--config", config_path],
-                              stdout=out, stderr=subprocess.STDOUT, env=env).returncode
+        return subprocess.run(_train_command(config_path), stdout=out, stderr=subprocess.STDOUT, env=env).returncode
 
 
 def _run_on_ray(paths: list[tuple[Path, Path]], cpus: int, address: str | None, env: dict, log=print) -> list[int]:
@@ -121,27 +125,30 @@ def run_swarm(config: Path | None, overrides: list[str], peers: int, log=print, 
         shutil.rmtree(shared)
     root.mkdir(parents=True, exist_ok=True)
     warm_cache(cfgs[0], log=log)
-    procs = []
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    paths = []
+    for cfg in cfgs:
+        path = root / f"{cfg.run.name}.toml"
+        path.write_text(to_toml(cfg))
+        paths.append((path, root / f"{cfg.run.name}.log"))
     if ray or address is not None:
-        paths = []
-        for cfg in cfgs:
-            path = root / f"{cfg.run.name}.toml"
-            path.write_text(to_toml(cfg))
-            paths.append((path, root / f"{cfg.run.name}.log"))
         codes = _run_on_ray(paths, cfgs[0].run.threads or 1, address, env, log=log)
-        summary = summarise(root, cfgs, codes)
-        (root / "swarm.json").write_text(json.dumps(summary, indent=1))
-        return summary
+    else:
+        codes = _run_here(paths, cfgs, env, poll_s, log=log)
+    summary = summarise(root, cfgs, codes)
+    (root / "swarm.json").write_text(json.dumps(summary, indent=1))
+    return summary
+
+
+def _run_here(paths: list[tuple[Path, Path]], cfgs: list, env: dict, poll_s: float, log=print) -> list[int]:
+    """Each (config, log) pair as a ``rollwise train`` process on this machine, all at once; exit
+    statuses. Ctrl-C stops every peer."""
+    procs = []
     try:
-        for cfg in cfgs:
-            name = cfg.run.name
-            path = root / f"{name}.toml"
-            path.write_text(to_toml(cfg))
-            with open(root / f"{name}.log", "w") as out:
-                procs.append(subprocess.Popen([sys.executable, "-m", "rollwise.cli", "train", "--config", str(path)],
-                                              stdout=out, stderr=subprocess.STDOUT, env=env))
-            log(f"{name}: started (seed {cfg.run.seed}, log {root / (name + '.log')})")
+        for (path, log_path), cfg in zip(paths, cfgs):
+            with open(log_path, "w") as out:
+                procs.append(subprocess.Popen(_train_command(path), stdout=out, stderr=subprocess.STDOUT, env=env))
+            log(f"{cfg.run.name}: started (seed {cfg.run.seed}, log {log_path})")
         while any(p.poll() is None for p in procs):
             time.sleep(poll_s)
     except KeyboardInterrupt:
@@ -151,9 +158,7 @@ def run_swarm(config: Path | None, overrides: list[str], peers: int, log=print, 
         for p in procs:
             p.wait()
         raise
-    summary = summarise(root, cfgs, [p.returncode for p in procs])
-    (root / "swarm.json").write_text(json.dumps(summary, indent=1))
-    return summary
+    return [p.returncode for p in procs]
 
 
 def summarise(root: Path, cfgs: list, codes: list[int]) -> dict:
