@@ -52,6 +52,7 @@ import math
 import torch
 
 from rollwise.objectives.ess import ess_lr_scale, ess_ratio
+from rollwise.train.head import fusable, head_logprobs, reference_head_logprobs
 from rollwise.train.mismatch import MismatchMeter
 from rollwise.train.precision import autocast
 from rollwise.types import Batch
@@ -103,16 +104,6 @@ def pack_rows(lengths: list[int], width: int) -> list[list[int]]:
     return rows
 
 
-def _head_logprobs(h, head, targets, temperature: float, with_entropy: bool):
-    logits = head(h).float()
-    if temperature > 0:
-        logits = logits / temperature
-    logp = torch.log_softmax(logits, dim=-1)
-    lp = logp.gather(1, targets[:, None])[:, 0]
-    ent = -(logp.exp() * logp).sum(-1) if with_entropy else torch.zeros_like(lp)
-    return lp, ent
-
-
 def token_logprobs(model, batch: Batch, temperature: float, with_entropy: bool = False,
                    where: torch.Tensor | None = None, compute_dtype: torch.dtype | None = None,
                    chunk: int = LOGIT_CHUNK):
@@ -137,7 +128,7 @@ def token_logprobs(model, batch: Batch, temperature: float, with_entropy: bool =
     if parts is None:
         with autocast(compute_dtype, dev):
             logits = model(input_ids=ids, attention_mask=attn.long()).logits[:, :-1]
-        lp, ent = _head_logprobs(logits.reshape(-1, logits.shape[-1]), lambda x: x, ids[:, 1:].reshape(-1), temperature, with_entropy)
+        lp, ent = reference_head_logprobs(logits.reshape(-1, logits.shape[-1]), lambda x: x, ids[:, 1:].reshape(-1), temperature, with_entropy)
         keep = where[:, 1:].to(lp.dtype)
         lp = torch.nn.functional.pad(lp.view(ids.shape[0], -1) * keep, (1, 0))
         ent = torch.nn.functional.pad(ent.view(ids.shape[0], -1) * keep, (1, 0)) if with_entropy else None
@@ -159,20 +150,28 @@ def token_logprobs(model, batch: Batch, temperature: float, with_entropy: bool =
             off += n
         if off < width:  # the row's free tail is a block of its own (a fresh position 0..)
             ppos[r, off:] = torch.arange(width - off, device=dev)
+    # position ids only where a row holds several sequences: they make the model build the
+    # packed-sequence mask, which costs ~15% of the decoder over plain causal attention (measured on
+    # SmolLM2); a lone sequence in a row needs none (its padding tail comes after it, unseen by it)
+    shared = any(len(members) > 1 for members in layout)
     with autocast(compute_dtype, dev):
-        hidden = decoder(input_ids=packed, position_ids=ppos, use_cache=False).last_hidden_state
+        hidden = decoder(input_ids=packed, position_ids=ppos if shared else None, use_cache=False).last_hidden_state
     tb, tt = where.nonzero(as_tuple=True)
     src_r = torch.tensor(row_of, device=dev)[tb]
     src_c = torch.tensor(off_of, device=dev)[tb] + tt - 1  # the hidden state that predicts (tb, tt)
     h, targets = hidden[src_r, src_c], ids[tb, tt]
     lps, ents = [], []
+    fused = fusable(head)
     for lo in range(0, len(targets), chunk):
         args = (h[lo:lo + chunk], head, targets[lo:lo + chunk], temperature, with_entropy)
-        with autocast(compute_dtype, dev):
-            if torch.is_grad_enabled():
-                lp_c, ent_c = torch.utils.checkpoint.checkpoint(_head_logprobs, *args, use_reentrant=False)
-            else:
-                lp_c, ent_c = _head_logprobs(*args)
+        if fused:  # rollwise.train.head: rebuilds its logits in the backward, gradient by formula
+            lp_c, ent_c = head_logprobs(*args, compute_dtype=compute_dtype)
+        else:
+            with autocast(compute_dtype, dev):
+                if torch.is_grad_enabled():
+                    lp_c, ent_c = torch.utils.checkpoint.checkpoint(reference_head_logprobs, *args, use_reentrant=False)
+                else:
+                    lp_c, ent_c = reference_head_logprobs(*args)
         lps.append(lp_c)
         ents.append(ent_c)
     lp_flat = torch.cat(lps) if lps else h.new_zeros(0, dtype=torch.float32)

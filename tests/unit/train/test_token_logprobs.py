@@ -58,15 +58,18 @@ def test_fast_path_equals_the_full_forward_in_values_and_gradients(chunk):
     assert int(comp[3].sum()) == 2
 
 
-def test_lm_head_sees_only_completion_positions_and_padding_is_packed_away():
+def test_lm_head_sees_only_completion_positions_and_padding_is_packed_away(monkeypatch):
+    import rollwise.train.trainer as trainer
+
     model, tok = build_tiny("tiny-s", seed=2)
     batch = _batch(tok)
     head_rows, dec_shapes = [], []
-    h1 = model.lm_head.register_forward_hook(lambda m, i, o: head_rows.append(i[0].shape[0]))
+    fused = trainer.head_logprobs  # the LM head runs inside it (rollwise.train.head)
+    monkeypatch.setattr(trainer, "head_logprobs", lambda h, *a, **k: (head_rows.append(h.shape[0]), fused(h, *a, **k))[1])
     h2 = model.model.register_forward_hook(lambda m, i, o: dec_shapes.append(tuple(o.last_hidden_state.shape[:2])))
     with torch.no_grad():
         token_logprobs(model, batch, 1.0, chunk=4)
-    h1.remove(), h2.remove()
+    h2.remove()
     n_comp = int(((batch.loss_mask != 0) | (batch.old_logprobs != 0)).sum())  # 3 + 1 + 7 + 2 = 13
     assert n_comp == 13 and head_rows == [4, 4, 4, 1]  # 13 positions in chunks of 4
     # lengths 9, 5, 12, 6 in rows of 12: 12 | 9 | 6 + 5 -> 3 packed rows instead of 4
@@ -100,3 +103,24 @@ def test_activation_checkpointing_gives_the_same_update():
     moved = [not torch.equal(a, b) for a, b in zip(after[0], build_tiny("tiny-s", seed=2)[0].parameters())]
     assert any(moved)  # the step did change the weights
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(*after))
+
+
+def test_rows_holding_one_sequence_each_run_plain_causal_and_match_the_full_forward():
+    # two rows of lengths 9 and 12 in rows of 12 cannot share a row: no position ids go to the
+    # decoder (plain causal attention, no packed-sequence mask), and the values are unchanged
+    model, tok = build_tiny("tiny-s", seed=2)
+    batch = _batch(tok).rows(slice(0, 3, 2))  # rows 0 and 2: lengths 9 and 12
+    seen = []
+    hook = model.model.register_forward_pre_hook(lambda m, a, kw: seen.append(kw.get("position_ids")), with_kwargs=True)
+    with torch.no_grad():
+        fast, _ = token_logprobs(model, batch, 1.0)
+    hook.remove()
+    assert seen == [None]
+    with torch.no_grad():
+        full, _ = token_logprobs(_Plain(model), batch, 1.0)
+    assert torch.allclose(fast, full, atol=1e-5)
+    hook = model.model.register_forward_pre_hook(lambda m, a, kw: seen.append(kw.get("position_ids")), with_kwargs=True)
+    with torch.no_grad():  # the packed batch of the other tests (6 + 5 share a row) does pass them
+        token_logprobs(model, _batch(tok), 1.0)
+    hook.remove()
+    assert seen[1] is not None and seen[1].shape == (3, 12)
