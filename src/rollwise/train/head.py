@@ -5,7 +5,8 @@ at completion positions, chunked so that peak memory stays bounded").
 ``head_logprobs(h, head, targets, temperature, with_entropy, compute_dtype)`` returns, per row of
 ``h`` (n, d), ``lp = log softmax(head(h) / T)[target]`` and the entropy ``H = -sum_v p_v log p_v``
 of that distribution. It saves only its inputs: the (n, V) logits are rebuilt in the backward
-pass (as activation checkpointing would), so a chunk's logits live only inside one call. The
+pass (as activation checkpointing would), so a chunk's logits live only inside one call, unless
+``keep`` asks to hold its fp32 log-probs until the backward (one product fewer). The
 gradient is written out instead of being left to autograd, which would keep or rebuild the
 log-softmax, the gather's zero-filled scatter and the entropy's products over the whole vocabulary
 (several passes over n x V floats each way). With ``z = head(h) / T`` and ``p = softmax(z)``:
@@ -47,31 +48,30 @@ def _logits(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, in
 
 class _HeadLogprobs(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, h, weight, bias, targets, inv_t, with_entropy, dtype):
-        z = _logits(h, weight, bias, inv_t, dtype)
-        lse = torch.logsumexp(z, dim=-1)
-        lp = z.gather(1, targets[:, None])[:, 0] - lse
-        if with_entropy:
-            z.sub_(lse[:, None])  # z is now log p
-            ent = -(z.exp() * z).sum(-1)
-        else:
-            ent = torch.zeros_like(lp)
-        ctx.save_for_backward(h, weight, bias, targets)
+    def forward(ctx, h, weight, bias, targets, inv_t, with_entropy, dtype, keep):
+        logp = _logits(h, weight, bias, inv_t, dtype)
+        logp.sub_(torch.logsumexp(logp, dim=-1, keepdim=True))  # now log p
+        lp = logp.gather(1, targets[:, None])[:, 0]
+        ent = -(logp.exp() * logp).sum(-1) if with_entropy else torch.zeros_like(lp)
+        ctx.save_for_backward(h, weight, bias, targets, logp if keep else None)
         ctx.inv_t, ctx.with_entropy, ctx.dtype = inv_t, with_entropy, dtype
         ctx.set_materialize_grads(False)
         return lp, ent
 
     @staticmethod
     def backward(ctx, g_lp, g_ent):
-        h, weight, bias, targets = ctx.saved_tensors
+        h, weight, bias, targets, kept = ctx.saved_tensors
         if g_lp is None and (g_ent is None or not ctx.with_entropy):
-            return None, None, None, None, None, None, None
-        logp = _logits(h, weight, bias, ctx.inv_t, ctx.dtype)
-        logp.sub_(torch.logsumexp(logp, dim=-1, keepdim=True))
+            return (None,) * 8
+        if kept is not None:  # read only below
+            logp = kept
+        else:
+            logp = _logits(h, weight, bias, ctx.inv_t, ctx.dtype)
+            logp.sub_(torch.logsumexp(logp, dim=-1, keepdim=True))
         p = logp.exp()
         if g_ent is not None and ctx.with_entropy:  # dz = -g_ent * p (log p + H) - g_lp * p
             ent = -(p * logp).sum(-1, keepdim=True)
-            dz = logp.add_(ent).mul_(p).mul_(-g_ent[:, None])
+            dz = (logp + ent).mul_(p).mul_(-g_ent[:, None])
             if g_lp is not None:
                 dz.sub_(p.mul_(g_lp[:, None]))
         else:
@@ -85,7 +85,7 @@ class _HeadLogprobs(torch.autograd.Function):
         g_h = (dzc @ weight.to(mm)).to(h.dtype) if ctx.needs_input_grad[0] else None
         g_w = (dzc.T @ h.to(mm)).to(weight.dtype) if ctx.needs_input_grad[1] else None
         g_b = dz.sum(0).to(bias.dtype) if bias is not None and ctx.needs_input_grad[2] else None
-        return g_h, g_w, g_b, None, None, None, None
+        return g_h, g_w, g_b, None, None, None, None, None
 
 
 def reference_head_logprobs(h: torch.Tensor, head, targets: torch.Tensor, temperature: float,
@@ -101,10 +101,13 @@ def reference_head_logprobs(h: torch.Tensor, head, targets: torch.Tensor, temper
 
 
 def head_logprobs(h: torch.Tensor, head: torch.nn.Linear, targets: torch.Tensor, temperature: float,
-                  with_entropy: bool, compute_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                  with_entropy: bool, compute_dtype: torch.dtype | None = None,
+                  keep: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(lp, entropy), each (n,) fp32, of ``targets`` under ``softmax(head(h) / temperature)``
     (temperature <= 0 means 1, as greedy decoding has no temperature to divide by); the fused
-    function above, for a plain ``nn.Linear`` head."""
+    function above, for a plain ``nn.Linear`` head. ``keep`` saves the (n, V) fp32 log-probs for the
+    backward pass instead of rebuilding them there (one LM-head product fewer, n x V x 4 bytes
+    held until the backward: the caller decides when that fits, ``trainer.KEEP_LOGITS_BYTES``)."""
     inv_t = 1.0 / temperature if temperature > 0 else 1.0
     dtype = None if compute_dtype in (None, torch.float32) else compute_dtype
-    return _HeadLogprobs.apply(h, head.weight, head.bias, targets, inv_t, with_entropy, dtype)
+    return _HeadLogprobs.apply(h, head.weight, head.bias, targets, inv_t, with_entropy, dtype, keep and torch.is_grad_enabled())

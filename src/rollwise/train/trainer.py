@@ -59,6 +59,7 @@ from rollwise.types import Batch
 
 
 LOGIT_CHUNK = 512  # positions per LM-head + log-softmax chunk (49k vocab: ~100 MB of fp32 logits)
+KEEP_LOGITS_BYTES = 512 * 2**20  # a micro-batch whose completion log-probs fit keeps them for the backward
 _LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale")
 
 
@@ -162,10 +163,11 @@ def token_logprobs(model, batch: Batch, temperature: float, with_entropy: bool =
     h, targets = hidden[src_r, src_c], ids[tb, tt]
     lps, ents = [], []
     fused = fusable(head)
+    keep = len(targets) * head.out_features * 4 <= KEEP_LOGITS_BYTES if fused else False
     for lo in range(0, len(targets), chunk):
         args = (h[lo:lo + chunk], head, targets[lo:lo + chunk], temperature, with_entropy)
         if fused:  # rollwise.train.head: rebuilds its logits in the backward, gradient by formula
-            lp_c, ent_c = head_logprobs(*args, compute_dtype=compute_dtype)
+            lp_c, ent_c = head_logprobs(*args, compute_dtype=compute_dtype, keep=keep)
         else:
             with autocast(compute_dtype, dev):
                 if torch.is_grad_enabled():

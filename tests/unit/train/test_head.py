@@ -26,15 +26,17 @@ def test_values_by_hand_on_a_three_word_vocabulary():
     assert head.weight.grad[:, 1].tolist() == pytest.approx([0.0, 0.0, 0.0], abs=1e-7)
 
 
+@pytest.mark.parametrize("keep", [False, True])
 @pytest.mark.parametrize("temperature,with_entropy,bias", [(1.0, False, False), (0.7, True, True), (1.3, True, False)])
-def test_gradcheck_float64(temperature, with_entropy, bias):
+def test_gradcheck_float64(temperature, with_entropy, bias, keep):
     torch.manual_seed(0)
     head = torch.nn.Linear(4, 7, bias=bias).double()
     h = torch.randn(5, 4, dtype=torch.float64, requires_grad=True)
     targets = torch.tensor([0, 6, 3, 3, 1])
 
     def f(h, w, *b):  # head_logprobs reads only the head's weight and bias
-        lp, ent = head_logprobs(h, SimpleNamespace(weight=w, bias=b[0] if b else None), targets, temperature, with_entropy)
+        lp, ent = head_logprobs(h, SimpleNamespace(weight=w, bias=b[0] if b else None), targets, temperature, with_entropy,
+                                keep=keep)
         return lp * 1.5 + (0.3 * ent if with_entropy else 0)  # both outputs carry gradient
 
     w = head.weight.detach().clone().requires_grad_(True)
@@ -86,3 +88,17 @@ def test_bf16_products_fp32_results_and_gradients():
 
 def test_only_plain_linear_heads_are_fused():
     assert fusable(torch.nn.Linear(2, 3)) and not fusable(torch.nn.Identity())
+
+
+@pytest.mark.parametrize("keep,products", [(False, 2), (True, 1)])
+def test_keep_saves_the_rebuild_of_the_logits(monkeypatch, keep, products):
+    import rollwise.train.head as head_mod
+
+    calls = []
+    real = head_mod._logits
+    monkeypatch.setattr(head_mod, "_logits", lambda *a: (calls.append(1), real(*a))[1])
+    head = torch.nn.Linear(4, 9, bias=False)
+    h = torch.randn(3, 4, requires_grad=True)
+    lp, _ = head_logprobs(h, head, torch.tensor([0, 4, 8]), 1.0, True, keep=keep)
+    lp.sum().backward()
+    assert len(calls) == products and h.grad is not None
