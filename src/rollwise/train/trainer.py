@@ -36,8 +36,9 @@ Options the trainer serves (each computed here, its math living in ``objectives/
 Speed and memory (issue #13; ``token_logprobs``): log-probs, entropies, proximal and reference
 log-probs exist only at completion positions (0 elsewhere, which no objective reads: they all
 weight by ``loss_mask``); the micro-batch's rows are packed so the decoder computes no padding;
-the LM head and log-softmax run only where a completion token is predicted, in checkpointed
-chunks of ``LOGIT_CHUNK`` positions. ``compute_dtype`` (``model.compute_dtype``,
+the LM head and log-softmax run only where a completion token is predicted, in chunks of
+``LOGIT_CHUNK`` positions, through ``rollwise.train.head`` (gradient by formula; the logits are
+kept for the backward when the micro-batch's fit in ``KEEP_LOGITS_BYTES``, rebuilt otherwise). ``compute_dtype`` (``model.compute_dtype``,
 ``rollwise.train.precision``) runs forward and backward under bf16 autocast while the weights,
 gradients and AdamW state stay fp32 (master weights). ``train.activation_checkpointing``
 recomputes each decoder layer's activations in the backward pass (HF gradient checkpointing).
@@ -60,6 +61,11 @@ from rollwise.types import Batch
 
 LOGIT_CHUNK = 512  # positions per LM-head + log-softmax chunk (49k vocab: ~100 MB of fp32 logits)
 KEEP_LOGITS_BYTES = 512 * 2**20  # a micro-batch whose completion log-probs fit keeps them for the backward
+# pack only when the packed rows are at most this share of the micro-batch's rows: position ids
+# make the model build the packed-sequence mask, which cost ~14% of SmolLM2's decoder forward +
+# backward against plain causal attention (benchmarks/train_profile.py, CPU), so saving fewer rows
+# than that loses time
+PACK_MAX_ROW_FRACTION = 0.85
 _LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale")
 
 
@@ -114,12 +120,16 @@ def token_logprobs(model, batch: Batch, temperature: float, with_entropy: bool =
 
     For a Hugging Face causal LM (issue #13, "no compute on padding"): the right-padded rows are
     packed first-fit into rows of the batch's width, each sequence keeping its own position ids
-    (the model's packed-sequence mask keeps them apart); the decoder runs on the packed rows;
+    (the model's packed-sequence mask keeps them apart), when that leaves at most
+    ``PACK_MAX_ROW_FRACTION`` of the rows; the decoder runs on the packed rows;
     only the hidden states that predict a ``where`` token reach the LM head and the log-softmax,
-    ``chunk`` positions at a time under activation checkpointing, so their logits are never all
-    alive at once, in the forward or the backward pass. Other models (test doubles) take the
-    full path: one forward, every position's logits. ``compute_dtype`` runs the forward under
-    autocast; logits are cast to fp32 before the log-softmax either way.
+    ``chunk`` positions at a time (``rollwise.train.head.head_logprobs`` for a plain linear head,
+    activation checkpointing otherwise); beyond ``KEEP_LOGITS_BYTES`` of fp32 log-probs they are
+    rebuilt in the backward instead of kept, so peak memory stays bounded. Position ids (and so
+    the model's packed-sequence mask) go to the decoder only when a row holds two sequences.
+    Other models (test doubles) take the full path: one forward, every position's logits.
+    ``compute_dtype`` runs the forward under autocast; logits are cast to fp32 before the
+    log-softmax either way.
     """
     ids, attn = batch.input_ids, batch.attention_mask.bool()
     where = (completion_positions(batch) if where is None else where.bool()) & attn
@@ -138,6 +148,8 @@ def token_logprobs(model, batch: Batch, temperature: float, with_entropy: bool =
     b, width = ids.shape
     lengths = attn.sum(1).tolist()
     layout = pack_rows(lengths, width)
+    if len(layout) > PACK_MAX_ROW_FRACTION * b:  # too few rows saved to pay for the packed-sequence mask
+        layout = [[i] for i in range(b)]
     packed = torch.zeros((len(layout), width), dtype=ids.dtype, device=dev)
     ppos = torch.zeros((len(layout), width), dtype=torch.long, device=dev)
     row_of, off_of = [0] * b, [0] * b
@@ -151,9 +163,8 @@ def token_logprobs(model, batch: Batch, temperature: float, with_entropy: bool =
             off += n
         if off < width:  # the row's free tail is a block of its own (a fresh position 0..)
             ppos[r, off:] = torch.arange(width - off, device=dev)
-    # position ids only where a row holds several sequences: they make the model build the
-    # packed-sequence mask, which costs ~15% of the decoder over plain causal attention (measured on
-    # SmolLM2); a lone sequence in a row needs none (its padding tail comes after it, unseen by it)
+    # position ids only where a row holds several sequences (PACK_MAX_ROW_FRACTION); a lone
+    # sequence in a row needs none (its padding tail comes after it, unseen by it)
     shared = any(len(members) > 1 for members in layout)
     with autocast(compute_dtype, dev):
         hidden = decoder(input_ids=packed, position_ids=ppos if shared else None, use_cache=False).last_hidden_state

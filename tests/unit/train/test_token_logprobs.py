@@ -124,3 +124,27 @@ def test_rows_holding_one_sequence_each_run_plain_causal_and_match_the_full_forw
         token_logprobs(model, _batch(tok), 1.0)
     hook.remove()
     assert seen[1] is not None and seen[1].shape == (3, 12)
+
+
+def test_packing_that_saves_too_few_rows_is_skipped():
+    # 8 rows: six of length 12 and two of length 6 that would share one row -> 7 rows of 8
+    # (0.875 > PACK_MAX_ROW_FRACTION 0.85): not worth the packed mask, so 8 plain rows
+    from rollwise.train.trainer import PACK_MAX_ROW_FRACTION
+
+    model, tok = build_tiny("tiny-s", seed=2)
+    pairs = [("12+34=", "46 and")] * 6 + [("1+1=", "2")] * 2
+    rows = [Rollout(f"p{i}", tuple(tok.encode(p)), tuple(tok.encode(c)), tuple([-1.5] * len(tok.encode(c))), "stop", 0)
+            for i, (p, c) in enumerate(pairs)]
+    lengths = [len(r.prompt_ids) + len(r.completion_ids) for r in rows]
+    assert len(pack_rows(lengths, max(lengths))) == 7 and 7 > PACK_MAX_ROW_FRACTION * 8
+    adv = Advantages(torch.ones(8), torch.ones(8, dtype=torch.bool))
+    batch = collate(rows, torch.zeros(8), torch.zeros(8, dtype=torch.long), adv, pad_id=tok.pad_token_id)
+    seen = []
+    hook = model.model.register_forward_pre_hook(lambda m, a, kw: seen.append((kw["input_ids"].shape[0], kw.get("position_ids"))),
+                                                 with_kwargs=True)
+    with torch.no_grad():
+        fast, _ = token_logprobs(model, batch, 1.0)
+    hook.remove()
+    assert seen[0][0] == 8 and seen[0][1] is None
+    with torch.no_grad():
+        assert torch.allclose(fast, token_logprobs(_Plain(model), batch, 1.0)[0], atol=1e-5)
