@@ -8,13 +8,14 @@ as the median of ``--repeats`` after one warm-up, forward and backward apart:
 
 - ``step``: ``rollwise.train.trainer.token_logprobs`` with entropy (what a training step runs);
 - ``decoder``: the decoder alone on the same rows (no LM head);
-- ``head``: ``rollwise.train.head.head_logprobs`` on the completion positions alone;
+- ``head``: ``rollwise.train.head.head_logprobs`` on the completion positions alone (in chunks of
+  512, logits rebuilt in the backward: the path beyond ``KEEP_LOGITS_BYTES``);
 - ``full_logits``: a plain ``model(...).logits`` forward over every position, log-softmax, gather
   (no entropy): the unpacked, unchunked reference.
 
 Then one ``step`` under ``torch.profiler``: the top operators by self CPU time. The model FLOPs of
 the step (decoder 2 P_body per position forward, 4 backward; LM head 2 P_head per completion
-position forward, 6 backward with its rebuild) are divided by the measured time and by the best
+position forward, 4 backward, 2 more if its logits are rebuilt) are divided by the measured time and by the best
 rate of ``torch.mm`` at the step's own shapes (``gen_throughput.time_matmul``), so the JSON says how
 close the step is to what this CPU's matrix products allow.
 
@@ -86,10 +87,11 @@ def profile_ops(fn, top: int = 12) -> list[dict]:
             for e in rows[:top]]
 
 
-def step_flops(p_body: int, p_head: int, positions: int, head_positions: int) -> float:
+def step_flops(p_body: int, p_head: int, positions: int, head_positions: int, kept: bool) -> float:
     """Matrix-product FLOPs of forward + backward: decoder 6 P_body per position (2 forward, 4
-    backward), LM head 8 P_head per completion position (2 forward, 2 rebuilt, 4 backward)."""
-    return 6.0 * p_body * positions + 8.0 * p_head * head_positions
+    backward), LM head 6 P_head per completion position (2 forward, 4 backward), 8 when its
+    logits are rebuilt in the backward (not ``kept``, ``trainer.KEEP_LOGITS_BYTES``)."""
+    return 6.0 * p_body * positions + (6.0 if kept else 8.0) * p_head * head_positions
 
 
 def main(argv=None) -> int:
@@ -108,7 +110,7 @@ def main(argv=None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     from rollwise.train.head import head_logprobs
-    from rollwise.train.trainer import token_logprobs
+    from rollwise.train.trainer import KEEP_LOGITS_BYTES, token_logprobs
 
     t_start = time.perf_counter()
     model, tok, _ = load_model(args.model)
@@ -150,11 +152,12 @@ def main(argv=None) -> int:
         for name, fn in (("step", step), ("decoder", dec_only), ("head", head_only), ("full_logits", full_logits)):
             res[name] = timed(model, fn, args.repeats)
             print(mode, name, res[name], flush=True)
-        flops = step_flops(p_body, p_head, positions, n_head)
+        kept = n_head * head.out_features * 4 <= KEEP_LOGITS_BYTES
+        flops = step_flops(p_body, p_head, positions, n_head, kept)
         shapes = {"mlp_up": time_matmul(positions, hidden, model.config.intermediate_size, 3),
                   "lm_head": time_matmul(min(n_head, 512), hidden, head.out_features, 3)}
         best = max(s["tflops_best"] for s in shapes.values()) * 1e12
-        res.update({"step_matmul_flops": flops, "step_flops_per_s": flops / res["step"]["total_s"],
+        res.update({"head_logits_kept": kept, "step_matmul_flops": flops, "step_flops_per_s": flops / res["step"]["total_s"],
                     "matmul_rate_at_step_shapes": shapes,
                     "fraction_of_matmul_rate": flops / res["step"]["total_s"] / best,
                     "top_ops": profile_ops(step)})
