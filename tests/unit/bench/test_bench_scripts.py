@@ -194,3 +194,22 @@ def test_scale_out_stage_summary_first_step_apart_median_of_the_rest():
     assert s["median_later_steps"] == {"generate_s": 3.0, "weight_sync_s": 0.4, "verify_s": 0.1, "train_s": 2.0,
                                        "step_s": 5.5}
     assert scale_out.stage_summary(lines[:1])["median_later_steps"] is None
+
+
+def test_train_profile_step_flops_by_hand():
+    import train_profile as tp
+
+    # decoder 6 * 10 params * 4 positions = 240; head 6 (kept) or 8 (rebuilt) * 3 params * 2 positions
+    assert tp.step_flops(10, 3, 4, 2, kept=True) == 240 + 36
+    assert tp.step_flops(10, 3, 4, 2, kept=False) == 240 + 48
+
+
+def test_train_profile_batch_shapes():
+    import train_profile as tp
+
+    b = tp.make_batch(4, 3, 6, natural=True, vocab=50, seed=1)
+    lens = b.loss_mask.sum(1).tolist()
+    assert all(2 <= n <= 6 for n in lens) and b.input_ids.shape == (4, 3 + int(max(lens)))
+    assert b.num_loss_tokens == int(sum(lens)) and bool((b.loss_mask[:, :3] == 0).all())
+    forced = tp.make_batch(4, 3, 6, natural=False, vocab=50)
+    assert forced.loss_mask.sum().item() == 24 and bool(forced.attention_mask.all())
