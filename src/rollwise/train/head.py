@@ -36,10 +36,8 @@ def fusable(head) -> bool:
 def _logits(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, inv_t: float,
             dtype: torch.dtype | None) -> torch.Tensor:
     """fp32 ``(h W^T + b) / T``, the product in ``dtype`` (None: the weights' own)."""
-    if dtype is not None and dtype != weight.dtype:
-        z = torch.nn.functional.linear(h.to(dtype), weight.to(dtype), None if bias is None else bias.to(dtype))
-    else:
-        z = torch.nn.functional.linear(h.to(weight.dtype), weight, bias)
+    dt = dtype or weight.dtype  # .to is a no-op where the dtype already matches
+    z = torch.nn.functional.linear(h.to(dt), weight.to(dt), None if bias is None else bias.to(dt))
     z = z.to(torch.promote_types(z.dtype, torch.float32))  # fp32 (fp64 stays fp64: gradcheck)
     if inv_t != 1.0:
         z.mul_(inv_t)
@@ -80,7 +78,7 @@ class _HeadLogprobs(torch.autograd.Function):
             dz[torch.arange(dz.shape[0], device=dz.device), targets] += g_lp
         if ctx.inv_t != 1.0:
             dz.mul_(ctx.inv_t)
-        mm = ctx.dtype if ctx.dtype is not None and ctx.dtype != weight.dtype else weight.dtype
+        mm = ctx.dtype or weight.dtype  # the forward's product dtype (_logits)
         dzc = dz.to(mm)
         g_h = (dzc @ weight.to(mm)).to(h.dtype) if ctx.needs_input_grad[0] else None
         g_w = (dzc.T @ h.to(mm)).to(weight.dtype) if ctx.needs_input_grad[1] else None

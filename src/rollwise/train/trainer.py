@@ -38,8 +38,8 @@ log-probs exist only at completion positions (0 elsewhere, which no objective re
 weight by ``loss_mask``); the micro-batch's rows are packed so the decoder computes no padding;
 the LM head and log-softmax run only where a completion token is predicted, in chunks of
 ``LOGIT_CHUNK`` positions, through ``rollwise.train.head`` (gradient by formula; the logits are
-kept for the backward when the micro-batch's fit in ``KEEP_LOGITS_BYTES``, rebuilt otherwise). ``compute_dtype`` (``model.compute_dtype``,
-``rollwise.train.precision``) runs forward and backward under bf16 autocast while the weights,
+kept for the backward when the micro-batch's fit in ``KEEP_LOGITS_BYTES``, rebuilt otherwise).
+``compute_dtype`` (``model.compute_dtype``, ``rollwise.train.precision``) runs forward and backward under bf16 autocast while the weights,
 gradients and AdamW state stay fp32 (master weights). ``train.activation_checkpointing``
 recomputes each decoder layer's activations in the backward pass (HF gradient checkpointing).
 """
@@ -150,6 +150,9 @@ def token_logprobs(model, batch: Batch, temperature: float, with_entropy: bool =
     layout = pack_rows(lengths, width)
     if len(layout) > PACK_MAX_ROW_FRACTION * b:  # too few rows saved to pay for the packed-sequence mask
         layout = [[i] for i in range(b)]
+    # position ids only where a row holds several sequences; a lone sequence in a row needs none
+    # (its padding tail comes after it, unseen by it)
+    shared = any(len(members) > 1 for members in layout)
     packed = torch.zeros((len(layout), width), dtype=ids.dtype, device=dev)
     ppos = torch.zeros((len(layout), width), dtype=torch.long, device=dev)
     row_of, off_of = [0] * b, [0] * b
@@ -163,9 +166,6 @@ def token_logprobs(model, batch: Batch, temperature: float, with_entropy: bool =
             off += n
         if off < width:  # the row's free tail is a block of its own (a fresh position 0..)
             ppos[r, off:] = torch.arange(width - off, device=dev)
-    # position ids only where a row holds several sequences (PACK_MAX_ROW_FRACTION); a lone
-    # sequence in a row needs none (its padding tail comes after it, unseen by it)
-    shared = any(len(members) > 1 for members in layout)
     with autocast(compute_dtype, dev):
         hidden = decoder(input_ids=packed, position_ids=ppos if shared else None, use_cache=False).last_hidden_state
     tb, tt = where.nonzero(as_tuple=True)
@@ -174,10 +174,10 @@ def token_logprobs(model, batch: Batch, temperature: float, with_entropy: bool =
     h, targets = hidden[src_r, src_c], ids[tb, tt]
     lps, ents = [], []
     fused = fusable(head)
-    keep = len(targets) * head.out_features * 4 <= KEEP_LOGITS_BYTES if fused else False
+    keep = fused and len(targets) * head.out_features * 4 <= KEEP_LOGITS_BYTES
     for lo in range(0, len(targets), chunk):
         args = (h[lo:lo + chunk], head, targets[lo:lo + chunk], temperature, with_entropy)
-        if fused:  # rollwise.train.head: rebuilds its logits in the backward, gradient by formula
+        if fused:  # rollwise.train.head: gradient by formula, logits kept or rebuilt for the backward
             lp_c, ent_c = head_logprobs(*args, compute_dtype=compute_dtype, keep=keep)
         else:
             with autocast(compute_dtype, dev):
