@@ -65,25 +65,42 @@ def train(config: Optional[Path] = ConfigOpt, set: Optional[List[str]] = SetOpt,
           resume: Optional[Path] = typer.Option(None, "--resume", help="Resume runs/<name> from its latest checkpoint.")):
     """Train. With no arguments: the embedded default (arithmetic task, tiny model, CPU)."""
     import rollwise
+    from rollwise.distributed.data_parallel import env_rank
 
     cfg = _load(config, set, resume)
     if resume is None:
         cfg = cfg.with_run_name()  # the directory it will write (a default name never reuses a run)
+    say = console.print if env_rank() == 0 else (lambda *a, **k: None)  # torchrun: rank 0 speaks for the run
     tc = cfg.train
     budget = "".join(f", budget {v:,} {k.replace('_', ' ')}" for k, v in (("generated tokens", tc.budget_generated_tokens),
                                                                            ("rollouts", tc.budget_rollouts)) if v)
-    console.print(f"[bold]rollwise[/] run [cyan]{cfg.run_dir()}[/] — task {cfg.task.name}, model {cfg.model.name}, "
-                  f"controller {cfg.control.name}, objective {cfg.objective.name}, at most {tc.steps} steps{budget}",
-                  highlight=False, soft_wrap=True)
+    say(f"[bold]rollwise[/] run [cyan]{cfg.run_dir()}[/] — task {cfg.task.name}, model {cfg.model.name}, "
+        f"controller {cfg.control.name}, objective {cfg.objective.name}, at most {tc.steps} steps{budget}",
+        highlight=False, soft_wrap=True)
     try:
         result = rollwise.train(cfg, resume=resume is not None, log=lambda m: console.print(f"[dim]{escape(m)}[/]", highlight=False, soft_wrap=True))
-    except KeyboardInterrupt:
-        if (cfg.run_dir() / "config.resolved.toml").is_file():
-            console.print(f"continue with: rollwise train --resume {cfg.run_dir()}  (from its latest checkpoint)", highlight=False)
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (main() turns it into this)
+        say(_resume_hint(cfg.run_dir()), highlight=False, soft_wrap=True)
         raise
-    console.print(f"[green]done[/]: {result.summary()}", soft_wrap=True)
-    console.print(f"files: {result.run_dir}/ (metrics.jsonl, eval.jsonl, plots/, checkpoints/)")
+    say(f"[green]done[/]: {result.summary()}", soft_wrap=True)
+    say(f"files: {result.run_dir}/ (metrics.jsonl, eval.jsonl, plots/, checkpoints/)")
     _stop_ray()
+
+
+def _resume_hint(run_dir: Path) -> str:
+    """What an interrupted run leaves, said as it is: its newest checkpoint, or none (then a
+    resume starts it again from step 0, warm start included unless a finished one was cached)."""
+    from rollwise.train.checkpoint import latest_step
+
+    if not (run_dir / "config.resolved.toml").is_file():
+        return "interrupted before the run directory was written: nothing to resume; rerun the same command"
+    step = latest_step(run_dir)
+    if step is None:
+        return (f"interrupted before the first checkpoint: nothing is saved to continue from. "
+                f"rollwise train --resume {run_dir} starts this run again from step 0 (an interrupted warm start "
+                f"from its beginning; a finished one is cached and reused)")
+    return (f"continue with: rollwise train --resume {run_dir}  (from its checkpoint at step {step}; "
+            f"steps after it are trained again)")
 
 
 def _stop_ray() -> None:
@@ -96,15 +113,24 @@ def _stop_ray() -> None:
 
 
 @app.command("eval")
-def eval_cmd(run_dir: Path = typer.Argument(..., help="A run directory (runs/<name>).")):
-    """Evaluate a run's latest checkpoint on its held-out split."""
+def eval_cmd(run_dir: Path = typer.Argument(..., help="A run directory (runs/<name>)."),
+             step: Optional[int] = typer.Option(None, "--step", help="Checkpoint step (default: the newest that verifies)."),
+             temperature: Optional[float] = typer.Option(None, "--temperature", "-t", min=0.0,
+                                                         help="Sampling temperature (default: the run's eval.temperature)."),
+             samples: Optional[int] = typer.Option(None, "--samples", "-n", min=1,
+                                                   help="Samples per held-out prompt (default: the run's eval.samples)."),
+             n_prompts: Optional[int] = typer.Option(None, "--prompts", min=1,
+                                                     help="Held-out prompts evaluated (default: the run's eval.n_prompts).")):
+    """Evaluate a run's checkpoint on its held-out split (read-only: the run's files are left as they are)."""
     import rollwise
 
     if not run_dir.is_dir():
         raise UserError(f"run directory not found: {run_dir}")
-    m = rollwise.evaluate(run_dir, log=lambda s: console.print(f"[dim]{s}[/]"))
+    m = rollwise.evaluate(run_dir, step=step, temperature=temperature, samples=samples, n_prompts=n_prompts,
+                          log=lambda s: console.print(f"[dim]{escape(s)}[/]", highlight=False))
+    console.print(f"evaluated {run_dir / 'checkpoints' / m.pop('checkpoint')} (trained steps: {m.pop('step')})", highlight=False)
     for k, v in m.items():
-        console.print(f"{k:24s} {v}")
+        console.print(f"{k:24s} {v}", highlight=False)
 
 
 @app.command()
@@ -170,16 +196,24 @@ def export(run_dir: Path = typer.Argument(..., help="A run directory (runs/<name
 
 @app.command()
 def runs(root: Path = typer.Argument(Path("runs"), help="Directory holding run directories (searched recursively).")):
-    """List the runs in a directory: steps, generated tokens, last pass@1, newest checkpoint, state."""
+    """List the runs in a directory: steps, generated tokens, last pass@1, newest checkpoint, state.
+    On a terminal a table (long names wrap, never cut); piped, tab-separated lines with full names."""
     from rich.table import Table
 
     from rollwise.runs import list_runs
 
-    table = Table("run", "steps", "tokens", "pass@1 (at step)", "checkpoint", "state")
-    for r in list_runs(root):
-        acc = "-" if r["pass@1"] is None else f"{r['pass@1']:.3f} ({r['eval_step']})"
-        table.add_row(r["name"], f"{r['steps']}/{r['max_steps']}", f"{r['tokens']:,}", acc,
-                      "-" if r["checkpoint"] is None else f"step-{r['checkpoint']}", r["state"])
+    header = ("run", "steps", "tokens", "pass@1 (at step)", "checkpoint", "state")
+    rows = [(r["name"], f"{r['steps']}/{r['max_steps']}", f"{r['tokens']:,}",
+             "-" if r["pass@1"] is None else f"{r['pass@1']:.3f} ({r['eval_step']})",
+             "-" if r["checkpoint"] is None else f"step-{r['checkpoint']}", r["state"]) for r in list_runs(root)]
+    if not console.is_terminal:  # `rollwise runs | cat`, grep, cut: one line per run, nothing truncated
+        for row in (header, *rows):
+            print("\t".join(row))
+        return
+    table = Table(*header)
+    table.columns[0].overflow = "fold"
+    for row in rows:
+        table.add_row(*row)
     console.print(table)
 
 
@@ -220,14 +254,41 @@ def _usage_error_types() -> tuple[type, ...]:
     return tuple(types_)
 
 
+_TERMINATED = False  # set by the SIGTERM handler: the interrupt came from `kill`, a scheduler, a timeout
+
+
+def _on_sigterm(signum, frame) -> None:
+    """SIGTERM (kill, cluster schedulers, `timeout`) as Ctrl-C: the same clean-up and message."""
+    global _TERMINATED
+    _TERMINATED = True
+    raise KeyboardInterrupt
+
+
 def _aborted() -> None:
+    if _TERMINATED:
+        console.print("[red]aborted[/] (terminated: SIGTERM)", highlight=False)
+        sys.exit(143)
     console.print("[red]aborted[/] (interrupted)", highlight=False)
     sys.exit(130)
 
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: user and usage errors print one line and exit 2; Ctrl-C prints "aborted" and
-    exits 130 (so ``rollwise compare ... && publish`` stops)."""
+    exits 130 (so ``rollwise compare ... && publish`` stops); SIGTERM does the same, exiting 143."""
+    import signal
+    import threading
+
+    previous = None
+    if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread only
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        _main(argv)
+    finally:
+        if previous is not None:  # main() called in-process (tests, notebooks) leaves the handler as it found it
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: list[str] | None) -> None:
     try:
         rc = app(args=argv, standalone_mode=False, prog_name="rollwise")
     except UserError as e:

@@ -9,15 +9,17 @@ Contract:
   checkpoint ``step-<step>`` (default: the newest that verifies, see ``train/checkpoint.py``)
   and writes ``out_dir`` with ``write_hf``. Refuses (``UserError``) a missing run, a missing
   step (naming the steps there), a non-empty ``out_dir`` and ``--adapter`` on a run without
-  LoRA, all before the model is built.
+  LoRA, all before the model is built; with ``gguf=True`` it first checks that the ``gguf``
+  package imports, before anything is written.
 - ``write_hf(model, tokenizer, out_dir, adapter)``: ``config.json``, ``generation_config.json``,
   ``model.safetensors``, and the tokenizer files, so ``AutoModelForCausalLM.from_pretrained``
   and ``AutoTokenizer.from_pretrained`` load it. LoRA runs: the adapters folded into the base
   weights (``hf_models.merged_state_dict``; the training model is not modified), or with
   ``adapter=True`` the PEFT adapter directory (``adapter_config.json`` +
   ``adapter_model.safetensors``, loaded with ``peft.PeftModel.from_pretrained`` over the base);
-  a built-in base model, which has no directory of its own, is written to ``<out>/base/`` and
-  named there as ``base_model_name_or_path``.
+  ``base_model_name_or_path`` is an absolute path: the base model's own directory (a relative
+  ``model.name`` resolved against the working directory of the export), or, for a built-in base
+  model, which has no directory of its own, ``<out>/base/`` where it is written.
   Written to ``<out>.tmp`` and renamed, so a kill never leaves half a directory.
 - Greedy equality: rollwise's prompts are the codec's token ids (``tokens.Codec``: BOS + text
   for the built-in character model, the chat template for instruct models); the exported model
@@ -63,13 +65,16 @@ def write_hf(model, tokenizer, out_dir: str | Path, adapter: bool = False, overw
             raise UserError("--adapter needs a LoRA run (model.lora.enabled = true)")
         model.save_pretrained(str(tmp))
         source = getattr(model.get_base_model().config, "_name_or_path", "")
-        if not source or not Path(source).is_dir():  # built-in model: its base weights go beside the adapter
+        if source and Path(source).expanduser().is_dir():  # a local model directory: named by its absolute path, so
+            base = Path(source).expanduser().resolve()      # the adapter loads from any working directory
+        else:  # built-in model: its base weights go beside the adapter
             _plain(model, merged=False).save_pretrained(str(tmp / "base"))
             tokenizer.save_pretrained(str(tmp / "base"))
-            cfg_path = tmp / "adapter_config.json"
-            acfg = json.loads(cfg_path.read_text())
-            acfg["base_model_name_or_path"] = str((out / "base").resolve())
-            cfg_path.write_text(json.dumps(acfg, indent=2))
+            base = (out / "base").resolve()
+        cfg_path = tmp / "adapter_config.json"
+        acfg = json.loads(cfg_path.read_text())
+        acfg["base_model_name_or_path"] = str(base)
+        cfg_path.write_text(json.dumps(acfg, indent=2))
     elif is_lora(model):
         _plain(model, merged=True).save_pretrained(str(tmp))
     else:
@@ -137,6 +142,8 @@ def export_run(run_dir: str | Path, out_dir: str | Path, step: int | None = None
     run_dir, out = Path(run_dir), Path(out_dir)
     if not run_dir.is_dir():
         raise UserError(f"run directory not found: {run_dir}")
+    if gguf:  # before anything is written: a failed GGUF step would leave a directory the rerun refuses
+        _gguf_module()
     ckpt = resolve_checkpoint(run_dir, step, log)
     _fresh_dir(out, overwrite=False)
     cfg, model, codec = _policy(run_dir)
@@ -162,12 +169,19 @@ def rotary_permute(w, n_head: int):
     return w.reshape(n_head, 2, rows // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def write_gguf(model, tokenizer, path: str | Path) -> Path:
-    """A float32 GGUF of a Llama-architecture ``model``; see the module docstring."""
+def _gguf_module():
+    """The ``gguf`` package, or ``UserError`` saying how to install it."""
     try:
         import gguf
     except ImportError:
-        raise UserError("--gguf needs the gguf package: pip install 'rollwise[hf]'") from None
+        raise UserError("--gguf needs the gguf package (not installed here): pip install 'rollwise[hf]' "
+                        "(or pip install gguf), then rerun the export") from None
+    return gguf
+
+
+def write_gguf(model, tokenizer, path: str | Path) -> Path:
+    """A float32 GGUF of a Llama-architecture ``model``; see the module docstring."""
+    gguf = _gguf_module()
     if is_lora(model):
         from rollwise.train.hf_models import merged_state_dict
 

@@ -102,15 +102,42 @@ def apply_filters(filters, groups, keep_at_most=None, controller=None):
     return kept, dropped
 
 
-def evaluate_run(run_dir: str | Path, log=print) -> dict:
-    """Evaluate the latest checkpoint of a run on its held-out split (``rollwise eval``)."""
+def evaluate_run(run_dir: str | Path, step: int | None = None, temperature: float | None = None, samples: int | None = None,
+                 n_prompts: int | None = None, log=print) -> dict:
+    """Evaluate a run's checkpoint on its held-out split (``rollwise eval``): the newest that
+    verifies, or ``step``; ``temperature``, ``samples`` (pass@k keeps the run's k values that are
+    at most ``samples``) and ``n_prompts`` replace the run's ``eval.*`` values. Read-only: the run
+    is neither locked nor resumed, and its ledger is left as it is. Returns ``{"step",
+    "checkpoint", "eval/...": ...}``."""
+    import tomllib
+
+    from rollwise import components
+    from rollwise.eval.evaluate import evaluate
+    from rollwise.export import resolve_checkpoint
+    from rollwise.types import Sampling
+
     run_dir = Path(run_dir)
-    if checkpoint.latest(run_dir) is None:  # resuming without one would restart (and truncate) the run
-        raise UserError(f"no checkpoint to evaluate in {run_dir}")
-    cfg = load_config(run_dir / "config.resolved.toml", [f"run.dir={run_dir.parent}", f"run.name={run_dir.name}", "run.progress=false",
-                                                              "run.report_to=[]"])
-    run = Run(cfg, resume=True, log=log)
+    ckpt = resolve_checkpoint(run_dir, step, log)  # names the steps there when `step` is not one of them
+    sets = ["model.warm_start.steps=0", "run.progress=false", "run.report_to=[]", "distributed.workers=0"]
+    if temperature is not None:
+        sets.append(f"eval.temperature={temperature}")
+    if samples is not None:
+        ks = tomllib.loads((run_dir / "config.resolved.toml").read_text()).get("eval", {}).get("k", [4])
+        sets += [f"eval.samples={samples}", f"eval.k={[k for k in ks if k <= samples] or [samples]}"]
+    if n_prompts is not None:
+        sets.append(f"eval.n_prompts={n_prompts}")
+    cfg = load_config(run_dir / "config.resolved.toml", sets)
+    task = components.build_task(cfg)
+    model, codec = components.build_policy(cfg, task, log=lambda m: None)  # no warm start: weights come from the checkpoint
+    state = checkpoint.load(ckpt, model)["run_state"]
+    s = cfg.sampling
+    sampling = Sampling(s.temperature, s.top_p, s.max_new_tokens)
+    backend = components.build_backend(cfg, model, codec, cfg.run.seed)
+    pool = components.build_pool(cfg, backend, codec, task, sampling, None, model, log=log)
     try:
-        return run.evaluate(record=False)
+        m = evaluate(pool, task.heldout_prompts(), cfg.eval, sampling, cfg.run.seed, state["step"], state["policy_version"])
     finally:
-        run.close()
+        close = getattr(pool, "close", None)
+        if close is not None:
+            close()
+    return {"step": state["step"], "checkpoint": ckpt.name, **m}

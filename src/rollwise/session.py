@@ -148,6 +148,7 @@ class Run:
                 self._write_config()
                 log("changed on resume at step {}: {}".format(self.state.step, ", ".join(
                     f"{k} {old!r} -> {new!r}" for k, (old, new) in changes.items())))
+        self.start_step = self.state.step  # finish(): a resumed run that trains no step leaves its final/ as it is
         if self.dp is not None:  # rank 0 releases the others; every rank takes rank 0's weights
             self.dp.lead(self.cfg, [self.model, self.trainer.ref_model])
         self.sync_weights()  # the engines start from the trainer's weights (warm-started or resumed)
@@ -310,7 +311,10 @@ class Run:
             self.checkpoint()
         from rollwise.export import write_hf  # final/: the trained model as a Hugging Face directory
 
-        if self.main:
+        if self.state.step == self.start_step and (self.dir / "final").is_dir():  # resumed, nothing left to train
+            self.log(f"run {self.dir} is already complete at step {self.state.step}: nothing trained, final/ left as it is "
+                     f"(to train on, resume with a larger train.steps or budget: --set train.steps=N)")
+        elif self.main:
             write_hf(self.model, self.codec.tokenizer, self.dir / "final", overwrite=True)
         return RunResult(self.dir, self.state.step, self.evals[0] if self.evals else {}, self.evals[-1] if self.evals else {},
                          dict(self.ledger.totals))

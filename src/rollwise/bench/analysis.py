@@ -18,6 +18,9 @@ last one (the run's final model is what it has once it stops). Conventions:
   same statistic on seeds resampled with replacement) with a fixed ``numpy`` RNG seed, so they
   are deterministic; a resample whose mean curve never reaches the target counts as infinitely
   many tokens, and an infinite bound is reported as ``None``.
+- **separation**: an arm differs from the baseline on a figure only when their intervals do not
+  overlap (``separation``: +1 wholly above, -1 wholly below, 0 overlapping); the report colours a
+  ratio and calls it better or worse only then.
 """
 
 from __future__ import annotations
@@ -135,6 +138,14 @@ def to_target_stat(curves: Sequence[tuple[np.ndarray, np.ndarray]], target: floa
             "ci": bootstrap_ci(len(curves), lambda idx: crossing(grid, vals[idx].mean(axis=0), target))}
 
 
+def separation(a: dict, b: dict) -> int:
+    """Whether figure ``a``'s interval lies wholly above (+1) or below (-1) figure ``b``'s, else 0
+    (they overlap: the data do not say which is larger). A ``None`` bound is +inf (a to-target
+    resample that never reaches the target)."""
+    (alo, ahi), (blo, bhi) = ([math.inf if v is None else v for v in f["ci"]] for f in (a, b))
+    return 1 if alo > bhi else -1 if ahi < blo else 0
+
+
 def ratio(a: float | None, b: float | None) -> float | None:
     """a / b, or None when either is missing or b is 0."""
     if a is None or b is None or b == 0:
@@ -151,6 +162,7 @@ def analyse(evals: dict[str, dict[int, list[dict]]], baseline: str, auc_x_max: f
 
     Returns {"target": {"value", "source"}, "auc_tokens": auc_x_max, "arms": {arm: {"seeds",
     "metrics": {name: {"value", "per_seed", "ci", ...}}, "ratios": {name: arm / baseline},
+    "separation": {name: +1 / -1 / 0} (``separation`` of the arm's and the baseline's intervals),
     "curve": {"x", "mean", "lo", "hi"}}}} with metric names ``tokens_to_target``,
     ``seconds_to_target``, ``auc``, ``final_pass@1`` and ``final_pass@<k>`` for each k.
     """
@@ -174,4 +186,5 @@ def analyse(evals: dict[str, dict[int, list[dict]]], baseline: str, auc_x_max: f
     for arm, a in arms.items():
         base = arms[baseline]["metrics"]
         a["ratios"] = {name: ratio(fig["value"], base[name]["value"]) for name, fig in a["metrics"].items()}
+        a["separation"] = {name: separation(fig, base[name]) for name, fig in a["metrics"].items()}
     return {"target": {"value": float(target), "source": source}, "auc_tokens": float(auc_x_max), "arms": arms}

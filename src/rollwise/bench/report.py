@@ -66,13 +66,15 @@ def _fig(fig: dict, digits=3) -> str:
     return f"{_num(fig['value'], digits)} <span class=ci>[{lo}, {hi}]</span>"
 
 
-def _ratio(name: str, r) -> str:
+def _ratio(name: str, r, sep: int | None) -> str:
+    """The ratio to the baseline; coloured and called better or worse only when the arm's interval
+    and the baseline's do not overlap (``sep``, analysis.separation), else said to overlap."""
     if r is None:
         return "—"
-    better = r < 1 if name in LOWER_IS_BETTER else r > 1
-    worse = r > 1 if name in LOWER_IS_BETTER else r < 1
-    cls = "better" if better else "worse" if worse else ""
-    return f"<span class={cls or 'same'}>×{r:.2f}</span>"
+    if not sep:
+        return f"<span class=same>×{r:.2f} (intervals overlap)</span>"
+    better = sep < 0 if name in LOWER_IS_BETTER else sep > 0
+    return f"<span class={'better' if better else 'worse'}>×{r:.2f}, {'better' if better else 'worse'}</span>"
 
 
 def html(compare: dict, png: bytes, configs: dict[str, str]) -> str:
@@ -84,7 +86,7 @@ def html(compare: dict, png: bytes, configs: dict[str, str]) -> str:
     for arm, a in arms.items():
         base = " <span class=tag>baseline</span>" if arm == sw["baseline"] else ""
         cells = "".join(f"<td>{_fig(a['metrics'][n], 0 if n == 'tokens_to_target' else 1 if n == 'seconds_to_target' else 3)}"
-                        f"<br>{_ratio(n, a['ratios'][n])}</td>" for n in names)
+                        f"<br>{_ratio(n, a['ratios'][n], a.get('separation', {}).get(n))}</td>" for n in names)
         reached = a["metrics"]["tokens_to_target"]["seeds_reached"]
         rows.append(f"<tr><th class=arm>{H.escape(arm)}{base}<div class=desc>{H.escape(a.get('description') or '')}</div>"
                     f"<div class=desc>seeds reaching target on their own: {reached}/{len(a['runs'])}</div></th>{cells}</tr>")
@@ -137,7 +139,8 @@ dt {{ font-weight: 600; }} dd {{ margin: 0; }}
 <h2>Held-out pass@1 against generated tokens</h2>
 <img alt="held-out pass@1 against training generated tokens, per arm" src="data:image/png;base64,{img}">
 <h2>Per arm</h2>
-<p>Value with its interval in brackets, and the ratio to the baseline below (green: better). To-target figures are where
+<p>Value with its interval in brackets, and the ratio to the baseline below: green “better” or red “worse” only where
+the arm's interval and the baseline's do not overlap; where they overlap the data do not tell the two apart. To-target figures are where
 the arm's mean curve first reaches the target (linear between eval points); “not reached” means within this budget.</p>
 <table><thead><tr><th class=arm>arm</th>{head}</tr></thead><tbody>
 {''.join(rows)}

@@ -256,7 +256,7 @@ def compare(sweep_path: str | Path, overrides: list[str] | None = None, out_dir:
                 run["machine"] = d.get("machine")
             runs[str(s.seed)] = run
         arms[arm.name] = {"description": arm.description, "set": arm.set, "runs": runs, "metrics": a["metrics"],
-                          "ratios": a["ratios"], "curve": a["curve"]}
+                          "ratios": a["ratios"], "separation": a["separation"], "curve": a["curve"]}
     compare_json = {
         "schema": 1, "sweep": {"name": sweep.sweep_name(), "file": Path(sweep_path).as_posix(), "out_dir": out.as_posix(),
                                "arms": [a.name for a in sweep.arms], "baseline": sweep.baseline_arm, "seeds": sweep.seeds,

@@ -14,7 +14,9 @@ How it works:
   first step the pool draws ``η`` more from the controller through ``draw``, i.e. the
   controller's ``select``/``plan``, so prompts are taken in the controller's order). Controllers
   therefore choose plan ``k + η`` from statistics observed up to step ``k - 1``: the price of
-  running ahead, as in AReaL, whose prompts never depend on the trainer.
+  running ahead, as in AReaL, whose prompts never depend on the trainer. Plans from index
+  ``train.steps`` on (the loop's plans of its last η steps) are kept but never generated: no
+  step trains them (a resume that raises ``train.steps`` generates them then).
 - **Generator.** One background thread (the *generator*) takes plans in order and generates them
   on the *engine*: a pool whose weights are its own (an in-process copy of the policy for the
   ``hf`` backend, the colocated vLLM engine, or Ray rollout workers). It starts plan ``k`` only
@@ -130,8 +132,9 @@ class AsyncPool:
 
     def __init__(self, engine, receive: Callable, opts, draw: Callable[[], Plan], backend=None,
                  timeline: Path | None = None, codec=None, sampling=None, consume: Callable | None = None,
-                 scheduler=None):
+                 scheduler=None, steps: int | None = None):
         self.engine, self.receive, self.draw, self.backend = engine, receive, draw, backend
+        self.steps = steps  # train.steps: plans from this index on are never trained, so never generated
         self.scheduler = scheduler  # APRIL's pool around the engine: takes each training plan (module docstring)
         self.eta, self.on_new_weights = opts.max_staleness, opts.on_new_weights
         self.consume = consume  # periodic asynchrony: the trainer takes each chunk's groups as it arrives
@@ -190,7 +193,8 @@ class AsyncPool:
             job = self._submit_urgent(Job(None, plan))
         else:
             self._submit(plan)
-            while self.drawn <= self.next_index + self.eta:  # keep plans k .. k + eta drawn
+            ahead = self.next_index + self.eta if self.steps is None else min(self.next_index + self.eta, self.steps - 1)
+            while self.drawn <= ahead:  # keep plans k .. k + eta drawn (none past the last step)
                 self._submit(self.draw())
             job = self.jobs[self.next_index]
         streamed = self._wait(job, self.consume if job.index is not None else None)
@@ -290,6 +294,8 @@ class AsyncPool:
             return self.urgent[0]
         for k in sorted(self.jobs):
             job = self.jobs[k]
+            if self.steps is not None and k >= self.steps:  # the loop's plans of its last eta steps: no step trains them
+                return None
             if job.pairs is None and not job.running:
                 return job if k <= self.version + self.eta else None  # AReaL's gate, in plans
         return None
@@ -540,4 +546,5 @@ def build(cfg, engine, backend, model, draw, timeline, consume=None, april=None,
     log(f"periodic asynchrony: {a.periodic_chunks} chunks a step" if a.periodic else
         f"async rollouts: max_staleness {a.max_staleness}, on new weights: {a.on_new_weights}")
     scheduler = april(inner) if april is not None else None  # APRIL around the engine, run by the generator
-    return AsyncPool(engine, receive, a, draw, backend=local, timeline=timeline, consume=consume, scheduler=scheduler)
+    return AsyncPool(engine, receive, a, draw, backend=local, timeline=timeline, consume=consume, scheduler=scheduler,
+                     steps=cfg.train.steps)

@@ -77,6 +77,15 @@ def env_world_size() -> int:
         raise UserError(f"WORLD_SIZE = {os.environ['WORLD_SIZE']!r} is not an integer") from None
 
 
+def env_rank() -> int:
+    """torchrun's ``RANK`` of this process (0 when not started by torchrun): the command line
+    prints its header and closing lines on rank 0 only."""
+    try:
+        return int(os.environ.get("RANK", "0"))
+    except ValueError:
+        raise UserError(f"RANK = {os.environ['RANK']!r} is not an integer") from None
+
+
 def enabled(cfg) -> bool:
     """Whether this process trains data-parallel: ``distributed.data_parallel``, or when it is
     unset, whether torchrun started more than one process (``WORLD_SIZE > 1``)."""

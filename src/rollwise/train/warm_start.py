@@ -40,8 +40,10 @@ class Progress:
         self.total, self.log, self.every_s = total, log, every_s
         self.t0 = self.last = time.perf_counter()
         self.tenth = max(1, total // 10)
+        self.done = 0  # steps completed
 
     def __call__(self, step: int, loss: float) -> None:
+        self.done = step
         now = time.perf_counter()
         if not (step == min(10, self.total) or step % self.tenth == 0 or step == self.total or now - self.last >= self.every_s):
             return
@@ -78,9 +80,26 @@ def warm_start(model, codec, task, ws_cfg, seed: int, key: dict, log=print) -> s
     rng = random.Random(seed)
     report = Progress(ws_cfg.steps, log)
     opt = torch.optim.AdamW(model.parameters(), lr=ws_cfg.lr, weight_decay=0.0)
-    eos = codec.tokenizer.eos_token_id
-    pad = codec.pad_id
     model.train()
+    try:
+        _fit(model, codec, examples, ws_cfg, seed, rng, opt, report)
+    except KeyboardInterrupt:  # the run directory has no checkpoint yet: say what a rerun does
+        log(f"warm start interrupted after {report.done:,} of {ws_cfg.steps:,} steps: nothing of it is kept, so the "
+            "next run (or --resume of this one) starts the warm start again from its first step")
+        raise
+    if ws_cfg.cache:
+        tmp = path.parent.with_name(path.parent.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        save_model(model, str(tmp / path.name))
+        shutil.rmtree(path.parent, ignore_errors=True)
+        tmp.rename(path.parent)
+    return "trained"
+
+
+def _fit(model, codec, examples, ws_cfg, seed: int, rng, opt, report) -> None:
+    """The supervised steps of ``warm_start``, in place."""
+    eos, pad = codec.tokenizer.eos_token_id, codec.pad_id
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         for step in range(ws_cfg.steps):
@@ -106,14 +125,6 @@ def warm_start(model, codec, task, ws_cfg, seed: int, key: dict, log=print) -> s
             opt.step()
             opt.zero_grad(set_to_none=True)
             report(step + 1, loss.item())
-    if ws_cfg.cache:
-        tmp = path.parent.with_name(path.parent.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        save_model(model, str(tmp / path.name))
-        shutil.rmtree(path.parent, ignore_errors=True)
-        tmp.rename(path.parent)
-    return "trained"
 
 
 def fit_warnings(task, codec, max_new_tokens: int, context: int | None = None, builtin: bool = False, n: int = 64) -> list[str]:
