@@ -128,7 +128,8 @@ def eval_cmd(run_dir: Path = typer.Argument(..., help="A run directory (runs/<na
         raise UserError(f"run directory not found: {run_dir}")
     m = rollwise.evaluate(run_dir, step=step, temperature=temperature, samples=samples, n_prompts=n_prompts,
                           log=lambda s: console.print(f"[dim]{escape(s)}[/]", highlight=False))
-    console.print(f"evaluated {run_dir / 'checkpoints' / m.pop('checkpoint')} (trained steps: {m.pop('step')})", highlight=False)
+    console.print(f"evaluated {run_dir / 'checkpoints' / m.pop('checkpoint')} (trained steps: {m.pop('step')})", highlight=False,
+                  soft_wrap=True)
     for k, v in m.items():
         console.print(f"{k:24s} {v}", highlight=False)
 

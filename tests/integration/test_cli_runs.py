@@ -51,3 +51,15 @@ def test_shell_completion_completes_commands():
     env.update(COMP_WORDS="rollwise ru", COMP_CWORD="1")
     out = subprocess.run([sys.executable, "-c", "from rollwise.cli import main; main()"], env=env, capture_output=True, text=True)
     assert out.stdout.split() == ["runs"]
+
+
+def test_runs_piped_prints_full_names_one_line_each(tmp_path, capsys):
+    """`rollwise runs | cat`: not a terminal, so tab-separated lines and whole names (a table would cut them)."""
+    name = "sweeps/controllers-on-arithmetic/dars-with-a-long-arm-name-s0"
+    _fake_run(tmp_path, name, steps=3, evals=[(0, 0.25)], ckpt=2)
+    _fake_run(tmp_path, "b", steps=0, evals=[])
+    main(["runs", str(tmp_path)])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split("\t") == ["run", "steps", "tokens", "pass@1 (at step)", "checkpoint", "state"]
+    rows = {ln.split("\t")[0]: ln.split("\t") for ln in lines[1:]}
+    assert rows[name] == [name, "3/10", "300", "0.250 (0)", "step-2", "stopped"] and set(rows) == {name, "b"}

@@ -138,3 +138,49 @@ def test_export_lora_run_merged_and_adapter(tmp_path):
     # the adapter did change the model: the bare base differs somewhere in its logits
     ids = torch.tensor([list(seqs[0])])
     assert not torch.allclose(AutoModelForCausalLM.from_pretrained(acfg["base_model_name_or_path"])(ids).logits, merged(ids).logits)
+
+
+def test_export_gguf_without_the_package_writes_nothing_and_the_rerun_works(tmp_path, monkeypatch, capsys):
+    import sys
+
+    run = _train(tmp_path, "g")
+    monkeypatch.setitem(sys.modules, "gguf", None)  # `import gguf` raises ImportError
+    with pytest.raises(SystemExit) as exc:
+        main(["export", str(run), str(tmp_path / "out"), "--gguf"])
+    assert exc.value.code == 2 and "gguf package" in capsys.readouterr().out
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.tmp").exists()  # nothing written before the refusal
+    main(["export", str(run), str(tmp_path / "out")])  # the rerun is not refused for a non-empty directory
+    assert (tmp_path / "out" / "model.safetensors").is_file()
+
+
+def test_adapter_names_a_local_base_model_by_its_absolute_path(tmp_path, monkeypatch):
+    """A LoRA run on a local model directory given relative to where training ran: the adapter's
+    base_model_name_or_path is absolute, so it loads from any working directory."""
+    pytest.importorskip("peft")
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from rollwise.export import write_hf
+    from rollwise.train.hf_models import apply_lora
+    from rollwise.train.tiny import build_tiny
+
+    model, tok = build_tiny("tiny-s", seed=0)
+    model.save_pretrained(tmp_path / "models" / "base")
+    tok.save_pretrained(tmp_path / "models" / "base")
+    monkeypatch.chdir(tmp_path)
+    base = AutoModelForCausalLM.from_pretrained("models/base")  # relative, as model.name = "models/base" loads it
+    lora = apply_lora(base, r=2, alpha=4, dropout=0.0, target_modules=["q_proj", "v_proj"])
+    with torch.no_grad():
+        for name, p in lora.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.2)
+    write_hf(lora, tok, "adapter", adapter=True)
+    acfg = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    assert acfg["base_model_name_or_path"] == str((tmp_path / "models" / "base").resolve())
+    assert not (tmp_path / "adapter" / "base").exists()  # the base has a directory of its own: not copied
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    loaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(acfg["base_model_name_or_path"]), tmp_path / "adapter")
+    ids = torch.tensor([[1, 5, 7, 9]])
+    assert torch.allclose(loaded(ids).logits, lora(ids).logits, atol=1e-6)

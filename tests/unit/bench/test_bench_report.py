@@ -41,3 +41,29 @@ def test_report_is_self_contained_and_names_every_arm(tmp_path):
     assert "did not get an equal budget" in text
     # the target (mean of the baseline finals 0.3 and 0.5 = 0.4) is stated; the odd arm never reaches it
     assert "0.4000" in text and "not reached" in text
+
+
+def test_ratios_are_coloured_and_named_only_where_intervals_separate():
+    ev = lambda pts: [{"step": i, "cost/generated_tokens": t, "wall_s": t / 100, "eval/pass@1": p}  # noqa: E731
+                      for i, (t, p) in enumerate(pts)]
+    evals = {"base": {0: ev([(0, 0.1), (100, 0.3)]), 1: ev([(0, 0.1), (100, 0.5)])},
+             "close": {0: ev([(0, 0.1), (100, 0.35)]), 1: ev([(0, 0.1), (100, 0.45)])},  # inside the baseline's interval
+             "high": {0: ev([(0, 0.1), (100, 0.8)]), 1: ev([(0, 0.1), (100, 0.9)])}}     # wholly above it
+    r = analysis.analyse(evals, "base", 100.0, [], target=0.2)
+    assert r["arms"]["close"]["separation"]["final_pass@1"] == 0 and r["arms"]["high"]["separation"]["final_pass@1"] == 1
+    assert r["arms"]["base"]["separation"] == {n: 0 for n in r["arms"]["base"]["metrics"]}
+    cells = {arm: report._ratio("final_pass@1", a["ratios"]["final_pass@1"], a["separation"]["final_pass@1"])
+             for arm, a in r["arms"].items()}
+    assert "better" not in cells["close"] and "worse" not in cells["close"] and "intervals overlap" in cells["close"]
+    assert "class=better" in cells["high"] and "better" in cells["high"].split(">", 1)[1]
+    # lower is better for tokens to target: an arm wholly below the baseline is better, wholly above worse
+    assert "class=better" in report._ratio("tokens_to_target", 0.5, -1) and "class=worse" in report._ratio("tokens_to_target", 2.0, 1)
+    # a compare.json written before separations existed is never coloured
+    assert "class=same" in report._ratio("auc", 3.0, None)
+
+
+def test_separation_treats_an_unreached_bound_as_infinite():
+    reached = {"ci": [100.0, 200.0]}
+    assert analysis.separation({"ci": [None, None]}, reached) == 1   # never reaches: wholly above (more tokens)
+    assert analysis.separation({"ci": [150.0, None]}, reached) == 0  # overlaps
+    assert analysis.separation({"ci": [10.0, 50.0]}, reached) == -1

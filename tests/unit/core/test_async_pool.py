@@ -226,3 +226,19 @@ def test_async_key_reads_and_writes_as_train_async():
     assert cfg.train.async_.max_staleness == 2 and cfg.train.async_.on
     assert "[train.async]" in to_toml(cfg) and "max_staleness = 2" in to_toml(cfg)
     assert not load_config().train.async_.on  # default: the synchronous loop
+
+
+def test_no_plan_past_the_last_step_is_drawn_ahead_or_generated():
+    """train.steps = 3, eta = 2: the loop's plans of its last two steps (indices 3, 4) are never
+    trained, so the generator never generates them, and none is drawn ahead past step 2."""
+    engine = FakeEngine()
+    draws = iter(range(1, 1000))
+    opts = SimpleNamespace(max_staleness=2, on_new_weights="finish")
+    pool = AsyncPool(engine, lambda v, w: None, opts, lambda: _plan(next(draws)), steps=3)
+    pool.load_weights(0, {})
+    trained = [_step(pool, k, _plan(100 + k))[0].prompt.id for k in range(3)]
+    time.sleep(0.3)  # the generator would take plans 3 and 4 now (versions 1..3 published, gate open)
+    pool.close()
+    assert trained == ["p100", "p1", "p2"]
+    assert [pid for pid, _ in engine.started] == ["p100", "p1", "p2"]
+    assert sorted(pool.jobs) == [3, 4] and not any(j.done for j in pool.jobs.values())  # kept for a resume with more steps
