@@ -59,8 +59,8 @@ def test_user_error_is_one_line_with_status_2(tmp_path):
     assert rc == 2 and "Traceback" not in out and "train.stpes" in out
 
 
-def _interrupt(tmp_path, args, ready: str, timeout=120.0):
-    """Start the CLI, wait until a line containing ``ready`` appears, send SIGINT; (rc, output)."""
+def _interrupt(tmp_path, args, ready: str, timeout=120.0, sig=signal.SIGINT):
+    """Start the CLI, wait until a line containing ``ready`` appears, send ``sig``; (rc, output)."""
     # SIGINT back to its default in the child: a shell without job control starts background jobs
     # (and so pytest and its children) with SIGINT ignored, and Python then installs no handler
     p = subprocess.Popen([str(EXE), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -74,7 +74,7 @@ def _interrupt(tmp_path, args, ready: str, timeout=120.0):
             assert time.time() - t0 < timeout, "".join(lines)
         else:
             pytest.fail("the command ended before it was interrupted:\n" + "".join(lines))
-        p.send_signal(signal.SIGINT)
+        p.send_signal(sig)
         rest, _ = p.communicate(timeout=60)
     finally:
         if p.poll() is None:
@@ -91,6 +91,20 @@ def test_ctrl_c_on_train_exits_130_with_aborted(tmp_path):
     rc, out = _interrupt(tmp_path, ["train", "--set", f"run.dir={tmp_path / 'runs'}", *TRAIN], "warm start: step")
     assert rc == 130, out
     assert "aborted" in out and "Traceback" not in out
+    # no checkpoint exists during the warm start: the message says what a resume does, and promises none
+    flat = " ".join(out.split())
+    assert "warm start interrupted" in flat and "before the first checkpoint" in flat and "latest checkpoint" not in flat
+
+
+@pytest.mark.slow
+def test_sigterm_on_train_is_handled_like_ctrl_c(tmp_path):
+    """kill / a scheduler's SIGTERM: the same clean-up and message as Ctrl-C, exit status 143."""
+    rc, out = _interrupt(tmp_path, ["train", "--set", f"run.dir={tmp_path / 'runs'}", *TRAIN], "warm start: step",
+                         sig=signal.SIGTERM)
+    flat = " ".join(out.split())
+    assert rc == 143, out
+    assert "aborted (terminated: SIGTERM)" in flat and "Traceback" not in out
+    assert "warm start interrupted" in flat and "rollwise train --resume" in flat
 
 
 @pytest.mark.slow

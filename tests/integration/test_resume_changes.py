@@ -90,3 +90,15 @@ def test_unchanged_resume_records_nothing(finished, tmp_path):
     cfg = load_config(run / "config.resolved.toml", _resume_overrides(run, "run.progress=false", "run.threads=1"))
     rollwise.train(cfg, resume=True, log=lambda m: None)
     assert not (run / "changes.jsonl").exists()  # where the run lives and how it shows progress are not changes
+
+
+def test_resuming_a_finished_run_says_so_and_leaves_it_as_it_is(finished, tmp_path):
+    run = _copy(finished, tmp_path)
+    (run / "final" / "marker").write_text("kept")  # final/ rewritten would lose this
+    before = _snapshot(run)
+    logs = []
+    cfg = load_config(run / "config.resolved.toml", _resume_overrides(run))
+    res = rollwise.train(cfg, resume=True, log=logs.append)
+    assert res.steps == 2 and any("already complete at step 2" in m for m in logs)
+    after = _snapshot(run)
+    assert {k: v for k, v in after.items() if k != ".lock"} == {k: v for k, v in before.items() if k != ".lock"}
