@@ -350,7 +350,8 @@ class Run:
     def _bar(self):
         """A rich progress bar on a terminal; plain log lines (through ``log``, so ``rollwise compare -j``
         labels them by run) when stdout is not one (nohup, cluster jobs, pipes) or ROLLWISE_PROGRESS=plain:
-        one per step, or per hundredth of the steps cap. Budget runs show the budget's progress."""
+        one per step, or per hundredth of the steps cap. Budget runs show the budget's progress. Both name the
+        step just trained by its number in ``metrics.jsonl`` (steps count from 0; README "Step numbers")."""
         if not self.cfg.run.progress or not self.main:
             yield lambda **kw: None
             return
@@ -369,7 +370,7 @@ class Run:
                 tokens = f"tokens {self.ledger.totals['generated_tokens']:,}"
                 if unit != "steps":  # the budget's progress (tokens or rollouts)
                     tokens = (tokens + "  " if unit != "tokens" else "") + f"{unit} {spent:,}/{total:,} ({100 * spent / max(1, total):.0f}%)"
-                self.log(f"step {step}/{self.cfg.train.steps}  reward {kw.get('reward', '-')}  pass@1 {self._acc()}  "
+                self.log(f"step {step - 1} ({step}/{self.cfg.train.steps} done)  reward {kw.get('reward', '-')}  pass@1 {self._acc()}  "
                          f"{tokens}  {time.perf_counter() - t0:.0f}s")
 
             yield line
@@ -381,10 +382,11 @@ class Run:
                 TextColumn("reward {task.fields[reward]}"), TextColumn("pass@1 {task.fields[acc]}"),
                 TextColumn("tokens {task.fields[tokens]}"), TimeElapsedColumn())
         with Progress(*cols) as bar:
-            tid = bar.add_task("train", total=total, completed=spent, reward="-", acc=self._acc(), tokens="0", step=self.state.step)
+            last = lambda: self.state.step - 1 if self.state.step else "-"  # noqa: E731  the step just trained
+            tid = bar.add_task("train", total=total, completed=spent, reward="-", acc=self._acc(), tokens="0", step=last())
 
             def update(**kw):
-                bar.update(tid, completed=min(self._budget()[1], total), acc=self._acc(), step=self.state.step, **kw)
+                bar.update(tid, completed=min(self._budget()[1], total), acc=self._acc(), step=last(), **kw)
 
             yield update
 
