@@ -89,16 +89,16 @@ def train(config: Optional[Path] = ConfigOpt, set: Optional[List[str]] = SetOpt,
 
 def _resume_hint(run_dir: Path) -> str:
     """What an interrupted run leaves, said as it is: its newest checkpoint, or none (then a
-    resume starts it again from step 0, warm start included unless a finished one was cached)."""
+    resume starts the run again from step 0; the warm start says above what it kept)."""
     from rollwise.train.checkpoint import latest_step
 
     if not (run_dir / "config.resolved.toml").is_file():
         return "interrupted before the run directory was written: nothing to resume; rerun the same command"
     step = latest_step(run_dir)
     if step is None:
-        return (f"interrupted before the first checkpoint: nothing is saved to continue from. "
-                f"rollwise train --resume {run_dir} starts this run again from step 0 (an interrupted warm start "
-                f"from its beginning; a finished one is cached and reused)")
+        return (f"interrupted before the first checkpoint: no training step is saved. rollwise train --resume {run_dir} "
+                f"starts this run again from step 0 (a cached warm start is reused, an interrupted one continues "
+                f"where it was saved)")
     return (f"continue with: rollwise train --resume {run_dir}  (from its checkpoint at step {step}; "
             f"steps after it are trained again)")
 

@@ -4,7 +4,10 @@ A randomly initialised model never samples a correct answer, so GRPO would see o
 zero-variance groups. A short supervised phase (cross-entropy on the reference completion)
 gives it a partial skill that RL then improves. The weights are cached under
 ``$ROLLWISE_CACHE`` (default ``~/.cache/rollwise``) keyed by everything that determines them,
-so the second run skips this phase.
+so the second run skips this phase. An interrupted warm start (Ctrl-C, SIGTERM) is saved there
+at its last completed step (model, optimizer, RNG states; not when the interrupt lands inside an
+optimizer update) and the next warm start with the same key continues from it, ending with the
+weights an uninterrupted one gives.
 """
 
 from __future__ import annotations
@@ -80,12 +83,26 @@ def warm_start(model, codec, task, ws_cfg, seed: int, key: dict, log=print) -> s
     rng = random.Random(seed)
     report = Progress(ws_cfg.steps, log)
     opt = torch.optim.AdamW(model.parameters(), lr=ws_cfg.lr, weight_decay=0.0)
+    partial = path.parent.with_name(path.parent.name + ".partial") / "state.pt"  # an interrupted warm start
+    start, torch_rng = 0, None
+    if ws_cfg.cache and partial.is_file():
+        start, torch_rng = _load_partial(partial, model, opt, rng)
+        report.done = start
+        log(f"warm start: continuing from step {start:,} of {ws_cfg.steps:,} (interrupted before; saved under {cache_root()})")
     model.train()
+    at = _Position(start)
     try:
-        _fit(model, codec, examples, ws_cfg, seed, rng, opt, report)
+        _fit(model, codec, examples, ws_cfg, seed, rng, opt, report, at, torch_rng)
     except KeyboardInterrupt:  # the run directory has no checkpoint yet: say what a rerun does
-        log(f"warm start interrupted after {report.done:,} of {ws_cfg.steps:,} steps: nothing of it is kept, so the "
-            "next run (or --resume of this one) starts the warm start again from its first step")
+        if ws_cfg.cache and at.consistent():
+            _save_partial(partial, model, opt, at)
+            log(f"warm start interrupted after {at.done:,} of {ws_cfg.steps:,} steps; saved: the next run with this warm start "
+                f"(--resume of this one, or a new one) continues it from step {at.done:,}")
+        else:
+            why = "model.warm_start.cache = false" if not ws_cfg.cache else "interrupted inside an optimizer update"
+            then = f"continues from step {start:,}, saved before" if start else "starts the warm start again from its first step"
+            log(f"warm start interrupted after {at.done:,} of {ws_cfg.steps:,} steps: this session's steps are not kept "
+                f"({why}), so the next run {then}")
         raise
     if ws_cfg.cache:
         tmp = path.parent.with_name(path.parent.name + ".tmp")
@@ -94,37 +111,85 @@ def warm_start(model, codec, task, ws_cfg, seed: int, key: dict, log=print) -> s
         save_model(model, str(tmp / path.name))
         shutil.rmtree(path.parent, ignore_errors=True)
         tmp.rename(path.parent)
+        shutil.rmtree(partial.parent, ignore_errors=True)
     return "trained"
 
 
-def _fit(model, codec, examples, ws_cfg, seed: int, rng, opt, report) -> None:
-    """The supervised steps of ``warm_start``, in place."""
+class _Position:
+    """Where ``_fit`` is, so an interrupt can be saved at a step boundary: ``done`` optimizer steps
+    completed; ``rng`` the (example, torch) RNG states to continue from, those at the start of
+    step ``done`` (set as the step starts, and by ``_fit`` when an interrupt falls between steps);
+    ``updating`` while ``opt.step()`` runs (the weights are then half updated: nothing is saved)."""
+
+    def __init__(self, done: int):
+        self.done, self.rng, self.updating = done, None, False
+
+    def consistent(self) -> bool:
+        return not self.updating
+
+
+def _save_partial(path: Path, model, opt, at: _Position) -> None:
+    """Model, optimizer, step and RNG states of an interrupted warm start at step ``at.done``
+    (written to a temporary file and renamed: a second interrupt leaves the previous one)."""
+    rng_state, torch_state = at.rng
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save({"step": at.done, "model": model.state_dict(), "opt": opt.state_dict(), "rng": rng_state,
+                "torch_rng": torch_state}, tmp)
+    os.replace(tmp, path)
+
+
+def _load_partial(path: Path, model, opt, rng) -> tuple[int, torch.Tensor]:
+    state = torch.load(path, weights_only=False)
+    model.load_state_dict(state["model"])
+    opt.load_state_dict(state["opt"])
+    rng.setstate(state["rng"])
+    return state["step"], state["torch_rng"]
+
+
+def _fit(model, codec, examples, ws_cfg, seed: int, rng, opt, report, at: _Position, torch_rng=None) -> None:
+    """The supervised steps of ``warm_start`` from step ``at.done``, in place; ``torch_rng``: the
+    torch RNG state to continue from (a resumed warm start)."""
     eos, pad = codec.tokenizer.eos_token_id, codec.pad_id
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        for step in range(ws_cfg.steps):
-            chunk = [examples[rng.randrange(len(examples))] for _ in range(ws_cfg.batch_size)]
-            rows = [(codec.encode_prompt(p), codec.encode_text(t) + [eos]) for p, t in chunk]
-            width = max(len(p) + len(t) for p, t in rows)
-            ids = torch.full((len(rows), width), pad, dtype=torch.long)
-            labels = torch.full((len(rows), width), -100, dtype=torch.long)
-            attn = torch.zeros((len(rows), width), dtype=torch.long)
-            for i, (p, t) in enumerate(rows):
-                ids[i, : len(p) + len(t)] = torch.tensor(list(p) + t)
-                labels[i, len(p) : len(p) + len(t)] = torch.tensor(t)
-                attn[i, : len(p) + len(t)] = 1
-            if ws_cfg.objective == "otr":  # One-Token Rollout (rollwise.objectives.otr) instead of cross-entropy
-                from rollwise.objectives.otr import otr_loss
+        if torch_rng is not None:
+            torch.set_rng_state(torch_rng)
+        try:
+            _steps(model, codec, examples, ws_cfg, rng, opt, report, at, eos, pad)
+        except KeyboardInterrupt:
+            if at.rng is None:  # between steps: the states to continue from are the current ones (fork_rng restores
+                at.rng = (rng.getstate(), torch.get_rng_state())  # the outer torch state on the way out)
+            raise
 
-                logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1]
-                gold = labels[:, 1:]
-                loss = otr_loss(logits, gold.clamp(min=0), gold != -100, ws_cfg.otr)
-            else:
-                loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            report(step + 1, loss.item())
+
+def _steps(model, codec, examples, ws_cfg, rng, opt, report, at: _Position, eos: int, pad: int) -> None:
+    for step in range(at.done, ws_cfg.steps):
+        at.rng = (rng.getstate(), torch.get_rng_state())
+        chunk = [examples[rng.randrange(len(examples))] for _ in range(ws_cfg.batch_size)]
+        rows = [(codec.encode_prompt(p), codec.encode_text(t) + [eos]) for p, t in chunk]
+        width = max(len(p) + len(t) for p, t in rows)
+        ids = torch.full((len(rows), width), pad, dtype=torch.long)
+        labels = torch.full((len(rows), width), -100, dtype=torch.long)
+        attn = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, (p, t) in enumerate(rows):
+            ids[i, : len(p) + len(t)] = torch.tensor(list(p) + t)
+            labels[i, len(p) : len(p) + len(t)] = torch.tensor(t)
+            attn[i, : len(p) + len(t)] = 1
+        if ws_cfg.objective == "otr":  # One-Token Rollout (rollwise.objectives.otr) instead of cross-entropy
+            from rollwise.objectives.otr import otr_loss
+
+            logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1]
+            gold = labels[:, 1:]
+            loss = otr_loss(logits, gold.clamp(min=0), gold != -100, ws_cfg.otr)
+        else:
+            loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
+        loss.backward()
+        at.updating = True
+        opt.step()
+        at.done, at.rng, at.updating = step + 1, None, False
+        opt.zero_grad(set_to_none=True)
+        report(step + 1, loss.item())
 
 
 def fit_warnings(task, codec, max_new_tokens: int, context: int | None = None, builtin: bool = False, n: int = 64) -> list[str]:

@@ -65,12 +65,17 @@ def test_eval_at_a_step_with_its_own_temperature_and_samples(tmp_path, capsys):
     assert json.loads((run / "eval.jsonl").read_text().splitlines()[-1])["step"] == 2
 
 
-def test_ctrl_c_in_the_warm_start_says_that_nothing_is_kept(tmp_path, capsys, monkeypatch):
-    """No checkpoint exists yet: the message must not promise one ("from its latest checkpoint")."""
+def test_ctrl_c_in_the_warm_start_is_said_as_it_is_and_resume_continues_it(tmp_path, capsys, monkeypatch):
+    """No checkpoint exists yet: the message promises none ("from its latest checkpoint"); the
+    warm start's own state is saved, and --resume continues it."""
     import pytest
 
+    from conftest import as_sets, tiny_overrides
     from rollwise.train import warm_start
 
+    sets = [x for o in as_sets(tiny_overrides(tmp_path, name="ws", steps=1, **{"model.warm_start.steps": 40,
+                                                                              "model.warm_start.batch_size": 2}))
+            for x in ("--set", o)]
     real = warm_start.Progress.__call__
 
     def interrupt_at_5(self, step, loss):
@@ -78,17 +83,18 @@ def test_ctrl_c_in_the_warm_start_says_that_nothing_is_kept(tmp_path, capsys, mo
         if step == 5:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(warm_start.Progress, "__call__", interrupt_at_5)
-    with pytest.raises(SystemExit) as exc:
-        cli.main(["train", "--set", f"run.dir={tmp_path}", "--set", "run.name=ws", "--set", "run.progress=false",
-                  "--set", "model.name=tiny-s", "--set", "model.warm_start.steps=1000", "--set", "model.warm_start.batch_size=2",
-                  "--set", "task.options={n_train = 50, n_heldout = 10}"])
+    with monkeypatch.context() as m:
+        m.setattr(warm_start.Progress, "__call__", interrupt_at_5)
+        with pytest.raises(SystemExit) as exc:
+            cli.main(["train", *sets])
     out = " ".join(capsys.readouterr().out.split())
     assert exc.value.code == 130 and "aborted" in out
-    assert "warm start interrupted after 5 of 1,000 steps" in out
+    assert "warm start interrupted after 5 of 40 steps; saved" in out and "continues it from step 5" in out
     assert "before the first checkpoint" in out and f"rollwise train --resume {tmp_path / 'ws'}" in out
     assert "latest checkpoint" not in out and "from step 0" in out
-    assert not list(warm_start.cache_root().glob("warm_start/*/model.safetensors.tmp"))
+    cli.main(["train", "--resume", str(tmp_path / "ws")])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "warm start: continuing from step 5 of 40" in out and "done" in out
 
 
 def test_hint_after_an_interrupt_names_the_checkpoint_it_continues_from(tmp_path):
