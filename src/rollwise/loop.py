@@ -118,11 +118,16 @@ def evaluate_run(run_dir: str | Path, step: int | None = None, temperature: floa
 
     run_dir = Path(run_dir)
     ckpt = resolve_checkpoint(run_dir, step, log)  # names the steps there when `step` is not one of them
-    sets = ["model.warm_start.steps=0", "run.progress=false", "run.report_to=[]", "distributed.workers=0"]
+    saved = tomllib.loads((run_dir / "config.resolved.toml").read_text())
+    # one process generates here: no Ray workers (their request-seeded sampling kept), no torchrun ranks
+    sets = ["model.warm_start.steps=0", "run.progress=false", "run.report_to=[]", "distributed.workers=0",
+            "distributed.data_parallel=false"]
+    if saved.get("distributed", {}).get("workers", 0) > 0:
+        sets.append("distributed.request_seeds=true")
     if temperature is not None:
         sets.append(f"eval.temperature={temperature}")
     if samples is not None:
-        ks = tomllib.loads((run_dir / "config.resolved.toml").read_text()).get("eval", {}).get("k", [4])
+        ks = saved.get("eval", {}).get("k", [4])
         sets += [f"eval.samples={samples}", f"eval.k={[k for k in ks if k <= samples] or [samples]}"]
     if n_prompts is not None:
         sets.append(f"eval.n_prompts={n_prompts}")

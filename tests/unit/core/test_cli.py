@@ -57,6 +57,11 @@ def test_eval_at_a_step_with_its_own_temperature_and_samples(tmp_path, capsys):
     cli.main(["eval", str(run), "--step", "2", "--temperature", "0", "--samples", "2"])
     out = capsys.readouterr().out
     assert "step-2" in out and "eval/pass@2" in out
+    # with the run's own settings, the newest checkpoint scores what the run's last evaluation recorded
+    last = json.loads((run / "eval.jsonl").read_text().splitlines()[-1])
+    mine = rollwise.evaluate(run, log=lambda s: None)
+    assert mine["step"] == last["step"] == 2
+    assert {k: v for k, v in mine.items() if k.startswith("eval/")} == {k: v for k, v in last.items() if k.startswith("eval/")}
     # read-only: the run's ledger is untouched; a step that is not there names the ones that are
     assert {f: (run / f).read_bytes() for f in ledger} == ledger
     with pytest.raises(SystemExit) as exc:
