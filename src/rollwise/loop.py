@@ -15,7 +15,6 @@ from collections import Counter
 from pathlib import Path
 
 from rollwise.config import Config, load_config
-from rollwise.registry import UserError
 from rollwise.session import Run, RunResult, now, step_metrics
 from rollwise.objectives.inputs import advantage_inputs
 from rollwise.train import checkpoint
