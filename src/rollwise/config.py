@@ -86,6 +86,9 @@ class ModelConfig(Section):
                             "optimizer state stay in model.dtype (bf16 autocast, fp32 master weights; rollwise.train.precision). "
                             "'auto': bfloat16 where the hardware has native bf16 (CPU flags avx512_bf16 or amx_bf16, a CUDA GPU "
                             "with bf16), else float32.")
+    device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$", description="Where the policy, the reference, the hf sampler, the trainer and the warm start run: "
+                        "'auto' (cuda when torch sees a CUDA device, else cpu), 'cpu', 'cuda' or 'cuda:N' "
+                        "(rollwise.train.device; memory is checked against the device before the model moves there).")
     max_batch: int = Field(256, ge=1, description="Most sequences per generation forward pass.")
     lora: LoraConfig = Field(default_factory=LoraConfig, description="LoRA options.")
     warm_start: WarmStartConfig = Field(default_factory=WarmStartConfig, description="Supervised warm start of the built-in model.")

@@ -31,6 +31,10 @@ class Ledger:
         self.t0 = time.perf_counter()
         # callables (kind, line) given every line written, kind "train" or "eval" (rollwise.trackers)
         self.sinks: list = []
+        # run-level facts on every metrics line (the device: rollwise.train.device.describe), and the
+        # device whose peak memory since the last line each line reports (CUDA only)
+        self.facts: dict = {}
+        self.device = None
 
     def wall_s(self) -> float:
         return self.elapsed_before + time.perf_counter() - self.t0
@@ -48,6 +52,11 @@ class Ledger:
         line.update({"time/generate_s": cost.generate_s, "time/verify_s": cost.verify_s})
         line.update(getattr(cost, "metrics", None) or {})
         line.update(extra)
+        line.update(self.facts)
+        if self.device is not None:
+            from rollwise.train.device import peak_memory
+
+            line.update(peak_memory(self.device))
         self._append(self.metrics_path, line)
         for sink in self.sinks:
             sink("train", line)

@@ -26,6 +26,7 @@ from rollwise.distributed import data_parallel
 from rollwise.eval.evaluate import evaluate
 from rollwise.ledger import Ledger
 from rollwise.train import checkpoint
+from rollwise.train.device import describe as describe_device
 from rollwise.train.precision import resolve_compute_dtype
 from rollwise.train.trainer import Trainer
 from rollwise.types import RunState, Sampling
@@ -139,6 +140,9 @@ class Run:
 
             self.trainer = StreamingTrainer(self.trainer, self._stream_batch)
         self.ledger = Ledger(self.dir, write=self.main)
+        self.device = next(self.model.parameters()).device  # model.device, resolved once (components.build_policy)
+        self.ledger.facts.update(describe_device(self.device))
+        self.ledger.device = self.device if self.device.type == "cuda" else None
         self.state = RunState(seed=seed)
         self.evals: list[dict] = []
         if resume:

@@ -80,6 +80,7 @@ def warm_start(model, codec, task, ws_cfg, seed: int, key: dict, log=print) -> s
     opt = torch.optim.AdamW(model.parameters(), lr=ws_cfg.lr, weight_decay=0.0)
     eos = codec.tokenizer.eos_token_id
     pad = codec.pad_id
+    dev = next(model.parameters()).device
     model.train()
     with torch.random.fork_rng():
         torch.manual_seed(seed)
@@ -94,6 +95,7 @@ def warm_start(model, codec, task, ws_cfg, seed: int, key: dict, log=print) -> s
                 ids[i, : len(p) + len(t)] = torch.tensor(list(p) + t)
                 labels[i, len(p) : len(p) + len(t)] = torch.tensor(t)
                 attn[i, : len(p) + len(t)] = 1
+            ids, labels, attn = ids.to(dev), labels.to(dev), attn.to(dev)  # the model's device (model.device)
             if ws_cfg.objective == "otr":  # One-Token Rollout (rollwise.objectives.otr) instead of cross-entropy
                 from rollwise.objectives.otr import otr_loss
 
