@@ -254,7 +254,12 @@ def check_runtime(cfg, log=print) -> None:
     device ``model.device`` names (a CUDA request on a machine without CUDA is refused here)."""
     from rollwise.train.device import describe, resolve_device, summary
 
-    log(summary(describe(resolve_device(cfg.model.device))))
+    device = resolve_device(cfg.model.device)
+    log(summary(describe(device)))
+    if cfg.model.backend == "vllm":
+        from rollwise.backends.vllm import check_device
+
+        check_device(cfg.model.vllm, device)
     if cfg.distributed.workers > 0:
         from rollwise.distributed.ray_pool import connect
 

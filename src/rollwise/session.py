@@ -132,6 +132,11 @@ class Run:
         self.trainer = Trainer(self.model, self.parts.objective, self.parts.objective_options, cfg.train, s.temperature,
                                reference=cfg.reward.kl.coef > 0 or getattr(self.parts.advantage, "needs_reference", False),
                                compute_dtype=self.compute_dtype, data_parallel=self.dp)
+        gg = cfg.train.gap_guard
+        if gg.enabled and self.receivers and not cfg.train.async_.on and cfg.replay.name == "on_policy":
+            from rollwise.train.mismatch import GapGuard  # a separate engine fed fresh rollouts only (mismatch.GapGuard)
+
+            self.trainer.gap_guard = GapGuard(gg.ceiling, gg.jump, gg.floor)
         bind_replay = getattr(self.parts.replay, "bind", None)
         if bind_replay is not None:  # replay sources that score received text (SAPO): verifier, codec, the policy's log-probs
             bind_replay(self.task, self.codec, self.trainer, s.max_new_tokens)

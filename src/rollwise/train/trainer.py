@@ -55,7 +55,7 @@ import torch
 from rollwise.objectives.ess import ess_lr_scale, ess_ratio
 from rollwise.train.head import fusable, head_logprobs, reference_head_logprobs
 from rollwise.train.device import CPU_KEEP_LOGITS_BYTES, keep_logits_bytes
-from rollwise.train.mismatch import MismatchMeter
+from rollwise.train.mismatch import MismatchMeter, StaleWeightsError
 from rollwise.train.precision import autocast
 from rollwise.types import Batch
 
@@ -227,6 +227,7 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(params, lr=train_cfg.lr, betas=tuple(train_cfg.betas), weight_decay=train_cfg.weight_decay)
         warm = max(1, train_cfg.warmup_steps)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: min(1.0, (s + 1) / warm))
+        self.gap_guard = None  # mismatch.GapGuard, set by the session when the sampler is a separate engine
         self.ref_model = None
         if self.kl_in_loss or reference:
             self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
@@ -348,6 +349,11 @@ class Trainer:
             self.dp.all_reduce_grads(params)
             acc.loss, acc.sums, acc.gap, acc.log_w, acc.has_tokens = self.dp.combine(acc.loss, acc.sums, acc.gap, acc.log_w,
                                                                                     acc.has_tokens)
+        if self.gap_guard is not None:  # stale weights in a separate sampler: stop before the update (mismatch.GapGuard)
+            stop = self.gap_guard.check(acc.gap.metrics().get("mismatch/abs_mean", 0.0))
+            if stop is not None:
+                self.optimizer.zero_grad(set_to_none=True)
+                raise StaleWeightsError(stop)
         if grad_scale != 1.0:
             for p in params:
                 if p.grad is not None:
