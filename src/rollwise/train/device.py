@@ -2,7 +2,8 @@
 checked before a model is placed there.
 
 ``resolve_device("auto")`` is ``cuda`` when torch sees a CUDA device, else ``cpu``; ``"cpu"``,
-``"cuda"`` and ``"cuda:N"`` are taken as asked, and a CUDA request on a machine without CUDA (or
+``"cuda"`` and ``"cuda:N"`` are taken as asked (``auto`` and ``cuda`` mean the current CUDA device,
+which a torchrun rank has set to its ``LOCAL_RANK``), and a CUDA request on a machine without CUDA (or
 an index beyond the devices present) is refused naming ``model.device``. Every other module
 follows the model's device (``next(model.parameters()).device``); sampling draws its random
 numbers from a CPU generator (``backends/hf.py``), so a seed reproduces on one device.
@@ -44,11 +45,14 @@ def resolve_device(setting: str, cuda_count: int | None = None) -> torch.device:
     check_setting(setting)
     if cuda_count is None:
         cuda_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    # "auto" / "cuda": the current CUDA device, which torchrun's ranks set to their LOCAL_RANK
+    # (distributed/data_parallel.start runs first), so each rank trains on its own GPU
+    current = torch.cuda.current_device() if cuda_count and torch.cuda.is_available() else 0
     if setting == "auto":
-        return torch.device("cuda:0" if cuda_count else "cpu")
+        return torch.device("cuda", current) if cuda_count else torch.device("cpu")
     if setting == "cpu":
         return torch.device("cpu")
-    index = int(setting.split(":", 1)[1]) if ":" in setting else 0
+    index = int(setting.split(":", 1)[1]) if ":" in setting else current
     if cuda_count == 0:
         raise UserError(f"model.device = {setting!r} but torch sees no CUDA device on this machine "
                         f"(torch {torch.__version__}, built {'with' if torch.version.cuda else 'without'} CUDA); "

@@ -83,3 +83,9 @@ def test_cpu_run_records_the_device_in_the_ledger(tmp_path):
     assert line["device/type"] == "cpu" and line["device/name"]
     assert "device/peak_memory_gib" not in line  # CUDA only
     assert any(m.startswith("device: cpu") for m in logs)
+
+
+def test_the_models_attend_with_sdpa():
+    from rollwise.train.tiny import build_tiny
+
+    assert build_tiny("tiny-s")[0].config._attn_implementation == "sdpa"
