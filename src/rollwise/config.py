@@ -71,6 +71,12 @@ class WarmStartConfig(Section):
 class VllmConfig(Section):
     kv_cache_gib: float = Field(1.0, gt=0, description="CPU: GiB of memory for vLLM's KV cache (VLLM_CPU_KVCACHE_SPACE, rounded up "
                                 "to whole GiB); ignored on GPU.")
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "error", description="Level of vLLM's own log lines. Below 'error' a run shows two known-harmless warnings: 'Chat "
+                             "template warmup failed ... ValueError: Tokenizer not available' at start (rollwise sends token "
+                             "ids; vLLM's tokenizer is deliberately not loaded) and 'RotaryEmbedding: Failed to load weights' "
+                             "after each push (the rotary cos/sin cache is computed from the config, not loaded, and vLLM "
+                             "puts it back; the sampler/trainer gap stays ~3e-7 per token on CPU).")
     sleep_level: int = Field(0, ge=0, le=2, description="GPU: vLLM sleep mode between generations, so training gets the "
                              "memory back: 0 off, 1 (weights offloaded to CPU, KV cache freed), 2 (weights and KV cache "
                              "freed; the next push reloads them). Wakes in stages: weights, load, KV cache "

@@ -37,6 +37,7 @@ against the sampler is on by default for this backend (``rollwise.train.mismatch
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
 import time
@@ -152,6 +153,7 @@ class VLLMBackend:
         if not torch.cuda.is_available():
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, int(-(-opts.kv_cache_gib // 1)))))
         check_architecture(config, model_name)
+        logging.getLogger("vllm").setLevel(opts.log_level.upper())  # model.vllm.log_level: known-harmless warnings hidden
         self.eos_ids = sorted(set(int(i) for i in eos_ids))
         self.max_batch = max_batch
         self.generator = torch.Generator().manual_seed(seed)
