@@ -305,6 +305,18 @@ def build_pool(cfg, backend, codec, task, sampling, tree, model, log=print, dp=N
     return pool
 
 
+def gap_guard(cfg, receivers):
+    """The stale-weight alarm (``train.gap_guard``, ``train.mismatch.GapGuard``) when the sampler is a
+    separate engine (``receivers``: vLLM, Ray workers) fed fresh rollouts only (no asynchrony, on-policy
+    replay: old log-probs are legitimately far); else None."""
+    gg = cfg.train.gap_guard
+    if not (gg.enabled and receivers and not cfg.train.async_.on and cfg.replay.name == "on_policy"):
+        return None
+    from rollwise.train.mismatch import GapGuard
+
+    return GapGuard(gg.ceiling, gg.jump, gg.floor)
+
+
 def weight_receivers(backend, pool) -> list:
     """What receives the trainer's published weights (``load_weights(version, weights)``): an
     engine that does not share the trainer's module (vLLM) and a pool of workers (Ray)."""

@@ -20,7 +20,7 @@ REUSE_KEYS = ("reused_tokens", "verify_tokens")
 
 
 class Ledger:
-    def __init__(self, run_dir: Path, write: bool = True):
+    def __init__(self, run_dir: Path, write: bool = True, device=None):
         self.dir = Path(run_dir)
         self.write = write  # False: totals and lines are kept, no file is touched (data-parallel ranks > 0)
         self.metrics_path = self.dir / "metrics.jsonl"
@@ -31,10 +31,15 @@ class Ledger:
         self.t0 = time.perf_counter()
         # callables (kind, line) given every line written, kind "train" or "eval" (rollwise.trackers)
         self.sinks: list = []
-        # run-level facts on every metrics line (the device: rollwise.train.device.describe), and the
-        # device whose peak memory since the last line each line reports (CUDA only)
+        # the device's facts on every metrics line (rollwise.train.device.describe) and, on CUDA, its
+        # peak memory since the last line
         self.facts: dict = {}
         self.device = None
+        if device is not None:
+            from rollwise.train.device import describe
+
+            self.facts = describe(device)
+            self.device = device if device.type == "cuda" else None
 
     def wall_s(self) -> float:
         return self.elapsed_before + time.perf_counter() - self.t0

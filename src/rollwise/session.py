@@ -26,7 +26,6 @@ from rollwise.distributed import data_parallel
 from rollwise.eval.evaluate import evaluate
 from rollwise.ledger import Ledger
 from rollwise.train import checkpoint
-from rollwise.train.device import describe as describe_device
 from rollwise.train.precision import resolve_compute_dtype
 from rollwise.train.trainer import Trainer
 from rollwise.types import RunState, Sampling
@@ -132,11 +131,7 @@ class Run:
         self.trainer = Trainer(self.model, self.parts.objective, self.parts.objective_options, cfg.train, s.temperature,
                                reference=cfg.reward.kl.coef > 0 or getattr(self.parts.advantage, "needs_reference", False),
                                compute_dtype=self.compute_dtype, data_parallel=self.dp)
-        gg = cfg.train.gap_guard
-        if gg.enabled and self.receivers and not cfg.train.async_.on and cfg.replay.name == "on_policy":
-            from rollwise.train.mismatch import GapGuard  # a separate engine fed fresh rollouts only (mismatch.GapGuard)
-
-            self.trainer.gap_guard = GapGuard(gg.ceiling, gg.jump, gg.floor)
+        self.trainer.gap_guard = components.gap_guard(cfg, self.receivers)  # stale weights in a separate engine
         bind_replay = getattr(self.parts.replay, "bind", None)
         if bind_replay is not None:  # replay sources that score received text (SAPO): verifier, codec, the policy's log-probs
             bind_replay(self.task, self.codec, self.trainer, s.max_new_tokens)
@@ -144,10 +139,7 @@ class Run:
             from rollwise.train.streaming import StreamingTrainer
 
             self.trainer = StreamingTrainer(self.trainer, self._stream_batch)
-        self.ledger = Ledger(self.dir, write=self.main)
-        self.device = next(self.model.parameters()).device  # model.device, resolved once (components.build_policy)
-        self.ledger.facts.update(describe_device(self.device))
-        self.ledger.device = self.device if self.device.type == "cuda" else None
+        self.ledger = Ledger(self.dir, write=self.main, device=next(self.model.parameters()).device)  # model.device
         self.state = RunState(seed=seed)
         self.evals: list[dict] = []
         if resume:
