@@ -14,6 +14,8 @@ that fails records its error and the others still run:
 4. ``generation``: SmolLM2-135M's architecture with random weights (speed needs no real weights),
    forced-length sampling through rollwise's ``hf`` backend at batch 64 and 256: tokens/s, model
    FLOP/s as % of the bf16 matmul rate, peak memory.
+   ``decode_profile``: one such generation under ``torch.profiler`` (top operators by CPU and CUDA
+   time, wall time per decode step against the kernels' time).
 5. ``training``: the same model, ``Trainer.optimize`` on 64 rows x (32 prompt + 224 completion)
    random tokens: tokens/s (every position) and % of the bf16 rate, peak memory.
 6. ``demo``: the embedded default (``rollwise train`` with no settings) on the GPU: seconds and
@@ -188,6 +190,38 @@ def generation(bf16_tflops: float, batches=(64, 256), prompt_len: int = 32, new_
             "new_tokens": new_tokens, "params": sum(p.numel() for p in model.parameters()), "batches": rows}
 
 
+def decode_profile(batch: int = 64, new_tokens: int = 16, top: int = 12) -> dict:
+    """Where a decode step of the ``hf`` sampler spends its time on the GPU: ``torch.profiler`` over
+    one generation (SmolLM2 architecture, random weights), the top operators by self CPU time and
+    by self CUDA time, and the wall time per decode step against the summed CUDA kernel time (a
+    step far longer than its kernels is launch- or Python-bound)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from rollwise.backends.hf import HFBackend
+    from rollwise.train.precision import resolve_compute_dtype
+    from rollwise.types import Sampling
+
+    model = _smollm2_random()
+    backend = HFBackend(model, eos_ids=(), pad_id=0, max_batch=batch, seed=0, compute_dtype=resolve_compute_dtype("auto", "cuda"))
+    prompt = tuple(range(5, 37))
+    backend.generate([prompt] * batch, Sampling(1.0, 1.0, 4))  # warm-up
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        backend.generate([prompt] * batch, Sampling(1.0, 1.0, new_tokens))
+        torch.cuda.synchronize()
+    wall = time.perf_counter() - t0
+    rows = prof.key_averages()
+    cuda_attr = "self_device_time_total" if hasattr(rows[0], "self_device_time_total") else "self_cuda_time_total"
+    cuda_total = sum(getattr(e, cuda_attr) for e in rows) / 1e6
+    by = lambda attr: [{"op": e.key, "self_s": getattr(e, attr) / 1e6, "calls": e.count}  # noqa: E731
+                       for e in sorted(rows, key=lambda e: -getattr(e, attr))[:top]]
+    return {"batch": batch, "new_tokens": new_tokens, "wall_s_profiled": round(wall, 3),
+            "wall_s_per_decode_step": round(wall / new_tokens, 4), "cuda_kernel_s_total": round(cuda_total, 4),
+            "top_self_cpu": by("self_cpu_time_total"), "top_self_cuda": by(cuda_attr)}
+
+
 def training(bf16_tflops: float, rows: int = 64, prompt_len: int = 32, completion_len: int = 224, steps: int = 3) -> dict:
     import torch
 
@@ -272,7 +306,8 @@ def main(argv=None) -> int:
         part(results, "gpu_tests", gpu_tests)
     part(results, "matmul", matmul)
     peak = results["matmul"].get("bf16_tflops", 0) or 1.0
-    for name, fn, fargs in (("parity", parity, ()), ("generation", generation, (peak,)), ("training", training, (peak,)),
+    for name, fn, fargs in (("parity", parity, ()), ("generation", generation, (peak,)), ("decode_profile", decode_profile, ()),
+                            ("training", training, (peak,)),
                             ("demo", demo, (Path("/tmp/rollwise-gpu-check"), args.demo_timeout)), ("regime2", regime2, ())):
         if name not in args.skip:
             part(results, name, fn, *fargs)
