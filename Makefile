@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip install -q --disable-pip-version-check
 export HF_HUB_OFFLINE := 1
 
-.PHONY: demo test install install-test scale-out-extras bench-quick bench-full clean
+.PHONY: demo test install install-test scale-out-extras bench-quick bench-full gpu-check clean
 
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)
@@ -64,6 +64,12 @@ bench-quick: $(VENV)/.installed
 
 bench-full: $(VENV)/.installed
 	$(VENV)/bin/rollwise compare --config benchmarks/arith_full.toml
+
+# the GPU check (issue #29; benchmarks/gpu_check.py): on a machine with a CUDA GPU whose Python already has torch,
+# transformers and peft (no install: the lent GPU machines have no internet); writes one JSON
+GPU_PY ?= $(if $(wildcard $(PY)),$(PY),python3)
+gpu-check:
+	$(GPU_PY) benchmarks/gpu_check.py --out benchmarks/results/gpu/gpu_check.json
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -201,10 +201,12 @@ def build_policy(cfg, task, log=print):
 
     from rollwise.tokens import Codec
     from rollwise.train import tiny
+    from rollwise.train.device import check_model_fits, resolve_device
     from rollwise.train.warm_start import fit_warnings, warm_start
 
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
+    device = resolve_device(cfg.model.device)
     name, ws = cfg.model.name, cfg.model.warm_start
     builtin = name in tiny.NAMES
     if builtin:
@@ -219,10 +221,16 @@ def build_policy(cfg, task, log=print):
         warnings = fit_warnings(task, codec, cfg.sampling.max_new_tokens)
     for w in warnings:
         log(f"warning: {w}")  # before the warm start: a run that cannot score should not spend it first
+    engine = cfg.model.vllm.gpu_memory_utilization if cfg.model.backend == "vllm" else 0.0
+    check_model_fits(model, device, dtype_bytes=2 if cfg.model.dtype == "bfloat16" else 4, lora=cfg.model.lora.enabled,
+                     reference=cfg.reward.kl.coef > 0, engine_share=engine)  # before the weights move there
+    model = model.to(device)  # the warm start, the reference copy, the sampler and the trainer follow it
     if builtin or (ws.pretrained and ws.steps > 0):  # a pretrained model only on request (model.warm_start.pretrained)
         reward_only = getattr(task, "REWARD_ONLY_OPTIONS", ())  # options that leave the SFT examples unchanged share a cache
         key = {"model": tiny.canonical(name) if builtin else name, "task": cfg.task.name,
                "task_options": {k: v for k, v in cfg.task.options.items() if k not in reward_only}}
+        if device.type != "cpu":  # a warm start trained on a GPU is another model (CPU cache keys unchanged)
+            key["device"] = device.type
         how = warm_start(model, codec, task, ws, ws.seed, key, log=log)
         if not builtin:
             model.eval()  # as load_pretrained returns it
@@ -242,7 +250,16 @@ def build_policy(cfg, task, log=print):
 
 def check_runtime(cfg, log=print) -> None:
     """Checks that need the machine, not only the config, made before the model is loaded: the Ray
-    cluster (``distributed.address`` reachable, enough CPUs for ``distributed.workers``)."""
+    cluster (``distributed.address`` reachable, enough CPUs for ``distributed.workers``) and the
+    device ``model.device`` names (a CUDA request on a machine without CUDA is refused here)."""
+    from rollwise.train.device import describe, resolve_device, summary
+
+    device = resolve_device(cfg.model.device)
+    log(summary(describe(device)))
+    if cfg.model.backend == "vllm":
+        from rollwise.backends.vllm import check_device
+
+        check_device(cfg.model.vllm, device)
     if cfg.distributed.workers > 0:
         from rollwise.distributed.ray_pool import connect
 
@@ -286,6 +303,18 @@ def build_pool(cfg, backend, codec, task, sampling, tree, model, log=print, dp=N
 
         pool = SeededPool(pool, cfg.run.seed)
     return pool
+
+
+def gap_guard(cfg, receivers):
+    """The stale-weight alarm (``train.gap_guard``, ``train.mismatch.GapGuard``) when the sampler is a
+    separate engine (``receivers``: vLLM, Ray workers) fed fresh rollouts only (no asynchrony, on-policy
+    replay: old log-probs are legitimately far); else None."""
+    gg = cfg.train.gap_guard
+    if not (gg.enabled and receivers and not cfg.train.async_.on and cfg.replay.name == "on_policy"):
+        return None
+    from rollwise.train.mismatch import GapGuard
+
+    return GapGuard(gg.ceiling, gg.jump, gg.floor)
 
 
 def weight_receivers(backend, pool) -> list:

@@ -71,6 +71,16 @@ class WarmStartConfig(Section):
 class VllmConfig(Section):
     kv_cache_gib: float = Field(1.0, gt=0, description="CPU: GiB of memory for vLLM's KV cache (VLLM_CPU_KVCACHE_SPACE, rounded up "
                                 "to whole GiB); ignored on GPU.")
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "error", description="Level of vLLM's own log lines. Below 'error' a run shows two known-harmless warnings: 'Chat "
+                             "template warmup failed ... ValueError: Tokenizer not available' at start (rollwise sends token "
+                             "ids; vLLM's tokenizer is deliberately not loaded) and 'RotaryEmbedding: Failed to load weights' "
+                             "after each push (the rotary cos/sin cache is computed from the config, not loaded, and vLLM "
+                             "puts it back; the sampler/trainer gap stays ~3e-7 per token on CPU).")
+    sleep_level: int = Field(0, ge=0, le=2, description="GPU: vLLM sleep mode between generations, so training gets the "
+                             "memory back: 0 off, 1 (weights offloaded to CPU, KV cache freed), 2 (weights and KV cache "
+                             "freed; the next push reloads them). Wakes in stages: weights, load, KV cache "
+                             "(rollwise.backends.vllm.SleepCycle).")
     gpu_memory_utilization: float = Field(0.3, gt=0, le=1, description="GPU: share of GPU memory vLLM may take (weights + KV "
                                           "cache); the trainer shares the device, so keep it well below 1.")
     enforce_eager: bool = Field(True, description="Run vLLM without CUDA graphs / torch.compile (faster start; required on CPU here).")
@@ -86,6 +96,9 @@ class ModelConfig(Section):
                             "optimizer state stay in model.dtype (bf16 autocast, fp32 master weights; rollwise.train.precision). "
                             "'auto': bfloat16 where the hardware has native bf16 (CPU flags avx512_bf16 or amx_bf16, a CUDA GPU "
                             "with bf16), else float32.")
+    device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$", description="Where the policy, the reference, the hf sampler, the trainer and the warm start run: "
+                        "'auto' (cuda when torch sees a CUDA device, else cpu), 'cpu', 'cuda' or 'cuda:N' "
+                        "(rollwise.train.device; memory is checked against the device before the model moves there).")
     max_batch: int = Field(256, ge=1, description="Most sequences per generation forward pass.")
     lora: LoraConfig = Field(default_factory=LoraConfig, description="LoRA options.")
     warm_start: WarmStartConfig = Field(default_factory=WarmStartConfig, description="Supervised warm start of the built-in model.")
@@ -297,6 +310,16 @@ class AsyncConfig(Section):
         return self.periodic or (self.max_staleness > 0 if self.enabled is None else bool(self.enabled))
 
 
+class GapGuardConfig(Section):
+    """The stale-weight alarm (rollwise.train.mismatch.GapGuard; DESIGN.md §10): on when the sampler is a separate
+    engine (vLLM, Ray workers) fed only fresh rollouts (no asynchrony, on-policy replay)."""
+
+    enabled: bool = Field(True, description="Stop the run when the sampler/trainer log-prob gap (mismatch/abs_mean) jumps.")
+    ceiling: float = Field(1.0, gt=0, description="Stop whenever mismatch/abs_mean exceeds this (nats per token).")
+    jump: float = Field(5.0, gt=1, description="... or exceeds `jump` x the median of the earlier steps' gaps ...")
+    floor: float = Field(0.05, ge=0, description="... and this floor (below it, rounding noise never stops a run).")
+
+
 class _TrainBase(Section):
     steps: int = Field(600, ge=0, description="RL steps (optimizer steps).")
     lr: float = Field(2e-4, gt=0, description="AdamW learning rate.")
@@ -305,6 +328,7 @@ class _TrainBase(Section):
     max_grad_norm: float = Field(1.0, ge=0, description="Gradient clipping (0 = off).")
     warmup_steps: int = Field(0, ge=0, description="Linear learning-rate warm-up steps.")
     micro_batch: int = Field(128, ge=1, description="Sequences per forward/backward pass (gradient accumulation is exact).")
+    gap_guard: GapGuardConfig = Field(default_factory=GapGuardConfig, description="Stale-weight alarm on the sampler/trainer log-prob gap.")
     activation_checkpointing: bool = Field(False, description="Recompute each decoder layer's activations in the backward pass "
                                            "(Hugging Face gradient checkpointing): less memory per micro-batch, ~30% more compute.")
     epochs: int = Field(1, ge=1, description="Update epochs per batch (PPO's ppo_epochs, TRL's num_iterations): one "

@@ -20,7 +20,7 @@ REUSE_KEYS = ("reused_tokens", "verify_tokens")
 
 
 class Ledger:
-    def __init__(self, run_dir: Path, write: bool = True):
+    def __init__(self, run_dir: Path, write: bool = True, device=None):
         self.dir = Path(run_dir)
         self.write = write  # False: totals and lines are kept, no file is touched (data-parallel ranks > 0)
         self.metrics_path = self.dir / "metrics.jsonl"
@@ -31,6 +31,15 @@ class Ledger:
         self.t0 = time.perf_counter()
         # callables (kind, line) given every line written, kind "train" or "eval" (rollwise.trackers)
         self.sinks: list = []
+        # the device's facts on every metrics line (rollwise.train.device.describe) and, on CUDA, its
+        # peak memory since the last line
+        self.facts: dict = {}
+        self.device = None
+        if device is not None:
+            from rollwise.train.device import describe
+
+            self.facts = describe(device)
+            self.device = device if device.type == "cuda" else None
 
     def wall_s(self) -> float:
         return self.elapsed_before + time.perf_counter() - self.t0
@@ -48,6 +57,11 @@ class Ledger:
         line.update({"time/generate_s": cost.generate_s, "time/verify_s": cost.verify_s})
         line.update(getattr(cost, "metrics", None) or {})
         line.update(extra)
+        line.update(self.facts)
+        if self.device is not None:
+            from rollwise.train.device import peak_memory
+
+            line.update(peak_memory(self.device))
         self._append(self.metrics_path, line)
         for sink in self.sinks:
             sink("train", line)

@@ -131,6 +131,7 @@ class Run:
         self.trainer = Trainer(self.model, self.parts.objective, self.parts.objective_options, cfg.train, s.temperature,
                                reference=cfg.reward.kl.coef > 0 or getattr(self.parts.advantage, "needs_reference", False),
                                compute_dtype=self.compute_dtype, data_parallel=self.dp)
+        self.trainer.gap_guard = components.gap_guard(cfg, self.receivers)  # stale weights in a separate engine
         bind_replay = getattr(self.parts.replay, "bind", None)
         if bind_replay is not None:  # replay sources that score received text (SAPO): verifier, codec, the policy's log-probs
             bind_replay(self.task, self.codec, self.trainer, s.max_new_tokens)
@@ -138,7 +139,7 @@ class Run:
             from rollwise.train.streaming import StreamingTrainer
 
             self.trainer = StreamingTrainer(self.trainer, self._stream_batch)
-        self.ledger = Ledger(self.dir, write=self.main)
+        self.ledger = Ledger(self.dir, write=self.main, device=next(self.model.parameters()).device)  # model.device
         self.state = RunState(seed=seed)
         self.evals: list[dict] = []
         if resume:

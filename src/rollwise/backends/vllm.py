@@ -22,7 +22,9 @@ read, so a tiny built-in model, a local HF directory, a GGUF file or the ``smoll
 all work the same way) and receives the trainer's published weights (``load_weights``:
 ``rollwise.distributed.weights.policy_weights``, LoRA merged) right after construction and after
 every optimizer step, through vLLM's in-place ``reload_weights``; the prefix cache is reset so no
-KV block computed with old weights is reused. The loop records the seconds as
+KV block computed with old weights is reused. On a GPU, ``model.vllm.sleep_level`` puts the engine
+to sleep between generations and wakes it in stages around each push (``SleepCycle``); the
+trainer's stale-weight alarm (``train.gap_guard``) stops the run if a push did not arrive. The loop records the seconds as
 ``time/weight_sync_s``.
 
 Differences from ``hf``: no decode hooks or early stopping (``stop_when``, ``decode_hook``), no
@@ -35,6 +37,7 @@ against the sampler is on by default for this backend (``rollwise.train.mismatch
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
 import time
@@ -70,6 +73,14 @@ def check_config(cfg) -> None:
                         "does not have; set model.backend = 'hf' or turn it off")
 
 
+def check_device(opts, device) -> None:
+    """Machine-time refusal (``components.check_runtime``, before the model loads): sleep mode
+    needs the engine on a CUDA device (``model.device``)."""
+    if opts.sleep_level > 0 and device.type != "cuda":
+        raise UserError(f"model.vllm.sleep_level = {opts.sleep_level} needs model.device on a CUDA GPU (vLLM's sleep mode "
+                        f"frees GPU memory), but the run is on {device}; set model.vllm.sleep_level = 0")
+
+
 def check_architecture(config, model_name: str) -> None:
     """UserError naming ``model.name`` when vLLM has no implementation of the model's architecture."""
     from vllm import ModelRegistry
@@ -79,6 +90,53 @@ def check_architecture(config, model_name: str) -> None:
     if not any(a in supported for a in archs):
         raise UserError(f"model.name = {model_name!r}: vLLM cannot load architecture {archs or '(none)'}; "
                         "use model.backend = 'hf' for this model")
+
+
+class SleepCycle:
+    """vLLM sleep mode around generation (``model.vllm.sleep_level``; GPU only), in the staged order
+    that avoids an out-of-memory at wake-up (as TRL's colocate mode does): after a generation the
+    engine sleeps (level 1: weights offloaded to CPU, KV cache freed; level 2: both freed); a
+    weight push wakes the *weights* first, loads the new ones in place, then wakes the *KV cache*.
+    A generation that finds the engine asleep without a push in between (an evaluation right after
+    the push, then the next step's rollouts) wakes it the same way, reloading the current weights
+    from ``weights_source`` at level 2 (whose weights were freed). ``level`` 0: every call is a
+    plain reload. The engine is anything with vLLM's ``sleep(level)``, ``wake_up(tags)`` and
+    ``collective_rpc("reload_weights", ...)`` (tests pass a recording fake)."""
+
+    def __init__(self, engine, level: int, weights_source=None):
+        self.engine, self.level, self.weights_source = engine, level, weights_source
+        self.asleep = False
+
+    def _reload(self, weights: dict) -> None:
+        self.engine.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights.items())})
+
+    def push(self, weights: dict) -> None:
+        """Load ``weights`` in place, waking the engine in stages if it sleeps."""
+        if self.asleep:
+            self.engine.wake_up(tags=["weights"])
+            self._reload(weights)
+            self.engine.wake_up(tags=["kv_cache"])
+            self.asleep = False
+        else:
+            self._reload(weights)
+        self.engine.reset_prefix_cache()  # KV blocks of the old weights must not be reused
+
+    def before_generate(self) -> None:
+        if not self.asleep:
+            return
+        if self.level == 2:  # the weights were freed: load the current ones again
+            if self.weights_source is None:
+                raise RuntimeError("vLLM sleep level 2 freed the weights and no weight source is set to reload them")
+            self.push(self.weights_source())
+        else:
+            self.engine.wake_up(tags=["weights"])
+            self.engine.wake_up(tags=["kv_cache"])
+            self.asleep = False
+
+    def after_generate(self) -> None:
+        if self.level > 0:
+            self.engine.sleep(level=self.level)
+            self.asleep = True
 
 
 class VLLMBackend:
@@ -95,6 +153,7 @@ class VLLMBackend:
         if not torch.cuda.is_available():
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, int(-(-opts.kv_cache_gib // 1)))))
         check_architecture(config, model_name)
+        logging.getLogger("vllm").setLevel(opts.log_level.upper())  # model.vllm.log_level: known-harmless warnings hidden
         self.eos_ids = sorted(set(int(i) for i in eos_ids))
         self.max_batch = max_batch
         self.generator = torch.Generator().manual_seed(seed)
@@ -119,26 +178,29 @@ class VLLMBackend:
         kwargs.update(enable_chunked_prefill=False, max_num_batched_tokens=max(kwargs["max_model_len"], 8192))
         if torch.cuda.is_available():
             kwargs["gpu_memory_utilization"] = opts.gpu_memory_utilization
+            kwargs["enable_sleep_mode"] = opts.sleep_level > 0
         try:
             self.llm = LLM(**kwargs)
         except Exception as e:  # vLLM's own error, re-raised naming the keys to change
             raise UserError(f"model.backend = 'vllm' could not start an engine for model.name = {model_name!r}: "
                             f"{type(e).__name__}: {e}; use model.backend = 'hf' or change model.vllm options") from e
         self.max_model_len = kwargs["max_model_len"]
+        self.cycle = SleepCycle(self.llm, opts.sleep_level)
 
     @classmethod
     def from_policy(cls, model, eos_ids, model_cfg, seed: int = 0) -> "VLLMBackend":
         """An engine for the trainer's ``model`` (config only; weights come by ``load_weights``)."""
-        from rollwise.distributed.weights import plain_config
+        from rollwise.distributed.weights import plain_config, policy_weights
 
-        return cls(plain_config(model), eos_ids, model_cfg.dtype, model_cfg.vllm, model_cfg.max_batch, seed, model_cfg.name)
+        backend = cls(plain_config(model), eos_ids, model_cfg.dtype, model_cfg.vllm, model_cfg.max_batch, seed, model_cfg.name)
+        backend.cycle.weights_source = lambda: policy_weights(model)  # sleep level 2 reloads the current weights
+        return backend
 
     # ------------------------------------------------------------------ weights
     def load_weights(self, version: int, weights: dict[str, torch.Tensor]) -> float:
         """Copy published weights into the engine in place; returns the seconds it took."""
         t0 = time.perf_counter()
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights.items())})
-        self.llm.reset_prefix_cache()  # KV blocks of the old weights must not be reused
+        self.cycle.push(weights)  # staged wake when asleep (SleepCycle), prefix cache reset
         self.version = version
         return time.perf_counter() - t0
 
@@ -177,7 +239,10 @@ class VLLMBackend:
                                          stop_token_ids=self.eos_ids, seed=seed))
             prompts.append({"prompt_token_ids": [int(t) for t in seq]})
             where.append(i)
-        for i, res in zip(where, self.llm.generate(prompts, params, use_tqdm=False)):
+        self.cycle.before_generate()
+        results = self.llm.generate(prompts, params, use_tqdm=False)
+        self.cycle.after_generate()  # sleep mode: the memory goes back to training until the next push
+        for i, res in zip(where, results):
             o = res.outputs[0]
             ids = tuple(int(t) for t in o.token_ids)
             lps = tuple(float(step[tok].logprob) for step, tok in zip(o.logprobs, ids))

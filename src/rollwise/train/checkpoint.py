@@ -160,7 +160,7 @@ def load(path: Path, model, extra_models: dict | None = None) -> dict:
     load_model(model, str(Path(path) / "model.safetensors"))
     for name, extra in (extra_models or {}).items():
         load_model(extra, str(Path(path) / f"{name}.safetensors"))
-    state = torch.load(Path(path) / "state.pt", weights_only=False)
+    state = torch.load(Path(path) / "state.pt", weights_only=False, map_location="cpu")  # optimizer state follows its parameters
     set_rng_state(state["rng"])
     return state
 

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import torch
 
+from rollwise.registry import UserError
+
 
 class MismatchMeter:
     """Accumulates the gap over a step's micro-batches; ``metrics()`` gives the step's values."""
@@ -68,6 +70,40 @@ class MismatchMeter:
             return {}
         return {"mismatch/abs_mean": self.abs_sum / self.tokens, "mismatch/abs_max": self.abs_max,
                 "mismatch/k3_kl": self.k3_sum / self.tokens}
+
+
+class StaleWeightsError(UserError):
+    """Raised by the trainer when ``GapGuard`` fires: the CLI prints it without a traceback."""
+
+
+class GapGuard:
+    """The stale-weight alarm (DESIGN.md §10; ``train.gap_guard``). A sampler that is a separate
+    engine (vLLM, Ray workers) must hold the trainer's weights; when a weight push silently fails
+    (sleep mode waking on old weights, a LoRA sync that delivers nothing: both reported against
+    TRL and verl) the gap between the sampler's and the trainer's log-probs jumps, e.g. 0.015 ->
+    0.201 nats per token at step 3 in the TRL report. ``check(gap)`` returns the message to stop
+    with when ``gap`` (``mismatch/abs_mean``) exceeds ``ceiling``, or exceeds both ``floor`` and
+    ``jump`` x the median of the earlier steps' gaps; else None (and the gap joins the history).
+    Only meaningful for fresh rollouts: asynchrony and replay make old log-probs legitimately
+    far, so the session turns the guard on only without them."""
+
+    def __init__(self, ceiling: float, jump: float, floor: float):
+        self.ceiling, self.jump, self.floor = ceiling, jump, floor
+        self.history: list[float] = []
+
+    def check(self, gap: float) -> str | None:
+        base = sorted(self.history)[len(self.history) // 2] if self.history else None
+        why = None
+        if gap > self.ceiling:
+            why = f"above train.gap_guard.ceiling = {self.ceiling}"
+        elif base is not None and gap > self.floor and gap > self.jump * base:
+            why = f"{gap / max(base, 1e-12):.1f}x the median {base:.4f} of the earlier steps (train.gap_guard.jump = {self.jump})"
+        if why is None:
+            self.history.append(gap)
+            return None
+        return (f"the sampler's log-probs are {gap:.4f} nats per token from the trainer's ({why}): the rollout engine "
+                "is most likely generating with stale weights (a weight push that did not arrive). The run stops before "
+                "training on them; its last checkpoint is intact. Set train.gap_guard.enabled = false to train anyway")
 
 
 def default_tis(options, cfg):

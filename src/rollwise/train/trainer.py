@@ -54,13 +54,14 @@ import torch
 
 from rollwise.objectives.ess import ess_lr_scale, ess_ratio
 from rollwise.train.head import fusable, head_logprobs, reference_head_logprobs
-from rollwise.train.mismatch import MismatchMeter
+from rollwise.train.device import CPU_KEEP_LOGITS_BYTES, keep_logits_bytes
+from rollwise.train.mismatch import MismatchMeter, StaleWeightsError
 from rollwise.train.precision import autocast
 from rollwise.types import Batch
 
 
 LOGIT_CHUNK = 512  # positions per LM-head + log-softmax chunk (49k vocab: ~100 MB of fp32 logits)
-KEEP_LOGITS_BYTES = 512 * 2**20  # a micro-batch whose completion log-probs fit keeps them for the backward
+KEEP_LOGITS_BYTES = CPU_KEEP_LOGITS_BYTES  # on CPU a micro-batch whose completion log-probs fit keeps them for the backward
 # pack only when the packed rows are at most this share of the micro-batch's rows: position ids
 # make the model build the packed-sequence mask, which cost ~14% of SmolLM2's decoder forward +
 # backward against plain causal attention (benchmarks/train_profile.py, CPU), so saving fewer rows
@@ -124,7 +125,8 @@ def token_logprobs(model, batch: Batch, temperature: float, with_entropy: bool =
     ``PACK_MAX_ROW_FRACTION`` of the rows; the decoder runs on the packed rows;
     only the hidden states that predict a ``where`` token reach the LM head and the log-softmax,
     ``chunk`` positions at a time (``rollwise.train.head.head_logprobs`` for a plain linear head,
-    activation checkpointing otherwise); beyond ``KEEP_LOGITS_BYTES`` of fp32 log-probs they are
+    activation checkpointing otherwise); beyond ``device.keep_logits_bytes`` of fp32 log-probs (512 MiB
+    on CPU, a quarter of the free memory on CUDA) they are
     rebuilt in the backward instead of kept, so peak memory stays bounded. Position ids (and so
     the model's packed-sequence mask) go to the decoder only when a row holds two sequences.
     Other models (test doubles) take the full path: one forward, every position's logits.
@@ -174,7 +176,7 @@ def token_logprobs(model, batch: Batch, temperature: float, with_entropy: bool =
     h, targets = hidden[src_r, src_c], ids[tb, tt]
     lps, ents = [], []
     fused = fusable(head)
-    keep = fused and len(targets) * head.out_features * 4 <= KEEP_LOGITS_BYTES
+    keep = fused and len(targets) * head.out_features * 4 <= keep_logits_bytes(dev)
     for lo in range(0, len(targets), chunk):
         args = (h[lo:lo + chunk], head, targets[lo:lo + chunk], temperature, with_entropy)
         if fused:  # rollwise.train.head: gradient by formula, logits kept or rebuilt for the backward
@@ -225,6 +227,7 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(params, lr=train_cfg.lr, betas=tuple(train_cfg.betas), weight_decay=train_cfg.weight_decay)
         warm = max(1, train_cfg.warmup_steps)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: min(1.0, (s + 1) / warm))
+        self.gap_guard = None  # mismatch.GapGuard, set by the session when the sampler is a separate engine
         self.ref_model = None
         if self.kl_in_loss or reference:
             self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
@@ -346,6 +349,11 @@ class Trainer:
             self.dp.all_reduce_grads(params)
             acc.loss, acc.sums, acc.gap, acc.log_w, acc.has_tokens = self.dp.combine(acc.loss, acc.sums, acc.gap, acc.log_w,
                                                                                     acc.has_tokens)
+        if self.gap_guard is not None:  # stale weights in a separate sampler: stop before the update (mismatch.GapGuard)
+            stop = self.gap_guard.check(acc.gap.metrics().get("mismatch/abs_mean", 0.0))
+            if stop is not None:
+                self.optimizer.zero_grad(set_to_none=True)
+                raise StaleWeightsError(stop)
         if grad_scale != 1.0:
             for p in params:
                 if p.grad is not None:

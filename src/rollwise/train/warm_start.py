@@ -139,7 +139,7 @@ def _save_partial(path: Path, model, opt, at: _Position) -> None:
     os.replace(tmp, path)
 
 
-def _load_partial(path: Path, model, opt, rng) -> tuple[int, torch.Tensor]:
+def _load_partial(path: Path, model, opt, rng) -> tuple[int, tuple]:
     state = torch.load(path, weights_only=False)
     model.load_state_dict(state["model"])
     opt.load_state_dict(state["opt"])
@@ -151,21 +151,29 @@ def _fit(model, codec, examples, ws_cfg, seed: int, rng, opt, report, at: _Posit
     """The supervised steps of ``warm_start`` from step ``at.done``, in place; ``torch_rng``: the
     torch RNG state to continue from (a resumed warm start)."""
     eos, pad = codec.tokenizer.eos_token_id, codec.pad_id
+    dev = next(model.parameters()).device
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         if torch_rng is not None:
-            torch.set_rng_state(torch_rng)
+            torch.set_rng_state(torch_rng[0])
+            if torch_rng[1] is not None and dev.type == "cuda":
+                torch.cuda.set_rng_state(torch_rng[1], dev)
         try:
-            _steps(model, codec, examples, ws_cfg, rng, opt, report, at, eos, pad)
+            _steps(model, codec, examples, ws_cfg, rng, opt, report, at, eos, pad, dev)
         except KeyboardInterrupt:
             if at.rng is None:  # between steps: the states to continue from are the current ones (fork_rng restores
-                at.rng = (rng.getstate(), torch.get_rng_state())  # the outer torch state on the way out)
+                at.rng = (rng.getstate(), _torch_rng(dev))  # the outer torch state on the way out)
             raise
 
 
-def _steps(model, codec, examples, ws_cfg, rng, opt, report, at: _Position, eos: int, pad: int) -> None:
+def _torch_rng(dev) -> tuple:
+    """torch's CPU RNG state, and the model's CUDA device's (None on CPU)."""
+    return torch.get_rng_state(), (torch.cuda.get_rng_state(dev) if dev.type == "cuda" else None)
+
+
+def _steps(model, codec, examples, ws_cfg, rng, opt, report, at: _Position, eos: int, pad: int, dev) -> None:
     for step in range(at.done, ws_cfg.steps):
-        at.rng = (rng.getstate(), torch.get_rng_state())
+        at.rng = (rng.getstate(), _torch_rng(dev))
         chunk = [examples[rng.randrange(len(examples))] for _ in range(ws_cfg.batch_size)]
         rows = [(codec.encode_prompt(p), codec.encode_text(t) + [eos]) for p, t in chunk]
         width = max(len(p) + len(t) for p, t in rows)
@@ -176,6 +184,7 @@ def _steps(model, codec, examples, ws_cfg, rng, opt, report, at: _Position, eos:
             ids[i, : len(p) + len(t)] = torch.tensor(list(p) + t)
             labels[i, len(p) : len(p) + len(t)] = torch.tensor(t)
             attn[i, : len(p) + len(t)] = 1
+        ids, labels, attn = ids.to(dev), labels.to(dev), attn.to(dev)  # the model's device (model.device)
         if ws_cfg.objective == "otr":  # One-Token Rollout (rollwise.objectives.otr) instead of cross-entropy
             from rollwise.objectives.otr import otr_loss
 

@@ -227,3 +227,15 @@ def test_smollm2_greedy_equals_hf_token_for_token(tiny_engine):
     assert [c.token_ids for c in got] == [c.token_ids for c in want]
     assert any(c.finish == "stop" for c in got)  # at least one short answer ends with <|im_end|>
     assert max(abs(a - b) for g, w in zip(got, want) for a, b in zip(g.logprobs, w.logprobs)) < 5e-3
+
+
+def test_pushes_and_generation_print_no_known_harmless_warnings(tiny_engine, capfd):
+    """model.vllm.log_level = "error" (default): the rotary 'Failed to load weights' warning after a
+    push and the EOS-token warning do not reach the terminal; the push still lands (same log-probs)."""
+    eng, model, tok = tiny_engine
+    capfd.readouterr()
+    eng.load_weights(1, policy_weights(model))
+    out = eng.generate(_prompts(tok), Sampling(1.0, 1.0, 4))
+    text = "".join(capfd.readouterr())
+    assert "Failed to load weights" not in text and "WARNING" not in text and "Traceback" not in text
+    assert all(len(c.token_ids) >= 1 for c in out)

