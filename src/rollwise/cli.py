@@ -279,6 +279,8 @@ def main(argv: list[str] | None = None) -> None:
     import signal
     import threading
 
+    global _TERMINATED
+    _TERMINATED = False  # main() called again in one process (tests, notebooks)
     previous = None
     if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread only
         previous = signal.signal(signal.SIGTERM, _on_sigterm)

@@ -10,7 +10,8 @@ Contract:
   and writes ``out_dir`` with ``write_hf``. Refuses (``UserError``) a missing run, a missing
   step (naming the steps there), a non-empty ``out_dir`` and ``--adapter`` on a run without
   LoRA, all before the model is built; with ``gguf=True`` it first checks that the ``gguf``
-  package imports, before anything is written.
+  package imports, and writes the GGUF file before the directory, so a GGUF refusal leaves
+  nothing that a rerun would have to clear.
 - ``write_hf(model, tokenizer, out_dir, adapter)``: ``config.json``, ``generation_config.json``,
   ``model.safetensors``, and the tokenizer files, so ``AutoModelForCausalLM.from_pretrained``
   and ``AutoTokenizer.from_pretrained`` load it. LoRA runs: the adapters folded into the base
@@ -150,10 +151,17 @@ def export_run(run_dir: str | Path, out_dir: str | Path, step: int | None = None
     if adapter and not cfg.model.lora.enabled:
         raise UserError(f"--adapter needs a LoRA run; {run_dir} has model.lora.enabled = false")
     load_model(model, str(ckpt / "model.safetensors"))
-    write_hf(model, codec.tokenizer, out, adapter=adapter)
     meta = {"run_dir": str(run_dir), "checkpoint": ckpt.name, "adapter": adapter}
-    if gguf:
-        meta["gguf"] = write_gguf(model, codec.tokenizer, out / "model.gguf").name
+    staged = out.with_name(out.name + ".model.gguf")  # GGUF first: one it refuses (architecture) leaves no directory
+    try:
+        if gguf:
+            write_gguf(model, codec.tokenizer, staged)
+        write_hf(model, codec.tokenizer, out, adapter=adapter)
+        if gguf:
+            os.replace(staged, out / "model.gguf")
+            meta["gguf"] = "model.gguf"
+    finally:
+        staged.unlink(missing_ok=True)
     (out / "rollwise_export.json").write_text(json.dumps(meta, indent=1))
     log(f"exported {ckpt} to {out}")
     return out

@@ -184,3 +184,18 @@ def test_adapter_names_a_local_base_model_by_its_absolute_path(tmp_path, monkeyp
     loaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(acfg["base_model_name_or_path"]), tmp_path / "adapter")
     ids = torch.tensor([[1, 5, 7, 9]])
     assert torch.allclose(loaded(ids).logits, lora(ids).logits, atol=1e-6)
+
+
+def test_export_gguf_refused_for_its_architecture_leaves_no_directory(tmp_path, monkeypatch):
+    import rollwise.export as export
+
+    run = _train(tmp_path, "arch")
+
+    def refuse(model, tokenizer, path):
+        raise UserError("GGUF export supports Llama-architecture models; this model is 'gpt2'")
+
+    monkeypatch.setattr(export, "write_gguf", refuse)
+    with pytest.raises(UserError, match="Llama-architecture"):
+        export.export_run(run, tmp_path / "out", gguf=True, log=lambda m: None)
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob("out*"))
+    export.export_run(run, tmp_path / "out", log=lambda m: None)  # the rerun without --gguf is not refused
