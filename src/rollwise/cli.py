@@ -259,9 +259,20 @@ _TERMINATED = False  # set by the SIGTERM handler: the interrupt came from `kill
 
 
 def _on_sigterm(signum, frame) -> None:
-    """SIGTERM (kill, cluster schedulers, `timeout`) as Ctrl-C: the same clean-up and message."""
+    """SIGTERM (kill, cluster schedulers, `timeout`) as Ctrl-C: the same clean-up and message.
+    Ctrl-C reaches every process of the terminal's group; SIGTERM only this one, so the runs that
+    ``rollwise compare -j`` trains in child processes get the SIGINT they would have had."""
+    import multiprocessing
+    import os
+    import signal
+
     global _TERMINATED
     _TERMINATED = True
+    for child in multiprocessing.active_children():
+        try:
+            os.kill(child.pid, signal.SIGINT)
+        except OSError:  # ended meanwhile
+            pass
     raise KeyboardInterrupt
 
 

@@ -120,6 +120,22 @@ def test_ctrl_c_on_compare_exits_130_with_aborted(tmp_path):
     assert not (tmp_path / "cmp" / "compare.json").exists()
 
 
+@pytest.mark.slow
+def test_sigterm_on_compare_with_parallel_jobs_stops_the_child_runs(tmp_path):
+    """compare -j 2 trains in child processes, which a SIGTERM to rollwise alone would not reach:
+    they are interrupted too, and rollwise exits 143 at once (not when the runs would have ended)."""
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text('seeds = [0]\njobs = 2\nbudget = { generated_tokens = 100000 }\n[base]\n"model.name" = "tiny-s"\n'
+                     '"model.warm_start.steps" = 100000\n"model.warm_start.batch_size" = 4\n"run.progress" = false\n'
+                     '"task.options" = { n_train = 50, n_heldout = 10 }\n'
+                     '[[arms]]\nname = "a"\n[[arms]]\nname = "b"\nset = { "control.name" = "dars" }\n')
+    rc, out = _interrupt(tmp_path, ["compare", "--config", str(sweep), "--out-dir", str(tmp_path / "cmp")], "warm start: step",
+                         sig=signal.SIGTERM)
+    assert rc == 143, out
+    assert "aborted (terminated: SIGTERM)" in out
+    assert not (tmp_path / "cmp" / "compare.json").exists()
+
+
 def test_messages_with_brackets_are_printed_whole(tmp_path):
     # rich markup would swallow "[task.options]"-like text in an error message
     bad = tmp_path / "d.jsonl"
