@@ -87,6 +87,7 @@ def rejects(rbar: float, v: float, n: int, alpha: float) -> bool:
 
 class V05(Uniform):
     Options = Options
+    plans_ahead = False  # plan() sets the priors that next_round tests and the v05 advantage reads
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: Options | None, seed: int):
         super().__init__(prompts, cfg, options, seed)
