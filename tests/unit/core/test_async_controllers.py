@@ -37,11 +37,11 @@ STALE = ["train.async.max_staleness=1", "train.async.allow_uncorrected=true"]  #
 # ---------------------------------------------------------------- refusals at config load
 
 REFUSED = [  # (shipped config, control.name): every controller with per-plan state between plan and after_update
-    ("v05.toml", "v05"), ("gdro.toml", "gdro"), ("gdro_rollout.toml", "gdro"), ("speed.toml", "speed"),
+    ("gdro.toml", "gdro"), ("gdro_rollout.toml", "gdro"), ("speed.toml", "speed"),
     ("wise.toml", "wise"), ("dars.toml", "dars"), ("dars_b.toml", "dars_b"), ("xrpo.toml", "xrpo"),
     ("cures.toml", "cures"), ("greso.toml", "greso"), ("dots_rr.toml", "dots"), ("ar3po.toml", "ar3po"),
 ]
-ACCEPTED = ["uniform", "vcrl", "vade", "brorl", "drive", "adhint", "r3l", "scope", "mssr"]
+ACCEPTED = ["uniform", "vcrl", "vade", "brorl", "drive", "adhint", "r3l", "scope", "mssr", "v05"]  # v05: priors kept per plan
 
 
 @pytest.mark.parametrize("config, name", REFUSED)
@@ -71,7 +71,7 @@ def test_every_registered_controller_is_classified():
 
 @pytest.mark.parametrize("name", ACCEPTED)
 def test_a_controller_that_plans_ahead_is_accepted_at_eta_one(name):
-    extra = {"adhint": ["advantage.name=adhint"], "mssr": ["advantage.name=mssr"]}.get(name, [])
+    extra = {"adhint": ["advantage.name=adhint"], "mssr": ["advantage.name=mssr"], "v05": ["advantage.name=v05"]}.get(name, [])
     assert load_config(overrides=[f"control.name={name}", *extra, *STALE]).train.async_.max_staleness == 1
 
 
@@ -84,8 +84,8 @@ def test_dynamic_sampling_replace_is_refused_and_refill_accepted():
 
 def test_dynamic_sampling_does_not_hide_a_refused_controller():
     with pytest.raises(UserError) as e:
-        load_config(CONFIGS / "v05.toml", [*STALE, "control.dynamic_sampling.enabled=true", "filter.names=['zero_variance']"])
-    assert "control.name = 'v05'" in str(e.value)
+        load_config(CONFIGS / "dars.toml", [*STALE, "control.dynamic_sampling.enabled=true", "filter.names=['zero_variance']"])
+    assert "control.name = 'dars'" in str(e.value)
 
 
 def test_the_refusal_comes_before_any_model_or_run_directory(tmp_path, monkeypatch, capsys):
@@ -154,8 +154,8 @@ def test_a_sampler_other_than_the_trainer_counts_its_default_behaviour_weight():
 class Task:
     name = "t"
 
-    def __init__(self, n):
-        self.prompts = [Prompt(f"p{i}", "t", f"q{i}", "0") for i in range(n)]
+    def __init__(self, n):  # value_prior (V0.5's metadata prior): 0, .25, .5, .75, 1, 0, ...
+        self.prompts = [Prompt(f"p{i}", "t", f"q{i}", "0", metadata={"value_prior": (i % 5) / 4}) for i in range(n)]
 
     def train_prompts(self):
         return self.prompts
@@ -247,6 +247,7 @@ PLANS_AHEAD = {  # controllers whose plans come from the stream alone, so plan k
     "vcrl": ["control.name=vcrl"],
     "adhint": ["control.name=adhint", "advantage.name=adhint"],
     "mssr": ["control.name=mssr", "advantage.name=mssr"],  # + its baselines (hook)
+    "v05": ["control.name=v05", "advantage.name=v05", "control.options={prior = 'metadata'}"],  # + its priors (hook)
 }
 
 
@@ -259,14 +260,19 @@ def mssr_baselines(ctrl, groups):
     return ctrl.baselines(rows(groups)).tolist()
 
 
+def v05_priors(ctrl, groups):
+    """What the v05 advantage reads after observe: each trained prompt's prior."""
+    return dict(zip((r.prompt_id for r in rows(groups)), ctrl.priors(rows(groups)).tolist()))
+
+
 @pytest.mark.parametrize("name", sorted(PLANS_AHEAD))
 def test_at_eta_one_the_bookkeeping_is_that_of_the_trained_plan(name):
-    hook = mssr_baselines if name == "mssr" else None
+    hook = {"mssr": mssr_baselines, "v05": v05_priors}.get(name)
     sync, ahead = drive(PLANS_AHEAD[name], 0, hook=hook), drive(PLANS_AHEAD[name], 1, hook=hook)
     assert ahead == sync
     for line in ahead:  # observe booked exactly the prompts trained
         assert line["booked"] == sorted(pid for pid, _ in line["trained"])
-    if name in ("vcrl", "adhint"):  # the rounds under test did run
+    if name in ("vcrl", "adhint", "v05"):  # the rounds under test did run
         assert any(line["top_ups"] for line in ahead)
     if name == "adhint":
         assert any(any(h for _, _, hints in line["kept"] for h in hints) for line in ahead)
@@ -289,9 +295,25 @@ def test_dynamic_sampling_refill_at_eta_one_refills_the_trained_plan():
         assert len(line["kept"]) == 4 or len(line["top_ups"]) == 3
 
 
+def test_v05_with_the_history_prior_tests_and_fuses_the_trained_plan_at_eta_one():
+    """The history prior of plan k + 1 is computed before step k is observed, so the priors differ
+    from η = 0 (escalations are checked with the metadata prior above); what must hold: no step
+    lacks a prior (the issue's crash at step 0), the advantage gets exactly the trained prompts'
+    priors, and plans 0 and 1, both drawn before any data, have the uninformed prior."""
+    v05 = ["control.name=v05", "advantage.name=v05", "control.options={prior = 'history'}"]
+    ahead = drive(v05, 1, hook=v05_priors, prompts=40)
+    for line in ahead:
+        trained = {p for p, _ in line["trained"]}
+        assert set(line["hook"]) == trained == set(line["booked"])
+        assert {p for t in line["top_ups"] for p, _, _ in t} <= trained
+    assert set(ahead[0]["hook"].values()) == set(ahead[1]["hook"].values()) == {0.5}  # plans 0 and 1: no data yet
+    assert set(drive(v05, 0, hook=v05_priors, prompts=40, steps=2)[1]["hook"].values()) != {0.5}  # η = 0: plan 1 knows step 0
+
+
 def test_the_harness_sees_the_defects_the_refusal_prevents():
     """Driven anyway at η = 1 (bypassing the config check), the refused controllers misbehave as
-    the issue describes; at η = 0 the same harness trains them as the synchronous loop does."""
+    the issue describes; at η = 0 the same harness trains them as the synchronous loop does. (V0.5,
+    which crashed here before its priors were kept per plan, is in the test above.)"""
     speed = ["control.name=speed", "filter.names=['speed_complete']", "control.options={n_init = 2}"]
     wise = ["control.name=wise", "filter.names=['speed_complete']", "control.options={n_init = 2}"]
     for overrides in (speed, wise):  # more rollouts a step, pre-generated screens wasted
@@ -299,8 +321,3 @@ def test_the_harness_sees_the_defects_the_refusal_prevents():
         assert sum(x["rollouts"] for x in ahead) > sum(x["rollouts"] for x in sync)
     dars_sync, dars_ahead = drive(["control.name=dars"], 0, prompts=40), drive(["control.name=dars"], 1, prompts=40)
     assert any(x["top_ups"] for x in dars_sync) and not any(x["top_ups"] for x in dars_ahead)  # top-ups lost
-    v05 = ["control.name=v05", "advantage.name=v05"]
-    priors = lambda ctrl, groups: ctrl.priors(rows(groups)).tolist()  # noqa: E731  (the v05 advantage's input)
-    assert drive(v05, 0, hook=priors)[0]["hook"]
-    with pytest.raises(ValueError, match="no V0.5 prior"):  # V0.5 crashes at step 0
-        drive(v05, 1, hook=priors)
