@@ -499,12 +499,13 @@ def check_plans_ahead(cfg) -> None:
 
     eta, ctrl = cfg.train.async_.max_staleness, cfg.control
     if not getattr(resolve(cfg, "control")[0], "plans_ahead", True):
-        raise UserError(f"train.async.max_staleness = {eta} plans up to {eta} steps ahead, which control.name = {ctrl.name!r} "
-                        "cannot do: it keeps per-plan state between plan and next_round/observe/after_update, so step k "
-                        "would observe, top up or credit the plan drawn after it. Set train.async.max_staleness = 0 "
-                        "(or train.async.periodic = true), or use a controller that plans ahead (e.g. 'uniform')")
+        raise UserError(f"train.async.max_staleness = {eta} draws the next {eta} plan(s) before a step's rounds and observe, "
+                        f"which control.name = {ctrl.name!r} cannot do: it keeps per-plan state between plan and "
+                        "next_round/observe/after_update, so a step would top up, observe or credit a plan drawn after "
+                        "its own. Set train.async.max_staleness = 0 (or train.async.periodic = true), or use a controller "
+                        "that plans ahead (e.g. 'uniform')")
     if ctrl.dynamic_sampling.enabled and ctrl.dynamic_sampling.type == "replace":
-        raise UserError(f"train.async.max_staleness = {eta} plans ahead, which control.dynamic_sampling.type = 'replace' "
+        raise UserError(f"train.async.max_staleness = {eta} draws plans ahead, which control.dynamic_sampling.type = 'replace' "
                         "cannot do: its batch gate reads the prompts of the plan planned last, not of the plan trained. "
                         "Set control.dynamic_sampling.type = 'refill' or train.async.max_staleness = 0")
 
@@ -517,10 +518,12 @@ def corrects_off_policy(cfg) -> bool:
     decoupled PPO, eq. 4-5; ``decoupled_ppo``, or any objective with ``objective.options.tis_level``
     other than 'off', including the token weight a sampler other than the trainer's forward turns
     on, ``rollwise.train.mismatch.default_tis``). Without it (``tis_level = 'off'``, slime's
-    "bypass") the ratio is ``pi_theta / mu`` clipped around ``mu``: an importance ratio, but its
-    clip is centred on a policy up to η versions old, so tokens the trainer has since moved past
-    the clip range give no gradient, and nothing bounds the weight of the others; that is not
-    counted as a correction."""
+    "bypass") the ratio is ``pi_theta / mu`` clipped around ``mu``: an importance ratio, but the
+    trust region is centred on a policy up to η versions old, not on the one being updated: tokens
+    the trainer has since moved past the clip range give no gradient, or (negative advantage,
+    without ``dual_clip``) an unbounded ratio. That is not counted as a correction, so plain
+    ``grpo``/``dapo``/``gspo``/... with ``tis_level = 'off'`` are refused with η >= 1 unless
+    ``train.async.allow_uncorrected``."""
     from rollwise.components import objective_options
 
     return bool(getattr(objective_options(cfg), "needs_prox", False))
@@ -534,8 +537,8 @@ def check_corrected(cfg) -> None:
     a = cfg.train.async_
     if a.allow_uncorrected or corrects_off_policy(cfg):
         return
-    raise UserError(f"train.async.max_staleness = {a.max_staleness} trains rollouts drawn up to {a.max_staleness} policy "
-                    f"versions ago, and objective.name = {cfg.objective.name!r} with objective.options.tis_level = 'off' "
+    raise UserError(f"train.async.max_staleness = {a.max_staleness} trains rollouts up to {a.max_staleness} policy "
+                    f"version(s) old, and objective.name = {cfg.objective.name!r} with objective.options.tis_level = 'off' "
                     "has no off-policy correction (its ratio is clipped around the stale sampler's log-probs). Set "
                     "objective.name = 'decoupled_ppo', or objective.options.tis_level = 'token' (the behaviour weight "
                     "pi_prox / mu), or train.async.allow_uncorrected = true to train them uncorrected")
