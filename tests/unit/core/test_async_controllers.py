@@ -6,7 +6,10 @@
   ``replace``.
 - The others are driven through the real :class:`AsyncPool` and the loop's order of calls at η = 0
   and η = 1: for the plan each step trains, the top-up rounds, the groups the filters keep (after
-  ``finish_batch``), the prompts ``observe`` books and the rollouts charged are the same.
+  ``finish_batch``), the prompts ``observe`` books, what the advantage reads from the controller
+  (MSSR's baselines, V0.5's priors, which V0.5 now keeps per plan) and the rollouts charged are
+  the same. Where η = 1 legitimately changes the prompts (dynamic sampling's refill draws from the
+  stream the plans ahead also use; V0.5's history prior lags), the per-step invariants are checked.
 - The same harness shows what the refused ones do at η = 1 (the defects of the issue), so the
   refusal is needed and the harness can tell.
 - Stale rollouts with an objective that has no off-policy correction are refused unless
