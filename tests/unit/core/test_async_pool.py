@@ -222,7 +222,7 @@ def test_bad_async_configs_are_refused_naming_the_key(overrides, needle):
 def test_async_key_reads_and_writes_as_train_async():
     from rollwise.config import load_config, to_toml
 
-    cfg = load_config(overrides=["train.async.max_staleness=2"])
+    cfg = load_config(overrides=["train.async.max_staleness=2", "objective.name=decoupled_ppo"])
     assert cfg.train.async_.max_staleness == 2 and cfg.train.async_.on
     assert "[train.async]" in to_toml(cfg) and "max_staleness = 2" in to_toml(cfg)
     assert not load_config().train.async_.on  # default: the synchronous loop
