@@ -109,11 +109,14 @@ def guard(what: str | None, run_dir: Path | None = None, then: str | None = None
         code = failure(e, within=run_dir)
         if code is None:
             raise
-        for p in map(Path, cleanup):
+        for p in map(Path, cleanup):  # best effort: on a read-only file system nothing was made
             if p.is_dir():
                 shutil.rmtree(p, ignore_errors=True)
             else:
-                p.unlink(missing_ok=True)
+                try:
+                    p.unlink(missing_ok=True)
+                except OSError:
+                    pass
         raise StorageError(message(code, what or _filename(e) or "the run directory", run_dir, then)) from None
 
 
