@@ -211,3 +211,39 @@ def test_compare_killed_mid_sweep_resumes_with_finished_runs_skipped(tmp_path):
     assert len(list(out.glob("**/done.json"))) == 4
     for f in finished:
         assert f"{f.split('/')[-1]}: already done, skipped" in again.stdout
+
+
+def test_real_full_disk_at_compare_json(disk, tmp_path, monkeypatch, capsys):
+    """``rollwise compare`` whose disk fills up once its runs are done: one line (exit 2) saying
+    what to do, no compare.json (nor its temporary); run again with room, it skips the finished
+    run and writes compare.json."""
+    from rollwise import cli
+    from rollwise.bench import runner
+
+    out = disk.tmpfs("64m")
+    base = tiny_overrides(tmp_path, steps=2, **{"run.threads": 1})
+    base.pop("run.dir"), base.pop("run.name")
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text('name = "full"\nseeds = [0]\nbudget = { generated_tokens = 100000 }\n[base]\n'
+                     + "\n".join(f"{json.dumps(k)} = {v}" for k, v in (x.split("=", 1) for x in as_sets(base)))
+                     + '\n[[arms]]\nname = "uniform"\n')
+    real, filler = runner.collect, []
+
+    def collect(specs):  # the runs are done; then the disk is full
+        filler.append(disk.fill(out))
+        return real(specs)
+
+    monkeypatch.setattr(runner, "collect", collect)
+    with pytest.raises(SystemExit) as e:
+        cli.main(["compare", "--config", str(sweep), "--out-dir", str(out)])
+    printed = capsys.readouterr().out
+    errors = [ln for ln in printed.splitlines() if ln.startswith("error:")]
+    assert e.value.code == 2 and "Traceback" not in printed
+    assert errors == [f"error: disk full (No space left on device) while writing compare.json in {out}: free space on the disk "
+                      f"of {out}, then run the same rollwise compare again (finished runs are skipped)"], printed[-2000:]
+    assert not (out / "compare.json").exists() and not (out / "compare.json.tmp").exists()
+    filler[0].unlink()
+    monkeypatch.setattr(runner, "collect", real)
+    cli.main(["compare", "--config", str(sweep), "--out-dir", str(out)])
+    assert "uniform-s0: already done, skipped" in capsys.readouterr().out
+    assert json.loads((out / "compare.json").read_text())["sweep"]["arms"] == ["uniform"]
