@@ -24,7 +24,7 @@ from rollwise.train.batching import collate, flatten
 
 
 def train(cfg: Config, *, resume: bool = False, backend=None, log=print) -> RunResult:
-    with storage.guard(None, cfg.run_dir()):  # set-up writes: the lock, the saved config
+    with storage.guard(None, (cfg if resume else cfg.with_run_name()).run_dir()):  # set-up writes: the lock, the saved config
         run = Run(cfg, resume=resume, backend=backend, log=log)
     st, parts = run.state, run.parts
     ctrl = parts.controller
