@@ -133,6 +133,9 @@ def test_run_directory_made_read_only_mid_run(disk, uninterrupted, tmp_path, mon
                        rf"metrics.jsonl in {run}; the run stopped. Checkpoint step-2 is intact: make {run} writable, then "
                        rf"continue with: rollwise train --resume {run}$"):
         rollwise.train(_cfg(tmp_path, "ro"), log=lambda m: None)
+    with pytest.raises(checkpoint.CheckpointError, match=rf"^read-only file system .* while writing {run}/.lock; the run "
+                       rf"stopped. Checkpoint step-2 is intact: make {run} writable"):  # a resume while still read-only
+        rollwise.train(_cfg(tmp_path, "ro"), resume=True, log=lambda m: None)
     disk.unmount(run)  # writable again
     monkeypatch.setattr(checkpoint, "save", real)
     rollwise.train(_cfg(tmp_path, "ro"), resume=True, log=lambda m: None)
