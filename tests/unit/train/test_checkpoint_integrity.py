@@ -54,11 +54,12 @@ def test_corrupted_newest_is_moved_aside_and_the_previous_used(tmp_path, damage,
     assert checkpoint.list_steps(tmp_path) == [2]
 
 
-@pytest.mark.parametrize("free", [0, 64 * 1024, 1024 * 1024])  # full; room for state.pt's start; for the weights only
-def test_real_full_disk_leaves_the_previous_checkpoint_intact(disk, free):
-    """A real full file system (tmpfs) at different points of a checkpoint write: whichever writer
-    hits it (safetensors, torch.save, the manifest), CheckpointError names the intact previous
-    checkpoint and the resume command, and no temporary directory is left."""
+@pytest.mark.parametrize("free, writer", [(0, "SafetensorError"),  # full: the weights fail
+                                          (1536 * 1024, "RuntimeError")])  # room for the weights: torch.save fails
+def test_real_full_disk_leaves_the_previous_checkpoint_intact(disk, free, writer):
+    """A real full file system (tmpfs) at two points of a checkpoint write: whichever writer hits
+    it (safetensors' SafetensorError, torch.save's RuntimeError), CheckpointError names the intact
+    previous checkpoint and the resume command, and no temporary directory is left."""
     run = disk.tmpfs("16m")
     good = _save(run, 2, value=1.0)
     before = {p.name: p.read_bytes() for p in good.iterdir()}
@@ -66,8 +67,9 @@ def test_real_full_disk_leaves_the_previous_checkpoint_intact(disk, free):
     big = torch.nn.Linear(512, 512)  # ~1 MiB of weights, ~1 MiB of state
     with pytest.raises(checkpoint.CheckpointError, match=r"^disk full \(No space left on device\) while writing checkpoint "
                        r"step-4 in .*checkpoints; the run stopped\. Checkpoint step-2 is intact: free space on the disk of "
-                       rf"{run}, then continue with: rollwise train --resume {run}$"):
+                       rf"{run}, then continue with: rollwise train --resume {run}$") as e:
         checkpoint.save(run, 4, big, {"run_state": {"step": 4}, "blob": torch.zeros(256 * 1024)}, keep=1)
+    assert type(e.value.__context__).__name__ == writer  # the real exception, recognised
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-2"]  # no .tmp-step-4
     assert {p.name: p.read_bytes() for p in good.iterdir()} == before
     assert checkpoint.latest(run) == good
