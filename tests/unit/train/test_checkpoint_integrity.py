@@ -104,11 +104,9 @@ def test_read_only_and_vanished_checkpoint_directories(disk, tmp_path):
 
 
 def test_storage_failure_recognises_what_writers_really_raise(disk):
-    """The classifier against the real exceptions of a full / read-only / missing directory:
+    """The classifier against the real exceptions of a full disk and a missing directory:
     safetensors' SafetensorError, torch.save's RuntimeError (through a file: OSError in its
     context), plain OSError; anything else is not a storage failure."""
-    import errno
-
     from safetensors.torch import save_model
 
     from rollwise import storage
