@@ -58,23 +58,27 @@ def write_hf(model, tokenizer, out_dir: str | Path, adapter: bool = False, overw
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    if adapter:
-        if not is_lora(model):
-            raise UserError("--adapter needs a LoRA run (model.lora.enabled = true)")
-        model.save_pretrained(str(tmp))
-        source = getattr(model.get_base_model().config, "_name_or_path", "")
-        if not source or not Path(source).is_dir():  # built-in model: its base weights go beside the adapter
-            _plain(model, merged=False).save_pretrained(str(tmp / "base"))
-            tokenizer.save_pretrained(str(tmp / "base"))
-            cfg_path = tmp / "adapter_config.json"
-            acfg = json.loads(cfg_path.read_text())
-            acfg["base_model_name_or_path"] = str((out / "base").resolve())
-            cfg_path.write_text(json.dumps(acfg, indent=2))
-    elif is_lora(model):
-        _plain(model, merged=True).save_pretrained(str(tmp))
-    else:
-        model.save_pretrained(str(tmp))
-    tokenizer.save_pretrained(str(tmp))
+    try:  # a failed write (a full disk) leaves no half directory
+        if adapter:
+            if not is_lora(model):
+                raise UserError("--adapter needs a LoRA run (model.lora.enabled = true)")
+            model.save_pretrained(str(tmp))
+            source = getattr(model.get_base_model().config, "_name_or_path", "")
+            if not source or not Path(source).is_dir():  # built-in model: its base weights go beside the adapter
+                _plain(model, merged=False).save_pretrained(str(tmp / "base"))
+                tokenizer.save_pretrained(str(tmp / "base"))
+                cfg_path = tmp / "adapter_config.json"
+                acfg = json.loads(cfg_path.read_text())
+                acfg["base_model_name_or_path"] = str((out / "base").resolve())
+                cfg_path.write_text(json.dumps(acfg, indent=2))
+        elif is_lora(model):
+            _plain(model, merged=True).save_pretrained(str(tmp))
+        else:
+            model.save_pretrained(str(tmp))
+        tokenizer.save_pretrained(str(tmp))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if out.exists():
         shutil.rmtree(out)
     os.replace(tmp, out)
@@ -143,11 +147,14 @@ def export_run(run_dir: str | Path, out_dir: str | Path, step: int | None = None
     if adapter and not cfg.model.lora.enabled:
         raise UserError(f"--adapter needs a LoRA run; {run_dir} has model.lora.enabled = false")
     load_model(model, str(ckpt / "model.safetensors"))
-    write_hf(model, codec.tokenizer, out, adapter=adapter)
-    meta = {"run_dir": str(run_dir), "checkpoint": ckpt.name, "adapter": adapter}
-    if gguf:
-        meta["gguf"] = write_gguf(model, codec.tokenizer, out / "model.gguf").name
-    (out / "rollwise_export.json").write_text(json.dumps(meta, indent=1))
+    from rollwise import storage
+
+    with storage.guard(str(out), out.parent, then="run the export again"):  # a full disk: one line, no traceback
+        write_hf(model, codec.tokenizer, out, adapter=adapter)
+        meta = {"run_dir": str(run_dir), "checkpoint": ckpt.name, "adapter": adapter}
+        if gguf:
+            meta["gguf"] = write_gguf(model, codec.tokenizer, out / "model.gguf").name
+        (out / "rollwise_export.json").write_text(json.dumps(meta, indent=1))
     log(f"exported {ckpt} to {out}")
     return out
 
