@@ -72,3 +72,67 @@ def trainer_batches(monkeypatch):
 
     monkeypatch.setattr(Trainer, "optimize", spy)
     return seen
+
+
+class Disk:
+    """Real storage faults for tests (root, as CI runs): size-capped tmpfs mounts, filled to a
+    given free space, resized, and read-only bind mounts; everything mounted is unmounted at
+    teardown. A test is skipped, with the reason, where mounting is impossible."""
+
+    def __init__(self, root):
+        self.root, self.mounted = root, []
+
+    def _mount(self, *args):
+        import subprocess
+
+        r = subprocess.run(["mount", *map(str, args)], capture_output=True, text=True)
+        if r.returncode:
+            pytest.skip(f"cannot mount ({' '.join(map(str, args))}): {r.stderr.strip() or r.returncode}; needs root "
+                        "(CAP_SYS_ADMIN), as CI has")
+
+    def tmpfs(self, size: str, name: str = "disk"):
+        d = self.root / name
+        d.mkdir()
+        self._mount("-t", "tmpfs", "-o", f"size={size}", "tmpfs", d)
+        self.mounted.append(d)
+        return d
+
+    def resize(self, d, size: str) -> None:
+        self._mount("-o", f"remount,size={size}", d)
+
+    def fill(self, d, leave: int = 0):
+        """Fill the file system of ``d`` until ``leave`` bytes are free (a file ``d/filler``)."""
+        import os
+
+        st = os.statvfs(d)
+        free = st.f_bavail * st.f_frsize
+        path = d / "filler"
+        try:
+            with open(path, "ab") as f:
+                f.write(b"\0" * max(0, free - leave))
+        except OSError:  # page rounding: full is full
+            pass
+        return path
+
+    def read_only(self, d) -> None:
+        """``d`` read-only from now on (a read-only bind mount over it; files open stay writable)."""
+        self._mount("--bind", d, d)
+        self.mounted.append(d)
+        self._mount("-o", "remount,bind,ro", d)
+
+    def unmount(self, d) -> None:
+        import subprocess
+
+        subprocess.run(["umount", "-l", str(d)], capture_output=True)
+        self.mounted.remove(d)
+
+    def close(self) -> None:
+        for d in reversed(list(self.mounted)):
+            self.unmount(d)
+
+
+@pytest.fixture
+def disk(tmp_path):
+    d = Disk(tmp_path)
+    yield d
+    d.close()

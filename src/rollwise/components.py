@@ -148,9 +148,8 @@ def build_strategies(cfg, task) -> Strategies:
     ctrl_cls, ctrl_opts, _ = resolve(cfg, "control")
     rep_cls, rep_opts, _ = resolve(cfg, "replay")
     adv, adv_opts, _ = resolve(cfg, "advantage")
-    obj, obj_opts, _ = resolve(cfg, "objective")
+    obj, _, _ = resolve(cfg, "objective")
     from rollwise.control.rounds import DynamicSampling, target_groups
-    from rollwise.train.mismatch import default_tis  # TIS against a sampler that is not the trainer's forward
 
     seed = cfg.run.seed
     controller = ctrl_cls(task.train_prompts(), cfg.control, ctrl_opts, seed)
@@ -160,9 +159,18 @@ def build_strategies(cfg, task) -> Strategies:
     return Strategies(
         controller=controller, filters=filters, replay=rep_cls(cfg.replay, rep_opts, seed),
         advantage=adv, advantage_options=adv_opts if adv_opts is not None else adv.Options(),
-        objective=obj, objective_options=default_tis(obj_opts if obj_opts is not None else obj.Options(), cfg),
+        objective=obj, objective_options=objective_options(cfg),
         keep_at_most=target_groups(cfg.control),
     )
+
+
+def objective_options(cfg):
+    """The objective's options as the trainer gets them: defaults filled in, and the TIS weight on when
+    the sampler is not the trainer's forward (``rollwise.train.mismatch.default_tis``)."""
+    from rollwise.train.mismatch import default_tis
+
+    obj, opts, _ = resolve(cfg, "objective")
+    return default_tis(opts if opts is not None else obj.Options(), cfg)
 
 
 def prepare_run_dir(cfg, resume: bool) -> Path:

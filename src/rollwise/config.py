@@ -292,12 +292,17 @@ class AsyncConfig(Section):
                                  "true with max_staleness = 0 runs the asynchronous machinery synchronously (the same run as off).")
     max_staleness: int = Field(0, ge=0, description="eta: a rollout is trained at most this many policy versions after the "
                                "version that drew its oldest token (plans k .. k + eta are generated while step k trains). "
-                               "0 = synchronous. Use objective.name = 'decoupled_ppo' (or a behaviour weight) for eta > 0.")
+                               "0 = synchronous. eta >= 1 needs a controller that can plan ahead and an objective with an "
+                               "off-policy correction (objective.name = 'decoupled_ppo' or objective.options.tis_level), "
+                               "unless allow_uncorrected.")
     on_new_weights: Literal["finish", "interrupt", "discard"] = Field(
         "finish", description="When new weights are published mid-plan: finish the plan with the old ones; interrupt "
         "(AReaL's interruptible generation: load them between decode steps and continue unfinished rollouts from their "
         "tokens, per-token versions record the switch); or discard the unfinished rollouts and restart them. interrupt "
         "and discard need the in-process hf backend (distributed.workers = 0).")
+    allow_uncorrected: bool = Field(False, description="Train stale rollouts (max_staleness >= 1) with an objective that "
+                                    "has no off-policy correction (no proximal recompute: objective.options.tis_level = 'off', "
+                                    "not decoupled_ppo); refused at load unless true.")
     periodic: bool = Field(False, description="Periodic asynchrony (arXiv 2511.18871): strictly on-policy; the trainer "
                            "back-propagates each group as soon as it is generated while the rest of the batch is still "
                            "generating, one optimizer step per batch (rollwise.train.streaming).")

@@ -61,26 +61,30 @@ def write_hf(model, tokenizer, out_dir: str | Path, adapter: bool = False, overw
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    if adapter:
-        if not is_lora(model):
-            raise UserError("--adapter needs a LoRA run (model.lora.enabled = true)")
-        model.save_pretrained(str(tmp))
-        source = getattr(model.get_base_model().config, "_name_or_path", "")
-        if source and Path(source).expanduser().is_dir():  # a local model directory: named by its absolute path, so
-            base = Path(source).expanduser().resolve()      # the adapter loads from any working directory
-        else:  # built-in model: its base weights go beside the adapter
-            _plain(model, merged=False).save_pretrained(str(tmp / "base"))
-            tokenizer.save_pretrained(str(tmp / "base"))
-            base = (out / "base").resolve()
-        cfg_path = tmp / "adapter_config.json"
-        acfg = json.loads(cfg_path.read_text())
-        acfg["base_model_name_or_path"] = str(base)
-        cfg_path.write_text(json.dumps(acfg, indent=2))
-    elif is_lora(model):
-        _plain(model, merged=True).save_pretrained(str(tmp))
-    else:
-        model.save_pretrained(str(tmp))
-    tokenizer.save_pretrained(str(tmp))
+    try:  # a failed write (a full disk) leaves no half directory
+        if adapter:
+            if not is_lora(model):
+                raise UserError("--adapter needs a LoRA run (model.lora.enabled = true)")
+            model.save_pretrained(str(tmp))
+            source = getattr(model.get_base_model().config, "_name_or_path", "")
+            if source and Path(source).expanduser().is_dir():  # a local model directory: named by its absolute path,
+                base = Path(source).expanduser().resolve()      # so the adapter loads from any working directory
+            else:  # built-in model: its base weights go beside the adapter
+                _plain(model, merged=False).save_pretrained(str(tmp / "base"))
+                tokenizer.save_pretrained(str(tmp / "base"))
+                base = (out / "base").resolve()
+            cfg_path = tmp / "adapter_config.json"
+            acfg = json.loads(cfg_path.read_text())
+            acfg["base_model_name_or_path"] = str(base)
+            cfg_path.write_text(json.dumps(acfg, indent=2))
+        elif is_lora(model):
+            _plain(model, merged=True).save_pretrained(str(tmp))
+        else:
+            model.save_pretrained(str(tmp))
+        tokenizer.save_pretrained(str(tmp))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if out.exists():
         shutil.rmtree(out)
     os.replace(tmp, out)
@@ -151,18 +155,21 @@ def export_run(run_dir: str | Path, out_dir: str | Path, step: int | None = None
     if adapter and not cfg.model.lora.enabled:
         raise UserError(f"--adapter needs a LoRA run; {run_dir} has model.lora.enabled = false")
     load_model(model, str(ckpt / "model.safetensors"))
+    from rollwise import storage
+
     meta = {"run_dir": str(run_dir), "checkpoint": ckpt.name, "adapter": adapter}
     staged = out.with_name(out.name + ".model.gguf")  # GGUF first: one it refuses (architecture) leaves no directory
-    try:
-        if gguf:
-            write_gguf(model, codec.tokenizer, staged)
-        write_hf(model, codec.tokenizer, out, adapter=adapter)
-        if gguf:
-            os.replace(staged, out / "model.gguf")
-            meta["gguf"] = "model.gguf"
-    finally:
-        staged.unlink(missing_ok=True)
-    (out / "rollwise_export.json").write_text(json.dumps(meta, indent=1))
+    with storage.guard(str(out), out.parent, then="run the export again"):  # a full disk: one line, no traceback
+        try:
+            if gguf:
+                write_gguf(model, codec.tokenizer, staged)
+            write_hf(model, codec.tokenizer, out, adapter=adapter)
+            if gguf:
+                os.replace(staged, out / "model.gguf")
+                meta["gguf"] = "model.gguf"
+        finally:
+            staged.unlink(missing_ok=True)
+        (out / "rollwise_export.json").write_text(json.dumps(meta, indent=1))
     log(f"exported {ckpt} to {out}")
     return out
 

@@ -3,7 +3,8 @@ costs), ``eval.jsonl`` (one line per evaluation) and ``plots/``.
 
 Training costs come only from the pool's ``StepCost`` of training rounds; evaluation is
 recorded separately and never charged. Lines are appended and flushed at once, so a killed run
-loses nothing it had recorded; ``truncate(step)`` drops lines written after the checkpoint a
+loses nothing it had recorded; an append that fails part-way (a full disk) is cut back to the
+line before and stops the run (``rollwise.storage``), so no half line is left; ``truncate(step)`` drops lines written after the checkpoint a
 run resumes from, so a resumed run's files read as if it had never stopped.
 """
 
@@ -78,9 +79,10 @@ class Ledger:
     def _append(self, path: Path, line: dict) -> None:
         if not self.write:
             return
-        with open(path, "a") as f:
-            f.write(json.dumps(line) + "\n")
-            f.flush()
+        from rollwise import storage
+
+        with storage.guard(f"{path.name} in {self.dir}", self.dir):  # a full disk: the line is cut back, the run stops
+            storage.append_line(path, json.dumps(line) + "\n")
 
     def truncate(self, step: int) -> None:
         """Keep metrics lines with step < ``step`` and eval lines with step <= ``step``. A last

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+from rollwise import storage
 from rollwise.config import Config, load_config
 from rollwise.session import Run, RunResult, now, step_metrics
 from rollwise.objectives.inputs import advantage_inputs
@@ -22,10 +23,12 @@ from rollwise.train.batching import collate, flatten
 
 
 def train(cfg: Config, *, resume: bool = False, backend=None, log=print) -> RunResult:
-    run = Run(cfg, resume=resume, backend=backend, log=log)
+    with storage.guard(None, (cfg if resume else cfg.with_run_name()).run_dir()):  # set-up writes: the lock, the saved config
+        run = Run(cfg, resume=resume, backend=backend, log=log)
     st, parts = run.state, run.parts
     ctrl = parts.controller
-    with run.progress() as show:
+    # a full disk, a read-only or vanished run directory: one line naming the intact checkpoint
+    with storage.guard(None, run.dir), run.progress() as show:
         if st.step == 0 and cfg.eval.at_start and not run.evals:
             run.evaluate()
             show()

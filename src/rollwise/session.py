@@ -142,6 +142,7 @@ class Run:
         self.ledger = Ledger(self.dir, write=self.main, device=next(self.model.parameters()).device)  # model.device
         self.state = RunState(seed=seed)
         self.evals: list[dict] = []
+        self.saved_step: int | None = None  # the newest checkpoint this run wrote or resumed from
         if resume:
             self._resume(ckpt)
             if changes and self.main:  # allowed mid-run changes (steps, budgets, cadences): recorded at the step they start
@@ -261,7 +262,10 @@ class Run:
         history = getattr(self.parts.controller, "history", None)
         if history is not None:  # per-prompt statistics, for inspection
             (self.dir / "prompt_stats.json").write_text(json.dumps(history.dump(), indent=1))
-        return checkpoint.save(self.dir, self.state.step, self.model, state, self.cfg.run.keep_checkpoints, self._frozen())
+        path = checkpoint.save(self.dir, self.state.step, self.model, state, self.cfg.run.keep_checkpoints, self._frozen(),
+                               previous=self.saved_step)
+        self.saved_step = self.state.step
+        return path
 
     def _resume(self, ckpt: Path | None) -> None:
         if ckpt is None:
@@ -271,6 +275,7 @@ class Run:
                 (self.dir / "eval.jsonl").unlink(missing_ok=True)
             return
         state = checkpoint.load(ckpt, self.model, self._frozen())
+        self.saved_step = int(ckpt.name.split("-")[1])
         for name, obj in self._stateful().items():
             if name in state and hasattr(obj, "load_state_dict"):
                 obj.load_state_dict(state[name])
@@ -310,13 +315,15 @@ class Run:
         saved = checkpoint.list_steps(self.dir)
         if not saved or saved[-1] != self.state.step:
             self.checkpoint()
+        from rollwise import storage
         from rollwise.export import write_hf  # final/: the trained model as a Hugging Face directory
 
         if self.state.step == self.start_step and (self.dir / "final").is_dir():  # resumed, nothing left to train
             self.log(f"run {self.dir} is already complete at step {self.state.step}: nothing trained, final/ left as it is "
                      f"(to train on, resume with a larger train.steps or budget: --set train.steps=N)")
         elif self.main:
-            write_hf(self.model, self.codec.tokenizer, self.dir / "final", overwrite=True)
+            with storage.guard(f"the exported model {self.dir / 'final'}", self.dir):
+                write_hf(self.model, self.codec.tokenizer, self.dir / "final", overwrite=True)
         return RunResult(self.dir, self.state.step, self.evals[0] if self.evals else {}, self.evals[-1] if self.evals else {},
                          dict(self.ledger.totals))
 

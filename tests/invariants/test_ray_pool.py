@@ -3,7 +3,8 @@
 With per-request seeds (``distributed.request_seeds``; always on for the Ray pool) a run on 2 Ray
 workers has the same groups, rewards, costs and final weights as the local pool in this process,
 and so does a run whose worker is killed mid-run (it is restarted, its requests are generated
-again, nothing is charged twice). Generation runs with 1 torch thread on both sides
+again, nothing is charged twice); a worker killed while generating also has the tokens it had
+reported charged, once. Generation runs with 1 torch thread on both sides
 (``run.threads = 1`` = ``distributed.cpus_per_worker``), so the float results agree bit for bit.
 """
 
@@ -85,6 +86,66 @@ def test_a_killed_worker_is_restarted_and_nothing_is_lost_or_charged_twice(local
     killed = _run(tmp_path, "killed", **{"distributed.workers": 2})
     assert seen["restarts"] == 1
     _same(local, killed)
+
+
+def test_a_worker_killed_while_generating_charges_its_tokens_once_and_trains_nothing_twice(tmp_path, monkeypatch):
+    """Worker 0's process is SIGKILLed in the middle of generating step 1's share: after it has
+    reported decoded tokens, before it returned its requests. It is restarted and its unreturned
+    requests are generated again with their seeds, so the run trains what the local run trains
+    (same rewards, rollouts, trained tokens and final weights: nothing lost, nothing twice), and
+    the tokens it had reported are charged once on top (``ray/lost_tokens``)."""
+    import os
+    import signal
+    import threading
+    import time
+
+    import ray
+
+    from rollwise.distributed.ray_pool import RayPool
+
+    long = {"model.warm_start.steps": 0, "sampling.max_new_tokens": 48}  # an untrained model rarely stops: long generations
+    local = _run(tmp_path, "local", **{"distributed.request_seeds": True, **long})
+    seen = {"calls": 0, "restarts": None, "reported": None}
+    real = RayPool.rollouts
+
+    def rollouts(self, plan, version, sampling=None, generator=None, charge=True):
+        if charge:
+            seen["calls"] += 1
+            if seen["calls"] == 2:
+                pid = ray.get(self.actors[0].pid.remote())
+                self.reported = {}
+
+                def kill_while_generating():
+                    deadline = time.time() + 120
+                    while not self.reported.get(0) and time.time() < deadline:
+                        time.sleep(0.0005)
+                    seen["reported"] = self.reported.get(0)
+                    os.kill(pid, signal.SIGKILL)
+
+                threading.Thread(target=kill_while_generating, daemon=True).start()
+        out = real(self, plan, version, sampling, generator, charge)
+        seen["restarts"] = self.restarts
+        return out
+
+    monkeypatch.setattr(RayPool, "rollouts", rollouts)
+    killed = _run(tmp_path, "killed", **{"distributed.workers": 2, **long})
+    assert seen["reported"] and seen["restarts"] == 1  # killed mid-generation, restarted once
+    a = [json.loads(x) for x in (local.run_dir / "metrics.jsonl").read_text().splitlines()]
+    b = [json.loads(x) for x in (killed.run_dir / "metrics.jsonl").read_text().splitlines()]
+    lost = [ln.get("ray/lost_tokens", 0) for ln in b]
+    assert lost[0] == lost[2] == 0 and lost[1] >= seen["reported"]  # charged in the step it happened, once
+    assert [x["cost/generated_tokens"] + sum(lost[:i + 1]) for i, x in enumerate(a)] == [x["cost/generated_tokens"] for x in b]
+
+    def trained(lines):
+        return [{k: v for k, v in ln.items() if k != "wall_s" and not k.startswith(("time/", "ray/", "cost/generated_tokens"))}
+                for ln in lines]
+
+    assert trained(a) == trained(b)  # same rewards, rollouts, verifier calls, trained tokens
+    ea, eb = _lines(local.run_dir / "eval.jsonl"), _lines(killed.run_dir / "eval.jsonl")
+    assert [e.pop("cost/generated_tokens") + sum(lost[:e["step"]]) for e in ea] == [e.pop("cost/generated_tokens") for e in eb]
+    assert ea == eb  # evaluation is never charged, and sees the same weights
+    wa, wb = _weights(local.run_dir), _weights(killed.run_dir)
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
 def test_request_split_balances_rollouts():

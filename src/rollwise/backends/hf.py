@@ -50,6 +50,7 @@ from rollwise.types import Completion, Sampling
 class HFBackend:
     record_entropy: bool = False  # fill Completion.entropies (module docstring)
     compact: bool = True  # finished rows leave the decode batch (False: the pre-#13 behaviour, for A/B tests)
+    on_tokens = None  # callable(n) told the tokens of every decode step (a Ray worker reports progress)
 
     def __init__(self, model, eos_ids: Sequence[int], pad_id: int, max_batch: int = 256, seed: int = 0,
                  compute_dtype: torch.dtype | None = None):
@@ -191,6 +192,8 @@ class HFBackend:
             if new_ent is not None:
                 new_ent[act, t] = torch.where(live, entropy(logp), torch.zeros_like(lp))
             n_new[act] += live.long()
+            if self.on_tokens is not None:
+                self.on_tokens(int(live.sum()))
             done[act] |= torch.isin(tok, eos_ids)
             if limits is not None:
                 done |= n_new >= lim

@@ -27,6 +27,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Callable
 
+from rollwise import storage
 from rollwise.bench.sweep import RunSpec, flatten, load_sweep, plan
 from rollwise.ledger import REUSE_KEYS
 from rollwise.registry import UserError
@@ -141,8 +142,9 @@ def execute(cfg, resume: bool, train_fn: Callable | None = None, log=print) -> d
               "final_eval": result.last_eval, "session_s": round(time.time() - t0, 3),
               "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine_info(), "git": git_info()}
     tmp = Path(result.run_dir) / (DONE + ".tmp")
-    tmp.write_text(json.dumps(record, indent=1))
-    tmp.rename(Path(result.run_dir) / DONE)
+    with storage.guard(f"{DONE} in {result.run_dir}", result.run_dir, cleanup=[tmp]):
+        tmp.write_text(json.dumps(record, indent=1))
+        tmp.rename(Path(result.run_dir) / DONE)
     return record
 
 
@@ -265,8 +267,12 @@ def compare(sweep_path: str | Path, overrides: list[str] | None = None, out_dir:
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine, "git": git_info(), "arms": arms,
         "warnings": warnings,
     }
-    (out / "compare.json").write_text(json.dumps(compare_json, indent=1))
     configs = {arm.name: to_toml(next(s.cfg for s in specs if s.arm == arm.name)) for arm in sweep.arms}
-    paths = report.write(out, compare_json, configs)
+    tmp = out / "compare.json.tmp"  # atomic: a failed write leaves the previous compare.json or none
+    with storage.guard(f"compare.json in {out}", out, then="run the same rollwise compare again (finished runs are skipped)",
+                       cleanup=[tmp]):
+        tmp.write_text(json.dumps(compare_json, indent=1))
+        tmp.replace(out / "compare.json")
+        paths = report.write(out, compare_json, configs)
     log(f"wrote {out / 'compare.json'}, {', '.join(str(p) for p in paths)}")
     return compare_json

@@ -116,6 +116,7 @@ class AR3PO:
     """AR3PO (arXiv 2509.25808), reconstructed: stages until the first success, then response reuse."""
 
     Options = AR3POOptions
+    plans_ahead = False  # select() clears, plan() fills the stages that next_round reads
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: AR3POOptions | None, seed: int):
         self.cfg = cfg

@@ -120,6 +120,7 @@ class CuresOptions(BaseModel):
 
 class CurES:
     Options = CuresOptions
+    plans_ahead = False  # plan() replaces the round context (probe phase, allocation) that next_round reads
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: CuresOptions | None, seed: int):
         self.cfg = cfg

@@ -123,6 +123,7 @@ class DARS:
     """DARS (arXiv 2508.13755): stage-1 rollouts, then ΔN top-ups for prompts with p_hat < 0.5."""
 
     Options = DARSOptions
+    plans_ahead = False  # select()/plan() reset and fill the stage-1 prompts that next_round tops up
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: DARSOptions | None, seed: int):
         self.cfg = cfg

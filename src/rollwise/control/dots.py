@@ -199,6 +199,7 @@ class DOTS:
     near-greedy selection of the prompts closest to ``alpha`` for the round's ``mu`` steps."""
 
     Options = DOTSOptions
+    plans_ahead = False  # select() sets the reference-step flag that plan() and next_round read
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: DOTSOptions | None, seed: int):
         self.cfg = cfg

@@ -247,6 +247,7 @@ class GDRO:
     """Multi-Adversary GDRO (module docstring)."""
 
     Options = GdroOptions
+    plans_ahead = False  # plan() sets the bins, arms and counts that weigh_advantages and after_update credit
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: GdroOptions | None, seed: int):
         self.cfg = cfg

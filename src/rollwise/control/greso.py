@@ -219,6 +219,7 @@ class GRESO:
     tuning of (p_easy, p_hard), DS rounds of adaptive size."""
 
     Options = GRESOOptions
+    plans_ahead = False  # select() starts the round context (round prompts, counters) that next_round reads
 
     @staticmethod
     def check_config(cfg, options) -> None:

@@ -164,6 +164,7 @@ class SPEED:
     same call as the next screening, until B groups are finished."""
 
     Options = SPEEDOptions
+    plans_ahead = False  # select() starts the screen/continue context next_round reads (wise inherits it)
 
     @staticmethod
     def check_config(cfg, options) -> None:

@@ -31,6 +31,15 @@ is pluggable (``prior``):
 
 Metrics: ``control/v05_rejected_frac`` (first test), ``control/v05_extra_rollouts``,
 ``control/v05_prior_mean``.
+
+**Priors are kept per plan** (asynchronous rollouts, ``train.async.max_staleness`` = η >= 1, draw
+plans k+1 .. k+η before step k's rounds): each ``plan`` call queues the priors of its prompts; the
+step's rounds and the ``v05`` advantage read the oldest queued plan, the one the step trains, and
+``observe`` takes it off the queue (the advantage reads it after ``observe``; periodic asynchrony
+reads it before). So at η >= 1 step k tests and fuses plan k's priors, computed when plan k was
+drawn (from the history up to step k - η - 1: a prior that lags η more steps). The queue is in the
+checkpoint, with the plans the async pool keeps. Dynamic sampling is refused: its refill rounds call
+``plan`` in the middle of a step (which also lost the first round's priors before).
 """
 
 from __future__ import annotations
@@ -88,6 +97,12 @@ def rejects(rbar: float, v: float, n: int, alpha: float) -> bool:
 class V05(Uniform):
     Options = Options
 
+    @staticmethod
+    def check_config(cfg, options) -> None:
+        if cfg.control.dynamic_sampling.enabled:
+            raise UserError("control.name = 'v05' does not run with control.dynamic_sampling.enabled: a refill round "
+                            "re-plans mid-step and the v05 advantage would lack the first round's priors")
+
     def __init__(self, prompts: Sequence[Prompt], cfg, options: Options | None, seed: int):
         super().__init__(prompts, cfg, options, seed)
         self.opts = options or Options()
@@ -108,7 +123,8 @@ class V05(Uniform):
             self._source = lambda p: float(p.metadata["value_prior"])
         elif self.opts.prior != "history":
             self._source = PRIORS.get(self.opts.prior)
-        self._priors: dict[str, float] = {}
+        self._queued: list[dict[str, float]] = []  # priors of the plans drawn and not yet observed, oldest first
+        self._observed: dict[str, float] | None = None  # the plan observe just took (None from the next plan on)
         self._extra = 0
         self._first = True
         self.metrics: dict[str, float] = {}
@@ -131,12 +147,25 @@ class V05(Uniform):
             raise ValueError(f"value prior for prompt {prompt.id!r} must be a float in [0, 1], got {v!r}")
         return float(v)
 
+    @property
+    def _priors(self) -> dict[str, float]:
+        """Priors of the plan this step trains: the one ``observe`` just took, else the oldest queued."""
+        if self._observed is not None:
+            return self._observed
+        return self._queued[0] if self._queued else {}
+
     def plan(self, prompts: list[Prompt], state) -> Plan:
-        self._priors = {p.id: self.prior(p) for p in prompts}
-        self._extra, self._first = 0, True
-        self.metrics = {"control/v05_prior_mean": sum(self._priors.values()) / max(len(self._priors), 1),
+        self._queued.append({p.id: self.prior(p) for p in prompts})
+        self._observed = None
+        self._extra, self._first = 0, True  # this step's rounds all come after its plan call(s)
+        trained = self._priors
+        self.metrics = {"control/v05_prior_mean": sum(trained.values()) / max(len(trained), 1),
                         "control/v05_rejected_frac": 0.0, "control/v05_extra_rollouts": 0.0}
         return super().plan(prompts, state)
+
+    def observe(self, groups: list[Group], state) -> None:
+        super().observe(groups, state)
+        self._observed = self._queued.pop(0) if self._queued else {}
 
     def next_round(self, groups: list[Group], state) -> Plan:
         requests, rejected = [], 0
@@ -171,3 +200,11 @@ class V05(Uniform):
             raise ValueError(f"no V0.5 prior for prompts {missing[:3]} (rows must come from this step's prompts; a replay "
                              "that mixes in older groups does not combine with advantage 'v05')")
         return torch.tensor([self._priors[r.prompt_id] for r in rows], dtype=torch.float32)
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "queued": [dict(q) for q in self._queued]}
+
+    def load_state_dict(self, s: dict) -> None:
+        super().load_state_dict(s)
+        self._queued = [dict(q) for q in s.get("queued", [])]
+        self._observed = None

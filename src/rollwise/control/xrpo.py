@@ -323,6 +323,7 @@ def seeded_prompt(prompt: Prompt, exemplars: Sequence[Exemplar], template: str) 
 
 class Xrpo:
     Options = XrpoOptions
+    plans_ahead = False  # plan() replaces the round context (ids, allocation) that next_round reads
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: XrpoOptions | None, seed: int):
         self.cfg = cfg

@@ -26,9 +26,15 @@ needs:
   what it was batched with. ``distributed.request_seeds = true`` with ``workers = 0`` runs the
   same code in this process (:class:`SeededPool`): the invariant that N workers give the same
   groups, rewards and weights as the local pool (tests/invariants/test_ray_pool.py).
-- **Failures.** A worker that dies (``RayActorError``) is restarted, given the latest weights,
-  and its share of the requests is generated again with the same seeds. A worker's costs are
-  charged only with results it returned, so nothing is charged twice and nothing is lost.
+- **Failures.** A worker streams its share back (a Ray generator, :meth:`RolloutWorker.rollouts_stream`):
+  each request's rollouts and cost as soon as the request is done, and in between the tokens it
+  has decoded of the request in progress (at most every ``REPORT_S`` seconds). A worker that dies
+  (``RayActorError``), before its call or in the middle of generating, is restarted with the
+  latest weights and given the requests it had not returned, with the same seeds (so they come
+  out as they would have); the requests it returned are kept, charged once, and not generated
+  again. The tokens it had reported of the request it died in are charged as generated
+  (``ray/lost_tokens``: decoded, paid for, never trained); tokens decoded after its last report
+  (under ``REPORT_S`` seconds' worth) are not known to this process and go uncharged.
 
 Costs: tokens, rollouts and verifier calls as the local pool counts them; ``time/generate_s``
 is the wall-clock of the parallel round trip (generation and verification in the workers, plus
@@ -54,6 +60,7 @@ from rollwise.types import Group, Plan, Sampling
 
 INSTALL_HINT = "pip install 'rollwise[ray]'"
 MAX_RESTARTS = 3  # per worker and call; a worker dying more often than this is a bug, not bad luck
+REPORT_S = 0.02  # a worker reports the tokens it decodes at most this often (what its death may leave uncharged)
 
 
 # ---------------------------------------------------------------- checks
@@ -219,11 +226,47 @@ class RolloutWorker:
         self.version = version
         return os.getpid()
 
-    def rollouts(self, jobs, version: int, sampling: Sampling, charge: bool):
+    def rollouts_stream(self, jobs, version: int, sampling: Sampling, charge: bool, every: float = REPORT_S):
+        """``jobs`` generated one request at a time (``run_requests``), as a stream: ``("done", j,
+        rollouts, cost)`` once request ``j`` is done, and before that ``("tokens", n)``: tokens
+        decoded of the request in progress since the last report (at most every ``every`` seconds;
+        the backend counts them, ``HFBackend.on_tokens``; other backends report whole requests)."""
+        import queue
+        import threading
+
         if self.version != version and charge:
             raise RuntimeError(f"worker holds weights of version {self.version}, asked to generate at version {version}")
-        out = run_requests(self.pool, jobs, version, sampling, charge)
-        return out, self.pool.take_cost()
+        q: queue.Queue = queue.Queue()
+
+        def work():
+            try:
+                for j, job in enumerate(jobs):
+                    q.put(("done", j, run_requests(self.pool, [job], version, sampling, charge)[0], self.pool.take_cost()))
+            except BaseException as e:  # raised in the stream below
+                q.put(("error", e))
+            q.put(None)
+
+        if hasattr(self.backend, "on_tokens"):
+            self.backend.on_tokens = lambda n: q.put(("tokens", n))
+        thread = threading.Thread(target=work, name="rollwise-generate", daemon=True)
+        thread.start()
+        decoded, last = 0, 0.0
+        try:
+            while (item := q.get()) is not None:
+                if item[0] == "error":
+                    raise item[1]
+                if item[0] == "done":
+                    decoded = 0  # the request's cost counts all its tokens
+                    yield item
+                    continue
+                decoded += item[1]
+                if time.perf_counter() - last >= every:
+                    yield ("tokens", decoded)
+                    decoded, last = 0, time.perf_counter()
+        finally:
+            thread.join()
+            if hasattr(self.backend, "on_tokens"):
+                self.backend.on_tokens = None
 
     def pid(self) -> int:
         return os.getpid()
@@ -241,6 +284,7 @@ class RayPool:
         self.cost = StepCost()
         self.restarts = 0
         self.ready_at: dict[int, float] = {}
+        self.reported: dict[int, int] = {}
         self.last_spans: list = []  # (lane, start, end) of the last rollouts call, per worker
         self._spec = {"cfg": cfg.model_dump(mode="json"), "config": plain_config(model), "tokenizer": codec.tokenizer,
                       "use_chat": codec.use_chat, "threads": cfg.distributed.cpus_per_worker, "sampling": sampling}
@@ -262,37 +306,19 @@ class RayPool:
         _kill(self.ray, [self.actors[i]])
         self.actors[i] = self._start()
 
-    def _call_all(self, calls: dict[int, tuple]) -> dict[int, object]:
-        """Run ``calls[i] = (method, args)`` on worker i, restarting dead workers and calling again."""
+    def load_weights(self, version: int, weights: dict) -> float:
+        """Every worker copies the published weights in; a worker found dead is restarted (its
+        replacement loads them as it starts)."""
         from ray.exceptions import RayActorError
 
-        tries = {i: 0 for i in calls}
-        self.ready_at = {}  # worker -> when its result arrived (the async pool's timeline)
-        pending = {getattr(self.actors[i], m).remote(*a): i for i, (m, a) in calls.items()}
-        results: dict[int, object] = {}
-        while pending:
-            ready, _ = self.ray.wait(list(pending), num_returns=1)
-            for ref in ready:
-                i = pending.pop(ref)
-                try:
-                    results[i] = self.ray.get(ref)
-                    self.ready_at[i] = time.perf_counter()
-                except RayActorError as e:
-                    tries[i] += 1
-                    if tries[i] > MAX_RESTARTS:
-                        raise RuntimeError(f"rollout worker {i} died {tries[i]} times in one call: {e}") from e
-                    self._restart(i, e)  # the new worker already holds the latest weights
-                    m, a = calls[i]
-                    if m != "load_weights":
-                        pending[getattr(self.actors[i], m).remote(*a)] = i
-                    else:
-                        results[i] = None
-        return results
-
-    def load_weights(self, version: int, weights: dict) -> float:
         t0 = time.perf_counter()
         self._weights = (version, self.ray.put(weights))
-        self._call_all({i: ("load_weights", self._weights) for i in range(len(self.actors))})
+        pending = {a.load_weights.remote(*self._weights): i for i, a in enumerate(self.actors)}
+        for ref, i in pending.items():
+            try:
+                self.ray.get(ref)
+            except RayActorError as e:
+                self._restart(i, e)
         return time.perf_counter() - t0
 
     def take_cost(self) -> StepCost:
@@ -304,19 +330,66 @@ class RayPool:
         jobs = list(zip(plan.requests, self.seeds(plan, version, generator)))
         share = split(jobs, [req.n for req, _ in jobs], len(self.actors))
         t0 = time.perf_counter()
-        results = self._call_all({w: ("rollouts", ([jobs[k] for k in idx], version, sampling, charge))
-                                  for w, idx in enumerate(share) if idx})
+        per_job = self._stream(jobs, share, version, sampling, charge)
         wall = time.perf_counter() - t0
-        self.last_spans = [(f"worker {w}", t0, self.ready_at.get(w, t0 + wall)) for w in sorted(results)]
-        per_job: list = [None] * len(jobs)
-        for w, (outs, cost) in results.items():
-            for k, out in zip(share[w], outs):
-                per_job[k] = out
-            if charge:
-                self.cost.add(cost, seconds=False)  # the workers' verification seconds summed
+        self.last_spans = [(f"worker {w}", t0, self.ready_at.get(w, t0 + wall)) for w, idx in enumerate(share) if idx]
         if charge:
             self.cost.generate_s += wall
         return [pair for out in per_job for pair in out]
+
+    def _stream(self, jobs, share, version: int, sampling: Sampling, charge: bool) -> list:
+        """Each worker's share streamed back (module docstring, "Failures"); one list of
+        ``(prompt, rollout)`` per job. ``reported[w]``: tokens worker ``w`` has reported of the
+        request it is generating (public for tests)."""
+        from ray.exceptions import RayActorError
+
+        per_job: list = [None] * len(jobs)
+        self.ready_at, self.reported = {}, {}
+        streams: dict = {}
+        tries: dict[int, int] = {}
+
+        def start(w: int, idx: list[int]) -> None:
+            self.reported[w] = 0
+            if not idx:  # it had returned everything
+                self.ready_at[w] = time.perf_counter()
+                return
+            gen = self.actors[w].rollouts_stream.options(num_returns="streaming").remote(
+                [jobs[k] for k in idx], version, sampling, charge)
+            streams[gen] = (w, idx)
+
+        for w, idx in enumerate(share):
+            if idx:
+                start(w, list(idx))
+        while streams:
+            (gen,), _ = self.ray.wait(list(streams), num_returns=1)
+            w, idx = streams[gen]
+            try:
+                item = self.ray.get(next(gen))
+            except StopIteration:
+                del streams[gen]
+                self.ready_at[w] = time.perf_counter()
+                continue
+            except RayActorError as e:
+                del streams[gen]
+                lost, self.reported[w] = self.reported[w], 0
+                if charge and lost:  # decoded before it died: paid for once, never trained
+                    self.cost.generated_tokens += lost
+                    self.cost.count(**{"ray/lost_tokens": lost})
+                tries[w] = tries.get(w, 0) + 1
+                if tries[w] > MAX_RESTARTS:
+                    raise RuntimeError(f"rollout worker {w} died {tries[w]} times in one call: {e}") from e
+                self._restart(w, e)  # the new worker already holds the latest weights
+                start(w, [k for k in idx if per_job[k] is None])  # what it had not returned, same seeds
+                continue
+            if item[0] == "tokens":
+                self.reported[w] += item[1]
+                continue
+            _, j, out, cost = item
+            per_job[idx[j]] = out
+            self.reported[w] = 0
+            if charge:
+                self.cost.add(cost, seconds=False)  # the workers' verification seconds summed
+        return per_job
 
     def generate(self, plan: Plan, groups: list[Group], version: int) -> list[Group]:
         return merge_groups(groups, self.rollouts(plan, version))

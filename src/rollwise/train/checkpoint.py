@@ -8,10 +8,13 @@ Integrity contract:
   written last, and the directory renamed into place; only then are checkpoints beyond
   ``run.keep_checkpoints`` deleted. A kill at any moment leaves either the new checkpoint
   complete or the previous ones untouched.
-- A failed write (a full disk: ``ENOSPC``/``EDQUOT``, or any other ``OSError``) removes the
-  temporary directory, leaves every earlier checkpoint intact and raises ``CheckpointError``
-  (a ``UserError``: the CLI prints it and exits 2) naming the step, the cause and the
-  checkpoint a ``--resume`` would use.
+- A failed write (a full disk, a read-only file system, a vanished directory: see
+  ``rollwise.storage``, which recognises the forms safetensors and ``torch.save`` really raise)
+  removes the temporary directory, leaves every earlier checkpoint intact and raises
+  ``CheckpointError`` (= ``storage.StorageError``, a ``UserError``: the CLI prints one line and
+  exits 2) naming the step, the cause, the checkpoint a ``--resume`` would use and the command.
+  The run directory is never created here, and a ``previous`` checkpoint that has vanished
+  stops the run rather than writing into a directory made anew.
 - ``latest`` verifies the manifest of the newest checkpoint; a corrupted or incomplete one
   (missing file, size or checksum mismatch, unreadable manifest) is moved aside to
   ``checkpoints/corrupt-step-<N>`` with a message, and the previous checkpoint is tried.
@@ -35,34 +38,37 @@ import numpy as np
 import torch
 from safetensors.torch import load_model, save_model
 
+from rollwise import storage
 from rollwise.registry import UserError
 
 MANIFEST = "manifest.json"
 LOCK = ".lock"
 
 
-class CheckpointError(UserError):
-    """A checkpoint could not be written (e.g. the disk is full); earlier ones are intact."""
-
+CheckpointError = storage.StorageError  # a checkpoint could not be written; earlier ones are intact
 
 def ckpt_dir(run_dir: Path) -> Path:
     return Path(run_dir) / "checkpoints"
 
 
-def save(run_dir: Path, step: int, model, state: dict, keep: int, extra_models: dict | None = None) -> Path:
+def save(run_dir: Path, step: int, model, state: dict, keep: int, extra_models: dict | None = None,
+         previous: int | None = None) -> Path:
     """Write ``step-<step>`` (see the module docstring); ``extra_models`` (e.g. the frozen KL
-    reference) go beside the policy as ``<name>.safetensors``."""
+    reference) go beside the policy as ``<name>.safetensors``. ``previous``: the newest checkpoint
+    this run wrote or resumed from; if it is gone (the directory vanished) the run stops."""
     root = ckpt_dir(run_dir)
     final = root / f"step-{step}"
     tmp = root / f".tmp-step-{step}"
-    try:
-        root.mkdir(parents=True, exist_ok=True)
+    with storage.guard(f"checkpoint step-{step} in {root}", run_dir, cleanup=[tmp]):
+        if previous is not None and not (root / f"step-{previous}").is_dir():
+            raise FileNotFoundError(errno.ENOENT, f"checkpoint step-{previous} is gone", str(root / f"step-{previous}"))
+        root.mkdir(exist_ok=True)  # never the run directory: one that vanished is not made again
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         save_model(model, str(tmp / "model.safetensors"))
         for name, extra in (extra_models or {}).items():
             save_model(extra, str(tmp / f"{name}.safetensors"))
-        torch.save(dict(state, rng=rng_state(), step=step), tmp / "state.pt")
+        storage.torch_save(dict(state, rng=rng_state(), step=step), tmp / "state.pt")
         files = sorted(p.name for p in tmp.iterdir())
         manifest = {"step": step, "files": {name: _digest(tmp / name) for name in files}}
         for name in files:
@@ -72,15 +78,6 @@ def save(run_dir: Path, step: int, model, state: dict, keep: int, extra_models: 
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
         _fsync(root)
-    except OSError as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        prev = latest_step(run_dir)
-        full = e.errno in (errno.ENOSPC, errno.EDQUOT)
-        raise CheckpointError(
-            f"{'disk full' if full else 'cannot write'} while writing checkpoint step-{step} in {root} "
-            f"({e.strerror or e}); the run stopped. "
-            + (f"The previous checkpoint step-{prev} is intact: free space and resume with --resume {run_dir}"
-               if prev is not None else "There is no earlier checkpoint.")) from None
     for old in list_steps(run_dir)[:-keep]:
         shutil.rmtree(root / f"step-{old}", ignore_errors=True)
     return final

@@ -135,3 +135,36 @@ def test_controller_options_are_validated_at_load():
         assert load_config(overrides=[f"control.name={name}", *extra]).control.name == name
         with pytest.raises(UserError, match="bogus"):
             load_config(overrides=[f"control.name={name}", "control.options.bogus=1", *extra])
+
+
+def test_priors_are_kept_per_plan_and_survive_a_checkpoint():
+    """Plans drawn ahead (train.async.max_staleness >= 1): each step tests and fuses the priors of
+    the plan it trains, also after a resume between the two."""
+    ps = [Prompt(f"p{i}", "t", "x", "1", metadata={"value_prior": v}) for i, v in enumerate((0.0, 1.0, 0.25, 0.75))]
+    c = _controller(ps[:2], prior="metadata")
+    st = RunState()
+    c.plan(ps[:2], st)  # plan 0, trained at step 0
+    c.plan(ps[2:], st)  # plan 1, drawn ahead
+    g0 = [_g(ps[0], [1, 0, 0, 0]), _g(ps[1], [1, 1, 1, 1])]
+    assert [(r.prompt.id, r.n) for r in c.next_round(g0, st).requests] == [("p0", 4)]  # v = 0 rejected by a success
+    c.observe(g0, st)
+    assert c.priors(list(g0[0].rollouts) + list(g0[1].rollouts)).tolist() == [0.0] * 4 + [1.0] * 4
+    saved = c.state_dict()
+    c2 = _controller(ps[:2], prior="metadata")
+    c2.load_state_dict(saved)
+    for ctrl in (c, c2):
+        st1 = RunState(step=1, policy_version=1)
+        ctrl.plan(ps[:2], st1)  # plan 2, drawn ahead; step 1 trains plan 1
+        assert ctrl.metrics["control/v05_prior_mean"] == pytest.approx(0.5)  # plan 1's (0.25, 0.75)
+        g1 = [_g(ps[2], [0, 0, 0, 0]), _g(ps[3], [1, 1, 1, 1])]
+        assert not ctrl.next_round(g1, st1)  # |z| = 1.15 and 1.15: neither rejected
+        ctrl.observe(g1, st1)
+        assert ctrl.priors(list(g1[0].rollouts) + list(g1[1].rollouts)).tolist() == [0.25] * 4 + [0.75] * 4
+        with pytest.raises(ValueError, match="no V0.5 prior"):  # plan 0's prompts are not this step's
+            ctrl.priors(list(g0[0].rollouts))
+
+
+def test_dynamic_sampling_is_refused_at_load():
+    with pytest.raises(UserError, match="control.dynamic_sampling.enabled"):
+        load_config(overrides=["control.name=v05", "advantage.name=v05", "control.dynamic_sampling.enabled=true",
+                               "filter.names=['zero_variance']"])

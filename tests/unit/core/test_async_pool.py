@@ -198,6 +198,59 @@ def test_interrupt_switches_versions_mid_rollout_and_greedy_continuation_is_exac
     assert cost.generated_tokens == sum(len(r.completion_ids) for _, r in out)
 
 
+def test_discard_drops_unfinished_tokens_charges_them_and_restarts_under_the_new_weights():
+    """``on_new_weights = "discard"``: weights that change the model are published after the first
+    decode step; every unfinished rollout's token is dropped (counted, and charged as generated)
+    and the rollout is generated again from its prompt under the new weights: its tokens equal a
+    plain greedy generation with the new weights (not the old ones), all of one version."""
+    from rollwise.distributed.local import LocalPool
+    from rollwise.train.tiny import build_tiny
+
+    backend, codec = _tiny_backend()
+    old = {k: v.clone() for k, v in backend.model.state_dict().items()}
+    new = build_tiny("tiny-s", seed=7)[0].state_dict()
+    sampling = Sampling(0.0, 1.0, 12)
+    verify = lambda p, t: Verdict(0.0)  # noqa: E731
+    plan = Plan((Request(Prompt("a", "t", "1+2=", "3"), 2), Request(Prompt("b", "t", "4+4=", "8"), 1)))
+    with_new = LocalPool(backend, codec, verify, sampling)
+    backend.model.load_state_dict(new)
+    greedy_new = [r.completion_ids for _, r in with_new.rollouts(plan, 1)]
+    backend.model.load_state_dict(old)
+    greedy_old = [r.completion_ids for _, r in with_new.rollouts(plan, 0)]
+    assert greedy_new != greedy_old  # the new weights decode differently: the test can tell them apart
+
+    engine = LocalPool(backend, codec, verify, sampling)
+    opts = SimpleNamespace(max_staleness=1, on_new_weights="discard")
+    pool = AsyncPool(engine, lambda v, w: w and backend.model.load_state_dict(w), opts, lambda: Plan(), backend=backend,
+                     codec=codec, sampling=sampling)
+    pool.load_weights(0, {})
+    pool._load_pending()
+    real = backend.generate
+    calls = []
+
+    def generate(seqs, smp, gen=None, max_new_tokens=None, stop_when=None, decode_hook=None):
+        calls.append(len(seqs))
+        if len(calls) == 1:  # the trainer publishes version 1 during the first call
+            def stop(done, first=[True]):
+                if first[0]:
+                    first[0] = False
+                    pool.load_weights(1, new)
+                return stop_when(done)
+            return real(seqs, smp, gen, max_new_tokens, stop)
+        return real(seqs, smp, gen, max_new_tokens, stop_when)
+
+    backend.generate = generate
+    out = pool._interruptible(plan)
+    assert calls == [3, 3]  # stopped once, every rollout generated again
+    assert [r.completion_ids for _, r in out] == greedy_new
+    assert all(r.policy_version == 1 and r.token_versions is None for _, r in out)  # no token of version 0 kept
+    cost = engine.take_cost()
+    assert cost.metrics["async/restarted"] == 3 and cost.metrics["async/discarded_tokens"] == 3  # one token each
+    assert cost.metrics["async/interrupted"] == 0
+    assert cost.generated_tokens == sum(len(r.completion_ids) for _, r in out) + 3  # the dropped tokens are charged
+    assert cost.rollouts == 3
+
+
 # ---------------------------------------------------------------- config refusals (before any model loads)
 
 
@@ -222,7 +275,7 @@ def test_bad_async_configs_are_refused_naming_the_key(overrides, needle):
 def test_async_key_reads_and_writes_as_train_async():
     from rollwise.config import load_config, to_toml
 
-    cfg = load_config(overrides=["train.async.max_staleness=2"])
+    cfg = load_config(overrides=["train.async.max_staleness=2", "objective.name=decoupled_ppo"])
     assert cfg.train.async_.max_staleness == 2 and cfg.train.async_.on
     assert "[train.async]" in to_toml(cfg) and "max_staleness = 2" in to_toml(cfg)
     assert not load_config().train.async_.on  # default: the synchronous loop

@@ -54,24 +54,103 @@ def test_corrupted_newest_is_moved_aside_and_the_previous_used(tmp_path, damage,
     assert checkpoint.list_steps(tmp_path) == [2]
 
 
-def test_disk_full_leaves_the_previous_checkpoint_intact(tmp_path, monkeypatch):
-    good = _save(tmp_path, 2, value=1.0)
+@pytest.mark.parametrize("free, writer", [(0, "SafetensorError"),  # full: the weights fail
+                                          (1536 * 1024, "RuntimeError")])  # room for the weights: torch.save fails
+def test_real_full_disk_leaves_the_previous_checkpoint_intact(disk, free, writer):
+    """A real full file system (tmpfs) at two points of a checkpoint write: whichever writer hits
+    it (safetensors' SafetensorError, torch.save's RuntimeError), CheckpointError names the intact
+    previous checkpoint and the resume command, and no temporary directory is left."""
+    run = disk.tmpfs("16m")
+    good = _save(run, 2, value=1.0)
     before = {p.name: p.read_bytes() for p in good.iterdir()}
-    real = checkpoint.save_model
-
-    def full(model, filename):  # half a file, then ENOSPC, as a full disk does
-        open(filename, "wb").write(b"half")
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    monkeypatch.setattr(checkpoint, "save_model", full)
-    with pytest.raises(checkpoint.CheckpointError, match=r"disk full while writing checkpoint step-4 .*No space left.*"
-                       r"previous checkpoint step-2 is intact.*--resume"):
-        _save(tmp_path, 4, keep=1, value=2.0)
-    monkeypatch.setattr(checkpoint, "save_model", real)
-    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step-2"]  # no temporary left
+    filler = disk.fill(run, leave=free)
+    big = torch.nn.Linear(512, 512)  # ~1 MiB of weights, ~1 MiB of state
+    with pytest.raises(checkpoint.CheckpointError, match=r"^disk full \(No space left on device\) while writing checkpoint "
+                       r"step-4 in .*checkpoints; the run stopped\. Checkpoint step-2 is intact: free space on the disk of "
+                       rf"{run}, then continue with: rollwise train --resume {run}$") as e:
+        checkpoint.save(run, 4, big, {"run_state": {"step": 4}, "blob": torch.zeros(256 * 1024)}, keep=1)
+    assert type(e.value.__context__).__name__ == writer  # the real exception, recognised
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-2"]  # no .tmp-step-4
     assert {p.name: p.read_bytes() for p in good.iterdir()} == before
-    assert checkpoint.latest(tmp_path) == good
+    assert checkpoint.latest(run) == good
+    filler.unlink()  # room made: the same write succeeds
+    checkpoint.save(run, 4, big, {"run_state": {"step": 4}}, keep=1)
+    assert checkpoint.list_steps(run) == [4] and checkpoint.verify(run / "checkpoints" / "step-4") is None
     assert isinstance(checkpoint.CheckpointError("x"), UserError)  # the CLI prints it and exits 2
+
+
+def test_read_only_and_vanished_checkpoint_directories(disk, tmp_path):
+    run = disk.tmpfs("16m")
+    _save(run, 2)
+    disk.read_only(run)
+    with pytest.raises(checkpoint.CheckpointError, match=r"^read-only file system \(Read-only file system\) while writing "
+                       rf"checkpoint step-4 .* Checkpoint step-2 is intact: make {run} writable, then continue with"):
+        _save(run, 4)
+    disk.unmount(run)  # writable again
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    _save(gone, 2)
+    import shutil
+
+    shutil.rmtree(gone / "checkpoints")  # deleted under the run
+    with pytest.raises(checkpoint.CheckpointError, match=r"^directory vanished \(No such file or directory\) while writing "
+                       r"checkpoint step-4 .*No checkpoint is left in .*: restore .*, then start again with"):
+        checkpoint.save(gone, 4, torch.nn.Linear(2, 2), {}, keep=5, previous=2)
+    assert not (gone / "checkpoints").exists()  # not made anew
+    shutil.rmtree(gone)
+    with pytest.raises(checkpoint.CheckpointError, match="directory vanished"):  # the run directory itself
+        _save(gone, 4)
+    assert not gone.exists()
+
+
+def test_storage_failure_recognises_what_writers_really_raise(disk):
+    """The classifier against the real exceptions of a full disk and a missing directory:
+    safetensors' SafetensorError, torch.save's RuntimeError (through a file: OSError in its
+    context), plain OSError; anything else is not a storage failure."""
+    from safetensors.torch import save_model
+
+    from rollwise import storage
+
+    d = disk.tmpfs("1m")
+    disk.fill(d)
+    m = torch.nn.Linear(64, 64)
+
+    def raised(fn):
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 - the real exception is the point
+            return e
+        raise AssertionError("no exception")
+
+    full = [raised(lambda: save_model(m, str(d / "a.safetensors"))),
+            raised(lambda: storage.torch_save({"w": torch.zeros(100_000)}, d / "b.pt")),
+            raised(lambda: storage.torch_save({"w": torch.zeros(10)}, d / "c.pt")),
+            raised(lambda: (d / "e.txt").write_text("x" * 10_000))]
+    assert type(full[0]).__name__ == "SafetensorError"
+    assert [storage.failure(e) for e in full] == [errno.ENOSPC] * 4, [repr(e) for e in full]
+    assert storage.failure(raised(lambda: torch.save({"w": torch.zeros(100_000)}, str(d / "p.pt")))) is None  # path: no cause
+    assert storage.failure(ValueError("os error 28")) is None
+    missing = raised(lambda: open(d.parent / "no-such-dir" / "x", "w"))
+    assert storage.failure(missing) == errno.ENOENT
+    assert storage.failure(missing, within=d) is None  # a missing file elsewhere is not the run directory vanishing
+
+
+def test_a_failed_append_is_cut_back_to_the_last_whole_line(disk):
+    """A ledger line written part-way on a full disk (the last page had room for some bytes) is
+    removed, so a resume reads whole lines only."""
+    import os
+
+    from rollwise import storage
+
+    d = disk.tmpfs("1m")
+    path = d / "metrics.jsonl"
+    storage.append_line(path, "x" * 4000 + "\n")  # 96 bytes left in the file's page
+    disk.fill(d)
+    assert os.statvfs(d).f_bavail == 0
+    with pytest.raises(OSError) as e:
+        storage.append_line(path, json.dumps({"step": 1, "pad": "y" * 3000}) + "\n")
+    assert e.value.errno == errno.ENOSPC
+    assert path.read_text() == "x" * 4000 + "\n"
 
 
 def test_keep_checkpoints_keeps_the_newest_n(tmp_path):
