@@ -54,7 +54,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 HARNESS = Path(__file__).with_name("rollwise_sandbox_harness.py")
+CHILD = Path(__file__).with_name("rollwise_sandbox_child.py")  # the harness finds it beside itself
 INNER_HARNESS = "/rollwise_sandbox_harness.py"
+INNER_CHILD = "/rollwise_sandbox_child.py"
 MARKER = "ROLLWISE_SANDBOX_ID"
 UID_BASE = 61000  # dedicated sandbox uids when running as root: UID_BASE .. UID_BASE + UID_SLOTS - 1
 UID_SLOTS = 64
@@ -254,7 +256,7 @@ class Sandbox:
         prefix = _prefix(self.python)
         if not prefix.startswith("/usr/") and prefix != "/usr":
             args += ["--ro-bind", prefix, prefix]
-        args += ["--ro-bind", str(HARNESS), INNER_HARNESS, "--proc", "/proc"]
+        args += ["--ro-bind", str(HARNESS), INNER_HARNESS, "--ro-bind", str(CHILD), INNER_CHILD, "--proc", "/proc"]
         for dev in ("/dev/null", "/dev/zero", "/dev/urandom"):
             args += ["--dev-bind", dev, dev]
         args += ["--size", str(lim.disk_mb * 1024 * 1024), "--tmpfs", "/work", "--chdir", "/work", "--remount-ro", "/",
@@ -278,10 +280,14 @@ class Sandbox:
                 os.chmod(workdir, 0o700)
             inner_work = "/work" if isolation == "bwrap" else workdir
             nproc = lim.processes if root else _user_tasks(os.geteuid()) + lim.processes
-            job = {"prelude": prelude, "test": test, "source": source, "entry_point": entry_point,
-                   "guard": isolation == "rlimit", "workdir": inner_work, "max_files": max(1, lim.disk_mb // lim.file_mb) + 1,
-                   "limits": {"cpu_s": lim.cpu_s, "memory_mb": lim.memory_mb, "nproc": nproc, "file_mb": lim.file_mb,
-                              "output_bytes": lim.output_bytes}}
+            # two parts: the harness reads the first (limits only), starts the completion's process,
+            # and only then reads the second; the nonce authenticates its report
+            nonce = secrets.token_hex(16)
+            head = json.dumps({"limits": {"cpu_s": lim.cpu_s, "memory_mb": lim.memory_mb, "nproc": nproc, "file_mb": lim.file_mb,
+                                          "output_bytes": lim.output_bytes}}).encode()
+            rest = json.dumps({"prelude": prelude, "test": test, "source": source, "entry_point": entry_point,
+                               "guard": isolation == "rlimit", "workdir": inner_work,
+                               "max_files": max(1, lim.disk_mb // lim.file_mb) + 1, "nonce": nonce}).encode()
             env = {"PATH": "/usr/bin:/bin", "HOME": inner_work or "/", "TMPDIR": inner_work or "/", "LANG": "C.UTF-8", MARKER: token}
             kw = dict(user=uid, group=uid, extra_groups=[]) if uid is not None else {}
             try:
@@ -290,7 +296,7 @@ class Sandbox:
                                         start_new_session=True, close_fds=True, **kw)
             except OSError as e:
                 return SandboxResult("sandbox_error", f"could not start the sandbox: {e}", time.perf_counter() - t0, isolation)
-            out, err, timed_out, too_big = _communicate(proc, json.dumps(job).encode(), lim.wall_s, lim.output_bytes + 8192)
+            out, err, timed_out, too_big = _communicate(proc, b"%d\n" % len(head) + head + rest, lim.wall_s, lim.output_bytes + 8192)
             rc = proc.returncode
         finally:
             if proc is not None:
@@ -305,12 +311,8 @@ class Sandbox:
             return SandboxResult("timeout", f"wall-clock limit {lim.wall_s}s", seconds, isolation, extra={"sandbox_id": token})
         if too_big:
             return SandboxResult("sandbox_error", "the harness wrote more than its report", seconds, isolation)
-        lines = out.decode(errors="replace").strip().splitlines()
-        try:
-            rep = json.loads(lines[-1]) if lines else None
-        except json.JSONDecodeError:
-            rep = None
-        if not isinstance(rep, dict) or "status" not in rep:
+        rep = _report(out, nonce)
+        if rep is None:
             # the harness itself was killed (by the completion, or a limit); bwrap reports it as 128 + signal
             sig = -rc if rc is not None and rc < 0 else rc - 128 if rc is not None and rc > 128 else None
             if sig:
@@ -319,10 +321,23 @@ class Sandbox:
             tail = err.decode(errors="replace")[-300:]
             return SandboxResult("sandbox_error", f"no report (exit {rc}): {tail}", seconds, isolation)
         status = rep["status"]
-        if status == "harness_error":
+        if status not in FAILURES and status != "correct":  # "harness_error": the check itself could not run
             status = "sandbox_error"
         return SandboxResult(status, str(rep.get("detail", "")), seconds, isolation, int(rep.get("output_bytes", 0)),
                              int(rep.get("calls", 0)), {"sandbox_id": token})
+
+
+def _report(out: bytes, nonce: str) -> dict | None:
+    """The harness's report: the last stdout line that is a JSON object carrying this call's nonce
+    (a line without it, from whatever wrote there, is not the harness's)."""
+    for line in reversed(out.decode(errors="replace").splitlines()):
+        try:
+            rep = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(rep, dict) and rep.get("nonce") == nonce and isinstance(rep.get("status"), str):
+            return rep
+    return None
 
 
 def _communicate(proc, data: bytes, wall_s: float, cap: int) -> tuple[bytes, bytes, bool, bool]:
