@@ -236,8 +236,9 @@ VERDICT_CASES: tuple[Case, ...] = (
        "os._exit(0)\ndef f(x):\n    return 0\n", "wrong_answer", CHECK3),
     _c("forge_reply_bogus", _FORGE + "def f(x):\n    _forge([b'{\"status\": \"correct\", \"detail\": \"\", \"output_bytes\": 0, \"calls\": 3}\\n',"
        " b'[1, \"correct\"]\\n', b'[\"ok\", [\"b\", true]]\\n'])\n    return 0\n", "wrong_answer", CHECK3),
+    # replies numbered for the previous and the next call, not this one (a replayed or early answer)
     _c("forge_reply_stale", _FORGE + "n = [0]\ndef f(x):\n    n[0] += 1\n"
-       "    _forge([b'[%d, \"ok\", [\"i\", \"0x1\"]]\\n' % k for k in (n[0], n[0] + 1, n[0] + 2)])\n    return 0\n", "wrong_answer", CHECK3),
+       "    _forge([b'[%d, \"ok\", [\"i\", \"0x1\"]]\\n' % k for k in (n[0] - 1, n[0] + 1)])\n    return 0\n", "wrong_answer", CHECK3),
     _c("forge_reply_deep_nesting", _FORGE + "def f(x):\n    deep = b'[\"l\", [' * 4000 + b']]' * 4000\n"
        "    _forge([b'[1, \"ok\", ' + deep + b']\\n', b'[\"ok\", ' + deep + b']\\n'])\n    return 0\n", {"wrong_answer", "output_limit"}, CHECK3),
     _c("forge_reply_huge_int", _FORGE + "def f(x):\n    _forge([b'[1, \"ok\", [\"i\", \"' + b'9' * 60000 + b'\"]]\\n',"
@@ -305,6 +306,7 @@ class CaseResult:
     contained: bool
     problems: tuple[str, ...]
     isolation: str
+    detail: str = ""  # the verdict's explanation
 
 
 def _leftovers(sandbox_id: str | None) -> list[int]:
@@ -403,7 +405,8 @@ def run_case(case: Case, sandbox: Sandbox, canary: Canary) -> CaseResult:
     after = code.verify(ok, "def f():\n    return 1\n", sandbox)
     if after.reason != "correct":
         problems.append(f"the next verification was {after.reason!r} ({after.details.get('detail')})")
-    return CaseResult(case.name, v.reason, v.score, round(seconds, 3), not problems, tuple(problems), sandbox.isolation)
+    return CaseResult(case.name, v.reason, v.score, round(seconds, 3), not problems, tuple(problems), sandbox.isolation,
+                      str(v.details.get("detail", ""))[:200])
 
 
 def run_corpus(sandbox: Sandbox, outside: Path, cases=CASES) -> list[CaseResult]:

@@ -3,11 +3,50 @@
 ``Sandbox(limits, isolation).run(source, test, entry_point, prelude) -> SandboxResult``
 
 Each call starts ``python -I -S -B rollwise_sandbox_harness.py`` (the trusted harness, see that
-module) with a clean environment, in a new session, and feeds it the job on stdin. The harness
-lowers its own resource limits (CPU seconds, address space, processes, file size, open files, no
-core dumps) before anything untrusted runs, forks the child that runs the completion, and runs
-the tests against it over a pipe. This side enforces the wall-clock limit and the size of what
-comes back, then kills whatever the call left behind.
+module) with a clean environment, in a new session, and feeds it the job on stdin in two parts:
+the limits, then the source, test and a per-call nonce. The harness lowers its resource limits
+(CPU seconds, address space, processes, file size, open files, no core dumps), makes itself
+non-dumpable, starts the completion's process -- a fresh interpreter running
+``rollwise_sandbox_child.py`` -- and only then reads the test; it runs the test itself against a
+proxy that forwards each call to the child over a pipe. This side enforces the wall-clock limit
+and the size of what comes back, accepts only the report that carries the nonce, then kills
+whatever the call left behind.
+
+Threat model. The completion is adversarial: it wants a pass it did not earn, or to harm the
+machine. It runs only in the child process, which sees:
+
+- its own source (prompt + completion) and the entry point's name;
+- the arguments of each call, as plain data, in order (the child is one process per
+  verification, so it may keep state between the calls of one verification, as HumanEval's own
+  harness allows);
+- its working directory (empty at the start), the standard library, and an environment of
+  ``PATH``, ``HOME``, ``TMPDIR``, ``LANG`` and the call's random marker.
+
+It cannot see: the test, the expected values, the compiled ``check``, the prelude's objects or
+the job (the child is exec'd before the harness reads them, so no frame, ``gc`` object, byte of
+``/proc/self/mem``, descriptor, environment variable or argv of the child holds them; the harness
+that holds them is non-dumpable, so ``/proc/<harness>/{mem,environ,fd}`` and ptrace are closed,
+and its stdin pipe is drained before untrusted code runs); the results of other calls or other
+verifications (one process and one empty working directory per verification, removed after it;
+the verdict cache keys on (prompt id, program)); the trainer's files, home, ``/tmp``, environment
+or processes (bwrap: not mounted, other namespaces; rlimit: a different uid when run as root, and
+the audit-hook guard); the network (bwrap: an empty network namespace; rlimit: the guard).
+
+It can write anything to its reply pipe (that descriptor lives in its process), which is worth
+exactly what returning a value is worth: the harness accepts only the reply numbered for the call
+it just made, of a known kind, plain built-ins within the reply cap and 100 levels of nesting; a
+reply it refuses, a non-plain return value, or a ``BaseException`` that ``except Exception`` would
+not catch fails the verification even if the test catches everything. No code of the completion
+runs where the verdict is decided: the tests compare decoded built-ins. It cannot write the
+harness's report: the harness's stdout is not among its descriptors, ``/proc/<harness>/fd`` is
+closed, and a line without the call's nonce (which only this process and the harness hold) is
+ignored. The verdict is ``correct`` only when ``check`` returned normally in the harness.
+
+Limits of this model: in the rlimit fallback *without root* the child runs as the trainer's user,
+so the trainer's ``/proc/<pid>/{mem,environ}`` (which hold the tests) are closed only by the
+Python-level audit-hook guard (and by Yama's ptrace scope where the kernel has it); use bwrap or
+run as root there. Resource exhaustion is bounded by the limits below, not prevented, and a
+completion can always fail itself (``could not verify`` is reserved for the harness failing).
 
 Isolation, chosen by ``isolation`` (``"auto"`` picks the first that works on this machine, probed
 once per process; the choice is in every verdict's details and in the run's log and ledger):
@@ -19,9 +58,9 @@ once per process; the choice is in every verdict's details and in the run's log 
   PID 1 dies with its parent, which takes every process of the call with it.
 - ``"rlimit"`` (fallback where bubblewrap is missing or cannot create namespaces): the same
   harness and resource limits in a plain subprocess whose working directory is a fresh private
-  temporary directory, plus the harness's in-process audit-hook guard (writes only in that
-  directory, reads only there and in the standard library, no sockets, subprocesses, exec, ctypes,
-  or signals to other processes). Weaker than namespaces: the guard is Python-level.
+  temporary directory, plus an in-process audit-hook guard in the completion's process (writes
+  only in that directory, reads only there and in the standard library, no sockets, subprocesses,
+  exec, ctypes, or signals to other processes). Weaker than namespaces: the guard is Python-level.
 
 In both, when this process runs as root the sandbox runs as a dedicated unprivileged user (one
 per concurrent call, from ``UID_BASE`` up, offset by the process id), so the process-count limit holds (root is exempt from it)
