@@ -9,23 +9,29 @@ its environment, argv or descriptors is its own source, its arguments and this p
 Descriptors at start: 0 = requests (from the harness), 1 = replies (to the harness), 2 = the
 capped output pipe. Before any untrusted code runs they are moved: requests and replies to fresh
 non-inheritable descriptors, 0 to ``/dev/null``, 1 and 2 to the output pipe (``print`` goes there).
+It imports nothing beyond the interpreter's start-up modules (``marshal`` is built in), so a call
+costs one bare interpreter start, overlapped with the harness's own.
 
-Protocol (one JSON line per message):
+Protocol. Harness -> child (trusted data): 4-byte big-endian length + ``marshal`` (version 4):
 
-- harness -> child, once: ``{"source", "entry_point", "guard", "workdir", "max_files", "reply_bytes"}``;
-- child -> harness: ``[0, "started"]`` (before reading anything: the interpreter came up), then
-  ``[0, "ready"]`` or ``[0, "load_error", status, detail]``;
-- harness -> child, per call ``n`` (1, 2, ...): ``[n, args, kwargs]`` (encoded plain data);
-- child -> harness: ``[n, "ok", value]``, ``[n, "bad", why]`` (not plain data, or too large),
-  ``[n, "exc", type name, message, is_exception]`` (``is_exception``: false for a
-  ``BaseException`` that ``except Exception`` would not catch).
+- once: ``{"source", "entry_point", "limits", "guard", "workdir", "max_files", "reply_bytes"}``;
+  the child lowers its own resource limits before compiling the source;
+- per call ``n`` (1, 2, ...): ``(n, args, kwargs)``, plain values.
+
+Child -> harness (untrusted, parsed with ``json`` and checked there): one JSON line per message,
+
+- ``[0, "started"]`` before reading anything (the interpreter came up), then ``[0, "ready"]`` or
+  ``[0, "load_error", status, detail]``;
+- per call: ``[n, "ok", value]`` (tagged plain data, see :class:`Encoder`), ``[n, "bad", why]``
+  (not plain data, or too large), ``[n, "exc", type name, message, is_exception]``
+  (``is_exception``: false for a ``BaseException`` that ``except Exception`` would not catch).
 
 The completion can write to the reply descriptor itself (it lives in this process): that is the
 same power as returning a value, and no more. The harness accepts only the next call's number,
 only these kinds, only plain data within size and depth limits, and decides the verdict itself.
 """
 
-import json
+import marshal
 import os
 import sys
 
@@ -81,26 +87,53 @@ class Encoder:
         raise BadValue("value of type %s is not plain data" % t.__name__)
 
 
-def dec(e):
-    """The harness's requests (trusted) -> values."""
-    tag = e[0]
-    if tag == "0":
-        return None
-    if tag == "b":
-        return bool(e[1])
-    if tag == "i":
-        return int(e[1], 16)
-    if tag == "f":
-        return float(e[1])
-    if tag == "s":
-        return str(e[1])
-    if tag == "y":
-        return bytes.fromhex(e[1])
-    if tag in ("l", "t", "S", "F"):
-        return {"l": list, "t": tuple, "S": set, "F": frozenset}[tag]([dec(v) for v in e[1]])
-    if tag == "d":
-        return {dec(k): dec(v) for k, v in e[1]}
-    raise ValueError("unknown tag %r" % (tag,))
+# JSON text of the reply structures (lists, str, bool, small int), written by hand so that the
+# child needs no ``json`` (whose import pulls in ``re`` and ``enum``). Strings escape quotes,
+# backslashes, control characters and lone surrogates; the rest goes as UTF-8.
+_ESC = {i: "\\u%04x" % i for i in list(range(32)) + list(range(0xD800, 0xE000))}
+_ESC.update({34: '\\"', 92: "\\\\"})
+
+
+def to_json(x, out):
+    t = type(x)
+    if t is str:
+        out.append('"' + x.translate(_ESC) + '"')
+    elif t is list:
+        out.append("[")
+        for i, v in enumerate(x):
+            if i:
+                out.append(",")
+            to_json(v, out)
+        out.append("]")
+    elif t is bool:
+        out.append("true" if x else "false")
+    elif t is int:
+        out.append(str(x))
+    else:
+        raise TypeError("cannot write %s" % t.__name__)
+
+
+def apply_limits(lim):
+    import resource
+
+    def setl(which, soft, hard=None):
+        if soft is None:
+            return
+        hard = int(soft) if hard is None else int(hard)
+        cur = resource.getrlimit(which)[1]
+        if cur != resource.RLIM_INFINITY:
+            soft, hard = min(int(soft), cur), min(hard, cur)
+        resource.setrlimit(which, (int(soft), hard))
+
+    if lim.get("cpu_s"):
+        setl(resource.RLIMIT_CPU, lim["cpu_s"], lim["cpu_s"] + 1)  # SIGXCPU at the soft limit
+    if lim.get("memory_mb"):
+        setl(resource.RLIMIT_AS, lim["memory_mb"] * 1024 * 1024)
+    setl(resource.RLIMIT_NPROC, lim.get("nproc"))
+    if lim.get("file_mb"):
+        setl(resource.RLIMIT_FSIZE, lim["file_mb"] * 1024 * 1024)
+    setl(resource.RLIMIT_NOFILE, 64)
+    setl(resource.RLIMIT_CORE, 0)
 
 
 # ---------------------------------------------------------------- guard (rlimit isolation)
@@ -112,15 +145,9 @@ def install_guard(workdir, max_files):
     only there and in the standard library; no sockets, subprocesses, fork, exec, ctypes or
     signals to other processes. A defence in depth, not a security boundary on its own (the OS
     limits still apply)."""
-    import sysconfig
-
     work = os.path.realpath(workdir)
-    roots = {work, "/dev/null", "/dev/urandom", "/dev/zero"}
-    for key in ("stdlib", "platstdlib"):
-        p = sysconfig.get_paths().get(key)
-        if p:
-            roots.add(os.path.realpath(p))
-    roots = tuple(roots)
+    # the standard library (lib-dynload is inside it), found without importing sysconfig
+    roots = (work, "/dev/null", "/dev/urandom", "/dev/zero", os.path.realpath(os.path.dirname(os.__file__)))
     writing = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
     blocked = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
                "ctypes.dlopen", "ctypes.dlsym", "ctypes.cdata", "ctypes.call_function", "pty.spawn", "os.setuid",
@@ -174,23 +201,39 @@ def main():
     os.dup2(2, 1)
     sys.stdout = open(1, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)
     sys.stderr = sys.stdout
-    req = os.fdopen(req_fd, "rb")
-    write, dumps, loads = os.write, json.dumps, json.loads  # bound before untrusted code runs
+    read, write, loads = os.read, os.write, marshal.loads  # bound before untrusted code runs
 
     def send(msg):
-        data = memoryview((dumps(msg, separators=(",", ":")) + "\n").encode())
+        parts = []
+        to_json(msg, parts)
+        parts.append("\n")
+        data = memoryview("".join(parts).encode())
         while data:
             data = data[write(resp_fd, data):]
 
+    def receive():
+        head = b""
+        while len(head) < 4:
+            chunk = read(req_fd, 4 - len(head))
+            if not chunk:
+                os._exit(0)  # the harness is done
+            head += chunk
+        size = int.from_bytes(head, "big")
+        body = bytearray()
+        while len(body) < size:
+            chunk = read(req_fd, min(size - len(body), 1 << 20))
+            if not chunk:
+                os._exit(0)
+            body += chunk
+        return loads(bytes(body))
+
     send([0, "started"])
-    line = req.readline()
-    if not line:
-        os._exit(0)
-    init = loads(line)
+    init = receive()
     source, entry_point, budget = init["source"], init["entry_point"], int(init["reply_bytes"])
+    apply_limits(init.get("limits") or {})
     if init.get("guard"):
         install_guard(init["workdir"], int(init.get("max_files") or 4))
-    del init, line
+    del init
     ns = {"__name__": "__main__", "__builtins__": __builtins__}
     try:
         code = compile(source, "<completion>", "exec")
@@ -210,15 +253,7 @@ def main():
         finally:
             os._exit(0)
     while True:
-        line = req.readline()
-        if not line:
-            os._exit(0)
-        try:
-            n, a, k = loads(line)
-            args, kwargs = dec(a), dec(k)
-        except Exception as e:
-            send([-1, "exc", "HarnessError", str(e)[:200], True])
-            continue
+        n, args, kwargs = receive()
         try:
             result = fn(*args, **kwargs)
         except BaseException as e:

@@ -5,19 +5,20 @@ The threat model is in ``rollwise.verify.sandbox``'s docstring; this is how the 
 
 Order of events (the point is that the completion's process never holds the test):
 
-1. make this process non-dumpable (``prctl``; without it the harness refuses to run: could not
+1. ``posix_spawn`` the child program ``rollwise_sandbox_child.py`` in a fresh interpreter, first
+   of all, before this process has read anything (the exec leaves nothing of this process in it,
+   and it boots while the harness goes on);
+2. make this process non-dumpable (``prctl``; without it the harness refuses to run: could not
    verify), so the child cannot read ``/proc/<harness>/{mem,environ,fd}`` or ptrace it;
-2. read the job's first part from stdin, ``<length>\n{"limits": {...}}``, byte-exactly, and
-   lower the resource limits (CPU seconds, address space, processes, file size, open files, no
-   core dumps);
-3. ``posix_spawn`` the child program ``rollwise_sandbox_child.py`` in a fresh interpreter: it
-   starts before the test has been read, and the exec leaves nothing of this process in it;
-4. read the rest of stdin, ``{"source", "entry_point", "prelude", "test", "guard", "workdir",
-   "max_files", "nonce"}``, to its end (the pipe is empty before any untrusted code runs), and
-   send the child only what it needs: the source, the entry point, its guard settings;
+3. read the job from stdin to its end, ``{"limits", "source", "entry_point", "prelude", "test",
+   "guard", "workdir", "max_files", "nonce"}`` (the pipe is empty before any untrusted code runs),
+   and lower this process's resource limits (CPU seconds, address space, processes, file size,
+   open files, no core dumps);
+4. send the child only what it needs: the source, the entry point, its limits and guard settings
+   (it lowers its own limits before compiling the source);
 5. run the trusted prelude and test here; ``check(candidate)`` calls a proxy that sends each
-   call's arguments to the child and receives its reply, both as plain data (int, float, str,
-   bool, None, bytes, list, tuple, set, dict), numbered; the verdict is decided here.
+   call's arguments to the child (``marshal``: trusted plain data) and receives its reply (one
+   JSON line, untrusted, checked here), numbered; the verdict is decided here.
 
 What crosses from the child is refused unless it is the reply to the call just made, of a known
 kind, plain data within the reply cap (``output_bytes`` + 4 KiB a line) and 100 levels of nesting,
@@ -34,11 +35,39 @@ limit), ``memory``, ``output_limit``, ``killed`` (a signal), ``exited`` (the chi
 answering); ``harness_error`` (the check itself could not run: could not verify).
 """
 
-import json
 import os
-import signal
 import sys
-import threading
+
+CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rollwise_sandbox_child.py")
+
+
+def spawn_child():
+    """A fresh interpreter running the child program, started before this process has read
+    anything (``posix_spawn``: nothing of this process's memory survives the exec). Returns
+    (pid, request writer, reply reader, output reader)."""
+    if not sys.executable:
+        raise RuntimeError("no interpreter path for the child")
+    req_r, req_w = os.pipe()
+    resp_r, resp_w = os.pipe()
+    out_r, out_w = os.pipe()
+    acts = [(os.POSIX_SPAWN_DUP2, req_r, 0), (os.POSIX_SPAWN_DUP2, resp_w, 1), (os.POSIX_SPAWN_DUP2, out_w, 2)]
+    env = dict(os.environ)  # already clean: PATH, HOME, TMPDIR, LANG and the call's marker
+    pid = os.posix_spawn(sys.executable, [sys.executable, "-I", "-S", "-B", CHILD], env, file_actions=acts)
+    for fd in (req_r, resp_w, out_w):
+        os.close(fd)
+    return pid, req_w, resp_r, out_r
+
+
+if __name__ == "__main__":
+    try:
+        SPAWNED = spawn_child()  # first of all: it boots while this process imports and reads the job
+    except Exception as e:
+        SPAWNED = e
+
+import _thread  # noqa: E402
+import json  # noqa: E402
+import marshal  # noqa: E402
+import signal  # noqa: E402
 
 CHUNK = 65536
 
@@ -53,28 +82,22 @@ class BadValue(Exception):
     pass
 
 
-def enc(x, depth=0):
-    """A trusted value (a test's argument) -> tagged JSON-able lists (the child decodes them)."""
+def plain(x, depth=0):
+    """Raise BadValue unless ``x`` (a test's argument) is plain data of exact built-in types."""
     if depth > MAX_DEPTH:
         raise BadValue("nested too deep")
     t = type(x)
-    if x is None:
-        return ["0"]
-    if t is bool:
-        return ["b", x]
-    if t is int:
-        return ["i", hex(x)]
-    if t is float:
-        return ["f", repr(x)]
-    if t is str:
-        return ["s", x]
-    if t is bytes:
-        return ["y", x.hex()]
+    if x is None or t in (bool, int, float, str, bytes):
+        return
     if t in (list, tuple, set, frozenset):
-        tag = {list: "l", tuple: "t", set: "S", frozenset: "F"}[t]
-        return [tag, [enc(v, depth + 1) for v in x]]
+        for v in x:
+            plain(v, depth + 1)
+        return
     if t is dict:
-        return ["d", [[enc(k, depth + 1), enc(v, depth + 1)] for k, v in x.items()]]
+        for k, v in x.items():
+            plain(k, depth + 1)
+            plain(v, depth + 1)
+        return
     raise BadValue("value of type %s is not plain data" % t.__name__)
 
 
@@ -169,34 +192,42 @@ class CandidateError(Exception):
         self.name = name
 
 
-class Drain(threading.Thread):
-    """Reads the child's stdout/stderr; kills the child once it passes the output limit."""
+class Drain:
+    """Reads the child's stdout/stderr in a thread; kills the child once it passes the output limit."""
 
     def __init__(self, fd, cap, pid):
-        threading.Thread.__init__(self, daemon=True)
         self.fd, self.cap, self.pid = fd, cap, pid
         self.total, self.head, self.over = 0, b"", False
+        self.done = _thread.allocate_lock()
+        self.done.acquire()
+        _thread.start_new_thread(self.run, ())
 
     def run(self):
-        while True:
-            try:
-                data = os.read(self.fd, CHUNK)
-            except OSError:
-                return
-            if not data:
-                return
-            self.total += len(data)
-            if len(self.head) < 400:
-                self.head += data[: 400 - len(self.head)]
-            if self.total > self.cap and not self.over:
-                self.over = True
+        try:
+            while True:
                 try:
-                    os.kill(self.pid, signal.SIGKILL)
+                    data = os.read(self.fd, CHUNK)
                 except OSError:
-                    pass
+                    return
+                if not data:
+                    return
+                self.total += len(data)
+                if len(self.head) < 400:
+                    self.head += data[: 400 - len(self.head)]
+                if self.total > self.cap and not self.over:
+                    self.over = True
+                    try:
+                        os.kill(self.pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+        finally:
+            self.done.release()
+
+    def join(self, timeout):
+        if self.done.acquire(timeout=timeout):
+            self.done.release()
 
 
-CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rollwise_sandbox_child.py")
 LOAD_STATUSES = ("syntax_error", "no_function", "exception", "memory")
 
 
@@ -211,74 +242,36 @@ class Refused(BaseException):
         self.status, self.detail = status, detail
 
 
-def read_exact(fd, n):
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = os.read(fd, min(CHUNK, n - len(buf)))
-        if not chunk:
-            raise HarnessError("the job ended early")
-        buf += chunk
-    return bytes(buf)
+def frame(obj):
+    """A message to the child: 4-byte length + marshal (version 4, readable by any Python 3.4+)."""
+    data = marshal.dumps(obj, 4)
+    return len(data).to_bytes(4, "big") + data
 
 
-def read_head(fd):
-    """The job's first part: ``<length>\\n<json>``, read byte-exactly so the rest (the test) stays
-    in the pipe until the child exists."""
-    digits = b""
-    while not digits.endswith(b"\n"):
-        c = os.read(fd, 1)
-        if not c or len(digits) > 20:
-            raise HarnessError("malformed job header")
-        digits += c
-    return json.loads(read_exact(fd, int(digits)))
-
-
-def read_rest(fd):
-    buf = bytearray()
-    while True:
-        chunk = os.read(fd, CHUNK)
-        if not chunk:
-            return json.loads(bytes(buf))
-        buf += chunk
-
-
-def spawn_child():
-    """A fresh interpreter running the child program (``posix_spawn``: nothing of this process's
-    memory survives the exec). Returns (pid, request writer, reply reader, output reader)."""
-    if not sys.executable:
-        raise HarnessError("no interpreter path for the child")
-    req_r, req_w = os.pipe()
-    resp_r, resp_w = os.pipe()
-    out_r, out_w = os.pipe()
-    acts = [(os.POSIX_SPAWN_DUP2, req_r, 0), (os.POSIX_SPAWN_DUP2, resp_w, 1), (os.POSIX_SPAWN_DUP2, out_w, 2)]
-    env = dict(os.environ)  # already clean: PATH, HOME, TMPDIR, LANG and the call's marker
-    pid = os.posix_spawn(sys.executable, [sys.executable, "-I", "-S", "-B", CHILD], env, file_actions=acts)
-    for fd in (req_r, resp_w, out_w):
-        os.close(fd)
-    return pid, req_w, resp_r, out_r
-
-
-def main():
+def main(spawned):
     out = {"status": "harness_error", "detail": "", "output_bytes": 0, "calls": 0, "nonce": ""}
-    if not not_dumpable():  # before anything is read: /proc/<harness>/{mem,environ,fd} closed to the child
-        out["detail"] = "could not make the harness non-dumpable (prctl)"
+    if isinstance(spawned, Exception):
+        out["nonce"] = json.loads(sys.stdin.buffer.read()).get("nonce", "")
+        out["detail"] = "could not start the child: %s: %s" % (type(spawned).__name__, spawned)
         return emit(out)
-    head = read_head(0)
-    lim = head.get("limits", {})
-    apply_limits(lim)
-    pid, req_w, resp_r, out_r = spawn_child()
-    drain = Drain(out_r, int(lim.get("output_bytes") or 1 << 20), pid)
-    drain.start()
-    job = read_rest(0)  # the test, the source and the report's nonce arrive only now
-    out["nonce"] = job.get("nonce", "")
+    pid, req_w, resp_r, out_r = spawned
     req = os.fdopen(req_w, "wb", buffering=0)
     resp = os.fdopen(resp_r, "rb")
+    if not not_dumpable():  # before the job is read: /proc/<harness>/{mem,environ,fd} closed to the child
+        out["detail"] = "could not make the harness non-dumpable (prctl)"
+        return emit(out)
+    job = json.loads(sys.stdin.buffer.read())  # to its end: the pipe is empty before any untrusted code runs
+    out["nonce"] = job.get("nonce", "")
+    lim = job.get("limits", {})
+    apply_limits(lim)
     reply_bytes = int(lim.get("output_bytes") or 1 << 20)
     reply_cap = reply_bytes + 4096
+    drain = Drain(out_r, reply_bytes, pid)
     init = {"source": job["source"], "entry_point": job["entry_point"], "guard": bool(job.get("guard")),
-            "workdir": job.get("workdir") or ".", "max_files": job.get("max_files") or 4, "reply_bytes": reply_bytes}
+            "workdir": job.get("workdir") or ".", "max_files": job.get("max_files") or 4, "reply_bytes": reply_bytes,
+            "limits": {k: lim.get(k) for k in ("cpu_s", "memory_mb", "nproc", "file_mb")}}
     try:
-        req.write((json.dumps(init) + "\n").encode())
+        req.write(frame(init))
     except OSError:
         pass  # the child is gone: its status says why
     del init
@@ -306,13 +299,13 @@ def main():
         if state["refused"] is not None:
             raise Refused(*state["refused"])
         try:
-            payload = json.dumps([state["seq"] + 1, enc(args), enc(kwargs)]) + "\n"
+            plain(args), plain(kwargs)
         except BadValue as e:
             raise HarnessError("the test passes an argument that is not plain data: %s" % e)
         state["seq"] += 1
         n = state["seq"]
         try:
-            req.write(payload.encode())
+            req.write(frame((n, args, kwargs)))
         except OSError:
             raise ChildGone()
         msg = recv()
@@ -419,7 +412,7 @@ def emit(out):
 
 if __name__ == "__main__":
     try:
-        sys.exit(main())
+        sys.exit(main(SPAWNED))
     except SystemExit:
         raise
     except BaseException as e:

@@ -3,12 +3,12 @@
 ``Sandbox(limits, isolation).run(source, test, entry_point, prelude) -> SandboxResult``
 
 Each call starts ``python -I -S -B rollwise_sandbox_harness.py`` (the trusted harness, see that
-module) with a clean environment, in a new session, and feeds it the job on stdin in two parts:
-the limits, then the source, test and a per-call nonce. The harness lowers its resource limits
-(CPU seconds, address space, processes, file size, open files, no core dumps), makes itself
-non-dumpable, starts the completion's process -- a fresh interpreter running
-``rollwise_sandbox_child.py`` -- and only then reads the test; it runs the test itself against a
-proxy that forwards each call to the child over a pipe. This side enforces the wall-clock limit
+module) with a clean environment, in a new session, and feeds it the job on stdin (limits,
+source, test, a per-call nonce). The harness first starts the completion's process -- a fresh
+interpreter running ``rollwise_sandbox_child.py`` -- then makes itself non-dumpable, and only
+then reads the job; both lower their resource limits (CPU seconds, address space, processes,
+file size, open files, no core dumps) before anything untrusted runs. The harness runs the test
+itself against a proxy that forwards each call to the child over a pipe. This side enforces the wall-clock limit
 and the size of what comes back, accepts only the report that carries the nonce, then kills
 whatever the call left behind.
 
@@ -319,14 +319,11 @@ class Sandbox:
                 os.chmod(workdir, 0o700)
             inner_work = "/work" if isolation == "bwrap" else workdir
             nproc = lim.processes if root else _user_tasks(os.geteuid()) + lim.processes
-            # two parts: the harness reads the first (limits only), starts the completion's process,
-            # and only then reads the second; the nonce authenticates its report
-            nonce = secrets.token_hex(16)
-            head = json.dumps({"limits": {"cpu_s": lim.cpu_s, "memory_mb": lim.memory_mb, "nproc": nproc, "file_mb": lim.file_mb,
-                                          "output_bytes": lim.output_bytes}}).encode()
-            rest = json.dumps({"prelude": prelude, "test": test, "source": source, "entry_point": entry_point,
-                               "guard": isolation == "rlimit", "workdir": inner_work,
-                               "max_files": max(1, lim.disk_mb // lim.file_mb) + 1, "nonce": nonce}).encode()
+            nonce = secrets.token_hex(16)  # authenticates the harness's report
+            job = {"prelude": prelude, "test": test, "source": source, "entry_point": entry_point, "nonce": nonce,
+                   "guard": isolation == "rlimit", "workdir": inner_work, "max_files": max(1, lim.disk_mb // lim.file_mb) + 1,
+                   "limits": {"cpu_s": lim.cpu_s, "memory_mb": lim.memory_mb, "nproc": nproc, "file_mb": lim.file_mb,
+                              "output_bytes": lim.output_bytes}}
             env = {"PATH": "/usr/bin:/bin", "HOME": inner_work or "/", "TMPDIR": inner_work or "/", "LANG": "C.UTF-8", MARKER: token}
             kw = dict(user=uid, group=uid, extra_groups=[]) if uid is not None else {}
             try:
@@ -335,7 +332,7 @@ class Sandbox:
                                         start_new_session=True, close_fds=True, **kw)
             except OSError as e:
                 return SandboxResult("sandbox_error", f"could not start the sandbox: {e}", time.perf_counter() - t0, isolation)
-            out, err, timed_out, too_big = _communicate(proc, b"%d\n" % len(head) + head + rest, lim.wall_s, lim.output_bytes + 8192)
+            out, err, timed_out, too_big = _communicate(proc, json.dumps(job).encode(), lim.wall_s, lim.output_bytes + 8192)
             rc = proc.returncode
         finally:
             if proc is not None:
