@@ -285,9 +285,13 @@ def describe(e):
     return name, msg
 
 
-if __name__ == "__main__":
+def run():
     try:
         main()
     except BaseException:  # the completion broke this loop (a signal handler, os.close of a pipe, ...)
         os._exit(3)
     os._exit(0)
+
+
+if __name__ == "__main__":
+    run()

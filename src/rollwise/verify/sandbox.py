@@ -74,6 +74,7 @@ grandchild inherits it) is killed, then the temporary directory is removed.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import secrets
@@ -94,8 +95,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 HARNESS = Path(__file__).with_name("rollwise_sandbox_harness.py")
 CHILD = Path(__file__).with_name("rollwise_sandbox_child.py")  # the harness finds it beside itself
-INNER_HARNESS = "/rollwise_sandbox_harness.py"
-INNER_CHILD = "/rollwise_sandbox_child.py"
+INNER_DIR = "/rollwise"  # where bwrap shows the harness's directory
 MARKER = "ROLLWISE_SANDBOX_ID"
 UID_BASE = 61000  # dedicated sandbox uids when running as root: UID_BASE .. UID_BASE + UID_SLOTS - 1
 UID_SLOTS = 64
@@ -204,6 +204,37 @@ def _user_tasks(uid: int) -> int:
     return n
 
 
+_CODE: dict[str, tuple[str, str]] = {}
+_CODE_LOCK = threading.Lock()
+
+
+def _code_dir(python: str) -> tuple[str, str]:
+    """(directory, harness file name) that a call runs. Once per process and interpreter, the
+    harness and the child program are copied to a private directory that the sandbox can read
+    and not write, with ``.pyc`` files compiled by that interpreter beside them, so a call does
+    not compile them again (the harness runs its ``.pyc``; it loads the child's ``.pyc``, falling
+    back to the source). When that fails: the package's directory and the sources."""
+    with _CODE_LOCK:
+        if python not in _CODE:
+            fallback = (str(HARNESS.parent), HARNESS.name)
+            try:
+                d = tempfile.mkdtemp(prefix="rollwise-sandbox-code-")
+                for src in (HARNESS, CHILD):
+                    shutil.copyfile(src, Path(d) / src.name)
+                compile_cmd = ("import py_compile, sys\nfor f in sys.argv[1:]:\n"
+                               "    py_compile.compile(f, cfile=f + 'c', doraise=True)\n")
+                subprocess.run([python, "-I", "-S", "-c", compile_cmd, *(str(Path(d) / src.name) for src in (HARNESS, CHILD))],
+                               check=True, capture_output=True, timeout=120, env={"PATH": "/usr/bin:/bin"})
+                for f in Path(d).iterdir():
+                    os.chmod(f, 0o644)
+                os.chmod(d, 0o755)
+                atexit.register(shutil.rmtree, d, True)
+                _CODE[python] = (d, HARNESS.name + "c")
+            except (OSError, subprocess.SubprocessError):
+                _CODE[python] = fallback
+        return _CODE[python]
+
+
 def sweep(token: str) -> int:
     """SIGKILL every process whose initial environment carries ``MARKER=token``; repeats until
     none is left (a fork loop can add one between scans). Returns how many were killed."""
@@ -243,6 +274,7 @@ class Sandbox:
             from rollwise.registry import UserError
 
             raise UserError(f"task.options.sandbox.python: {self.python!r} is not an executable file")
+        self.code = _code_dir(self.python)
         self.isolation, self.why = self._choose(self.limits.isolation)
 
     def describe(self) -> str:
@@ -283,8 +315,9 @@ class Sandbox:
 
     def _command(self, isolation: str, workdir: str, token: str) -> list[str]:
         py = ["-I", "-S", "-B"]
+        code_dir, harness = self.code
         if isolation == "rlimit":
-            return [self.python, *py, str(HARNESS)]
+            return [self.python, *py, str(Path(code_dir) / harness)]
         lim = self.limits
         args = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr"]
         for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
@@ -295,13 +328,13 @@ class Sandbox:
         prefix = _prefix(self.python)
         if not prefix.startswith("/usr/") and prefix != "/usr":
             args += ["--ro-bind", prefix, prefix]
-        args += ["--ro-bind", str(HARNESS), INNER_HARNESS, "--ro-bind", str(CHILD), INNER_CHILD, "--proc", "/proc"]
+        args += ["--ro-bind", code_dir, INNER_DIR, "--proc", "/proc"]
         for dev in ("/dev/null", "/dev/zero", "/dev/urandom"):
             args += ["--dev-bind", dev, dev]
         args += ["--size", str(lim.disk_mb * 1024 * 1024), "--tmpfs", "/work", "--chdir", "/work", "--remount-ro", "/",
                  "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/work", "--setenv", "TMPDIR", "/work",
                  "--setenv", "LANG", "C.UTF-8", "--setenv", MARKER, token]
-        return args + [self.python, *py, INNER_HARNESS]
+        return args + [self.python, *py, f"{INNER_DIR}/{harness}"]
 
     def _run_once(self, isolation: str, source: str, test: str, entry_point: str, prelude: str, probe: bool = False) -> SandboxResult:
         lim = self.limits
