@@ -1,16 +1,19 @@
 """The untrusted half of a sandboxed code check: the only process in which a completion runs.
 
-Standard library only, Python 3.8+. The harness (``rollwise_sandbox_harness.py``) starts it
-with ``posix_spawn`` as ``python -I -S -B rollwise_sandbox_child.py`` before it has read the test,
-so this process is a fresh interpreter that never held the test, the expected values, the job or
-the compiled ``check``: whatever a completion finds in its frames, ``gc``, ``/proc/self/mem``,
-its environment, argv or descriptors is its own source, its arguments and this program.
+Standard library only, Python 3.8+. The harness (``rollwise_sandbox_harness.py``) forks the
+process that runs this program first of all, before it has read anything from its stdin: the
+child's memory is the harness's as it was then (the interpreter, ``os``, ``sys``, ``marshal``, the
+code of the two programs), so it never held the test, the expected values, the job or the
+compiled ``check``. Whatever a completion finds in its frames, ``gc``, ``/proc/self/mem``, its
+environment, argv or descriptors is its own source, its arguments and these two programs. (Run
+as a script, ``python -I -S -B rollwise_sandbox_child.py`` with the same descriptors, it behaves
+the same.)
 
 Descriptors at start: 0 = requests (from the harness), 1 = replies (to the harness), 2 = the
 capped output pipe. Before any untrusted code runs they are moved: requests and replies to fresh
 non-inheritable descriptors, 0 to ``/dev/null``, 1 and 2 to the output pipe (``print`` goes there).
-It imports nothing beyond the interpreter's start-up modules (``marshal`` is built in), so a call
-costs one bare interpreter start, overlapped with the harness's own.
+It imports nothing beyond the interpreter's start-up modules (``marshal`` is built in; ``json``
+would pull in ``re`` and ``enum``), so starting it costs a fork.
 
 Protocol. Harness -> child (trusted data): 4-byte big-endian length + ``marshal`` (version 4):
 
@@ -20,7 +23,7 @@ Protocol. Harness -> child (trusted data): 4-byte big-endian length + ``marshal`
 
 Child -> harness (untrusted, parsed with ``json`` and checked there): one JSON line per message,
 
-- ``[0, "started"]`` before reading anything (the interpreter came up), then ``[0, "ready"]`` or
+- ``[0, "started"]`` before reading anything (the child is running), then ``[0, "ready"]`` or
   ``[0, "load_error", status, detail]``;
 - per call: ``[n, "ok", value]`` (tagged plain data, see :class:`Encoder`), ``[n, "bad", why]``
   (not plain data, or too large), ``[n, "exc", type name, message, is_exception]``

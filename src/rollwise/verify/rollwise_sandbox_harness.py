@@ -5,9 +5,10 @@ The threat model is in ``rollwise.verify.sandbox``'s docstring; this is how the 
 
 Order of events (the point is that the completion's process never holds the test):
 
-1. ``posix_spawn`` the child program ``rollwise_sandbox_child.py`` in a fresh interpreter, first
-   of all, before this process has read anything (the exec leaves nothing of this process in it,
-   and it boots while the harness goes on);
+1. fork the child, first of all, before this process has read anything: it keeps only its three
+   pipes (requests, replies, output; the harness's stdin, which carries the job, is closed in
+   it unread) and runs the child program ``rollwise_sandbox_child.py``, whose code the harness
+   loaded beforehand (its ``.pyc`` when the caller compiled one);
 2. make this process non-dumpable (``prctl``; without it the harness refuses to run: could not
    verify), so the child cannot read ``/proc/<harness>/{mem,environ,fd}`` or ptrace it;
 3. read the job from stdin to its end, ``{"limits", "source", "entry_point", "prelude", "test",

@@ -4,9 +4,9 @@
 
 Each call starts ``python -I -S -B rollwise_sandbox_harness.py`` (the trusted harness, see that
 module) with a clean environment, in a new session, and feeds it the job on stdin (limits,
-source, test, a per-call nonce). The harness first starts the completion's process -- a fresh
-interpreter running ``rollwise_sandbox_child.py`` -- then makes itself non-dumpable, and only
-then reads the job; both lower their resource limits (CPU seconds, address space, processes,
+source, test, a per-call nonce). The harness first starts the completion's process -- a fork of
+itself taken before it has read anything, running ``rollwise_sandbox_child.py`` -- then makes
+itself non-dumpable, and only then reads the job; both lower their resource limits (CPU seconds, address space, processes,
 file size, open files, no core dumps) before anything untrusted runs. The harness runs the test
 itself against a proxy that forwards each call to the child over a pipe. This side enforces the wall-clock limit
 and the size of what comes back, accepts only the report that carries the nonce, then kills
@@ -23,8 +23,9 @@ machine. It runs only in the child process, which sees:
   ``PATH``, ``HOME``, ``TMPDIR``, ``LANG`` and the call's random marker.
 
 It cannot see: the test, the expected values, the compiled ``check``, the prelude's objects or
-the job (the child is exec'd before the harness reads them, so no frame, ``gc`` object, byte of
-``/proc/self/mem``, descriptor, environment variable or argv of the child holds them; the harness
+the job (the child is forked before the harness reads any of them, so no frame, ``gc`` object,
+byte of ``/proc/self/mem``, descriptor, environment variable or argv of the child holds them,
+and the completion runs only after the harness has read its stdin to the end; the harness
 that holds them is non-dumpable, so ``/proc/<harness>/{mem,environ,fd}`` and ptrace are closed,
 and its stdin pipe is drained before untrusted code runs); the results of other calls or other
 verifications (one process and one empty working directory per verification, removed after it;
@@ -215,7 +216,7 @@ def _code_dir(python: str) -> tuple[str, str]:
     not compile them again (the harness runs its ``.pyc``; it loads the child's ``.pyc``, falling
     back to the source). When that fails: the package's directory and the sources."""
     with _CODE_LOCK:
-        if python not in _CODE:
+        if python not in _CODE or not os.path.isfile(os.path.join(*_CODE[python])):  # new, or removed by a /tmp cleaner
             fallback = (str(HARNESS.parent), HARNESS.name)
             try:
                 d = tempfile.mkdtemp(prefix="rollwise-sandbox-code-")
@@ -311,6 +312,7 @@ class Sandbox:
     # ------------------------------------------------------------ one call
     def run(self, source: str, test: str, entry_point: str, prelude: str = "") -> SandboxResult:
         """Run ``check(candidate)`` from ``test`` against ``entry_point`` defined by ``source``."""
+        self.code = _code_dir(self.python)
         return self._run_once(self.isolation, source, test, entry_point, prelude)
 
     def _command(self, isolation: str, workdir: str, token: str) -> list[str]:
