@@ -291,6 +291,9 @@ VERDICT_CASES: tuple[Case, ...] = (
     # -- values whose encoding or decoding is expensive
     _c("deep_nesting_return", "def f(x):\n    v = []\n    for _ in range(100000):\n        v = [v]\n    return v\n", "wrong_answer", CHECK3),
     _c("huge_int_return", "def f(x):\n    return 1 << 10 ** 7\n", {"wrong_answer", "exception", "output_limit"}, CHECK3),
+    # two lone surrogates, which a JSON round trip would read back as the one character they pair into
+    _c("surrogates_read_as_one_character", "def f(x):\n    return '\\ud800\\udfff'\n", "wrong_answer",
+       "def check(candidate):\n    assert candidate(3) == '\\U000103ff'\n"),
     _c("ten_million_list_return", "def f(x):\n    return [x] * 10 ** 7\n", {"wrong_answer", "memory", "timeout", "output_limit"}, CHECK3),
 )
 

@@ -47,7 +47,12 @@ class BadValue(Exception):
 
 class Encoder:
     """Plain data -> tagged JSON-able lists, within ``budget`` bytes (approximate) and MAX_DEPTH.
-    Only exact built-in types are accepted, so no method of the completion's classes runs here."""
+    Only exact built-in types are accepted, so no method of the completion's classes runs here.
+
+    Tags: ``["0"]`` None, ``["b", bool]``, ``["i", hex]`` int, ``["f", repr]`` float, ``["s", str]``,
+    ``["z", hex]`` a str with lone surrogates (its UTF-8 with ``surrogatepass``: JSON would read
+    ``"\\ud800\\udfff"`` back as one character), ``["y", hex]`` bytes, ``["l" | "t" | "S" | "F",
+    [items]]`` list, tuple, set, frozenset, ``["d", [[key, value], ...]]`` dict."""
 
     def __init__(self, budget):
         self.left = budget
@@ -76,6 +81,13 @@ class Encoder:
             return ["f", repr(x)]
         if t is str:
             self.spend(len(x))
+            if not x.isascii():
+                try:
+                    x.encode("utf-8")
+                except UnicodeEncodeError:  # lone surrogates: JSON would pair "\ud800\udfff" into one character
+                    raw = x.encode("utf-8", "surrogatepass")
+                    self.spend(2 * len(raw))
+                    return ["z", raw.hex()]
             return ["s", x]
         if t is bytes:
             self.spend(2 * len(x))

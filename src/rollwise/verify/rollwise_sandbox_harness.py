@@ -152,6 +152,8 @@ def dec(e, depth=0):
             return float(v)
         if tag == "s" and type(v) is str:
             return v
+        if tag == "z" and type(v) is str:  # a str with lone surrogates, as UTF-8 with surrogatepass
+            return bytes.fromhex(v).decode("utf-8", "surrogatepass")
         if tag == "y" and type(v) is str:
             return bytes.fromhex(v)
         if tag in LISTS and type(v) is list:
