@@ -1,15 +1,23 @@
 """The code sandbox: outcomes, limits, isolation choice, and the hostile corpus contained in
-both isolation modes (bubblewrap where it works here, and the rlimit fallback always)."""
+both isolation modes (bubblewrap where it works here, and the rlimit fallback always); issue #28:
+the completion's process never holds the test, and what it sends back is checked."""
 
+import importlib.util
+import json
+import math
 import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 
 from rollwise.registry import UserError
 from rollwise.types import Prompt, Verdict
 from rollwise.verify import code
-from rollwise.verify.hostile import CASES, run_corpus
+from rollwise.verify import sandbox as sandbox_mod
+from rollwise.verify.hostile import ANSWERS, CASES, CHECK3, VERDICT_CASES, run_corpus
 from rollwise.verify.sandbox import Limits, Sandbox
 
 CHECK = "def check(candidate):\n    assert candidate(2) == 4\n    assert candidate(-3) == -6\n"
@@ -135,16 +143,6 @@ def test_verdict_cache_keeps_only_deterministic_outcomes(sandbox):
 
 
 # ---------------------------------------------------------------- issue #28: the verdict, not the machine
-
-import importlib.util  # noqa: E402
-import json  # noqa: E402
-import math  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-from rollwise.verify import sandbox as sandbox_mod  # noqa: E402
-from rollwise.verify.hostile import ANSWERS, CHECK3, VERDICT_CASES  # noqa: E402
 
 HUNTERS = ("test_via_frames", "test_via_gc", "check_via_gc_recording_stub", "test_via_proc_self_mem",
            "test_via_inherited_fds", "test_via_environ_argv")
