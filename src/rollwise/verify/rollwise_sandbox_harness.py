@@ -287,11 +287,12 @@ def main(spawned):
     pid, req_w, resp_r, out_r = spawned
     req = os.fdopen(req_w, "wb", buffering=0)
     resp = os.fdopen(resp_r, "rb")
-    if not not_dumpable():  # before the job is read: /proc/<harness>/{mem,environ,fd} closed to the child
-        out["detail"] = "could not make the harness non-dumpable (prctl)"
-        return emit(out)
+    dumpable_off = not_dumpable()  # before the job is read: /proc/<harness>/{mem,environ,fd} closed to the child
     job = json.loads(sys.stdin.buffer.read())  # to its end: the pipe is empty before any untrusted code runs
     out["nonce"] = job.get("nonce", "")
+    if not dumpable_off:  # the child has run nothing untrusted yet (it waits for its source), and never will
+        out["detail"] = "could not make the harness non-dumpable (prctl)"
+        return emit(out)
     lim = job.get("limits", {})
     apply_limits(lim)
     reply_bytes = int(lim.get("output_bytes") or 1 << 20)

@@ -263,3 +263,21 @@ def test_refusals_cannot_be_swallowed_by_the_test(sandbox):
         v = code.verify(_prompt(test=test), src, sandbox)
         assert v.score == 0.0 and v.reason in ("wrong_answer", "exception"), (src, v.details)
     assert code.verify(_prompt(test=test), "def f(x):\n    raise ValueError(x)\n", sandbox).reason == "correct"
+
+
+def test_harness_refuses_to_run_when_it_cannot_hide_its_memory():
+    """Without PR_SET_DUMPABLE 0 the child could read the harness's memory: the harness then
+    reports harness_error (could not verify), with the nonce so the caller takes that report."""
+    path = Path(sandbox_mod.__file__).with_name("rollwise_sandbox_harness.py")
+    script = ("import importlib.util, sys\n"
+              f"spec = importlib.util.spec_from_file_location('h', {str(path)!r})\n"
+              "h = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(h)\n"
+              "h.not_dumpable = lambda: False\nsys.exit(h.main(h.spawn_child()))\n")
+    job = {"prelude": "", "test": CHECK, "source": "def f(x):\n    return 2 * x\n", "entry_point": "f", "nonce": "n0",
+           "guard": False, "workdir": ".", "max_files": 2, "limits": {"cpu_s": 5, "memory_mb": 1024, "output_bytes": 4096}}
+    for patch, want in (("", "correct"), ("h.not_dumpable = lambda: False\n", "harness_error")):
+        out = subprocess.run([sys.executable, "-I", "-c", script.replace("h.not_dumpable = lambda: False\n", patch)],
+                             input=json.dumps(job), capture_output=True, text=True, timeout=60)
+        rep = sandbox_mod._report(out.stdout.encode(), "n0")
+        assert rep is not None and rep["status"] == want, (out.stdout, out.stderr)
+    assert "non-dumpable" in rep["detail"]
