@@ -6,11 +6,11 @@ Each call starts ``python -I -S -B rollwise_sandbox_harness.py`` (the trusted ha
 module) with a clean environment, in a new session, and feeds it the job on stdin (limits,
 source, test, a per-call nonce). The harness first starts the completion's process -- a fork of
 itself taken before it has read anything, running ``rollwise_sandbox_child.py`` -- then makes
-itself non-dumpable, and only then reads the job; both lower their resource limits (CPU seconds, address space, processes,
-file size, open files, no core dumps) before anything untrusted runs. The harness runs the test
-itself against a proxy that forwards each call to the child over a pipe. This side enforces the wall-clock limit
-and the size of what comes back, accepts only the report that carries the nonce, then kills
-whatever the call left behind.
+itself non-dumpable, and only then reads the job; both lower their resource limits (CPU
+seconds, address space, processes, file size, open files, no core dumps) before anything
+untrusted runs. The harness runs the test itself against a proxy that forwards each call to the
+child over a pipe. This side enforces the wall-clock limit and the size of what comes back,
+accepts only the report that carries the nonce, then kills whatever the call left behind.
 
 Threat model. The completion is adversarial: it wants a pass it did not earn, or to harm the
 machine. It runs only in the child process, which sees:
@@ -27,11 +27,13 @@ the job (the child is forked before the harness reads any of them, so no frame, 
 byte of ``/proc/self/mem``, descriptor, environment variable or argv of the child holds them,
 and the completion runs only after the harness has read its stdin to the end; the harness
 that holds them is non-dumpable, so ``/proc/<harness>/{mem,environ,fd}`` and ptrace are closed,
-and its stdin pipe is drained before untrusted code runs); the results of other calls or other
-verifications (one process and one empty working directory per verification, removed after it;
-the verdict cache keys on (prompt id, program)); the trainer's files, home, ``/tmp``, environment
-or processes (bwrap: not mounted, other namespaces; rlimit: a different uid when run as root, and
-the audit-hook guard); the network (bwrap: an empty network namespace; rlimit: the guard).
+and its stdin pipe is drained before untrusted code runs); whether its answers were accepted
+(beyond the fact that the test goes on calling: the first failed assert ends the verification);
+other verifications' calls or results (one process and one empty working directory per
+verification, removed after it; the verdict cache keys on (prompt id, program)); the trainer's
+files, home, ``/tmp``, environment or processes (bwrap: not mounted, other namespaces; rlimit: a
+different uid when run as root, and the audit-hook guard); the network (bwrap: an empty network
+namespace; rlimit: the guard).
 
 It can write anything to its reply pipe (that descriptor lives in its process), which is worth
 exactly what returning a value is worth: the harness accepts only the reply numbered for the call
