@@ -13,6 +13,7 @@ The machine may be shared: the JSON records the load average before and after.
 
     python benchmarks/code_sandbox.py            # -> benchmarks/results/code_sandbox.json
     python benchmarks/code_sandbox.py --quick    # a smoke run (4 cases, 8 calls), not written
+    python benchmarks/code_sandbox.py --throughput-only --out PATH   # calls/s only (before/after a change)
 """
 
 from __future__ import annotations
@@ -75,13 +76,17 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--throughput-only", action="store_true", help="skip the hostile corpus")
+    ap.add_argument("--modes", default="", help="comma-separated isolation modes (default: every one that works here)")
+    ap.add_argument("--out", default="", help="where to write the JSON (default benchmarks/results/code_sandbox.json)")
     args = ap.parse_args()
     calls, repeats, cases = (8, 1, CASES[:4]) if args.quick else (args.calls, args.repeats, CASES)
-    result = {"when": benchinfo.stamp(), "machine": benchinfo.machine(), "git": benchinfo.git(), "load_before": os.getloadavg()}
+    result = {"when": benchinfo.stamp(), "machine": benchinfo.machine(), "git": benchinfo.git(), "load_before": os.getloadavg(),
+              "rollwise_src": str(Path(sys.modules[Sandbox.__module__].__file__).resolve().parent.parent)}
     result["modes"] = {}
-    for iso in modes():
+    for iso in ([m for m in args.modes.split(",") if m] or modes()):
         sb = Sandbox(Limits(isolation=iso, wall_s=4.0, cpu_s=1))
-        res = run_corpus(sb, Path(tempfile.mkdtemp()) / "outside", cases)
+        res = [] if args.throughput_only else run_corpus(sb, Path(tempfile.mkdtemp()) / "outside", cases)
         corpus = [{"case": r.name, "reason": r.reason, "seconds": r.seconds, "contained": r.contained, "problems": list(r.problems)}
                   for r in res]
         rates = {1: [], 2: []}
@@ -97,7 +102,7 @@ def main() -> None:
     result["load_after"] = os.getloadavg()
     result["calls"], result["repeats"] = calls, repeats
     if not args.quick:
-        out = benchinfo.RESULTS / "code_sandbox.json"
+        out = Path(args.out) if args.out else benchinfo.RESULTS / "code_sandbox.json"
         out.write_text(json.dumps(result, indent=1) + "\n")
         print(f"wrote {out}")
 

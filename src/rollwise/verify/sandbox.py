@@ -3,11 +3,53 @@
 ``Sandbox(limits, isolation).run(source, test, entry_point, prelude) -> SandboxResult``
 
 Each call starts ``python -I -S -B rollwise_sandbox_harness.py`` (the trusted harness, see that
-module) with a clean environment, in a new session, and feeds it the job on stdin. The harness
-lowers its own resource limits (CPU seconds, address space, processes, file size, open files, no
-core dumps) before anything untrusted runs, forks the child that runs the completion, and runs
-the tests against it over a pipe. This side enforces the wall-clock limit and the size of what
-comes back, then kills whatever the call left behind.
+module) with a clean environment, in a new session, and feeds it the job on stdin (limits,
+source, test, a per-call nonce). The harness first starts the completion's process -- a fork of
+itself taken before it has read anything, running ``rollwise_sandbox_child.py`` -- then makes
+itself non-dumpable, and only then reads the job; both lower their resource limits (CPU
+seconds, address space, processes, file size, open files, no core dumps) before anything
+untrusted runs. The harness runs the test itself against a proxy that forwards each call to the
+child over a pipe. This side enforces the wall-clock limit and the size of what comes back,
+accepts only the report that carries the nonce, then kills whatever the call left behind.
+
+Threat model. The completion is adversarial: it wants a pass it did not earn, or to harm the
+machine. It runs only in the child process, which sees:
+
+- its own source (prompt + completion) and the entry point's name;
+- the arguments of each call, as plain data, in order (the child is one process per
+  verification, so it may keep state between the calls of one verification, as HumanEval's own
+  harness allows);
+- its working directory (empty at the start), the standard library, and an environment of
+  ``PATH``, ``HOME``, ``TMPDIR``, ``LANG`` and the call's random marker.
+
+It cannot see: the test, the expected values, the compiled ``check``, the prelude's objects or
+the job (the child is forked before the harness reads any of them, so no frame, ``gc`` object,
+byte of ``/proc/self/mem``, descriptor, environment variable or argv of the child holds them,
+and the completion runs only after the harness has read its stdin to the end; the harness
+that holds them is non-dumpable, so ``/proc/<harness>/{mem,environ,fd}`` and ptrace are closed,
+and its stdin pipe is drained before untrusted code runs); whether its answers were accepted
+(beyond the fact that the test goes on calling: the first failed assert ends the verification);
+other verifications' calls or results (one process and one empty working directory per
+verification, removed after it; the verdict cache keys on (prompt id, program)); the trainer's
+files, home, ``/tmp``, environment or processes (bwrap: not mounted, other namespaces; rlimit: a
+different uid when run as root, and the audit-hook guard); the network (bwrap: an empty network
+namespace; rlimit: the guard).
+
+It can write anything to its reply pipe (that descriptor lives in its process), which is worth
+exactly what returning a value is worth: the harness accepts only the reply numbered for the call
+it just made, of a known kind, plain built-ins within the reply cap and 100 levels of nesting; a
+reply it refuses, a non-plain return value, or a ``BaseException`` that ``except Exception`` would
+not catch fails the verification even if the test catches everything. No code of the completion
+runs where the verdict is decided: the tests compare decoded built-ins. It cannot write the
+harness's report: the harness's stdout is not among its descriptors, ``/proc/<harness>/fd`` is
+closed, and a line without the call's nonce (which only this process and the harness hold) is
+ignored. The verdict is ``correct`` only when ``check`` returned normally in the harness.
+
+Limits of this model: in the rlimit fallback *without root* the child runs as the trainer's user,
+so the trainer's ``/proc/<pid>/{mem,environ}`` (which hold the tests) are closed only by the
+Python-level audit-hook guard (and by Yama's ptrace scope where the kernel has it); use bwrap or
+run as root there. Resource exhaustion is bounded by the limits below, not prevented, and a
+completion can always fail itself (``could not verify`` is reserved for the harness failing).
 
 Isolation, chosen by ``isolation`` (``"auto"`` picks the first that works on this machine, probed
 once per process; the choice is in every verdict's details and in the run's log and ledger):
@@ -19,9 +61,9 @@ once per process; the choice is in every verdict's details and in the run's log 
   PID 1 dies with its parent, which takes every process of the call with it.
 - ``"rlimit"`` (fallback where bubblewrap is missing or cannot create namespaces): the same
   harness and resource limits in a plain subprocess whose working directory is a fresh private
-  temporary directory, plus the harness's in-process audit-hook guard (writes only in that
-  directory, reads only there and in the standard library, no sockets, subprocesses, exec, ctypes,
-  or signals to other processes). Weaker than namespaces: the guard is Python-level.
+  temporary directory, plus an in-process audit-hook guard in the completion's process (writes
+  only in that directory, reads only there and in the standard library, no sockets, subprocesses,
+  exec, ctypes, or signals to other processes). Weaker than namespaces: the guard is Python-level.
 
 In both, when this process runs as root the sandbox runs as a dedicated unprivileged user (one
 per concurrent call, from ``UID_BASE`` up, offset by the process id), so the process-count limit holds (root is exempt from it)
@@ -35,6 +77,7 @@ grandchild inherits it) is killed, then the temporary directory is removed.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import secrets
@@ -54,7 +97,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 HARNESS = Path(__file__).with_name("rollwise_sandbox_harness.py")
-INNER_HARNESS = "/rollwise_sandbox_harness.py"
+CHILD = Path(__file__).with_name("rollwise_sandbox_child.py")  # the harness finds it beside itself
+INNER_DIR = "/rollwise"  # where bwrap shows the harness's directory
 MARKER = "ROLLWISE_SANDBOX_ID"
 UID_BASE = 61000  # dedicated sandbox uids when running as root: UID_BASE .. UID_BASE + UID_SLOTS - 1
 UID_SLOTS = 64
@@ -163,6 +207,37 @@ def _user_tasks(uid: int) -> int:
     return n
 
 
+_CODE: dict[str, tuple[str, str]] = {}
+_CODE_LOCK = threading.Lock()
+
+
+def _code_dir(python: str) -> tuple[str, str]:
+    """(directory, harness file name) that a call runs. Once per process and interpreter, the
+    harness and the child program are copied to a private directory that the sandbox can read
+    and not write, with ``.pyc`` files compiled by that interpreter beside them, so a call does
+    not compile them again (the harness runs its ``.pyc``; it loads the child's ``.pyc``, falling
+    back to the source). When that fails: the package's directory and the sources."""
+    with _CODE_LOCK:
+        if python not in _CODE or not os.path.isfile(os.path.join(*_CODE[python])):  # new, or removed by a /tmp cleaner
+            fallback = (str(HARNESS.parent), HARNESS.name)
+            try:
+                d = tempfile.mkdtemp(prefix="rollwise-sandbox-code-")
+                for src in (HARNESS, CHILD):
+                    shutil.copyfile(src, Path(d) / src.name)
+                compile_cmd = ("import py_compile, sys\nfor f in sys.argv[1:]:\n"
+                               "    py_compile.compile(f, cfile=f + 'c', doraise=True)\n")
+                subprocess.run([python, "-I", "-S", "-c", compile_cmd, *(str(Path(d) / src.name) for src in (HARNESS, CHILD))],
+                               check=True, capture_output=True, timeout=120, env={"PATH": "/usr/bin:/bin"})
+                for f in Path(d).iterdir():
+                    os.chmod(f, 0o644)
+                os.chmod(d, 0o755)
+                atexit.register(shutil.rmtree, d, True)
+                _CODE[python] = (d, HARNESS.name + "c")
+            except (OSError, subprocess.SubprocessError):
+                _CODE[python] = fallback
+        return _CODE[python]
+
+
 def sweep(token: str) -> int:
     """SIGKILL every process whose initial environment carries ``MARKER=token``; repeats until
     none is left (a fork loop can add one between scans). Returns how many were killed."""
@@ -202,6 +277,7 @@ class Sandbox:
             from rollwise.registry import UserError
 
             raise UserError(f"task.options.sandbox.python: {self.python!r} is not an executable file")
+        self.code = _code_dir(self.python)
         self.isolation, self.why = self._choose(self.limits.isolation)
 
     def describe(self) -> str:
@@ -238,12 +314,14 @@ class Sandbox:
     # ------------------------------------------------------------ one call
     def run(self, source: str, test: str, entry_point: str, prelude: str = "") -> SandboxResult:
         """Run ``check(candidate)`` from ``test`` against ``entry_point`` defined by ``source``."""
+        self.code = _code_dir(self.python)
         return self._run_once(self.isolation, source, test, entry_point, prelude)
 
     def _command(self, isolation: str, workdir: str, token: str) -> list[str]:
         py = ["-I", "-S", "-B"]
+        code_dir, harness = self.code
         if isolation == "rlimit":
-            return [self.python, *py, str(HARNESS)]
+            return [self.python, *py, str(Path(code_dir) / harness)]
         lim = self.limits
         args = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr"]
         for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
@@ -254,13 +332,13 @@ class Sandbox:
         prefix = _prefix(self.python)
         if not prefix.startswith("/usr/") and prefix != "/usr":
             args += ["--ro-bind", prefix, prefix]
-        args += ["--ro-bind", str(HARNESS), INNER_HARNESS, "--proc", "/proc"]
+        args += ["--ro-bind", code_dir, INNER_DIR, "--proc", "/proc"]
         for dev in ("/dev/null", "/dev/zero", "/dev/urandom"):
             args += ["--dev-bind", dev, dev]
         args += ["--size", str(lim.disk_mb * 1024 * 1024), "--tmpfs", "/work", "--chdir", "/work", "--remount-ro", "/",
                  "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/work", "--setenv", "TMPDIR", "/work",
                  "--setenv", "LANG", "C.UTF-8", "--setenv", MARKER, token]
-        return args + [self.python, *py, INNER_HARNESS]
+        return args + [self.python, *py, f"{INNER_DIR}/{harness}"]
 
     def _run_once(self, isolation: str, source: str, test: str, entry_point: str, prelude: str, probe: bool = False) -> SandboxResult:
         lim = self.limits
@@ -278,7 +356,8 @@ class Sandbox:
                 os.chmod(workdir, 0o700)
             inner_work = "/work" if isolation == "bwrap" else workdir
             nproc = lim.processes if root else _user_tasks(os.geteuid()) + lim.processes
-            job = {"prelude": prelude, "test": test, "source": source, "entry_point": entry_point,
+            nonce = secrets.token_hex(16)  # authenticates the harness's report
+            job = {"prelude": prelude, "test": test, "source": source, "entry_point": entry_point, "nonce": nonce,
                    "guard": isolation == "rlimit", "workdir": inner_work, "max_files": max(1, lim.disk_mb // lim.file_mb) + 1,
                    "limits": {"cpu_s": lim.cpu_s, "memory_mb": lim.memory_mb, "nproc": nproc, "file_mb": lim.file_mb,
                               "output_bytes": lim.output_bytes}}
@@ -305,12 +384,8 @@ class Sandbox:
             return SandboxResult("timeout", f"wall-clock limit {lim.wall_s}s", seconds, isolation, extra={"sandbox_id": token})
         if too_big:
             return SandboxResult("sandbox_error", "the harness wrote more than its report", seconds, isolation)
-        lines = out.decode(errors="replace").strip().splitlines()
-        try:
-            rep = json.loads(lines[-1]) if lines else None
-        except json.JSONDecodeError:
-            rep = None
-        if not isinstance(rep, dict) or "status" not in rep:
+        rep = _report(out, nonce)
+        if rep is None:
             # the harness itself was killed (by the completion, or a limit); bwrap reports it as 128 + signal
             sig = -rc if rc is not None and rc < 0 else rc - 128 if rc is not None and rc > 128 else None
             if sig:
@@ -319,10 +394,23 @@ class Sandbox:
             tail = err.decode(errors="replace")[-300:]
             return SandboxResult("sandbox_error", f"no report (exit {rc}): {tail}", seconds, isolation)
         status = rep["status"]
-        if status == "harness_error":
+        if status not in FAILURES and status != "correct":  # "harness_error": the check itself could not run
             status = "sandbox_error"
         return SandboxResult(status, str(rep.get("detail", "")), seconds, isolation, int(rep.get("output_bytes", 0)),
                              int(rep.get("calls", 0)), {"sandbox_id": token})
+
+
+def _report(out: bytes, nonce: str) -> dict | None:
+    """The harness's report: the last stdout line that is a JSON object carrying this call's nonce
+    (a line without it, from whatever wrote there, is not the harness's)."""
+    for line in reversed(out.decode(errors="replace").splitlines()):
+        try:
+            rep = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(rep, dict) and rep.get("nonce") == nonce and isinstance(rep.get("status"), str):
+            return rep
+    return None
 
 
 def _communicate(proc, data: bytes, wall_s: float, cap: int) -> tuple[bytes, bytes, bool, bool]:
