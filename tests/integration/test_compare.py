@@ -189,13 +189,14 @@ def test_report_renders_every_arm_in_headless_chromium(swept, tmp_path):
     assert 'src="data:image/png;base64,' in dom
 
 
-def test_baseline_reaching_the_target_at_zero_tokens_is_warned(swept, tmp_path, capsys):
-    # target 0.0: every curve starts at pass@1 >= 0, so the baseline "reaches" it at its first
+def test_a_target_reached_at_step_0_is_warned_once_everywhere(swept, tmp_path, capsys):
+    # target 0.0: every curve starts at pass@1 >= 0, so every arm "reaches" it at its first
     # evaluation, before training (0 tokens); the finished runs are reused, nothing trains
     sweep = tmp_path / "example.toml"
     sweep.write_text(EXAMPLE.read_text().replace("# target = 0.5", "target = 0.0"))
     cli.main(["compare", "--config", str(sweep), "--out-dir", str(swept)])
     out = " ".join(capsys.readouterr().out.split())
     c = json.loads((swept / "compare.json").read_text())
-    assert len(c["warnings"]) == 1 and "at 0 generated tokens" in c["warnings"][0]
-    assert "warning: the baseline 'grpo' reaches the target pass@1 0.000 at 0 generated tokens" in out
+    assert len(c["warnings"]) == 1 and c["warnings"][0].startswith("target reached at step 0 by every arm: choose a higher target")
+    assert out.count("warning: target reached at step 0 by every arm") == 1
+    assert (swept / "report.html").read_text().count(c["warnings"][0]) == 1
