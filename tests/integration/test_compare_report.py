@@ -19,9 +19,8 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "benchmarks" / "example_sweep.to
 def _finished_sweep(tmp_path, pass1, sessions, target=None, jobs=1):
     """The example sweep's runs as if they had run: ``pass1[arm]`` = (start, end) pass@1 of every
     seed, ``sessions(i)`` = (start, end) unix seconds of the i-th run."""
-    text = EXAMPLE.read_text()
-    if target is not None:
-        text = text.replace("# target = 0.5", f"target = {target}")
+    # the sweep's own target, replaced (None: the default, the baseline's final pass@1)
+    text = re.sub(r"^target = .*$", "" if target is None else f"target = {target}", EXAMPLE.read_text(), count=1, flags=re.M)
     sweep_path = tmp_path / "example.toml"
     sweep_path.write_text(text)
     out = tmp_path / "out"
