@@ -2,6 +2,7 @@
 of the tiny model), finished runs are skipped, an interrupted run is resumed, a bad sweep fails
 before training, and the HTML report shows every arm in headless Chromium."""
 
+import html
 import json
 import re
 import shutil
@@ -200,4 +201,4 @@ def test_a_target_reached_at_step_0_is_warned_once_everywhere(swept, tmp_path, c
     c = json.loads((swept / "compare.json").read_text())
     assert len(c["warnings"]) == 1 and c["warnings"][0].startswith("target reached at step 0 by every arm: choose a higher target")
     assert out.count("warning: target reached at step 0 by every arm") == 1
-    assert (swept / "report.html").read_text().count(c["warnings"][0]) == 1
+    assert (swept / "report.html").read_text().count(html.escape(c["warnings"][0])) == 1

@@ -2,6 +2,7 @@
 runs that shared the machine are marked confounded, every warning reaches the terminal once and
 compare.json and report.html, and a target every arm reaches at step 0 is said to be one."""
 
+import html
 import json
 import re
 from pathlib import Path
@@ -97,7 +98,7 @@ def test_every_warning_is_printed_once_and_written_to_compare_json_and_the_repor
     body = page.split("</dl>")[0]  # the warnings stand at the top, before the sweep's description ends
     for w in c["warnings"]:
         assert terminal.count(" ".join(w.split())) == 1  # once on the terminal
-        assert page.count(w.replace("'", "&#x27;")) == 1 and w.replace("'", "&#x27;") in body
+        assert page.count(html.escape(w)) == 1 and html.escape(w) in body
 
 
 def test_a_target_every_arm_reaches_at_step_0_is_said_to_be_one(tmp_path, capsys):
