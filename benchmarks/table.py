@@ -33,12 +33,14 @@ def table(compare: dict) -> str:
         f3 = lambda v: f"{v:.3f}"  # noqa: E731
         row = [name, _k(ttt["value"]) + (_ci(ttt.get("ci"), _k) if ttt["value"] is not None else ""),
                f"{ttt.get('seeds_reached', 0)}/{seeds}", "—" if ratio is None else f"{ratio:.2f}",
-               "—" if sec["value"] is None else f"{sec['value']:.0f} s",
+               ("—" if sec["value"] is None else f"{sec['value']:.0f} s")
+               + (f" ({arm['confounded']['seconds_to_target']})" if arm.get("confounded", {}).get("seconds_to_target") else ""),
                f3(m["final_pass@1"]["value"]) + _ci(m["final_pass@1"].get("ci"), f3),
                *[f3(m[k]["value"]) for k in ks], f3(m["auc"]["value"])]
         lines.append("| " + " | ".join(row) + " |")
     target = compare["target"]
-    return "\n".join(lines) + f"\n\nTarget: held-out pass@1 {target['value']:.3f} ({target['source']})."
+    warnings = "".join(f"\n\nWarning: {w}" for w in compare.get("warnings", []))
+    return "\n".join(lines) + f"\n\nTarget: held-out pass@1 {target['value']:.3f} ({target['source']})." + warnings
 
 
 if __name__ == "__main__":

@@ -149,12 +149,18 @@ def compare(config: Path = typer.Option(..., "--config", "-c", help="Sweep file 
     out = Path(result["sweep"]["out_dir"])
     t = result["target"]["value"]
     console.print(f"[bold]target pass@1 {t:.3f}[/] ({result['target']['source']})")
+    at_start = result["target"].get("reached_at_start_by_every_arm")
+    if at_start:
+        console.print("  tokens and seconds to target: not shown, the target is reached at step 0 (see the warning below)", highlight=False)
     for arm, a in result["arms"].items():
         m = a["metrics"]
-        ttt = m["tokens_to_target"]["value"]
-        console.print(f"  {arm:20s} tokens to target {'not reached' if ttt is None else f'{ttt:,.0f}':>12s}   "
-                      f"AUC {m['auc']['value']:.3f}   final pass@1 {m['final_pass@1']['value']:.3f}", markup=False, highlight=False,
-                      soft_wrap=True)
+        ttt, sec = m["tokens_to_target"]["value"], m["seconds_to_target"]["value"]
+        to_target = "" if at_start else (
+            f"tokens to target {'not reached' if ttt is None else f'{ttt:,.0f}':>12s}   "
+            f"seconds to target {'not reached' if sec is None else f'{sec:,.1f}':>11s}"
+            + (f" {a['confounded']['seconds_to_target']}" if a.get("confounded", {}).get("seconds_to_target") else "") + "   ")
+        console.print(f"  {arm:20s} {to_target}AUC {m['auc']['value']:.3f}   final pass@1 {m['final_pass@1']['value']:.3f}",
+                      markup=False, highlight=False, soft_wrap=True)
     for w in result.get("warnings", []):
         console.print(f"[yellow]warning:[/] {escape(w)}", highlight=False, soft_wrap=True)
     console.print(f"files: {out / 'compare.json'}, {out / 'report.html'}", soft_wrap=True)

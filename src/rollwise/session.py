@@ -294,8 +294,20 @@ class Run:
             return {"step": self.state.step, **m}
         line = self.ledger.record_eval(self.state.step, m)
         self.evals.append(line)
-        self.ledger.plot()
+        self._plot()
         return line
+
+    PLOT_EVERY_S = 30.0  # redraw the run's plots at most this often while training (a redraw takes ~1-2 s on a CPU)
+
+    def _plot(self, final: bool = False) -> None:
+        """Redraw ``plots/`` after an evaluation, at most every ``PLOT_EVERY_S`` seconds, and at the
+        end of the run if an evaluation since the last redraw is not drawn yet."""
+        last = getattr(self, "_plotted_at", None)
+        if final and (not self.evals or getattr(self, "_plotted_step", None) == self.evals[-1]["step"]):
+            return
+        if final or last is None or time.perf_counter() - last >= self.PLOT_EVERY_S:
+            self.ledger.plot()
+            self._plotted_at, self._plotted_step = time.perf_counter(), self.evals[-1]["step"]
 
     def within_budget(self) -> bool:
         """False once the ledger's cumulative training cost reaches ``train.budget_generated_tokens``
@@ -315,6 +327,7 @@ class Run:
         saved = checkpoint.list_steps(self.dir)
         if not saved or saved[-1] != self.state.step:
             self.checkpoint()
+        self._plot(final=True)
         from rollwise import storage
         from rollwise.export import write_hf  # final/: the trained model as a Hugging Face directory
 

@@ -21,6 +21,12 @@ last one (the run's final model is what it has once it stops). Conventions:
 - **separation**: an arm differs from the baseline on a figure only when their intervals do not
   overlap (``separation``: +1 wholly above, -1 wholly below, 0 overlapping); the report colours a
   ratio and calls it better or worse only then.
+- **wall clock shared**: seconds are comparable only between runs that had the machine to
+  themselves. ``shared_machine`` finds runs whose recorded wall-clock intervals overlap (or that
+  were trained several at a time, ``jobs`` > 1); then every wall-clock figure is ``confounded``:
+  no ratio, no separation, never called faster or slower.
+- **warnings**: every warning about the comparison is made here, once, in ``warnings``; the
+  terminal, ``compare.json`` and ``report.html`` show that list.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ import numpy as np
 
 X_TOKENS = "cost/generated_tokens"
 PASS1 = "eval/pass@1"
+WALL_CLOCK = ("seconds_to_target",)  # figures measured in wall-clock seconds
+CONFOUNDED = "confounded (runs shared the machine)"
 EPS = 1e-9  # crossing tolerance: a mean of seeds' finals equals the default target up to rounding
 
 BOOTSTRAP = {"method": "percentile bootstrap over seeds", "resamples": 2000, "level": 0.95, "rng_seed": 0}
@@ -153,18 +161,43 @@ def ratio(a: float | None, b: float | None) -> float | None:
     return float(a) / float(b)
 
 
+# ---------------------------------------------------------------- runs sharing the machine
+
+
+def shared_machine(sessions: dict[str, dict]) -> str | None:
+    """Why the runs' wall-clock seconds are not comparable, or None if no two runs shared the machine.
+
+    ``sessions[run] = {"start", "end"}`` (unix seconds of the training session that finished the
+    run; None where unknown) and optionally ``"jobs"`` (how many runs its compare trained at once).
+    Two runs share the machine when their intervals overlap, or when one was trained with other
+    runs at once (jobs > 1). Runs whose interval is unknown are not checked."""
+    names = sorted(sessions)
+    multi = [n for n in names if (sessions[n].get("jobs") or 1) > 1]
+    if multi:
+        return f"{len(multi)} run{'s' * (len(multi) != 1)} trained several at a time (jobs > 1): {', '.join(multi[:4])}" + (", ..." if len(multi) > 4 else "")
+    known = sorted((sessions[n]["start"], sessions[n]["end"], n) for n in names
+                   if sessions[n].get("start") is not None and sessions[n].get("end") is not None)
+    for (s0, e0, a), (s1, e1, b) in zip(known, known[1:]):
+        if s1 < e0:  # sorted by start: if runs i < j overlap, so do i and i + 1 (s[i+1] <= s[j] < e[i])
+            return f"runs {a} and {b} ran at the same time"
+    return None
+
+
 # ---------------------------------------------------------------- the whole comparison
 
 
 def analyse(evals: dict[str, dict[int, list[dict]]], baseline: str, auc_x_max: float, ks: Sequence[int],
-            target: float | None = None) -> dict:
+            target: float | None = None, shared: str | None = None) -> dict:
     """Per-arm figures of a sweep from each run's eval lines (``evals[arm][seed]``).
 
-    Returns {"target": {"value", "source"}, "auc_tokens": auc_x_max, "arms": {arm: {"seeds",
+    Returns {"target": {"value", "source", "reached_at_start_by_every_arm"}, "auc_tokens": auc_x_max,
+    "wall_clock": {"confounded", "reason"}, "warnings": [str], "arms": {arm: {"seeds",
     "metrics": {name: {"value", "per_seed", "ci", ...}}, "ratios": {name: arm / baseline},
     "separation": {name: +1 / -1 / 0} (``separation`` of the arm's and the baseline's intervals),
-    "curve": {"x", "mean", "lo", "hi"}}}} with metric names ``tokens_to_target``,
+    "confounded": {name: CONFOUNDED} (wall-clock figures when ``shared``: their ratio and separation
+    are None), "curve": {"x", "mean", "lo", "hi"}}}} with metric names ``tokens_to_target``,
     ``seconds_to_target``, ``auc``, ``final_pass@1`` and ``final_pass@<k>`` for each k.
+    ``shared`` is ``shared_machine``'s answer for the runs (None: each run had the machine to itself).
     """
     tok = {arm: [curve(runs[s]) for s in sorted(runs)] for arm, runs in evals.items()}
     sec = {arm: [curve(runs[s], x="seconds") for s in sorted(runs)] for arm, runs in evals.items()}
@@ -187,4 +220,23 @@ def analyse(evals: dict[str, dict[int, list[dict]]], baseline: str, auc_x_max: f
         base = arms[baseline]["metrics"]
         a["ratios"] = {name: ratio(fig["value"], base[name]["value"]) for name, fig in a["metrics"].items()}
         a["separation"] = {name: separation(fig, base[name]) for name, fig in a["metrics"].items()}
-    return {"target": {"value": float(target), "source": source}, "auc_tokens": float(auc_x_max), "arms": arms}
+        a["confounded"] = {}
+        if shared:
+            for name in WALL_CLOCK:
+                a["ratios"][name] = a["separation"][name] = None
+                a["confounded"][name] = CONFOUNDED
+    warnings = []
+    at_start = all(a["metrics"]["tokens_to_target"]["value"] == 0 for a in arms.values())
+    if at_start:
+        warnings.append(f"target reached at step 0 by every arm: choose a higher target (every arm's first evaluation, "
+                        f"before training, already has pass@1 >= {target:.3f}, so tokens to target compares nothing)")
+    elif arms[baseline]["metrics"]["tokens_to_target"]["value"] == 0:
+        warnings.append(f"the baseline {baseline!r} reaches the target pass@1 {target:.3f} at 0 generated tokens (at its "
+                        "first evaluation, before training): nothing was learned, so tokens to target compares nothing; "
+                        "raise the budget or set a higher target")
+    if shared:
+        warnings.append(f"wall-clock figures are {CONFOUNDED}: {shared}; seconds are compared only between runs that had "
+                        "the machine to themselves (train with jobs = 1 and nothing else running)")
+    return {"target": {"value": float(target), "source": source, "reached_at_start_by_every_arm": at_start},
+            "auc_tokens": float(auc_x_max), "wall_clock": {"confounded": bool(shared), "reason": shared},
+            "warnings": warnings, "arms": arms}

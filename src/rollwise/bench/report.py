@@ -15,6 +15,8 @@ import html as H
 import json
 from pathlib import Path
 
+from rollwise.bench.analysis import CONFOUNDED
+
 PLOT = "pass_at_1_vs_tokens.png"
 REPORT = "report.html"
 
@@ -66,9 +68,12 @@ def _fig(fig: dict, digits=3) -> str:
     return f"{_num(fig['value'], digits)} <span class=ci>[{lo}, {hi}]</span>"
 
 
-def _ratio(name: str, r, sep: int | None) -> str:
+def _ratio(name: str, r, sep: int | None, confounded: str | None = None) -> str:
     """The ratio to the baseline; coloured and called better or worse only when the arm's interval
-    and the baseline's do not overlap (``sep``, analysis.separation), else said to overlap."""
+    and the baseline's do not overlap (``sep``, analysis.separation), else said to overlap; a
+    wall-clock figure of runs that shared the machine (``confounded``) says so, uncoloured."""
+    if confounded:
+        return f"<span class=same>{H.escape(confounded)}</span>"
     if r is None:
         return "—"
     if not sep:
@@ -82,11 +87,18 @@ def html(compare: dict, png: bytes, configs: dict[str, str]) -> str:
     names = list(next(iter(arms.values()))["metrics"])
     labels = {"tokens_to_target": "tokens to target", "seconds_to_target": "train seconds to target", "auc": "AUC (mean pass@1 over budget)"}
     head = "".join(f"<th>{H.escape(labels.get(n, n.replace('_', ' ')))}</th>" for n in names)
+    at_start = compare["target"].get("reached_at_start_by_every_arm")
+
+    def cell(a: dict, n: str) -> str:
+        if at_start and n in ("tokens_to_target", "seconds_to_target"):
+            return "<td class=same>target reached at step 0 by every arm: choose a higher target</td>"
+        return (f"<td>{_fig(a['metrics'][n], 0 if n == 'tokens_to_target' else 1 if n == 'seconds_to_target' else 3)}"
+                f"<br>{_ratio(n, a['ratios'][n], a.get('separation', {}).get(n), a.get('confounded', {}).get(n))}</td>")
+
     rows = []
     for arm, a in arms.items():
         base = " <span class=tag>baseline</span>" if arm == sw["baseline"] else ""
-        cells = "".join(f"<td>{_fig(a['metrics'][n], 0 if n == 'tokens_to_target' else 1 if n == 'seconds_to_target' else 3)}"
-                        f"<br>{_ratio(n, a['ratios'][n], a.get('separation', {}).get(n))}</td>" for n in names)
+        cells = "".join(cell(a, n) for n in names)
         reached = a["metrics"]["tokens_to_target"]["seeds_reached"]
         rows.append(f"<tr><th class=arm>{H.escape(arm)}{base}<div class=desc>{H.escape(a.get('description') or '')}</div>"
                     f"<div class=desc>seeds reaching target on their own: {reached}/{len(a['runs'])}</div></th>{cells}</tr>")
@@ -107,6 +119,7 @@ def html(compare: dict, png: bytes, configs: dict[str, str]) -> str:
     budget = ", ".join(f"{v:,} {k.replace('_', ' ')}" for k, v in sw["budget"].items())
     img = base64.b64encode(png).decode("ascii")
     short = any(r["stopped_by"] != "budget" for a in arms.values() for r in a["runs"].values())
+    warnings = "".join(f"<p class=warn><strong>warning:</strong> {H.escape(w)}</p>" for w in compare.get("warnings", []))
     steps_note = ("<p class=warn>Some runs stopped at train.steps before spending the budget: their arms did not get an equal "
                   "budget (raise train.steps).</p>" if short else "")
     return f"""<!DOCTYPE html>
@@ -125,6 +138,7 @@ img {{ max-width: 100%; border: 1px solid #ddd; }} dl {{ display: grid; grid-tem
 dt {{ font-weight: 600; }} dd {{ margin: 0; }}
 </style></head><body>
 <h1>rollwise compare: {H.escape(sw['name'])}</h1>
+{warnings}
 <dl>
 <dt>arms</dt><dd>{', '.join(H.escape(a) for a in arms)} (baseline: {H.escape(sw['baseline'])})</dd>
 <dt>seeds</dt><dd>{', '.join(str(s) for s in sw['seeds'])}</dd>
@@ -141,7 +155,9 @@ dt {{ font-weight: 600; }} dd {{ margin: 0; }}
 <h2>Per arm</h2>
 <p>Value with its interval in brackets, and the ratio to the baseline below: green “better” or red “worse” only where
 the arm's interval and the baseline's do not overlap; where they overlap the data do not tell the two apart. To-target figures are where
-the arm's mean curve first reaches the target (linear between eval points); “not reached” means within this budget.</p>
+the arm's mean curve first reaches the target (linear between eval points); “not reached” means within this budget.
+Seconds are compared only between runs that had the machine to themselves: where runs ran at the same time they are
+marked “{H.escape(CONFOUNDED)}”.</p>
 <table><thead><tr><th class=arm>arm</th>{head}</tr></thead><tbody>
 {''.join(rows)}
 </tbody></table>

@@ -86,6 +86,22 @@ def read_done(run_dir: Path) -> dict:
     return json.loads((Path(run_dir) / DONE).read_text())
 
 
+def session(done: dict) -> dict:
+    """The wall-clock interval {"start", "end", "jobs"} (unix seconds) of the session that finished a
+    run, from its ``done.json``; older records (no ``started_unix``) give it from ``finished_at``
+    minus ``session_s`` (to the second), and None where that is missing too."""
+    end, start = done.get("finished_unix"), done.get("started_unix")
+    if start is None and done.get("finished_at") and done.get("session_s") is not None:
+        from datetime import datetime
+
+        try:
+            end = datetime.strptime(done["finished_at"], "%Y-%m-%dT%H:%M:%S%z").timestamp()
+        except ValueError:
+            end = None
+        start = None if end is None else end - float(done["session_s"])
+    return {"start": start, "end": end, "jobs": done.get("jobs", 1)}
+
+
 # ---------------------------------------------------------------- machine
 
 
@@ -127,8 +143,10 @@ def git_info() -> dict | None:
 # ---------------------------------------------------------------- running
 
 
-def execute(cfg, resume: bool, train_fn: Callable | None = None, log=print) -> dict:
-    """Train one run (or finish an interrupted one) and write its ``done.json``; returns that record."""
+def execute(cfg, resume: bool, train_fn: Callable | None = None, log=print, jobs: int = 1) -> dict:
+    """Train one run (or finish an interrupted one) and write its ``done.json``; returns that record.
+    It records the session's wall-clock interval (``started_unix``, ``finished_unix``) and ``jobs``
+    (runs trained at once), from which compare tells whether runs shared the machine."""
     if train_fn is None:
         from rollwise.loop import train as train_fn
     t0 = time.time()
@@ -140,6 +158,7 @@ def execute(cfg, resume: bool, train_fn: Callable | None = None, log=print) -> d
     record = {"steps": result.steps, "totals": {**{k: 0 for k in REUSE_KEYS}, **result.totals},
               "stopped_by": "budget" if budget is not None and spent >= budget else "steps",
               "final_eval": result.last_eval, "session_s": round(time.time() - t0, 3),
+              "started_unix": round(t0, 3), "finished_unix": round(time.time(), 3), "jobs": jobs,
               "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine_info(), "git": git_info()}
     tmp = Path(result.run_dir) / (DONE + ".tmp")
     with storage.guard(f"{DONE} in {result.run_dir}", result.run_dir, cleanup=[tmp]):
@@ -148,13 +167,13 @@ def execute(cfg, resume: bool, train_fn: Callable | None = None, log=print) -> d
     return record
 
 
-def _execute_in_child(cfg_dict: dict, resume: bool) -> dict:
+def _execute_in_child(cfg_dict: dict, resume: bool, jobs: int) -> dict:
     from rollwise.config import Config
 
     cfg = Config.model_validate(cfg_dict)
     name = cfg.run_name()
     os.environ["ROLLWISE_PROGRESS"] = "plain"  # runs share the terminal: progress as log lines labelled by run
-    return execute(cfg, resume, log=lambda m: print(f"[{name}] {m}", flush=True))
+    return execute(cfg, resume, log=lambda m: print(f"[{name}] {m}", flush=True), jobs=jobs)
 
 
 def run_all(specs: list[RunSpec], jobs: int = 1, log=print, train_fn: Callable | None = None) -> dict[str, str]:
@@ -184,7 +203,7 @@ def run_all(specs: list[RunSpec], jobs: int = 1, log=print, train_fn: Callable |
         futures = {}
         for s in todo:
             cfg = s.cfg if s.cfg.run.threads else s.cfg.model_copy(update={"run": s.cfg.run.model_copy(update={"threads": threads})})
-            futures[s.name] = pool.submit(_execute_in_child, cfg.model_dump(mode="json"), states[s.name] == "resume")
+            futures[s.name] = pool.submit(_execute_in_child, cfg.model_dump(mode="json"), states[s.name] == "resume", jobs)
         for name, fut in futures.items():
             fut.result()  # re-raises a run's error
             outcome[name] = "resumed" if states[name] == "resume" else "trained"
@@ -231,16 +250,9 @@ def compare(sweep_path: str | Path, overrides: list[str] | None = None, out_dir:
     else:  # a rollouts budget: AUC over the largest token count any run reached
         x_max = float(max(d["totals"]["generated_tokens"] for d in done.values())) or 1.0
     ks = specs[0].cfg.eval.k
-    result = analysis.analyse(evals, sweep.baseline_arm, x_max, ks, sweep.target)
+    shared = analysis.shared_machine({s.name: session(done[s.name]) for s in specs})
+    result = analysis.analyse(evals, sweep.baseline_arm, x_max, ks, sweep.target, shared=shared)
     machine = machine_info()
-    warnings = []
-    base_ttt = result["arms"][sweep.baseline_arm]["metrics"]["tokens_to_target"]["value"]
-    if base_ttt is not None and base_ttt <= 0:
-        warnings.append(f"the baseline {sweep.baseline_arm!r} reaches the target pass@1 {result['target']['value']:.3f} at 0 "
-                        "generated tokens (at its first evaluation, before training): nothing was learned, so tokens to "
-                        "target compares nothing; raise the budget or set a higher target")
-    for w in warnings:
-        log(f"warning: {w}")
     arms = {}
     for arm in sweep.arms:
         a = result["arms"][arm.name]
@@ -258,14 +270,15 @@ def compare(sweep_path: str | Path, overrides: list[str] | None = None, out_dir:
                 run["machine"] = d.get("machine")
             runs[str(s.seed)] = run
         arms[arm.name] = {"description": arm.description, "set": arm.set, "runs": runs, "metrics": a["metrics"],
-                          "ratios": a["ratios"], "separation": a["separation"], "curve": a["curve"]}
+                          "ratios": a["ratios"], "separation": a["separation"], "confounded": a["confounded"],
+                          "curve": a["curve"]}
     compare_json = {
         "schema": 1, "sweep": {"name": sweep.sweep_name(), "file": Path(sweep_path).as_posix(), "out_dir": out.as_posix(),
                                "arms": [a.name for a in sweep.arms], "baseline": sweep.baseline_arm, "seeds": sweep.seeds,
                                "budget": {sweep.budget.unit: sweep.budget.amount}, "jobs": jobs if jobs is not None else sweep.jobs},
-        "target": result["target"], "auc_tokens": result["auc_tokens"], "ci": analysis.BOOTSTRAP,
+        "target": result["target"], "auc_tokens": result["auc_tokens"], "wall_clock": result["wall_clock"], "ci": analysis.BOOTSTRAP,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine, "git": git_info(), "arms": arms,
-        "warnings": warnings,
+        "warnings": result["warnings"],
     }
     configs = {arm.name: to_toml(next(s.cfg for s in specs if s.arm == arm.name)) for arm in sweep.arms}
     tmp = out / "compare.json.tmp"  # atomic: a failed write leaves the previous compare.json or none
@@ -275,4 +288,4 @@ def compare(sweep_path: str | Path, overrides: list[str] | None = None, out_dir:
         tmp.replace(out / "compare.json")
         paths = report.write(out, compare_json, configs)
     log(f"wrote {out / 'compare.json'}, {', '.join(str(p) for p in paths)}")
-    return compare_json
+    return compare_json  # its warnings are printed by the caller (the CLI prints each once)
