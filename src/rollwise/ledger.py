@@ -20,9 +20,12 @@ REUSE_KEYS = ("reused_tokens", "verify_tokens")
 
 
 class Ledger:
-    def __init__(self, run_dir: Path, write: bool = True):
+    def __init__(self, run_dir: Path, write: bool = True, facts: dict | None = None):
         self.dir = Path(run_dir)
         self.write = write  # False: totals and lines are kept, no file is touched (data-parallel ranks > 0)
+        # facts of this session written on every training line, e.g. the compute dtype it chose and
+        # why (precision/*, rollwise.train.precision); a resumed session decides (and writes) its own
+        self.facts = dict(facts or {})
         self.metrics_path = self.dir / "metrics.jsonl"
         self.eval_path = self.dir / "eval.jsonl"
         self.totals = {k: 0 for k in COST_KEYS}
@@ -46,6 +49,7 @@ class Ledger:
         line = {"step": step, "policy_version": version, "wall_s": round(self.wall_s(), 4)}
         line.update({f"cost/{k}": v for k, v in self.totals.items()})
         line.update({"time/generate_s": cost.generate_s, "time/verify_s": cost.verify_s})
+        line.update(self.facts)
         line.update(getattr(cost, "metrics", None) or {})
         line.update(extra)
         self._append(self.metrics_path, line)
