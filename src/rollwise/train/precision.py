@@ -52,6 +52,7 @@ MEASURE_BUDGET_S = 1.5  # no timed round starts after this many seconds (one alw
 MIN_ROUNDS = 2  # timed rounds of every product in each dtype (after one untimed warm-up round) ...
 MIN_MEASURE_S = 0.25  # ... and at least this many seconds of them, up to MAX_ROUNDS (small models)
 MAX_ROUNDS = 20
+MAX_TIMED_OUT = 8192  # a wider product (the LM head) is timed on this many output columns and scaled up
 CACHE_FILE = "compute_dtype.json"
 CACHE_VERSION = 1  # bump when what is measured changes: older entries are then measured again
 
@@ -158,12 +159,17 @@ def _product_seconds(w: torch.Tensor, x: torch.Tensor, dtype: torch.dtype, clock
 def measure_pass_seconds(shapes: MatmulShapes, rows: int = MEASURE_ROWS, budget_s: float = MEASURE_BUDGET_S,
                          clock: Callable[[], float] = time.perf_counter) -> tuple[float, float]:
     """Seconds of one pass through ``shapes``' products (forward + backward, ``rows`` token rows) in
-    fp32 and under bf16 autocast on this CPU: ``(fp32_s, bf16_s)``. Rounds alternate the dtypes and
-    their order; each product's time is its fastest round (the least disturbed by other load),
-    weighted by how often a pass runs it."""
+    fp32 and under bf16 autocast on this CPU: ``(fp32_s, bf16_s)``. Each round times every product
+    in both dtypes back to back, alternating which goes first; a product's time is its fastest
+    round (the least disturbed by other load), weighted by how often a pass runs it. A product wider than ``MAX_TIMED_OUT`` outputs (the LM
+    head of a large vocabulary) is timed on that many and scaled by its width: its time is linear
+    in the width, and the measurement stays near a second or two."""
     gen = torch.Generator().manual_seed(0)
-    tensors = [(torch.randn(o, i, generator=gen).mul_(0.02).requires_grad_(),
-                torch.randn(rows, i, generator=gen).requires_grad_(), count) for i, o, count in shapes.products()]
+    tensors = []
+    for i, o, count in shapes.products():
+        timed = min(o, MAX_TIMED_OUT)
+        tensors.append((torch.randn(timed, i, generator=gen).mul_(0.02).requires_grad_(),
+                        torch.randn(rows, i, generator=gen).requires_grad_(), count * o / timed))
     dtypes = (torch.float32, torch.bfloat16)
     best = {d: [float("inf")] * len(tensors) for d in dtypes}
     with torch.enable_grad():
@@ -172,8 +178,8 @@ def measure_pass_seconds(shapes: MatmulShapes, rows: int = MEASURE_ROWS, budget_
                 _product_seconds(w, x, d, clock)
         t0, rounds = clock(), 0
         while True:
-            for d in (dtypes if rounds % 2 == 0 else dtypes[::-1]):
-                for k, (w, x, _) in enumerate(tensors):
+            for k, (w, x, _) in enumerate(tensors):  # both dtypes of a product back to back: the same load
+                for d in (dtypes if (rounds + k) % 2 == 0 else dtypes[::-1]):
                     best[d][k] = min(best[d][k], _product_seconds(w, x, d, clock))
             rounds += 1
             elapsed = clock() - t0
