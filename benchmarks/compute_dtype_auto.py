@@ -4,7 +4,7 @@ one (issue #33).
 1. **The decision**: ``rollwise.train.precision.decide_compute_dtype("auto", ...)`` for the
    embedded default's tiny model and for SmolLM2-135M (its config only, no weights needed), with
    a fresh cache, so the measurement runs and its wall time is recorded beside its timings.
-2. **The embedded default pair**: ``rollwise train`` with ``train.steps`` (default 60), no
+2. **The embedded default pair**: ``rollwise.train`` with ``train.steps`` (default 60), no
    evaluation during training (``eval.at_start = false``, ``eval.every = 0``; the final one is cut
    to 8 prompts x 1 sample and comes after the last step) and no checkpoints, once per
    ``--dtypes`` arm (default ``auto float32 bfloat16``), each in its own process and in turn. Step
@@ -49,6 +49,14 @@ def arm_overrides(dtype: str, steps: int, run_dir: Path, name: str, threads: int
     if threads:
         sets.append(f"run.threads={threads}")
     return sets
+
+
+def train_command(overrides: list[str]) -> list[str]:
+    """A fresh Python process running ``rollwise.train`` on the default config with ``overrides``,
+    its log on stdout (the Python API: no CLI dependencies needed)."""
+    code = ("import json, sys, rollwise; from rollwise.config import load_config; "
+            "rollwise.train(load_config(overrides=json.loads(sys.argv[1])), log=print)")
+    return [sys.executable, "-c", code, json.dumps(overrides)]
 
 
 def summarise_run(lines: list[dict]) -> dict:
@@ -98,6 +106,7 @@ def main(argv=None) -> int:
     ap.add_argument("--dtypes", nargs="+", default=["auto", "float32", "bfloat16"], choices=["auto", "float32", "bfloat16"])
     ap.add_argument("--threads", type=int, default=None, help="run.threads of each arm (default: the config's)")
     ap.add_argument("--vs-trl-json", default=None, help="a benchmarks/vs_trl.py result to summarise beside")
+    ap.add_argument("--note", default=None, help="free text stored in the JSON (e.g. which CPU types were available)")
     ap.add_argument("--out", default=str(benchinfo.RESULTS / "compute_dtype_auto.json"))
     a = ap.parse_args(argv)
 
@@ -106,6 +115,12 @@ def main(argv=None) -> int:
     from rollwise.train.precision import cpu_flags, cpu_model
     from rollwise.train.tiny import build_tiny
 
+    cuda = None
+    if torch.cuda.is_available():  # the CUDA rule (no measurement), recorded where a GPU is present
+        from rollwise.train.precision import decide_compute_dtype
+
+        p = decide_compute_dtype("auto", "cuda", build_tiny("tiny")[0].config)
+        cuda = {"device": torch.cuda.get_device_name(0), "chose": p.name, "reason": p.reason, "detail": p.detail}
     if a.threads:
         torch.set_num_threads(a.threads)
     work = Path(tempfile.mkdtemp(prefix="rollwise-dtype-"))
@@ -115,17 +130,15 @@ def main(argv=None) -> int:
     for d in decisions:
         print(f"auto for {d['model']}: {d['chose']} ({d['detail']}; measuring took {d['measure_wall_s']} s)", flush=True)
 
-    rollwise = [sys.executable, "-m", "rollwise.cli"]
     print("warm start (cached for the arms) ...", flush=True)
-    subprocess.run([*rollwise, "train", *sum((["--set", s] for s in arm_overrides("float32", 1, work, "prep", a.threads)), [])],
-                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(train_command(arm_overrides("float32", 1, work, "prep", a.threads)), check=True, stdout=subprocess.DEVNULL)
     arms = {}
     for dtype in a.dtypes:
         print(f"embedded default, compute_dtype={dtype}, {a.steps} steps ...", flush=True)
         load = os.getloadavg()[0]
         t0 = time.perf_counter()
-        proc = subprocess.run([*rollwise, "train", *sum((["--set", s] for s in arm_overrides(dtype, a.steps, work, dtype, a.threads)), [])],
-                              check=True, capture_output=True, text=True)
+        proc = subprocess.run(train_command(arm_overrides(dtype, a.steps, work, dtype, a.threads)), check=True,
+                              capture_output=True, text=True)
         wall = time.perf_counter() - t0
         from rollwise.ledger import read_jsonl
 
@@ -139,9 +152,9 @@ def main(argv=None) -> int:
         "benchmark": "compute_dtype_auto", "issue": 33, "created": benchinfo.stamp(), "git": benchinfo.git(),
         "machine": {**benchinfo.machine(), "cpu_model": cpu_model(), "cpu_flags_all": flags,
                     "bf16_related_flags": [f for f in flags if "bf16" in f or f.startswith("amx") or f.startswith("avx512")]},
-        "cpu_types_measured": 1,
+        "note": a.note,
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "decisions": decisions,
+        "decisions": decisions, "cuda_decision": cuda,
         "embedded_default": {"overrides": arm_overrides("<dtype>", a.steps, Path("<tmp>"), "<dtype>", a.threads), "arms": arms},
     }
     if "auto" in arms and "float32" in arms:

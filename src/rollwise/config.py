@@ -85,7 +85,7 @@ class ModelConfig(Section):
         "auto", description="Dtype the policy's matrix products run in (generation, scoring, training) while weights, gradients and "
                             "optimizer state stay in model.dtype (bf16 autocast, fp32 master weights; rollwise.train.precision). "
                             "'auto': the faster of the two here: on a CPU, measured on the model's own matrix shapes at the first "
-                            "run (~1-2 s; bf16 only if >= 1.1x as fast) and cached per CPU and torch version; on CUDA, bfloat16 "
+                            "run (a few seconds; bf16 only if >= 1.1x as fast) and cached per CPU and torch version; on CUDA, bfloat16 "
                             "when the GPU supports it. The choice and its reason are logged and written to metrics.jsonl "
                             "(precision/*). An explicit float32 / bfloat16 always wins.")
     max_batch: int = Field(256, ge=1, description="Most sequences per generation forward pass.")
