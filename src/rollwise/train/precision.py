@@ -80,7 +80,7 @@ class Precision:
         return {"precision/compute_dtype": self.name, "precision/bf16_speedup": speedup, "precision/reason": self.reason}
 
     def describe(self) -> str:
-        """The log line: ``compute dtype: float32 (auto, measured: ...)``."""
+        """The log line: ``compute dtype: float32 (model.compute_dtype = 'auto'; measured: ...)``."""
         return f"compute dtype: {self.name} (model.compute_dtype = {self.setting!r}; {self.reason}: {self.detail})"
 
 
