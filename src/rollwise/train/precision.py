@@ -64,18 +64,21 @@ class Precision:
 
     dtype: torch.dtype
     setting: str  # the configured value: "auto", "float32" or "bfloat16"
-    reason: str  # "configured", "measured", "measured (cached)", "cuda bf16 support", ...
+    reason: str  # "configured", "measured", "cuda bf16 support", "bf16 weights", "no rule for device"
     detail: str  # one sentence for the run's log
     bf16_speedup: float | None = None  # fp32 seconds / bf16 seconds of the measured products (> 1: bf16 faster)
     fp32_s: float | None = None  # measured seconds of one pass through the model's products
     bf16_s: float | None = None
+    cached: bool = False  # the timings came from the cache (measured by an earlier run on this machine)
 
     @property
     def name(self) -> str:
         return str(self.dtype).removeprefix("torch.")
 
     def ledger_fields(self) -> dict:
-        """The decision as ``metrics.jsonl`` fields (``Ledger.facts``)."""
+        """The decision as ``metrics.jsonl`` fields (``Ledger.facts``). They do not say whether the
+        timings were cached (the log does), so every run on one machine writes the same fields and
+        a resumed run's lines read as an uninterrupted run's."""
         speedup = None if self.bf16_speedup is None else round(self.bf16_speedup, 4)
         return {"precision/compute_dtype": self.name, "precision/bf16_speedup": speedup, "precision/reason": self.reason}
 
@@ -305,7 +308,7 @@ def measured_cpu_decision(shapes: MatmulShapes, *, cache_path: Path | None = Non
     detail = (f"the model's matrix products on {key['cpu']} ({key['threads']} threads, torch {key['torch']}) took "
               f"{fp32_s * 1e3:.2f} ms in fp32 and {bf16_s * 1e3:.2f} ms under bf16 autocast per pass, "
               f"bf16 speed-up {speedup:.2f}x: {verdict} faster here ({where})")
-    return Precision(dtype, "auto", "measured (cached)" if cached else "measured", detail, speedup, fp32_s, bf16_s)
+    return Precision(dtype, "auto", "measured", detail, speedup, fp32_s, bf16_s, cached)
 
 
 def _positive(v) -> bool:
