@@ -109,7 +109,7 @@ def trl_config_kwargs(spec: dict, output_dir: str) -> dict:
         max_steps=spec["warmup"] + spec["steps"], num_iterations=1, learning_rate=spec["lr"], lr_scheduler_type="constant",
         warmup_steps=0, adam_beta1=0.9, adam_beta2=0.99, weight_decay=0.0, max_grad_norm=1.0,
         temperature=1.0, top_p=1.0, top_k=0, beta=0.0, epsilon=0.2, loss_type="dapo", scale_rewards="group",
-        use_cpu=True, bf16=spec.get("settings", "same") == "best" and native_bf16(), fp16=False,
+        use_cpu=True, bf16=spec.get("settings", "same") == "best" and spec.get("auto_bf16", False), fp16=False,
         report_to="none", save_strategy="no", logging_steps=1,
         disable_tqdm=True, seed=spec["seed"], dataloader_num_workers=0,
     )
@@ -133,11 +133,14 @@ def checkpointing_arg() -> str:
     return "activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing"
 
 
-def native_bf16() -> bool:
-    """The CPU runs bf16 natively (what rollwise's compute_dtype "auto" and TRL's best setting use)."""
-    from rollwise.train.precision import cpu_has_native_bf16
+def auto_precision(model) -> dict:
+    """What rollwise's ``model.compute_dtype = "auto"`` picks for ``model`` on this CPU (measured
+    once, then cached: rollwise.train.precision); the 'best' setting gives TRL the same (bf16=True
+    exactly when auto picks bf16)."""
+    from rollwise.train.precision import decide_compute_dtype
 
-    return cpu_has_native_bf16()
+    p = decide_compute_dtype("auto", "cpu", model.config, weights_dtype=next(model.parameters()).dtype)
+    return {**p.ledger_fields(), "fp32_s": p.fp32_s, "bf16_s": p.bf16_s, "detail": p.detail}
 
 
 # ---------------------------------------------------------------- summaries (pure)
@@ -277,9 +280,8 @@ def child_rollwise(spec: dict) -> dict:
                       "verify_s": ln["time/verify_s"], "tokens": ln["cost/generated_tokens"] - prev["cost/generated_tokens"],
                       "rollouts": ln["cost/rollouts"] - prev["cost/rollouts"], "reward": ln["reward/mean"]})
         prev = ln
-    from rollwise.train.precision import resolve_compute_dtype
-
-    info["bf16_autocast"] = resolve_compute_dtype(cfg.model.compute_dtype) == torch.bfloat16
+    info["bf16_autocast"] = lines[-1]["precision/compute_dtype"] == "bfloat16"  # what the run chose (its ledger)
+    info["precision"] = {k: v for k, v in lines[-1].items() if k.startswith("precision/")}
     return {"steps": steps, "peak_rss_mb": benchinfo.peak_rss_mb(), "torch_threads": torch.get_num_threads(), **info}
 
 
@@ -382,9 +384,10 @@ def run_child(side: str, spec: dict) -> dict:
 # ---------------------------------------------------------------- parent
 
 
-def prepare_model(spec: dict) -> tuple[str, int]:
+def prepare_model(spec: dict) -> tuple[str, int, dict]:
     """Build (or load the cached) warm-started tiny model as rollwise does; save it with its
-    tokenizer for TRL; return its weight digest and parameter count."""
+    tokenizer for TRL; return its weight digest, parameter count and what compute_dtype "auto"
+    picks for it here (``auto_precision``)."""
     import torch
 
     torch.set_num_threads(spec["threads"])
@@ -398,7 +401,7 @@ def prepare_model(spec: dict) -> tuple[str, int]:
     model, codec = components.build_policy(cfg, components.build_task(cfg), log=lambda *a, **k: None)
     model.save_pretrained(spec["model_dir"])
     codec.tokenizer.save_pretrained(spec["model_dir"])
-    return weights_digest(model), sum(p.numel() for p in model.parameters())
+    return weights_digest(model), sum(p.numel() for p in model.parameters()), auto_precision(model)
 
 
 def parse_args(argv=None):
@@ -417,7 +420,7 @@ def parse_args(argv=None):
                     help="keep TRL's default activation checkpointing (off here: rollwise does not recompute activations)")
     ap.add_argument("--lengths", nargs="+", choices=MODES, default=list(MODES))
     ap.add_argument("--settings", nargs="+", choices=SETTINGS, default=["same"],
-                    help="same: fp32 on both sides; best: each side's best CPU settings (bf16 autocast where native)")
+                    help="same: fp32 on both sides; best: each side's best CPU settings (bf16 autocast where rollwise's compute_dtype auto measures it faster)")
     ap.add_argument("--profile", choices=["auto", "always", "never"], default="auto",
                     help="auto: profile rollwise (pyinstrument) in a mode where it is not faster")
     ap.add_argument("--out", default=str(benchinfo.RESULTS / "vs_trl.json"))
@@ -449,8 +452,10 @@ def main(argv=None) -> int:
     try:
         print(f"preparing the shared initial weights ({a.model}, warm start {a.warm_start_steps} steps) ...", flush=True)
         t0 = time.perf_counter()
-        digest, n_params = prepare_model({**base, "mode": "natural"})
+        digest, n_params, auto = prepare_model({**base, "mode": "natural"})
         prepare_s = time.perf_counter() - t0
+        base["auto_bf16"] = auto["precision/compute_dtype"] == "bfloat16"
+        print(f"compute_dtype auto: {auto['precision/compute_dtype']} ({auto['detail']})", flush=True)
         modes = {}
         for setting, mode in [(st, m) for st in a.settings for m in a.lengths]:
             spec = {**base, "mode": mode, "settings": setting}
@@ -463,7 +468,7 @@ def main(argv=None) -> int:
                 sides[side] = {**summarise(res["steps"], a.warmup), "peak_rss_mb": res["peak_rss_mb"],
                                "rss_after_setup_mb": res["rss_after_setup_mb"], "torch_threads": res["torch_threads"],
                                "initial_weights": res["initial_weights"], "steps": res["steps"]}
-                for k in ("model_dtype", "load_avg", "bf16_autocast"):
+                for k in ("model_dtype", "load_avg", "bf16_autocast", "precision"):
                     if k in res:
                         sides[side][k] = res[k]
                 s = sides[side]
@@ -500,9 +505,10 @@ def main(argv=None) -> int:
                 "max_completion_length": a.max_new_tokens, "temperature": 1.0, "top_p": 1.0, "top_k": "off",
                 "loss": "token-level clipped surrogate (TRL loss_type='dapo', rollwise grpo aggregation='token_mean')",
                 "settings": {"same": "fp32 on both sides (rollwise model.compute_dtype='float32', TRL bf16=False)",
-                             "best": "each side's best CPU settings: bf16 autocast with fp32 master weights where the CPU has "
-                                     f"native bf16 ({'yes' if native_bf16() else 'no'} here): rollwise model.compute_dtype='auto', "
-                                     "TRL bf16=True; everything else as 'same'"},
+                             "best": "each side's best CPU settings: rollwise model.compute_dtype='auto' (bf16 autocast with "
+                                     "fp32 master weights where measured faster on this CPU), TRL bf16=True exactly when auto "
+                                     f"picks bf16 ({auto['precision/compute_dtype']} here); everything else as 'same'"},
+                "compute_dtype_auto": auto,
                 "run": a.settings,
                 "trl_activation_checkpointing": a.trl_activation_checkpointing,
                 "clip_eps": 0.2, "beta": 0.0, "updates_per_batch": 1, "micro_batches_per_step": 1, "lr": a.lr,

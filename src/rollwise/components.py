@@ -274,9 +274,10 @@ def check_runtime(cfg, log=print) -> None:
         connect(cfg.distributed, log=log)
 
 
-def build_backend(cfg, model, codec, seed: int):
+def build_backend(cfg, model, codec, seed: int, compute_dtype=None):
     """The rollout engine in this process (``model.backend``), or None when rollout workers
-    (``distributed.workers > 0``) each build their own."""
+    (``distributed.workers > 0``) each build their own. ``compute_dtype``: the dtype the run
+    resolved ``model.compute_dtype`` to (``Run.precision``); None resolves it here."""
     if cfg.distributed.workers > 0:
         return None
     if cfg.model.backend == "vllm":
@@ -284,10 +285,12 @@ def build_backend(cfg, model, codec, seed: int):
 
         return VLLMBackend.from_policy(model, codec.eos_ids, cfg.model, seed)
     from rollwise.backends.hf import HFBackend
-    from rollwise.train.precision import resolve_compute_dtype
+    if compute_dtype is None:
+        from rollwise.train.precision import resolve_compute_dtype
 
-    compute = resolve_compute_dtype(cfg.model.compute_dtype, next(model.parameters()).device)
-    return HFBackend(model, codec.eos_ids, codec.pad_id, cfg.model.max_batch, seed, compute_dtype=compute)
+        weights = next(model.parameters())
+        compute_dtype = resolve_compute_dtype(cfg.model.compute_dtype, weights.device, model.config, weights_dtype=weights.dtype)
+    return HFBackend(model, codec.eos_ids, codec.pad_id, cfg.model.max_batch, seed, compute_dtype=compute_dtype)
 
 
 def build_pool(cfg, backend, codec, task, sampling, tree, model, log=print, dp=None):

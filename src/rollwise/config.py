@@ -94,8 +94,10 @@ class ModelConfig(Section):
     compute_dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto", description="Dtype the policy's matrix products run in (generation, scoring, training) while weights, gradients and "
                             "optimizer state stay in model.dtype (bf16 autocast, fp32 master weights; rollwise.train.precision). "
-                            "'auto': bfloat16 where the hardware has native bf16 (CPU flags avx512_bf16 or amx_bf16, a CUDA GPU "
-                            "with bf16), else float32.")
+                            "'auto': the faster of the two here: on a CPU, measured on the model's own matrix shapes at the first "
+                            "run (a few seconds; bf16 only if >= 1.1x as fast) and cached per CPU and torch version; on CUDA, bfloat16 "
+                            "when the GPU supports it. The choice and its reason are logged and written to metrics.jsonl "
+                            "(precision/*). An explicit float32 / bfloat16 always wins.")
     device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$", description="Where the policy, the reference, the hf sampler, the trainer and the warm start run: "
                         "'auto' (cuda when torch sees a CUDA device, else cpu), 'cpu', 'cuda' or 'cuda:N' "
                         "(rollwise.train.device; memory is checked against the device before the model moves there).")

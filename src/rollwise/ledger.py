@@ -21,9 +21,12 @@ REUSE_KEYS = ("reused_tokens", "verify_tokens")
 
 
 class Ledger:
-    def __init__(self, run_dir: Path, write: bool = True, device=None):
+    def __init__(self, run_dir: Path, write: bool = True, facts: dict | None = None, device=None):
         self.dir = Path(run_dir)
         self.write = write  # False: totals and lines are kept, no file is touched (data-parallel ranks > 0)
+        # facts of this session written on every training line, e.g. the compute dtype it chose and
+        # why (precision/*, rollwise.train.precision); a resumed session decides (and writes) its own
+        self.facts = dict(facts or {})
         self.metrics_path = self.dir / "metrics.jsonl"
         self.eval_path = self.dir / "eval.jsonl"
         self.totals = {k: 0 for k in COST_KEYS}
@@ -32,14 +35,13 @@ class Ledger:
         self.t0 = time.perf_counter()
         # callables (kind, line) given every line written, kind "train" or "eval" (rollwise.trackers)
         self.sinks: list = []
-        # the device's facts on every metrics line (rollwise.train.device.describe) and, on CUDA, its
-        # peak memory since the last line
-        self.facts: dict = {}
+        # the device's facts (device/*, rollwise.train.device.describe) join them and, on CUDA, each
+        # line reports the device's peak memory since the last line
         self.device = None
         if device is not None:
             from rollwise.train.device import describe
 
-            self.facts = describe(device)
+            self.facts.update(describe(device))
             self.device = device if device.type == "cuda" else None
 
     def wall_s(self) -> float:
@@ -56,9 +58,9 @@ class Ledger:
         line = {"step": step, "policy_version": version, "wall_s": round(self.wall_s(), 4)}
         line.update({f"cost/{k}": v for k, v in self.totals.items()})
         line.update({"time/generate_s": cost.generate_s, "time/verify_s": cost.verify_s})
+        line.update(self.facts)
         line.update(getattr(cost, "metrics", None) or {})
         line.update(extra)
-        line.update(self.facts)
         if self.device is not None:
             from rollwise.train.device import peak_memory
 

@@ -26,7 +26,7 @@ from rollwise.distributed import data_parallel
 from rollwise.eval.evaluate import evaluate
 from rollwise.ledger import Ledger
 from rollwise.train import checkpoint
-from rollwise.train.precision import resolve_compute_dtype
+from rollwise.train.precision import decide_compute_dtype
 from rollwise.train.trainer import Trainer
 from rollwise.types import RunState, Sampling
 
@@ -82,9 +82,13 @@ class Run:
         self.model, self.codec = components.build_policy(cfg, self.task, log=log)
         s = cfg.sampling
         self.sampling = Sampling(s.temperature, s.top_p, s.max_new_tokens)
-        self.compute_dtype = resolve_compute_dtype(cfg.model.compute_dtype, next(self.model.parameters()).device)
+        weights = next(self.model.parameters())  # model.compute_dtype "auto": measured on a CPU (train/precision.py)
+        self.precision = decide_compute_dtype(cfg.model.compute_dtype, weights.device, self.model.config,
+                                              weights_dtype=weights.dtype, log=log)
+        self.compute_dtype = self.precision.dtype
+        log(self.precision.describe())
         if backend is None:  # model.backend in this process (None with Ray workers)
-            backend = components.build_backend(cfg, self.model, self.codec, seed)
+            backend = components.build_backend(cfg, self.model, self.codec, seed, self.compute_dtype)
         self.backend = backend
         d3s = cfg.filter.d3s
         if d3s.enabled and d3s.token_level and d3s.entropy == "sampler" and hasattr(backend, "record_entropy"):
@@ -139,7 +143,8 @@ class Run:
             from rollwise.train.streaming import StreamingTrainer
 
             self.trainer = StreamingTrainer(self.trainer, self._stream_batch)
-        self.ledger = Ledger(self.dir, write=self.main, device=next(self.model.parameters()).device)  # model.device
+        self.ledger = Ledger(self.dir, write=self.main, facts=self.precision.ledger_fields(),
+                             device=next(self.model.parameters()).device)  # precision/* and device/* on every line
         self.state = RunState(seed=seed)
         self.evals: list[dict] = []
         self.saved_step: int | None = None  # the newest checkpoint this run wrote or resumed from

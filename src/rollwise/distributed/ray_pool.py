@@ -210,7 +210,9 @@ class RolloutWorker:
                 self.model = self.model.to(torch.bfloat16)
             from rollwise.train.precision import resolve_compute_dtype
 
-            compute = resolve_compute_dtype(cfg.model.compute_dtype, "cpu")  # as the trainer's (model.compute_dtype)
+            # model.compute_dtype on this worker's machine ("auto": measured here, or this machine's cached timings)
+            compute = resolve_compute_dtype(cfg.model.compute_dtype, "cpu", self.model.config,
+                                            weights_dtype=next(self.model.parameters()).dtype)
             backend = HFBackend(self.model, codec.eos_ids, codec.pad_id, cfg.model.max_batch, cfg.run.seed, compute_dtype=compute)
         self.backend = backend
         task = components.build_task(cfg)

@@ -1,6 +1,7 @@
 """The hf sampler's speed paths (issue #13): finished rows leave the decode batch without
 changing any row's tokens, only the last position reaches the LM head, inverse-CDF sampling draws
-from the reported distribution, and bf16 autocast is detected from the CPU flags."""
+from the reported distribution, and bf16 autocast generation keeps fp32 weights. (How
+model.compute_dtype = "auto" chooses: tests/unit/train/test_precision.py.)"""
 
 import math
 
@@ -8,7 +9,6 @@ import pytest
 import torch
 
 from rollwise.backends.hf import HFBackend, sample_rows
-from rollwise.train.precision import cpu_has_native_bf16, resolve_compute_dtype
 from rollwise.train.tiny import build_tiny
 from rollwise.types import Sampling
 
@@ -98,16 +98,6 @@ def test_sample_frequencies_follow_the_probabilities():
     tok, _ = sample_rows(logp, Sampling(1.0, 1.0, 1), logp, torch.rand(20000, generator=g, dtype=torch.float64))
     freq = torch.bincount(tok, minlength=3).double() / 20000
     assert freq.tolist() == pytest.approx([0.7, 0.2, 0.1], abs=0.014)
-
-
-def test_auto_compute_dtype_follows_the_cpu_flags():
-    assert cpu_has_native_bf16(frozenset({"avx2", "avx512_bf16"}))
-    assert cpu_has_native_bf16(frozenset({"amx_bf16", "amx_tile"}))
-    assert not cpu_has_native_bf16(frozenset({"avx2", "avx512f", "fma"}))  # AVX-512 alone emulates bf16
-    assert resolve_compute_dtype("auto", "cpu", frozenset({"avx512_bf16"})) == torch.bfloat16
-    assert resolve_compute_dtype("auto", "cpu", frozenset({"avx2"})) == torch.float32
-    assert resolve_compute_dtype("float32", "cpu", frozenset({"avx512_bf16"})) == torch.float32
-    assert resolve_compute_dtype("bfloat16", "cpu", frozenset()) == torch.bfloat16
 
 
 def test_bf16_autocast_generation_keeps_fp32_weights_and_sane_logprobs(tiny):

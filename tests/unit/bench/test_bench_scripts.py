@@ -213,3 +213,40 @@ def test_train_profile_batch_shapes():
     assert b.num_loss_tokens == int(sum(lens)) and bool((b.loss_mask[:, :3] == 0).all())
     forced = tp.make_batch(4, 3, 6, natural=False, vocab=50)
     assert forced.loss_mask.sum().item() == 24 and bool(forced.attention_mask.all())
+
+
+# ---------------------------------------------------------------- compute_dtype_auto (issue #33)
+
+
+@pytest.mark.skipif(not HAS_TRL, reason="trl is not installed (pip install 'trl==1.16.0')")
+def test_trl_best_setting_uses_bf16_exactly_when_rollwise_auto_picks_it(tmp_path):
+    from trl import GRPOConfig
+
+    def bf16(settings, auto_bf16):
+        return GRPOConfig(**vs_trl.trl_config_kwargs({**SPEC, "settings": settings, "auto_bf16": auto_bf16},
+                                                     str(tmp_path))).bf16
+
+    assert bf16("best", True) and not bf16("best", False) and not bf16("same", True)
+
+
+def test_compute_dtype_arms_are_valid_configs_without_evaluation_during_training(tmp_path):
+    import compute_dtype_auto as cda
+
+    from rollwise.config import load_config
+
+    cfg = load_config(overrides=cda.arm_overrides("bfloat16", 60, tmp_path, "bf", threads=2))
+    assert cfg.model.compute_dtype == "bfloat16" and cfg.train.steps == 60 and cfg.run.threads == 2
+    assert not cfg.eval.at_start and cfg.eval.every == 0 and cfg.run.checkpoint_every == 0
+    assert cfg.run_dir() == tmp_path / "bf"
+
+
+def test_compute_dtype_run_summary_sums_phases_and_keeps_the_precision():
+    import compute_dtype_auto as cda
+
+    lines = [{"wall_s": 1.0, "time/generate_s": 0.25, "time/train_s": 0.5, "cost/generated_tokens": 10,
+              "precision/compute_dtype": "float32", "precision/bf16_speedup": 0.5, "precision/reason": "measured"},
+             {"wall_s": 2.5, "time/generate_s": 0.5, "time/train_s": 0.75, "cost/generated_tokens": 30,
+              "precision/compute_dtype": "float32", "precision/bf16_speedup": 0.5, "precision/reason": "measured"}]
+    s = cda.summarise_run(lines)
+    assert (s["steps"], s["train_loop_wall_s"], s["generate_s"], s["train_s"], s["generated_tokens"]) == (2, 2.5, 0.75, 1.25, 30)
+    assert s["precision"] == {"precision/compute_dtype": "float32", "precision/bf16_speedup": 0.5, "precision/reason": "measured"}
