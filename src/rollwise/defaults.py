@@ -15,7 +15,9 @@ keys left unset:
   and ``eval.every`` come from the model's profile (``PROFILES``): the tiny presets' profile is
   the schema's defaults; a pretrained model gets a run that finishes in reasonable time on a CPU.
 - ``model.warm_start.batch_size`` is at most the train split's size and ``model.warm_start.steps``
-  at most ``WARM_EPOCHS`` passes over it (never more than the schema's default).
+  at most ``WARM_EPOCHS`` passes over it (never more than the schema's default), for tasks read from
+  data (a task class with ``WARM_START_SIZED = False``, the built-in arithmetic generator, keeps
+  the default).
 
 The embedded default (tiny + built-in arithmetic, no settings) derives exactly the schema's
 defaults (8 tokens, 1,150 x 64 warm start, 32 x 8 rollouts, 600 steps), so ``resolve`` returns it
@@ -58,9 +60,9 @@ PROFILES = {
     # the schema's defaults; a tiny model answers in the task's format (the warm start teaches it), and
     # its untrained or briefly warm-started weights ramble to the limit, so truncation only warns there
     "tiny": Profile("tiny"),
-    # a pretrained chat model on a CPU: 8 x 4 rollouts, 40 steps, a 32-prompt held-out evaluation
-    "pretrained": Profile("pretrained", {"control.prompts_per_step": 8, "control.rollouts_per_prompt": 4, "train.steps": 40,
-                                         "eval.n_prompts": 32, "eval.every": 20},
+    # a pretrained chat model on a CPU: 4 x 8 rollouts, 40 steps, a 32-prompt held-out evaluation
+    # (the group size stays the schema's 8: benchmarks/regime_smollm2.toml relies on it)
+    "pretrained": Profile("pretrained", {"control.prompts_per_step": 4, "train.steps": 40, "eval.n_prompts": 32, "eval.every": 20},
                           min_new_tokens=128, room=2.0, extra=64, max_new_tokens_cap=512, truncation_stop=True),
 }
 
@@ -121,7 +123,9 @@ def derive(cfg, task) -> dict[str, tuple[object, str]]:
     rows = len(base.train_prompts())
     ws = cfg.model.warm_start
     batch = ws.batch_size
-    warm = cfg.model.name in tiny.NAMES or ws.pretrained  # a pretrained model is warm-started only on request
+    # a pretrained model is warm-started only on request; a task whose train split is generated (arithmetic's
+    # n_train is a knob of its generator, and benchmarks/reuse.toml's 1,000 rows rely on the full warm start) keeps it
+    warm = (cfg.model.name in tiny.NAMES or ws.pretrained) and getattr(base, "WARM_START_SIZED", True)
     if warm and not is_set(cfg, "model.warm_start.batch_size") and rows < batch:
         batch = rows
         out["model.warm_start.batch_size"] = (rows, f"the train split's {rows} rows")

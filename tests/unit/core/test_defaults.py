@@ -38,7 +38,7 @@ def test_chat_model_on_jsonl_gets_profile_and_token_room(tmp_path):
     logs = []
     cfg = defaults.resolve(load_config(overrides=[f'task.name="jsonl:{p}"', "model.name=smollm2-135m"]), log=logs.append)
     assert cfg.sampling.max_new_tokens == 128  # short answers: the profile's floor, room for reasoning
-    assert (cfg.control.prompts_per_step, cfg.control.rollouts_per_prompt, cfg.train.steps) == (8, 4, 40)
+    assert (cfg.control.prompts_per_step, cfg.control.rollouts_per_prompt, cfg.train.steps) == (4, 8, 40)
     assert cfg.model.warm_start.steps == 1150  # not warm-started (pretrained = false): left as it is
     [line] = logs
     assert "sampling.max_new_tokens = 128" in line and "train.steps = 40" in line
@@ -70,7 +70,7 @@ def test_reasoning_gym_on_tiny_fits_answer_tags():
 def test_explicit_settings_win(tmp_path):
     p = _jsonl(tmp_path, 16)
     sets = [f'task.name="jsonl:{p}"', "model.name=smollm2-135m", "sampling.max_new_tokens=8", "train.steps=600",
-            "control.prompts_per_step=32", "control.rollouts_per_prompt=8", "eval.n_prompts=200", "eval.every=50"]
+            "control.prompts_per_step=32", "eval.n_prompts=200", "eval.every=50"]
     cfg = load_config(overrides=sets)
     assert defaults.resolve(cfg, log=lambda m: None) is cfg
     cfg = load_config(overrides=[f'task.name="jsonl:{p}"', "model.warm_start.steps=1150", "model.warm_start.batch_size=64"])
@@ -144,3 +144,22 @@ def test_truncation_stop_in_a_run(tmp_path, monkeypatch):
     o = tiny_overrides(tmp_path, name="f", steps=1, **{"sampling.max_new_tokens": 1, "model.warm_start.steps": 0,
                                                        "run.force": True})
     assert rollwise.train(load_config(overrides=as_sets(o)), log=lambda m: None).steps == 1
+
+
+def test_shipped_sweeps_keep_their_values():
+    """benchmarks/*.toml rely on the schema's defaults for keys they leave unset: none is derived."""
+    from pathlib import Path
+
+    from rollwise import components
+    from rollwise.bench.sweep import load_sweep, plan
+
+    for f in ("benchmarks/reuse.toml", "benchmarks/regime_smollm2.toml", "benchmarks/arith_quick.toml"):
+        spec = plan(load_sweep(Path(__file__).parents[3] / f))[0]
+        if spec.cfg.task.name.startswith("reasoning_gym"):
+            pytest.importorskip("reasoning_gym")
+        assert defaults.derive(spec.cfg, components.build_task(spec.cfg)) == {}, f
+
+
+def test_arithmetic_with_few_rows_keeps_the_warm_start():
+    cfg = load_config(overrides=["task.options.n_train=200"])
+    assert defaults.resolve(cfg, log=lambda m: None) is cfg
