@@ -14,6 +14,10 @@ keys left unset:
 - ``control.prompts_per_step``, ``control.rollouts_per_prompt``, ``train.steps``, ``eval.n_prompts``
   and ``eval.every`` come from the model's profile (``PROFILES``): the tiny presets' profile is
   the schema's defaults; a pretrained model gets a run that finishes in reasonable time on a CPU.
+- A pretrained model with ``train.lr`` unset trains LoRA adapters (``model.lora.enabled``, when
+  peft is installed and the key is unset) at the default 2e-4, as the shipped SmolLM2 presets do,
+  else a full fine-tune at ``PRETRAINED_FULL_LR``: one full-weight step at 2e-4 turns
+  SmolLM2-135M's 3% truncated completions into 91% (measured on 2 CPU cores).
 - ``model.warm_start.batch_size`` is at most the train split's size and ``model.warm_start.steps``
   at most ``WARM_EPOCHS`` passes over it (never more than the schema's default), for tasks read from
   data (a task class with ``WARM_START_SIZED = False``, the built-in arithmetic generator, keeps
@@ -43,6 +47,15 @@ CHARS_PER_TOKEN = 3.0  # a conservative characters-per-token ratio for BPE token
 WARM_EPOCHS = 16  # the warm start's passes over the train split at most (5,000 arithmetic rows x 16 / 64 > 1,150)
 MAX_HOURS = 24.0  # a run whose measured step time puts the remaining steps past this stops at step 0
 TRUNCATION_STOP = 0.5  # share of step-0 rollouts cut at max_new_tokens that stops a run
+
+
+PRETRAINED_FULL_LR = 1e-6  # full fine-tune of a pretrained model without LoRA (TRL's GRPO default learning rate)
+
+
+def _has_peft() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("peft") is not None
 
 
 @dataclass(frozen=True)
@@ -101,6 +114,14 @@ def derive(cfg, task) -> dict[str, tuple[object, str]]:
     for key, value in prof.settings.items():
         if not is_set(cfg, key) and _get(cfg, key) != value:
             out[key] = (value, f"the {prof.name} model profile")
+    if prof.name == "pretrained" and not is_set(cfg, "train.lr"):  # a full fine-tune at 2e-4 breaks the model in one step
+        if not is_set(cfg, "model.lora.enabled") and _has_peft():
+            if not cfg.model.lora.enabled:
+                out["model.lora.enabled"] = (True, "the pretrained profile: LoRA (r 16) at train.lr 2e-4, as "
+                                                   "configs/smollm2_arithmetic.toml")
+        elif not cfg.model.lora.enabled:
+            out["train.lr"] = (PRETRAINED_FULL_LR, "the pretrained profile: a full fine-tune (no LoRA) of a pretrained "
+                                                   "model at the default 2e-4 breaks it in one step")
     base = getattr(task, "_task", task)  # the warm start uses the whole train split (task.max_train_prompts)
     if not is_set(cfg, "sampling.max_new_tokens"):
         refs = references(base)

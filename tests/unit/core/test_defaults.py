@@ -40,6 +40,7 @@ def test_chat_model_on_jsonl_gets_profile_and_token_room(tmp_path):
     assert cfg.sampling.max_new_tokens == 128  # short answers: the profile's floor, room for reasoning
     assert (cfg.control.prompts_per_step, cfg.control.rollouts_per_prompt, cfg.train.steps) == (4, 8, 40)
     assert cfg.model.warm_start.steps == 1150  # not warm-started (pretrained = false): left as it is
+    assert cfg.model.lora.enabled == defaults._has_peft() and cfg.train.lr == (2e-4 if defaults._has_peft() else 1e-6)
     [line] = logs
     assert "sampling.max_new_tokens = 128" in line and "train.steps = 40" in line
     text = to_toml(cfg)
@@ -70,7 +71,7 @@ def test_reasoning_gym_on_tiny_fits_answer_tags():
 def test_explicit_settings_win(tmp_path):
     p = _jsonl(tmp_path, 16)
     sets = [f'task.name="jsonl:{p}"', "model.name=smollm2-135m", "sampling.max_new_tokens=8", "train.steps=600",
-            "control.prompts_per_step=32", "eval.n_prompts=200", "eval.every=50"]
+            "control.prompts_per_step=32", "eval.n_prompts=200", "eval.every=50", "train.lr=2e-4"]
     cfg = load_config(overrides=sets)
     assert defaults.resolve(cfg, log=lambda m: None) is cfg
     cfg = load_config(overrides=[f'task.name="jsonl:{p}"', "model.warm_start.steps=1150", "model.warm_start.batch_size=64"])
@@ -163,3 +164,10 @@ def test_shipped_sweeps_keep_their_values():
 def test_arithmetic_with_few_rows_keeps_the_warm_start():
     cfg = load_config(overrides=["task.options.n_train=200"])
     assert defaults.resolve(cfg, log=lambda m: None) is cfg
+
+
+def test_pretrained_full_fine_tune_gets_a_small_lr(tmp_path):
+    p = _jsonl(tmp_path, 20)
+    out = defaults.resolve(load_config(overrides=[f'task.name="jsonl:{p}"', "model.name=smollm2-135m",
+                                                  "model.lora.enabled=false"]), log=lambda m: None)
+    assert (out.model.lora.enabled, out.train.lr) == (False, defaults.PRETRAINED_FULL_LR)
