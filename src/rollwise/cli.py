@@ -72,10 +72,13 @@ def train(config: Optional[Path] = ConfigOpt, set: Optional[List[str]] = SetOpt,
         cfg = cfg.with_run_name()  # the directory it will write (a default name never reuses a run)
     say = console.print if env_rank() == 0 else (lambda *a, **k: None)  # torchrun: rank 0 speaks for the run
     tc = cfg.train
+    from rollwise import defaults
+
+    steps = tc.steps if defaults.is_set(cfg, "train.steps") else defaults.profile(cfg.model.name).settings.get("train.steps", tc.steps)
     budget = "".join(f", budget {v:,} {k.replace('_', ' ')}" for k, v in (("generated tokens", tc.budget_generated_tokens),
                                                                            ("rollouts", tc.budget_rollouts)) if v)
     say(f"[bold]rollwise[/] run [cyan]{cfg.run_dir()}[/] — task {cfg.task.name}, model {cfg.model.name}, "
-        f"controller {cfg.control.name}, objective {cfg.objective.name}, at most {tc.steps} steps{budget}",
+        f"controller {cfg.control.name}, objective {cfg.objective.name}, at most {steps} steps{budget}",
         highlight=False, soft_wrap=True)
     try:
         result = rollwise.train(cfg, resume=resume is not None, log=lambda m: console.print(f"[dim]{escape(m)}[/]", highlight=False, soft_wrap=True))

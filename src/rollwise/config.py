@@ -41,6 +41,9 @@ class RunConfig(Section):
     threads: int | None = Field(None, ge=1, description="torch CPU threads (default: all cores).")
     overwrite: bool = Field(False, description="Replace an existing run directory instead of refusing.")
     progress: bool = Field(True, description="Show a progress bar.")
+    force: bool = Field(False, description="Train even when the first step's probe would stop the run: more than half of "
+                        "the completions cut at sampling.max_new_tokens (pretrained models), or a measured step time that "
+                        "puts the remaining steps past 24 h (rollwise.defaults.probe).")
 
 
 class LoraConfig(Section):
@@ -388,6 +391,7 @@ class EvalConfig(Section):
 
 
 class Config(Section):
+    _derived: dict = PrivateAttr(default_factory=dict)  # key -> "value from why" (rollwise.defaults.resolve)
     run: RunConfig = Field(default_factory=RunConfig, description="Run directory, seed, checkpoints.")
     model: ModelConfig = Field(default_factory=ModelConfig, description="Policy model.")
     task: TaskConfig = Field(default_factory=TaskConfig, description="Prompt source and verifier.")
@@ -514,4 +518,5 @@ def check_strategies(cfg: Config) -> None:
 def to_toml(cfg: Config) -> str:
     import tomli_w
 
-    return tomli_w.dumps(cfg.model_dump(mode="json", exclude_none=True))
+    head = "".join(f"# derived: {k} = {why}\n" for k, why in getattr(cfg, "_derived", {}).items())
+    return (head + "\n" if head else "") + tomli_w.dumps(cfg.model_dump(mode="json", exclude_none=True))

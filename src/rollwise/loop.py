@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from rollwise import storage
+from rollwise import defaults, storage
 from rollwise.config import Config, load_config
 from rollwise.session import Run, RunResult, now, step_metrics
 from rollwise.objectives.inputs import advantage_inputs
@@ -33,6 +33,7 @@ def train(cfg: Config, *, resume: bool = False, backend=None, log=print) -> RunR
             run.evaluate()
             show()
         while st.step < cfg.train.steps and run.within_budget():     # steps cap, compute budget
+            t_step = now()
             prompts = ctrl.select(st)                                    # which prompts
             plan = ctrl.plan(prompts, st)                                # how many rollouts each
             groups, planned = [], []
@@ -56,6 +57,8 @@ def train(cfg: Config, *, resume: bool = False, backend=None, log=print) -> RunR
             metrics.update(step_metrics(groups, dropped, planned), **shaping, **getattr(ctrl, "metrics", {}), **picked,
                            **getattr(parts.replay, "metrics", {}))               # e.g. SAPO's received rollouts
             line = run.ledger.record(st.step, st.policy_version, run.pool.take_cost(), batch.num_loss_tokens, metrics)
+            if st.step == run.start_step:                                # step-0 probe: truncation, time, memorisation
+                defaults.probe(run, line, now() - t_step)
             st.step += 1
             if run.due(cfg.eval.every):
                 run.evaluate()

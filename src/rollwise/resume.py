@@ -26,7 +26,7 @@ from typing import Any
 from rollwise.registry import UserError
 
 CHANGES = "changes.jsonl"
-IGNORED = frozenset({"run.dir", "run.name", "run.progress", "run.threads", "run.overwrite", "eval.at_start"})
+IGNORED = frozenset({"run.dir", "run.name", "run.progress", "run.threads", "run.overwrite", "run.force", "eval.at_start"})
 SAFE = frozenset({"train.steps", "train.budget_generated_tokens", "train.budget_rollouts", "eval.every",
                   "run.checkpoint_every", "run.keep_checkpoints"})
 

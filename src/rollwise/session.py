@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rollwise import components, reward
+from rollwise import components, defaults, reward
 from rollwise import resume as resume_check
 from rollwise.config import Config, to_toml
 from rollwise.distributed import data_parallel
@@ -52,6 +52,7 @@ class Run:
         self.main = self.dp is None or self.dp.main  # the process that writes the run directory
         if self.dp is not None:  # ranks > 0 wait for rank 0's set-up and take its run name
             cfg, log = self.dp.follow(cfg, log)
+        cfg = defaults.resolve(cfg, log=log)  # unset keys that follow the model and the task (issue #32)
         if resume:  # the saved config against the requested one, before anything in the directory is touched
             changes = resume_check.check(cfg, cfg.run_dir())
         else:  # a default run name never reuses an existing run directory

@@ -74,7 +74,9 @@ def status(spec: RunSpec) -> str:
         if (d / DONE).exists():
             raise UserError(f"{d} has {DONE} but no config.resolved.toml; delete the directory to run it again")
         return "new"
-    old, new = flatten(saved_fingerprint(saved)), flatten(config_fingerprint(spec.cfg))
+    from rollwise import defaults  # the saved config holds the derived defaults (issue #32): compare like with like
+
+    old, new = flatten(saved_fingerprint(saved)), flatten(config_fingerprint(defaults.resolve(spec.cfg, log=lambda m: None)))
     if old != new:
         keys = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
         raise UserError(f"{d} holds a run made with a different config than this sweep asks for (differs in "

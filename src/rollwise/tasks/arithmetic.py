@@ -179,6 +179,7 @@ class ArithmeticTask:
 
     name = NAME
     REWARD_ONLY_OPTIONS = ("second_reward", "max_length")  # change verdicts only: the warm start is shared
+    WARM_START_SIZED = False  # generated split: the warm start keeps model.warm_start.steps (rollwise.defaults)
 
     def __init__(self, options: "make.Options"):
         self.options = options
