@@ -333,7 +333,6 @@ class Run:
         saved = checkpoint.list_steps(self.dir)
         if not saved or saved[-1] != self.state.step:
             self.checkpoint()
-        self._plot(final=True)
         from rollwise import storage
         from rollwise.export import write_hf  # final/: the trained model as a Hugging Face directory
 
@@ -343,6 +342,7 @@ class Run:
         elif self.main:
             with storage.guard(f"the exported model {self.dir / 'final'}", self.dir):
                 write_hf(self.model, self.codec.tokenizer, self.dir / "final", overwrite=True)
+        self._plot(final=True)  # after final/: the model first, the plots can be redrawn from the ledger
         return RunResult(self.dir, self.state.step, self.evals[0] if self.evals else {}, self.evals[-1] if self.evals else {},
                          dict(self.ledger.totals))
 

@@ -70,7 +70,9 @@ def test_tensorboard_event_files_read_back(tracked):
     assert [e.step for e in by_tokens.Scalars("reward/mean")] == [m["cost/generated_tokens"] for m in metrics]
     assert [(e.step, pytest.approx(e.value)) for e in by_step.Scalars("eval/pass@1")] == [(e["step"], e["eval/pass@1"]) for e in evals]
     assert [e.step for e in by_tokens.Scalars("eval/pass@1")] == [e["cost/generated_tokens"] for e in evals]
-    assert set(metrics[0]) - {"step"} <= set(by_step.Tags()["scalars"]) | {k for k, v in metrics[0].items() if isinstance(v, bool)}
+    # every number is a scalar; flags and the run's text facts (device/name, precision/reason) are not
+    assert set(metrics[0]) - {"step"} <= set(by_step.Tags()["scalars"]) | {k for k, v in metrics[0].items() if isinstance(v, (bool, str))}
+    assert {"device/name", "precision/compute_dtype"} <= {k for k, v in metrics[0].items() if isinstance(v, str)}
     assert "train" in by_step.Tags()["tensors"][0] or "config" in str(by_step.Tags()["tensors"])
 
 
