@@ -77,6 +77,13 @@ def _under(name, root: Path) -> bool:
         return False
 
 
+def checkpoints_of(run_dir: Path) -> tuple[int | None, Path]:
+    """(latest intact checkpoint step or None, checkpoints folder) of a run: set by
+    ``rollwise.train.checkpoint`` when it is imported (this module imports nothing of the run's, so
+    the checkpoint writer can use it without an import circle)."""
+    return None, Path(run_dir) / "checkpoints"
+
+
 def message(code: int, what: str, run_dir: Path | None, then: str | None = None) -> str:
     """One line: what failed and why, then what to do: for a run (``run_dir``) the checkpoint that
     is intact and the resume command; otherwise the fix for the cause, then ``then``."""
@@ -84,14 +91,12 @@ def message(code: int, what: str, run_dir: Path | None, then: str | None = None)
     head = f"{cause} ({os.strerror(code)}) while writing {what}"
     if then is not None:
         return f"{head}: {fix.format(dir=run_dir)}, then {then}"
-    from rollwise.train import checkpoint
-
     where = Path(run_dir)
-    prev = checkpoint.latest_step(where)
+    prev, ckpts = checkpoints_of(where)
     resume = f"rollwise train --resume {where}"
     if prev is not None:
         return f"{head}; the run stopped. Checkpoint step-{prev} is intact: {fix.format(dir=where)}, then continue with: {resume}"
-    return (f"{head}; the run stopped. No checkpoint is left in {checkpoint.ckpt_dir(where)}: "
+    return (f"{head}; the run stopped. No checkpoint is left in {ckpts}: "
             f"{fix.format(dir=where)}, then start again with: {resume}")
 
 

@@ -206,3 +206,6 @@ def unlock_run_dir(run_dir: Path) -> None:
     fd = _HELD.pop(str(Path(run_dir).resolve()), None)
     if fd is not None:
         os.close(fd)  # closing the descriptor releases the flock
+
+
+storage.checkpoints_of = lambda run_dir: (latest_step(Path(run_dir)), ckpt_dir(Path(run_dir)))  # the message's intact checkpoint
