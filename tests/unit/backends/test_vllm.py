@@ -153,6 +153,19 @@ def test_lora_weights_are_published_merged(tiny_engine):
     assert got == want and want != base
 
 
+def test_pushes_and_generation_print_no_known_harmless_warnings(tiny_engine, capfd):
+    """model.vllm.log_level = "error" (default): the rotary 'Failed to load weights' warning after a
+    push and the EOS-token warning do not reach the terminal (before the tests below close the
+    shared engine)."""
+    eng, model, tok = tiny_engine
+    capfd.readouterr()
+    eng.load_weights(1, policy_weights(model))
+    out = eng.generate(_prompts(tok), Sampling(1.0, 1.0, 4))
+    text = "".join(capfd.readouterr())
+    assert "Failed to load weights" not in text and "WARNING" not in text and "Traceback" not in text
+    assert all(len(c.token_ids) >= 1 for c in out)
+
+
 def test_an_architecture_vllm_cannot_load_is_a_user_error():
     from rollwise.backends.vllm import check_architecture
     from rollwise.registry import UserError
@@ -228,14 +241,3 @@ def test_smollm2_greedy_equals_hf_token_for_token(tiny_engine):
     assert any(c.finish == "stop" for c in got)  # at least one short answer ends with <|im_end|>
     assert max(abs(a - b) for g, w in zip(got, want) for a, b in zip(g.logprobs, w.logprobs)) < 5e-3
 
-
-def test_pushes_and_generation_print_no_known_harmless_warnings(tiny_engine, capfd):
-    """model.vllm.log_level = "error" (default): the rotary 'Failed to load weights' warning after a
-    push and the EOS-token warning do not reach the terminal; the push still lands (same log-probs)."""
-    eng, model, tok = tiny_engine
-    capfd.readouterr()
-    eng.load_weights(1, policy_weights(model))
-    out = eng.generate(_prompts(tok), Sampling(1.0, 1.0, 4))
-    text = "".join(capfd.readouterr())
-    assert "Failed to load weights" not in text and "WARNING" not in text and "Traceback" not in text
-    assert all(len(c.token_ids) >= 1 for c in out)
