@@ -66,21 +66,14 @@ def resolve_device(setting: str, cuda_count: int | None = None) -> torch.device:
 def describe(device: torch.device) -> dict:
     """Facts about ``device`` for the run's log and ledger: type, name, total and free GiB."""
     if device.type != "cuda":
-        name = next((ln.split(":", 1)[1].strip() for ln in _cpuinfo_lines() if ln.startswith("model name")), "cpu")
-        return {"device/type": "cpu", "device/name": name}
+        from rollwise.train.precision import cpu_model
+
+        return {"device/type": "cpu", "device/name": cpu_model() or "cpu"}
     free, total = torch.cuda.mem_get_info(device)
     return {"device/type": "cuda", "device/index": device.index or 0,
             "device/name": torch.cuda.get_device_name(device),
             "device/memory_gib": round(total / GIB, 2), "device/free_gib": round(free / GIB, 2),
             "device/capability": ".".join(map(str, torch.cuda.get_device_capability(device)))}
-
-
-def _cpuinfo_lines() -> list[str]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return f.read().splitlines()
-    except OSError:
-        return []
 
 
 def summary(info: dict) -> str:
