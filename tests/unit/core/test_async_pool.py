@@ -154,6 +154,32 @@ def _tiny_backend():
     return HFBackend(model.eval(), [tok.eos_token_id], tok.pad_token_id, max_batch=64, seed=0), Codec(tok, use_chat=False)
 
 
+def _publishing_during_the_first_call(backend, engine, on_new_weights, load, weights):
+    """An async pool over ``engine`` whose trainer publishes version 1 (``weights``, received by
+    ``load``) right after the first decode step of the first generate call; returns (pool, the
+    row count of every generate call)."""
+    opts = SimpleNamespace(max_staleness=1, on_new_weights=on_new_weights)
+    pool = AsyncPool(engine, load, opts, lambda: Plan(), backend=backend, codec=engine.codec, sampling=engine.sampling)
+    pool.load_weights(0, {})
+    pool._load_pending()
+    real = backend.generate
+    calls = []
+
+    def generate(seqs, smp, gen=None, max_new_tokens=None, stop_when=None, decode_hook=None):
+        calls.append(len(seqs))
+        if len(calls) == 1:  # the trainer publishes version 1 during the first call
+            def stop(done, first=[True]):
+                if first[0]:
+                    first[0] = False
+                    pool.load_weights(1, weights)
+                return stop_when(done)
+            return real(seqs, smp, gen, max_new_tokens, stop)
+        return real(seqs, smp, gen, max_new_tokens, stop_when)
+
+    backend.generate = generate
+    return pool, calls
+
+
 def test_interrupt_switches_versions_mid_rollout_and_greedy_continuation_is_exact():
     """Greedy decoding, weights 'published' after the first decode step but unchanged: the
     interrupted rollouts continue from their tokens and equal uninterrupted ones (spec §2,
@@ -167,25 +193,7 @@ def test_interrupt_switches_versions_mid_rollout_and_greedy_continuation_is_exac
     plain = LocalPool(backend, codec, verify, sampling).rollouts(plan, 0)
 
     engine = LocalPool(backend, codec, verify, sampling)
-    opts = SimpleNamespace(max_staleness=1, on_new_weights="interrupt")
-    pool = AsyncPool(engine, lambda v, w: None, opts, lambda: Plan(), backend=backend, codec=codec, sampling=sampling)
-    pool.load_weights(0, {})
-    pool._load_pending()
-    real = backend.generate
-    calls = []
-
-    def generate(seqs, smp, gen=None, max_new_tokens=None, stop_when=None, decode_hook=None):
-        calls.append(len(seqs))
-        if len(calls) == 1:  # the trainer publishes version 1 during the first call
-            def stop(done, first=[True]):
-                if first[0]:
-                    first[0] = False
-                    pool.load_weights(1, {})
-                return stop_when(done)
-            return real(seqs, smp, gen, max_new_tokens, stop)
-        return real(seqs, smp, gen, max_new_tokens, stop_when)
-
-    backend.generate = generate
+    pool, calls = _publishing_during_the_first_call(backend, engine, "interrupt", lambda v, w: None, {})
     out = pool._interruptible(plan)
     assert len(calls) == 2  # stopped once, continued once
     for (_, a), (_, b) in zip(plain, out):
@@ -220,26 +228,8 @@ def test_discard_drops_unfinished_tokens_charges_them_and_restarts_under_the_new
     assert greedy_new != greedy_old  # the new weights decode differently: the test can tell them apart
 
     engine = LocalPool(backend, codec, verify, sampling)
-    opts = SimpleNamespace(max_staleness=1, on_new_weights="discard")
-    pool = AsyncPool(engine, lambda v, w: w and backend.model.load_state_dict(w), opts, lambda: Plan(), backend=backend,
-                     codec=codec, sampling=sampling)
-    pool.load_weights(0, {})
-    pool._load_pending()
-    real = backend.generate
-    calls = []
-
-    def generate(seqs, smp, gen=None, max_new_tokens=None, stop_when=None, decode_hook=None):
-        calls.append(len(seqs))
-        if len(calls) == 1:  # the trainer publishes version 1 during the first call
-            def stop(done, first=[True]):
-                if first[0]:
-                    first[0] = False
-                    pool.load_weights(1, new)
-                return stop_when(done)
-            return real(seqs, smp, gen, max_new_tokens, stop)
-        return real(seqs, smp, gen, max_new_tokens, stop_when)
-
-    backend.generate = generate
+    pool, calls = _publishing_during_the_first_call(backend, engine, "discard",
+                                                    lambda v, w: w and backend.model.load_state_dict(w), new)
     out = pool._interruptible(plan)
     assert calls == [3, 3]  # stopped once, every rollout generated again
     assert [r.completion_ids for _, r in out] == greedy_new
