@@ -5,10 +5,7 @@
     result = rollwise.train(cfg)          # -> RunResult(run_dir, first/last eval, totals)
 """
 
-import os
 import types
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing may download at run time
 
 __version__ = "0.1.0"
 

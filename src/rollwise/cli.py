@@ -296,9 +296,13 @@ def _aborted() -> None:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: user and usage errors print one line and exit 2; Ctrl-C prints "aborted" and
     exits 130 (so ``rollwise compare ... && publish`` stops); SIGTERM does the same, exiting 143."""
+    import os
     import signal
     import threading
 
+    # The command line never downloads (the library itself loads with local_files_only and sets no
+    # variable): set before transformers / huggingface_hub are imported, which read it at import.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     global _TERMINATED
     _TERMINATED = False  # main() called again in one process (tests, notebooks)
     previous = None

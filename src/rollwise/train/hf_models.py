@@ -234,9 +234,9 @@ def load_gguf(path: str | Path, *, dtype: str = "float32") -> tuple[Any, Any]:
 
     _require_gguf_support()
     gguf = Path(path).expanduser().resolve()
-    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
     raw = AutoModelForCausalLM.from_pretrained(
-        str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
+        str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32, local_files_only=True
     )
     cfg_dict = raw.config.to_dict()
     cfg_dict.pop("quantization_config", None)
@@ -308,8 +308,8 @@ def _load_hf_dir(path: Path, dtype: str) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch_dtype = _torch_dtype(dtype)
-    tokenizer = AutoTokenizer.from_pretrained(str(path))
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch_dtype)
+    tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)  # never downloads
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch_dtype, local_files_only=True)
     model.eval()
     if tokenizer.pad_token is None and tokenizer.eos_token is not None:
         tokenizer.pad_token = tokenizer.eos_token  # batched generation and training need one
