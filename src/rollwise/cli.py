@@ -170,6 +170,15 @@ def compare(config: Path = typer.Option(..., "--config", "-c", help="Sweep file 
 
 
 @app.command()
+def report(out_dir: Path = typer.Argument(..., help="A compare output directory (holding compare.json).")):
+    """Redraw the plot and report.html from an existing compare.json (nothing is trained)."""
+    from rollwise.bench.report import redraw
+
+    paths = redraw(out_dir)
+    console.print(f"files: {', '.join(str(p) for p in paths)}", soft_wrap=True)
+
+
+@app.command()
 def swarm(config: Optional[Path] = ConfigOpt, set: Optional[List[str]] = SetOpt,
           peers: int = typer.Option(2, "--peers", "-n", help="Number of peers (processes) to start."),
           ray: bool = typer.Option(False, "--ray", help="Start the peers as Ray tasks (locally, or on --address)."),

@@ -112,3 +112,14 @@ def test_a_target_every_arm_reaches_at_step_0_is_said_to_be_one(tmp_path, capsys
     rows = page.split("<h2>Per arm</h2>")[1].split("<h2>Runs</h2>")[0]
     assert rows.count(msg) == 2 * 2  # tokens and seconds, each arm
     assert not re.search(r"<td>0 <span class=ci>", rows)  # no "0 tokens to target"
+
+
+def test_rollwise_report_redraws_the_same_files_from_compare_json(tmp_path, capsys):
+    sweep_path, out = _finished_sweep(tmp_path, {"grpo": (0.1, 0.3), "dapo-refill": (0.1, 0.9)}, ONE_AFTER_ANOTHER, target=0.25)
+    _run_cli(sweep_path, out, capsys)
+    page, png = (out / "report.html").read_bytes(), (out / "pass_at_1_vs_tokens.png").read_bytes()
+    (out / "report.html").unlink()
+    (out / "pass_at_1_vs_tokens.png").unlink()
+    cli.main(["report", str(out)])
+    assert "report.html" in capsys.readouterr().out
+    assert (out / "report.html").read_bytes() == page and (out / "pass_at_1_vs_tokens.png").read_bytes() == png

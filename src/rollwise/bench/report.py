@@ -92,8 +92,13 @@ def html(compare: dict, png: bytes, configs: dict[str, str]) -> str:
     def cell(a: dict, n: str) -> str:
         if at_start and n in ("tokens_to_target", "seconds_to_target"):
             return "<td class=same>target reached at step 0 by every arm: choose a higher target</td>"
+        ratio = a["ratios"][n]
+        if "separation" not in a:  # a compare.json older than the separation test: the ratio alone
+            shown = "—" if ratio is None else f"<span class=same>×{ratio:.2f}</span>"
+        else:
+            shown = _ratio(n, ratio, a["separation"].get(n), a.get("confounded", {}).get(n))
         return (f"<td>{_fig(a['metrics'][n], 0 if n == 'tokens_to_target' else 1 if n == 'seconds_to_target' else 3)}"
-                f"<br>{_ratio(n, a['ratios'][n], a.get('separation', {}).get(n), a.get('confounded', {}).get(n))}</td>")
+                f"<br>{shown}</td>")
 
     rows = []
     for arm, a in arms.items():
@@ -171,6 +176,33 @@ marked “{H.escape(CONFOUNDED)}”.</p>
 {cfgs}
 </body></html>
 """
+
+
+def run_configs(out_dir: Path, compare: dict) -> dict[str, str]:
+    """Each arm's resolved config, read back from its first seed's run directory (the directory
+    compare.json names, else the one of that name under ``out_dir``); a run directory that is not
+    here (committed results keep compare.json only) gives a line saying so."""
+    seed = str(compare["sweep"]["seeds"][0])
+    out = {}
+    for arm, a in compare["arms"].items():
+        run_dir = Path(a["runs"][seed]["dir"])
+        found = [d / "config.resolved.toml" for d in (run_dir, Path(out_dir) / run_dir.name)
+                 if (d / "config.resolved.toml").is_file()]
+        out[arm] = found[0].read_text() if found else f"(not shown: {run_dir.as_posix()}/config.resolved.toml is not here)"
+    return out
+
+
+def redraw(out_dir: Path) -> list[Path]:
+    """``rollwise report DIR``: the plot and ``report.html`` again from ``DIR/compare.json`` (no run
+    is trained or read besides its resolved config); returns the paths written."""
+    from rollwise.registry import UserError
+
+    out_dir = Path(out_dir)
+    path = out_dir / "compare.json"
+    if not path.is_file():
+        raise UserError(f"{path} not found (rollwise compare writes it)")
+    compare = json.loads(path.read_text())
+    return write(out_dir, compare, run_configs(out_dir, compare))
 
 
 def write(out_dir: Path, compare: dict, configs: dict[str, str]) -> list[Path]:

@@ -67,3 +67,33 @@ def test_separation_treats_an_unreached_bound_as_infinite():
     assert analysis.separation({"ci": [None, None]}, reached) == 1   # never reaches: wholly above (more tokens)
     assert analysis.separation({"ci": [150.0, None]}, reached) == 0  # overlaps
     assert analysis.separation({"ci": [10.0, 50.0]}, reached) == -1
+
+
+def test_redraw_reads_compare_json_and_the_first_seeds_resolved_config(tmp_path):
+    import json
+
+    import pytest
+
+    from rollwise.registry import UserError
+
+    c = _compare()
+    c["arms"]["grpo"]["runs"]["0"] = dict(c["arms"]["grpo"]["runs"]["0"], dir="elsewhere/grpo-s0")
+    (tmp_path / "compare.json").write_text(json.dumps(c))
+    (tmp_path / "grpo-s0").mkdir()  # found under the output directory by the run directory's name
+    (tmp_path / "grpo-s0" / "config.resolved.toml").write_text('[run]\nname = "grpo-s0"\n')
+    png, page = report.redraw(tmp_path)
+    text = page.read_text().replace("&quot;", '"')
+    assert png.name == report.PLOT and page.name == report.REPORT
+    assert '<pre>[run]\nname = "grpo-s0"\n</pre>' in text
+    assert "<pre>(not shown: runs/x/config.resolved.toml is not here)</pre>" in text  # the other arm's run is absent
+    with pytest.raises(UserError, match="compare.json not found"):
+        report.redraw(tmp_path / "none")
+
+
+def test_a_compare_json_without_separation_shows_the_ratio_uncoloured():
+    c = _compare()
+    for a in c["arms"].values():
+        del a["separation"]
+    text = report.html(c, b"png", {})
+    assert "intervals overlap" not in text and "class=better" not in text and "class=worse" not in text
+    assert "<span class=same>×1.00</span>" in text  # the baseline against itself
