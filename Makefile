@@ -55,7 +55,10 @@ install-test: $(VENV)/.installed-test
 demo: $(VENV)/.installed
 	$(VENV)/bin/rollwise train
 
+# ruff first (configured in pyproject.toml): formatting, then lint, then the suite
 test: $(VENV)/.installed-test
+	$(VENV)/bin/ruff format --check
+	$(VENV)/bin/ruff check
 	$(PY) -m pytest -q -ra
 
 # the compare presets (install if needed, then run; interrupted sweeps resume, finished runs are skipped)
