@@ -106,7 +106,7 @@ class ADHint(Uniform):
     def plan(self, prompts: list[Prompt], state) -> Plan:
         self._round, self._hints = 0, {}
         naive = self.cfg.rollouts_per_prompt - self.n_hinted
-        return self.step_budget.cap([Request(p, naive) for p in prompts], self.history)
+        return self.source.cap([Request(p, naive) for p in prompts])
 
     def next_round(self, groups: list[Group], state) -> Plan:
         self._round += 1
@@ -134,7 +134,7 @@ class ADHint(Uniform):
         n = max(len(ratios), 1)
         self.metrics = {"control/adhint_hint_ratio_mean": sum(ratios) / n, "control/adhint_hint_tokens_mean": sum(lengths) / n,
                         "control/adhint_diff_naive_mean": sum(diffs) / n}
-        return self.step_budget.cap(requests, self.history, groups)  # the naive round's groups count against the budget
+        return self.source.cap(requests, groups)  # the naive round's groups count against the budget
 
     def finish_batch(self, groups: list[Group], kept: list[Group], dropped) -> list[Group]:
         """Mark each hinted rollout of the kept groups with ``Verdict.details["hint_tokens"]``."""

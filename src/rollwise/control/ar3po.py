@@ -81,9 +81,8 @@ from typing import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rollwise.control.budget import StepBudget
-from rollwise.control.history import CORRECT, PromptHistory
-from rollwise.control.uniform import PromptStream
+from rollwise.control.history import CORRECT
+from rollwise.control.source import PromptSource, SourcePart
 from rollwise.types import Group, Plan, Prompt, Request, Rollout
 
 
@@ -114,6 +113,7 @@ class AR3POOptions(BaseModel):
 
 class AR3PO:
     """AR3PO (arXiv 2509.25808), reconstructed: stages until the first success, then response reuse."""
+    stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)
 
     Options = AR3POOptions
     plans_ahead = False  # select() clears, plan() fills the stages that next_round reads
@@ -122,9 +122,7 @@ class AR3PO:
         self.cfg = cfg
         self.opts = options if options is not None else self.Options()
         self.k = cfg.rollouts_per_prompt
-        self.stream = PromptStream(prompts, seed)
-        self.history = PromptHistory()
-        self.step_budget = StepBudget.from_config(cfg, cfg.prompts_per_step * self.k * self.opts.stages)
+        self.source = PromptSource(prompts, seed, cfg, cfg.prompts_per_step * self.k * self.opts.stages)
         self.store: dict[str, Rollout] = {}  # prompt id -> newest correct rollout
         self._stages: dict[str, int] = {}  # this step: unfinished prompt id -> stages run
         self._reused: dict[str, Rollout] = {}  # this step: prompt id -> the rollout appended
@@ -139,7 +137,7 @@ class AR3PO:
         return self.stream.take(self.cfg.prompts_per_step)
 
     def plan(self, prompts: list[Prompt], state) -> Plan:
-        plan = self.step_budget.cap([Request(p, self.k) for p in prompts], self.history)
+        plan = self.source.cap([Request(p, self.k) for p in prompts])
         for r in plan.requests:
             self._stages[r.prompt.id] = 1
         return plan
@@ -154,7 +152,7 @@ class AR3PO:
                 del self._stages[pid]  # finished (or never generated)
             elif s < self.opts.stages:
                 wanted.append(Request(groups[at[pid]].prompt, self.k))
-        plan = self.step_budget.cap(wanted, self.history, groups)
+        plan = self.source.cap(wanted, groups)
         going_on = {r.prompt.id for r in plan.requests}
         for pid in list(self._stages):
             if pid in going_on:
@@ -186,7 +184,7 @@ class AR3PO:
 
     def observe(self, groups: list[Group], state) -> None:
         fresh = [self.fresh(g) for g in groups]
-        self.history.record(fresh, state.step, self.stream.epoch)
+        self.source.record(fresh, state.step)
         for g in fresh:
             correct = [r for r in g.rollouts if is_correct(r) and r.finish in ("stop", "length")]
             if correct:
@@ -206,10 +204,9 @@ class AR3PO:
         self._stages, self._reused = {}, {}
 
     def state_dict(self) -> dict:
-        return {"stream": self.stream.state_dict(), "history": self.history.state_dict(), "store": dict(self.store)}
+        return {**self.source.state_dict(), "store": dict(self.store)}
 
     def load_state_dict(self, s: dict) -> None:
-        self.stream.load_state_dict(s["stream"])
-        self.history.load_state_dict(s["history"])
+        self.source.load_state_dict(s)
         self.store = dict(s["store"])
         self._stages, self._reused = {}, {}

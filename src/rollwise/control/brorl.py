@@ -42,9 +42,7 @@ from typing import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rollwise.control.budget import StepBudget
-from rollwise.control.history import PromptHistory
-from rollwise.control.uniform import PromptStream
+from rollwise.control.source import PromptSource, SourcePart
 from rollwise.types import Group, Plan, Prompt, Request
 
 
@@ -58,6 +56,7 @@ class BroRLOptions(BaseModel):
 
 class BroRL:
     """BroRL (arXiv 2510.01180): a uniform, very large number of rollouts per prompt."""
+    stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)
 
     Options = BroRLOptions
 
@@ -66,9 +65,7 @@ class BroRL:
         self.opts = options if options is not None else self.Options()
         self.n = self.opts.n
         per_step = cfg.rollouts_per_prompt if self.opts.keep_samples_per_step else self.n
-        self.step_budget = StepBudget.from_config(cfg, cfg.prompts_per_step * per_step)
-        self.stream = PromptStream(prompts, seed)
-        self.history = PromptHistory()
+        self.source = PromptSource(prompts, seed, cfg, cfg.prompts_per_step * per_step)
 
     @property
     def budget(self) -> int:
@@ -77,23 +74,22 @@ class BroRL:
     def prompts_per_step(self) -> int:
         if not self.opts.keep_samples_per_step:
             return self.cfg.prompts_per_step
-        return max(1, (self.step_budget.remaining(self.history) or 0) // self.n)
+        return max(1, (self.source.remaining() or 0) // self.n)
 
     def select(self, state) -> list[Prompt]:
         return self.stream.take(self.prompts_per_step())
 
     def plan(self, prompts: list[Prompt], state) -> Plan:
-        return self.step_budget.cap([Request(p, self.n) for p in prompts], self.history)
+        return self.source.cap([Request(p, self.n) for p in prompts])
 
     def next_round(self, groups: list[Group], state) -> Plan:
         return Plan()
 
     def observe(self, groups: list[Group], state) -> None:
-        self.history.record(groups, state.step, self.stream.epoch)
+        self.source.record(groups, state.step)
 
     def state_dict(self) -> dict:
-        return {"stream": self.stream.state_dict(), "history": self.history.state_dict()}
+        return self.source.state_dict()
 
     def load_state_dict(self, s: dict) -> None:
-        self.stream.load_state_dict(s["stream"])
-        self.history.load_state_dict(s["history"])
+        self.source.load_state_dict(s)

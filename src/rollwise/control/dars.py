@@ -68,9 +68,7 @@ from typing import Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rollwise.control.budget import StepBudget
-from rollwise.control.history import PromptHistory
-from rollwise.control.uniform import PromptStream
+from rollwise.control.source import PromptSource, SourcePart
 from rollwise.types import Group, Plan, Prompt, Request
 
 ZERO_ACC = 1e-6  # p_hat at or below this counts as "no success" (the code's threshold)
@@ -121,6 +119,7 @@ class DARSOptions(BaseModel):
 
 class DARS:
     """DARS (arXiv 2508.13755): stage-1 rollouts, then ΔN top-ups for prompts with p_hat < 0.5."""
+    stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)
 
     Options = DARSOptions
     plans_ahead = False  # select()/plan() reset and fill the stage-1 prompts that next_round tops up
@@ -131,10 +130,8 @@ class DARS:
         self.n = cfg.rollouts_per_prompt
         self.n_max = self.opts.n_max or DEFAULT_N_MAX[self.opts.schedule]
         self.prompts_per_step = self.opts.breadth * cfg.prompts_per_step
-        self.stream = PromptStream(prompts, seed)
-        self.history = PromptHistory()
         # Without budget_rollouts the cap is the most the schedule can ask for (never binds).
-        self.step_budget = StepBudget.from_config(cfg, self.prompts_per_step * max(self.n, self.n_max))
+        self.source = PromptSource(prompts, seed, cfg, self.prompts_per_step * max(self.n, self.n_max))
         self._stage1: set[str] = set()  # prompt ids planned for stage 1 this step, not yet topped up
 
     @property
@@ -146,7 +143,7 @@ class DARS:
         return self.stream.take(self.prompts_per_step)
 
     def plan(self, prompts: list[Prompt], state) -> Plan:
-        plan = self.step_budget.cap([Request(p, self.n) for p in prompts], self.history)
+        plan = self.source.cap([Request(p, self.n) for p in prompts])
         self._stage1 |= {r.prompt.id for r in plan.requests}
         return plan
 
@@ -169,17 +166,16 @@ class DARS:
         self._stage1 -= {g.prompt.id for g in groups}  # each prompt is topped up at most once
         if not requests:
             return Plan()
-        return self.step_budget.cap(requests, self.history, groups, how="scale")
+        return self.source.cap(requests, groups, how="scale")
 
     def observe(self, groups: list[Group], state) -> None:
-        self.history.record(groups, state.step, self.stream.epoch)
+        self.source.record(groups, state.step)
 
     def state_dict(self) -> dict:
-        return {"stream": self.stream.state_dict(), "history": self.history.state_dict()}
+        return self.source.state_dict()
 
     def load_state_dict(self, s: dict) -> None:
-        self.stream.load_state_dict(s["stream"])
-        self.history.load_state_dict(s["history"])
+        self.source.load_state_dict(s)
         self._stage1 = set()
 
 

@@ -17,7 +17,7 @@ reconstructs the recipe from the paper's abstract at the level of prompt selecti
   ``control/drive_skipped``). If the whole pool is solved, the step takes solved prompts
   rather than none.
 - Stage 1 (steps < ``stage2_step``): the seeded epoch-wise stream over all train prompts
-  (:class:`~rollwise.control.uniform.PromptStream`), ``rollouts_per_prompt`` rollouts each.
+  (:class:`~rollwise.control.source.PromptStream`), ``rollouts_per_prompt`` rollouts each.
 - Stage 2 (from ``stage2_step``; None = never): the pool becomes the ``stage2_pool`` hardest train
   prompts (lowest pass rate; a prompt never seen counts as pass rate 0, i.e. hard), each drawn
   with ``stage2_rollouts`` rollouts. At the end of every stage-2 epoch the pool keeps its hardest
@@ -39,9 +39,7 @@ from typing import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rollwise.control.budget import StepBudget
-from rollwise.control.history import PromptHistory
-from rollwise.control.uniform import PromptStream
+from rollwise.control.source import PromptSource, PromptStream, SourcePart
 from rollwise.types import Group, Plan, Prompt, Request
 
 
@@ -60,6 +58,8 @@ class DRIVEOptions(BaseModel):
 
 
 class DRIVE:
+    stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)
+
     Options = DRIVEOptions
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: DRIVEOptions | None, seed: int):
@@ -68,10 +68,8 @@ class DRIVE:
         self.prompts = list(prompts)
         self.n1 = cfg.rollouts_per_prompt
         self.n2 = self.opts.stage2_rollouts or 2 * cfg.rollouts_per_prompt
-        self.history = PromptHistory()
         self.stage = 1
-        self.stream = PromptStream(self.prompts, seed)
-        self.step_budget = StepBudget.from_config(cfg, cfg.prompts_per_step * max(self.n1, self.n2))
+        self.source = PromptSource(self.prompts, seed, cfg, cfg.prompts_per_step * max(self.n1, self.n2))
         self.metrics: dict[str, float] = {}
 
     @property
@@ -129,21 +127,19 @@ class DRIVE:
 
     def plan(self, prompts: list[Prompt], state) -> Plan:
         n = self.n2 if self.stage == 2 else self.n1
-        return self.step_budget.cap([Request(p, n) for p in prompts], self.history)
+        return self.source.cap([Request(p, n) for p in prompts])
 
     def next_round(self, groups: list[Group], state) -> Plan:
         return Plan()
 
     def observe(self, groups: list[Group], state) -> None:
-        self.history.record(groups, state.step, self.stream.epoch)
+        self.source.record(groups, state.step)
 
     def state_dict(self) -> dict:
-        return {"stage": self.stage, "pool": [p.id for p in self.stream.prompts], "stream": self.stream.state_dict(),
-                "history": self.history.state_dict()}
+        return {"stage": self.stage, "pool": [p.id for p in self.stream.prompts], **self.source.state_dict()}
 
     def load_state_dict(self, s: dict) -> None:
         self.stage = s["stage"]
         by_id = {p.id: p for p in self.prompts}
-        self.stream = PromptStream([by_id[i] for i in s["pool"]], self.seed)
-        self.stream.load_state_dict(s["stream"])
-        self.history.load_state_dict(s["history"])
+        self.stream = PromptStream([by_id[i] for i in s["pool"]], self.seed)  # the pool of the checkpoint's stage
+        self.source.load_state_dict(s)

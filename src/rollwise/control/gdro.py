@@ -84,9 +84,7 @@ from typing import Literal, Sequence
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rollwise.control.budget import StepBudget
-from rollwise.control.history import PromptHistory
-from rollwise.control.uniform import PromptStream
+from rollwise.control.source import PromptSource, SourcePart
 from rollwise.objectives.common import clipped_surrogate, kl_penalty, safe_exp, sequence_mean
 from rollwise.registry import UserError
 from rollwise.types import Advantages, Group, Plan, Prompt, Request
@@ -245,6 +243,7 @@ def fit_total(n: list[int], total: int, lo: int, hi: int, up_key, down_key) -> l
 
 class GDRO:
     """Multi-Adversary GDRO (module docstring)."""
+    stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)
 
     Options = GdroOptions
     plans_ahead = False  # plan() sets the bins, arms and counts that weigh_advantages and after_update credit
@@ -258,9 +257,9 @@ class GDRO:
                             "for Rollout-GDRO (it is the mean budget n_bar)")
         self.arms = list(range(o.n_min, o.n_max + 1))
         self.excl = len(o.edges) + 1  # label of the excluded extremes
-        self.stream = PromptStream(prompts, seed)
+        self.source = PromptSource(prompts, seed, cfg, cfg.prompts_per_step * (
+            o.n_max if o.rollout_gdro and o.allocation == "soft" else self.n_bar))
         self.rng = random.Random(f"gdro-{seed}")
-        self.history = PromptHistory()
         self.prev_bin: dict[str, int] = {}
         self.scores: dict[int, float] = {}  # S(b)
         self.cum: dict[int, list[float]] = {}  # b -> [sum of l_tilde, count]
@@ -269,8 +268,6 @@ class GDRO:
         self.ctx: dict = {"bins": {}, "arms": {}, "n": {}}
         self.raw_adv: torch.Tensor | None = None
         self.metrics: dict[str, float] = {}
-        self.step_budget = StepBudget.from_config(cfg, cfg.prompts_per_step * (o.n_max if o.rollout_gdro and o.allocation == "soft"
-                                                                                else self.n_bar))
 
     @staticmethod
     def check_config(cfg, opts) -> None:
@@ -318,7 +315,7 @@ class GDRO:
         if self.opts.rollout_gdro and prompts:
             n, arms = self._allocate([bins[p.id] for p in prompts], [self.p_hat(p.id) for p in prompts])
         self.ctx = {"bins": bins, "arms": arms, "n": {p.id: k for p, k in zip(prompts, n)}}
-        return self.step_budget.cap([Request(p, k) for p, k in zip(prompts, n)], self.history)
+        return self.source.cap([Request(p, k) for p, k in zip(prompts, n)])
 
     def _allocate(self, row_bins: list[int], p_hat: list[float]) -> tuple[list[int], dict[int, int]]:
         o, total = self.opts, self.n_bar * len(row_bins)
@@ -350,7 +347,7 @@ class GDRO:
         return Plan()
 
     def observe(self, groups: list[Group], state) -> None:
-        self.history.record(groups, state.step, self.stream.epoch)
+        self.source.record(groups, state.step)
 
     def _row_bins(self, rows) -> list[int]:
         return [self.ctx["bins"][r.prompt_id] if r.prompt_id in self.ctx["bins"] else self.bin_of(r.prompt_id) for r in rows]
@@ -441,14 +438,13 @@ class GDRO:
 
     # -------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict:
-        return {"stream": self.stream.state_dict(), "history": self.history.state_dict(), "rng": self.rng.getstate(),
+        return {**self.source.state_dict(), "rng": self.rng.getstate(),
                 "prev_bin": dict(self.prev_bin), "scores": dict(self.scores), "cum": {b: list(v) for b, v in self.cum.items()},
                 "arm_scores": {b: list(v) for b, v in self.arm_scores.items()}, "mu": self.mu,
                 "ctx": {"bins": dict(self.ctx["bins"]), "arms": dict(self.ctx["arms"]), "n": dict(self.ctx["n"])}}
 
     def load_state_dict(self, s: dict) -> None:
-        self.stream.load_state_dict(s["stream"])
-        self.history.load_state_dict(s["history"])
+        self.source.load_state_dict(s)
         v, internal, gauss = s["rng"]
         self.rng.setstate((v, tuple(internal), gauss))
         self.prev_bin = dict(s["prev_bin"])

@@ -90,10 +90,8 @@ from typing import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rollwise.control.budget import StepBudget
-from rollwise.control.history import PromptHistory
 from rollwise.control.rounds import target_groups
-from rollwise.control.uniform import PromptStream
+from rollwise.control.source import PromptSource, PromptStream, SourcePart
 from rollwise.registry import UserError
 from rollwise.types import Group, Plan, Prompt, Request
 
@@ -217,6 +215,7 @@ class GresoStream(PromptStream):
 class GRESO:
     """GRESO (arXiv 2506.02177): probabilistic pre-rollout skipping from ZV streaks, online
     tuning of (p_easy, p_hard), DS rounds of adaptive size."""
+    stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)
 
     Options = GRESOOptions
     plans_ahead = False  # select() starts the round context (round prompts, counters) that next_round reads
@@ -238,11 +237,10 @@ class GRESO:
         self.s_max = self.opts.round_prompts or math.ceil(1.5 * self.target)
         self.s_min = min(self.opts.min_round_prompts or max(1, self.target // 4), self.s_max)
         self.max_rounds = cfg.dynamic_sampling.max_rounds
-        self.stream = GresoStream(prompts, seed)
+        self.source = PromptSource(prompts, seed, cfg, self.max_rounds * self.s_max * self.n,
+                                   stream=GresoStream(prompts, seed))
         self.rng = random.Random(f"greso-{seed}")  # skip decisions; separate from the stream's shuffle
-        self.history = PromptHistory()
         self.p_easy, self.p_hard = self.opts.p_easy, self.opts.p_hard
-        self.step_budget = StepBudget.from_config(cfg, self.max_rounds * self.s_max * self.n)
         self.metrics: dict[str, float] = {}
         self._new_step()
 
@@ -295,7 +293,7 @@ class GRESO:
         return self.draw(self.s_max)
 
     def _round(self, prompts: list[Prompt], groups: Sequence[Group]) -> Plan:
-        plan = self.step_budget.cap([Request(p, self.n) for p in prompts], self.history, groups)
+        plan = self.source.cap([Request(p, self.n) for p in prompts], groups)
         if not plan:
             return self._stop()
         self._round_ids = [r.prompt.id for r in plan.requests]
@@ -336,13 +334,12 @@ class GRESO:
 
     def observe(self, groups: list[Group], state) -> None:
         o = self.opts
-        epoch = self.stream.epoch
         r_easy, r_hard = self.shares(groups)
-        if epoch >= o.tune_from_epoch and groups:
+        if self.stream.epoch >= o.tune_from_epoch and groups:
             a = o.target_zero_variance
             self.p_easy = tune(self.p_easy, r_easy, a / 3, o.adjust_step, o.p_min, o.p_max)
             self.p_hard = tune(self.p_hard, r_hard, 2 * a / 3, o.adjust_step, o.p_min, o.p_max)
-        self.history.record(groups, state.step, epoch)
+        self.source.record(groups, state.step)
         c = self._count
         skipped = c["skipped_easy"] + c["skipped_hard"]
         zv = sum(g.is_zero_variance() for g in groups)
@@ -357,12 +354,11 @@ class GRESO:
 
     # -------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict:
-        return {"stream": self.stream.state_dict(), "history": self.history.state_dict(), "rng": self.rng.getstate(),
+        return {**self.source.state_dict(), "rng": self.rng.getstate(),
                 "p_easy": self.p_easy, "p_hard": self.p_hard}
 
     def load_state_dict(self, s: dict) -> None:
-        self.stream.load_state_dict(s["stream"])
-        self.history.load_state_dict(s["history"])
+        self.source.load_state_dict(s)
         v, internal, gauss = s["rng"]
         self.rng.setstate((v, tuple(internal), gauss))
         self.p_easy, self.p_hard = float(s["p_easy"]), float(s["p_hard"])

@@ -123,7 +123,7 @@ class R3L(Uniform):
 
     def plan(self, prompts: list[Prompt], state) -> Plan:
         self._round, self._retries = 0, {}
-        return self.step_budget.cap([Request(p, self.n_base) for p in prompts], self.history)
+        return self.source.cap([Request(p, self.n_base) for p in prompts])
 
     def next_round(self, groups: list[Group], state) -> Plan:
         self._round += 1
@@ -156,7 +156,7 @@ class R3L(Uniform):
                     requests.append(Request(g.prompt, 1, prefix=prefix, prefix_logprobs=tuple(r.logprobs[:j]),
                                             prefix_versions=tuple(versions[:j])))
         # the base round's groups count against the step budget; cap_plan trims the last requests first
-        plan = self.step_budget.cap(requests, self.history, groups)
+        plan = self.source.cap(requests, groups)
         for pid, n_base, i, prefix, _ in entries[:plan.total]:
             self._retries.setdefault(pid, (n_base, []))[1].append((i, prefix))
         pivots = [e[4] for e in entries[:plan.total]]

@@ -15,7 +15,7 @@ How it is split here (each part exists once):
 - :class:`DynamicSampling` wraps the chosen controller (``components.build_strategies`` does it
   when ``control.dynamic_sampling.enabled``). After each generation round, once the controller's
   own ``next_round`` has nothing more to ask, it draws ``target_groups - passing`` fresh prompts
-  (at most ``prompts_per_step`` per round) from the controller's :class:`~rollwise.control.uniform.PromptStream` and lets the controller's
+  (at most ``prompts_per_step`` per round) from the controller's :class:`~rollwise.control.source.PromptStream` and lets the controller's
   ``plan`` allocate them, until the target is met or ``max_rounds`` rounds (the first included)
   have run. Every round goes through the worker pool, so its tokens, rollouts and verifier calls
   are charged to the ledger; ``control/rounds`` and ``control/budget_used`` log them.
@@ -70,7 +70,7 @@ import random
 from collections import Counter
 from typing import Callable
 
-from rollwise.control.uniform import PromptStream
+from rollwise.control.source import PromptStream
 from rollwise.filter.replace import passes_gate, replace_bad
 from rollwise.registry import UserError
 from rollwise.types import Group, Plan

@@ -89,9 +89,7 @@ from typing import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rollwise.control.budget import StepBudget
-from rollwise.control.history import PromptHistory
-from rollwise.control.uniform import PromptStream
+from rollwise.control.source import PromptSource, SourcePart
 from rollwise.registry import UserError
 from rollwise.types import Decision, Group, Plan, Prompt, Request
 
@@ -162,6 +160,7 @@ class SPEEDOptions(BaseModel):
 class SPEED:
     """SPEED-RL (arXiv 2506.09016): screen with n_init, continue mixed prompts with n_cont in the
     same call as the next screening, until B groups are finished."""
+    stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)
 
     Options = SPEEDOptions
     plans_ahead = False  # select() starts the screen/continue context next_round reads (wise inherits it)
@@ -189,11 +188,9 @@ class SPEED:
         self.target = cfg.prompts_per_step  # B
         self.screen_prompts = o.screen_prompts or self.target
         self.by_id = {p.id: p for p in prompts}
-        self.stream = PromptStream(prompts, seed)
-        self.history = PromptHistory()
+        self.source = PromptSource(prompts, seed, cfg, o.max_calls * self.screen_prompts * self.n_init
+                                   + self.target * self.n_cont)
         self.queue: list[str] = []  # surplus accepted prompts, screened first next step
-        self.step_budget = StepBudget.from_config(cfg, o.max_calls * self.screen_prompts * self.n_init
-                                                  + self.target * self.n_cont)
         self.metrics: dict[str, float] = {}
         self._new_step()
 
@@ -252,7 +249,7 @@ class SPEED:
 
     def plan(self, prompts: list[Prompt], state) -> Plan:
         unique = [p for p in {p.id: p for p in prompts}.values() if p.id not in self._step_ids]
-        room = min(len(unique), self._screen_room(self.step_budget.remaining(self.history)))
+        room = min(len(unique), self._screen_room(self.source.remaining()))
         self.queue = [p.id for p in unique[room:]] + self.queue  # cut by the budget: first next time
         return self._round([], unique[:room])
 
@@ -290,7 +287,7 @@ class SPEED:
         need = self.target - len(self._continued)
         if need <= 0 or self._calls >= self.opts.max_calls:
             return self._finish()
-        left = self.step_budget.remaining(self.history, groups)
+        left = self.source.remaining(groups)
         k = continue_count(need, len(self._pending), self.opts.continue_multiple)
         if left is not None:
             k = min(k, left // self.n_cont)
@@ -304,7 +301,7 @@ class SPEED:
 
     # -------------------------------------------------------------- statistics
     def observe(self, groups: list[Group], state) -> None:
-        self.history.record(groups, state.step, self.stream.epoch)
+        self.source.record(groups, state.step)
         c = self._count
         verdicts = c["accepted"] + c["rejected"]
         self.metrics = {"control/speed_screened": float(c["screened"]),
@@ -318,10 +315,9 @@ class SPEED:
 
     # -------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict:
-        return {"stream": self.stream.state_dict(), "history": self.history.state_dict(), "queue": list(self.queue)}
+        return {**self.source.state_dict(), "queue": list(self.queue)}
 
     def load_state_dict(self, s: dict) -> None:
-        self.stream.load_state_dict(s["stream"])
-        self.history.load_state_dict(s["history"])
+        self.source.load_state_dict(s)
         self.queue = list(s["queue"])
         self._new_step()

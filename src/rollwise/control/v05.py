@@ -169,7 +169,7 @@ class V05(Uniform):
 
     def next_round(self, groups: list[Group], state) -> Plan:
         requests, rejected = [], 0
-        left = self.step_budget.remaining(self.history, groups)
+        left = self.source.remaining(groups)
         budget = self.extra_budget - self._extra if left is None else min(self.extra_budget - self._extra, left)
         spent = 0
         for g in groups:

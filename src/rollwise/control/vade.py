@@ -61,9 +61,8 @@ from typing import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rollwise.control.budget import StepBudget
-from rollwise.control.history import PromptHistory, Record
-from rollwise.control.uniform import PromptStream
+from rollwise.control.history import Record
+from rollwise.control.source import PromptSource, SourcePart
 from rollwise.types import Group, Plan, Prompt, Request
 
 
@@ -100,6 +99,7 @@ def posterior(records: Sequence[Record], now: int, opts: VADEOptions) -> tuple[f
 
 class VADE:
     """VADE (arXiv 2511.18902) [RECON]: Thompson-sampled top-B by p~(1 - p~) from a candidate pool."""
+    stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)
 
     Options = VADEOptions
 
@@ -107,10 +107,8 @@ class VADE:
         self.cfg = cfg
         self.opts = options if options is not None else self.Options()
         self.n_prompts = len(prompts)
-        self.stream = PromptStream(prompts, seed)
+        self.source = PromptSource(prompts, seed, cfg, cfg.prompts_per_step * cfg.rollouts_per_prompt)
         self.rng = random.Random(f"vade-{seed}")  # Thompson draws; separate from the stream's shuffle
-        self.history = PromptHistory()
-        self.step_budget = StepBudget.from_config(cfg, cfg.prompts_per_step * cfg.rollouts_per_prompt)
         self.last_scores: dict[str, float] = {}  # this step's selected prompts -> u (inspection only)
 
     @property
@@ -138,19 +136,18 @@ class VADE:
         return [p for _, _, p in chosen]
 
     def plan(self, prompts: list[Prompt], state) -> Plan:
-        return self.step_budget.cap([Request(p, self.cfg.rollouts_per_prompt) for p in prompts], self.history)
+        return self.source.cap([Request(p, self.cfg.rollouts_per_prompt) for p in prompts])
 
     def next_round(self, groups: list[Group], state) -> Plan:
         return Plan()
 
     def observe(self, groups: list[Group], state) -> None:
-        self.history.record(groups, state.step, self.stream.epoch)
+        self.source.record(groups, state.step)
 
     def state_dict(self) -> dict:
-        return {"stream": self.stream.state_dict(), "history": self.history.state_dict(), "rng": self.rng.getstate()}
+        return {**self.source.state_dict(), "rng": self.rng.getstate()}
 
     def load_state_dict(self, s: dict) -> None:
-        self.stream.load_state_dict(s["stream"])
-        self.history.load_state_dict(s["history"])
+        self.source.load_state_dict(s)
         v, internal, gauss = s["rng"]
         self.rng.setstate((v, tuple(internal), gauss))

@@ -62,9 +62,7 @@ from typing import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rollwise.control.budget import StepBudget
-from rollwise.control.history import PromptHistory
-from rollwise.control.uniform import PromptStream
+from rollwise.control.source import PromptSource, SourcePart
 from rollwise.types import Decision, Group, Plan, Prompt, Request
 
 KAPPA_HELP = "Keep groups whose normalised reward variance p = s2 / s2_max is at least kappa (0..1) [RECON default]."
@@ -119,6 +117,7 @@ class VCRLOptions(BaseModel):
 
 class VCRL:
     """VCRL (arXiv 2509.19803): fresh prompts, then bank refills for groups with p < kappa."""
+    stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)
 
     Options = VCRLOptions
 
@@ -126,11 +125,9 @@ class VCRL:
         self.cfg = cfg
         self.opts = options if options is not None else self.Options()
         self.by_id = {p.id: p for p in prompts}
-        self.stream = PromptStream(prompts, seed)
-        self.history = PromptHistory()
-        self.capacity = self.opts.bank_capacity or 2 * cfg.prompts_per_step
         # Without budget_rollouts the cap is the most the refill can ask for (never binds).
-        self.step_budget = StepBudget.from_config(cfg, self.opts.max_rounds * cfg.prompts_per_step * cfg.rollouts_per_prompt)
+        self.source = PromptSource(prompts, seed, cfg, self.opts.max_rounds * cfg.prompts_per_step * cfg.rollouts_per_prompt)
+        self.capacity = self.opts.bank_capacity or 2 * cfg.prompts_per_step
         self.bank: dict[str, tuple[float, int]] = {}  # prompt id -> (priority, push counter)
         self.pushes = 0  # monotone counter giving the push order
         self.rounds = 0  # generation rounds run in the current step
@@ -145,7 +142,7 @@ class VCRL:
 
     def plan(self, prompts: list[Prompt], state) -> Plan:
         self.rounds = 1
-        return self.step_budget.cap([Request(p, self.cfg.rollouts_per_prompt) for p in prompts], self.history)
+        return self.source.cap([Request(p, self.cfg.rollouts_per_prompt) for p in prompts])
 
     def next_round(self, groups: list[Group], state) -> Plan:
         if self.rounds >= self.opts.max_rounds:
@@ -155,17 +152,17 @@ class VCRL:
         if missing <= 0:
             return Plan()
         n = self.cfg.rollouts_per_prompt
-        left = self.step_budget.remaining(self.history, groups)
+        left = self.source.remaining(groups)
         if left is not None:
             missing = min(missing, left // n)  # whole groups only
         seen = {g.prompt.id for g in groups}
         popped = [pid for pid in self.ranked() if pid not in seen][: max(0, missing)]
         for pid in popped:
             del self.bank[pid]
-        return self.step_budget.cap([Request(self.by_id[pid], n) for pid in popped], self.history, groups)
+        return self.source.cap([Request(self.by_id[pid], n) for pid in popped], groups)
 
     def observe(self, groups: list[Group], state) -> None:
-        self.history.record(groups, state.step, self.stream.epoch)
+        self.source.record(groups, state.step)
         for g in groups:
             if not g.verified_rewards():
                 continue
@@ -195,12 +192,11 @@ class VCRL:
 
     # -------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict:
-        return {"stream": self.stream.state_dict(), "history": self.history.state_dict(),
+        return {**self.source.state_dict(),
                 "bank": [[pid, pr, seq] for pid, (pr, seq) in self.bank.items()], "pushes": self.pushes}
 
     def load_state_dict(self, s: dict) -> None:
-        self.stream.load_state_dict(s["stream"])
-        self.history.load_state_dict(s["history"])
+        self.source.load_state_dict(s)
         self.bank = {pid: (float(pr), int(seq)) for pid, pr, seq in s["bank"]}
         self.pushes = int(s["pushes"])
         self.rounds = 0

@@ -88,9 +88,7 @@ from typing import Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from rollwise.control.budget import StepBudget
-from rollwise.control.history import PromptHistory
-from rollwise.control.uniform import PromptStream
+from rollwise.control.source import PromptSource, SourcePart
 from rollwise.registry import UserError
 from rollwise.types import Group, Plan, Prompt, Request
 
@@ -322,20 +320,20 @@ def seeded_prompt(prompt: Prompt, exemplars: Sequence[Exemplar], template: str) 
 
 
 class Xrpo:
+    stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)
+
     Options = XrpoOptions
     plans_ahead = False  # plan() replaces the round context (ids, allocation) that next_round reads
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: XrpoOptions | None, seed: int):
         self.cfg = cfg
         self.opts = options or XrpoOptions()
-        self.stream = PromptStream(prompts, seed)
-        self.history = PromptHistory()
+        self.source = PromptSource(prompts, seed, cfg, cfg.prompts_per_step * cfg.rollouts_per_prompt)
         self.store = ExemplarStore(self.opts.icl_store_per_prompt, self.opts.icl_store_max_prompts)
         self.pool = list(self.opts.icl_pool) + (read_pool(self.opts.icl_pool_path) if self.opts.icl_pool_path else [])
         self.by_id = {p.id: p for p in prompts}
         self.ctx = self._empty_ctx()
         self.metrics: dict[str, float] = {}
-        self.step_budget = StepBudget.from_config(cfg, cfg.prompts_per_step * cfg.rollouts_per_prompt)
 
     @staticmethod
     def _empty_ctx() -> dict:
@@ -351,7 +349,7 @@ class Xrpo:
     def _left(self, groups: list[Group]) -> int:
         """Rollouts the step budget still allows, counting this plan's groups (seeded ones included)."""
         mine = [g for g in groups if g.prompt.id in self.ctx["alloc"]]
-        left = self.step_budget.remaining(self.history, mine)
+        left = self.source.remaining(mine)
         return self.budget - sum(self.ctx["alloc"].values()) if left is None else left
 
     def _render(self, ex: Exemplar) -> str:
@@ -366,7 +364,7 @@ class Xrpo:
         self.ctx = self._empty_ctx()
         unique = list({p.id: p for p in prompts}.values())  # a prompt drawn twice (epoch wrap) is one group
         n0 = min(self.opts.n_init, self.opts.max_per_prompt)
-        plan = self.step_budget.cap([Request(p, n0) for p in unique], self.history)
+        plan = self.source.cap([Request(p, n0) for p in unique])
         for p in unique:
             self.by_id.setdefault(p.id, p)
             self.ctx["ids"].append(p.id)
@@ -434,7 +432,7 @@ class Xrpo:
 
     def observe(self, groups: list[Group], state) -> None:
         plain = [g for g in groups if "icl_of" not in g.prompt.metadata]
-        self.history.record(plain, state.step, self.stream.epoch)
+        self.source.record(plain, state.step)
         for g in groups:
             orig_id = g.prompt.metadata.get("icl_of", g.prompt.id)
             orig = self.by_id.get(orig_id, g.prompt)
@@ -450,13 +448,12 @@ class Xrpo:
     # -------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict:
         ctx = self.ctx  # empty between steps (observe clears it), where checkpoints are taken
-        return {"stream": self.stream.state_dict(), "history": self.history.state_dict(), "store": self.store.state_dict(),
+        return {**self.source.state_dict(), "store": self.store.state_dict(),
                 "ctx": {"ids": list(ctx["ids"]), "alloc": dict(ctx["alloc"]), "round": ctx["round"],
                         "seeded": dict(ctx["seeded"])}}
 
     def load_state_dict(self, s: dict) -> None:
-        self.stream.load_state_dict(s["stream"])
-        self.history.load_state_dict(s["history"])
+        self.source.load_state_dict(s)
         self.store.load_state_dict(s["store"])
         c = s["ctx"]
         self.ctx = {"ids": list(c["ids"]), "alloc": dict(c["alloc"]), "round": c["round"], "seeded": dict(c["seeded"])}
