@@ -1,5 +1,5 @@
 """Rollout-stage throughput with and without APRIL partial rollouts (issue "Generate less, reuse
-more", item 1; rollwise.replay.partial, specs/systems.md §1).
+more", item 1; rollwise.replay.partial, docs/specs/systems.md §1).
 
 What is measured, in one process:
 

@@ -1,5 +1,5 @@
 """A regime's waste statistics (issue #18): what a sweep base's task and model give at step 0,
-and how they move through training, beside the published figures of ../shared/notes/regime.md.
+and how they move through training, beside the published figures of docs/regime.md.
 
 Step 0: the sweep's baseline arm is built as ``rollwise compare`` would build it (task, warm start,
 sampling), and ``--group-size`` rollouts are sampled for each of the first ``--prompts`` training

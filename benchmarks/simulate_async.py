@@ -5,7 +5,7 @@ It predicts mean seconds per training step in steady state, generator and traine
 staleness of what the trainer consumes, and the speed-up over synchronous training. It is a model,
 fed by measured costs; it runs no model and needs only numpy.
 
-Methods modelled (specs/systems.md):
+Methods modelled (docs/specs/systems.md):
 
 - **sync**: generate the whole batch with weights version i, then train, then publish the weights.
 - **async** (AReaL, Fu et al., arXiv 2505.24298, §2 of the spec): a group may be submitted only while
@@ -704,7 +704,7 @@ def load_gen_throughput() -> dict:
 
 # ---------------------------------------------------------------- published-figure scenarios
 
-# Response lengths of math RLVR (notes/regime.md 2.1-2.2, RollPacker arXiv 2509.21009 Fig. 2a):
+# Response lengths of math RLVR (docs/regime.md 2.1-2.2, RollPacker arXiv 2509.21009 Fig. 2a):
 # median 661 tokens; a single log-normal through p50 and p90 gives p99/p50 ~ 12; 16k cap.
 PAPER_LENGTHS = {"median": 661, "p99": 661 * 12, "cap": 16384}
 

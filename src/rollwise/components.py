@@ -253,7 +253,7 @@ def build_policy(cfg, task, log=print):
     return model, codec
 
 
-# ---------------------------------------------------------------- generation (DESIGN.md §7)
+# ---------------------------------------------------------------- generation (docs/architecture.md §8)
 
 
 def check_runtime(cfg, log=print) -> None:

@@ -1,4 +1,4 @@
-"""Typed configuration (DESIGN.md §5): pydantic models, one section per stage, loaded from TOML
+"""Typed configuration (docs/architecture.md §6): pydantic models, one section per stage, loaded from TOML
 and overridden with ``section.key=value`` strings. Defaults live only here. ``load_config``
 rejects unknown keys, bad values, unknown strategy names and invalid strategy options before
 any model is loaded, naming the key and the valid choices.
@@ -321,8 +321,8 @@ class AsyncConfig(Section):
 
 
 class GapGuardConfig(Section):
-    """The stale-weight alarm (rollwise.train.mismatch.GapGuard; DESIGN.md §10): on when the sampler is a separate
-    engine (vLLM, Ray workers) fed only fresh rollouts (no asynchrony, on-policy replay)."""
+    """The stale-weight alarm (rollwise.train.mismatch.GapGuard; docs/architecture.md §9): on when the sampler is a
+    separate engine (vLLM, Ray workers) fed only fresh rollouts (no asynchrony, on-policy replay)."""
 
     enabled: bool = Field(True, description="Stop the run when the sampler/trainer log-prob gap (mismatch/abs_mean) jumps.")
     ceiling: float = Field(1.0, gt=0, description="Stop whenever mismatch/abs_mean exceeds this (nats per token).")

@@ -1,4 +1,4 @@
-"""The compute ledger (DESIGN.md §6): ``metrics.jsonl`` (one line per training step, cumulative
+"""The compute ledger (docs/architecture.md §7): ``metrics.jsonl`` (one line per training step, cumulative
 costs), ``eval.jsonl`` (one line per evaluation) and ``plots/``.
 
 Training costs come only from the pool's ``StepCost`` of training rounds; evaluation is

@@ -1,4 +1,4 @@
-"""The training loop: rollwise's table of contents (DESIGN.md §1).
+"""The training loop: rollwise's table of contents (docs/architecture.md §1).
 
 Each stage is one named call; strategies plug in through the parts built by ``Run`` and never
 subclass this loop. Generation may take several rounds (a controller can top up groups), then

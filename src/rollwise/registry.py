@@ -1,4 +1,4 @@
-"""Name tables for pluggable stages (DESIGN.md §3).
+"""Name tables for pluggable stages (docs/architecture.md §3).
 
 Each stage package owns one ``Registry``. Entries are objects or lazy ``"module:attr"`` strings
 so heavy members import only when chosen. A name may carry an argument after a colon

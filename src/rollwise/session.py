@@ -444,7 +444,7 @@ def step_metrics(groups, dropped: dict[str, int], plan_sizes: list[int]) -> dict
 
 
 def regime_metrics(groups) -> dict:
-    """The statistics that say how much waste a regime holds (issue #18; ../shared/notes/regime.md):
+    """The statistics that say how much waste a regime holds (issue #18; docs/regime.md):
     the share of groups whose verified rewards (two or more) are all correct or all wrong (binary
     threshold ``CORRECT``), and the response lengths in tokens (nearest-rank p50/p90/p99, max) with
     the share cut at ``max_new_tokens``."""

@@ -1,4 +1,4 @@
-"""Records that cross stage boundaries (DESIGN.md §2).
+"""Records that cross stage boundaries (docs/architecture.md §2).
 
 Small frozen dataclasses. Stages return new records (``dataclasses.replace``) instead of
 mutating. Shapes are given in field comments; token sequences are tuples of ints so records
@@ -218,7 +218,7 @@ class LossOut:
     metrics: Mapping[str, float] = field(default_factory=dict)  # sums over the micro-batch's tokens
 
 
-# ---------------------------------------------------------------- protocols (DESIGN.md §3)
+# ---------------------------------------------------------------- protocols (docs/architecture.md §3)
 
 
 @runtime_checkable
@@ -248,7 +248,7 @@ class Backend(Protocol):
 
 @runtime_checkable
 class Controller(Protocol):
-    """Which prompts, how many rollouts each, and extra rounds (DESIGN.md §1, §3).
+    """Which prompts, how many rollouts each, and extra rounds (docs/architecture.md §1, §3).
 
     ``observe`` receives *every* group generated this step (before filtering), so per-prompt
     statistics see all rollouts. ``state_dict`` / ``load_state_dict`` go into checkpoints.

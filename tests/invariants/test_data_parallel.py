@@ -1,5 +1,5 @@
 """Invariant: data-parallel training on 2 processes (gloo, CPU) takes the optimizer steps of one
-process with the same global batch (DESIGN.md §7; rollwise.distributed.data_parallel).
+process with the same global batch (docs/architecture.md §8; rollwise.distributed.data_parallel).
 
 The ranks are started as torchrun would start them (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
 ``MASTER_ADDR``, ``MASTER_PORT``), by ``torch.multiprocessing`` with the spawn method, one torch

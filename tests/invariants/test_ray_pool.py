@@ -1,4 +1,4 @@
-"""Invariant: Ray rollout workers give the same run as the local pool (DESIGN.md §8).
+"""Invariant: Ray rollout workers give the same run as the local pool (docs/architecture.md §8).
 
 With per-request seeds (``distributed.request_seeds``; always on for the Ray pool) a run on 2 Ray
 workers has the same groups, rewards, costs and final weights as the local pool in this process,

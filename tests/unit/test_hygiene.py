@@ -1,5 +1,5 @@
 """Package hygiene: importing rollwise changes nothing in the process environment, and the
-sources cite only paths inside the repository (docs/architecture.md §8)."""
+sources cite only paths inside the repository (docs/architecture.md §10)."""
 
 import json
 import os
@@ -61,3 +61,34 @@ def test_cli_sets_hf_hub_offline_only_when_unset(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     cli.main(["runs", str(tmp_path)])
     assert os.environ["HF_HUB_OFFLINE"] == "0"  # a user's choice is kept
+
+
+OUT_OF_REPO = re.compile(r"\.\./shared|/work/|DESIGN\.md|(?<![\w/])(?:specs|notes)/\w+\.md|/home/\w|/Users/\w")
+IN_REPO_DOC = re.compile(r"\bdocs/[\w/.-]*\w\.(?:md|png)")
+SECTION = re.compile(r"docs/architecture\.md §(\d+)")
+
+
+def test_sources_cite_only_paths_inside_the_repository():
+    repo = SRC.parent
+    sections = len(re.findall(r"^## \d+\. ", (repo / "docs" / "architecture.md").read_text(), flags=re.M))
+    bad, missing, beyond = [], set(), set()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            where = f"{path.relative_to(repo)}:{n}"
+            if OUT_OF_REPO.search(line):
+                bad.append(f"{where}: {line.strip()}")
+            missing |= {f"{where}: {m}" for m in IN_REPO_DOC.findall(line) if not (repo / m).exists()}
+            beyond |= {f"{where}: §{s}" for s in SECTION.findall(line) if not 1 <= int(s) <= sections}
+    assert sections >= 10
+    assert bad == [], "\n".join(bad)
+    assert not missing, sorted(missing)
+    assert not beyond, sorted(beyond)
+
+
+def test_the_scan_sees_each_kind_of_out_of_repo_citation():
+    for text in ("../shared/notes/regime.md", "DESIGN.md §7", "/work/shared/specs", "specs/allocation.md §4",
+                 "notes/regime.md", "/home/someone/x.py"):
+        assert OUT_OF_REPO.search(text), text
+    for text in ("docs/specs/allocation.md §4", "docs/regime.md", "docs/architecture.md §8", "~/.cache/rollwise",
+                 "/tmp/rollwise_pwned_tmp"):
+        assert not OUT_OF_REPO.search(text), text

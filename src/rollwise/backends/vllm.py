@@ -7,7 +7,7 @@ offline ``LLM`` run in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``: no engine 
 ``if __name__ == "__main__"`` guard is needed and weights are handed over without serialising).
 That variable (and on CPU ``VLLM_CPU_KVCACHE_SPACE``, from ``model.vllm.kv_cache_gib`` unless already
 set) is written into ``os.environ`` when an engine is constructed, never at import.
-Only this module imports vLLM (DESIGN.md §7), on use.
+Only this module imports vLLM (docs/architecture.md §8), on use.
 
 Contract: that of the ``hf`` backend (``rollwise.backends.hf``): ``generate(sequences, sampling,
 generator=None, max_new_tokens=None) -> list[Completion]`` continues token sequences; each

@@ -1,6 +1,6 @@
 """Running a sweep's arm × seed runs and turning them into ``compare.json`` and a report.
 
-Each run lives in ``<out_dir>/<arm>-s<seed>/`` (a normal run directory, DESIGN.md §6). After a
+Each run lives in ``<out_dir>/<arm>-s<seed>/`` (a normal run directory, docs/architecture.md §7). After a
 run finishes, ``done.json`` is written there (atomically) with its totals, why it stopped, the
 machine and the git commit. A later ``rollwise compare`` on the same sweep
 

@@ -1,4 +1,4 @@
-"""Sweep files for ``rollwise compare`` (DESIGN.md §6): a base config, arms (each a set of
+"""Sweep files for ``rollwise compare`` (docs/architecture.md §7): a base config, arms (each a set of
 overrides), seeds and one budget shared by every arm.
 
 ```toml

@@ -1,4 +1,4 @@
-"""Controllers: which prompts, how many rollouts each, and extra rounds (DESIGN.md §3).
+"""Controllers: which prompts, how many rollouts each, and extra rounds (docs/architecture.md §3).
 
 Planning ahead (``train.async.max_staleness`` = η >= 1, :mod:`rollwise.distributed.async_pool`):
 the pool calls ``select``/``plan`` for plans k+1 .. k+η before step k's ``next_round``,

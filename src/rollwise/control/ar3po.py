@@ -2,7 +2,7 @@
 correct response for groups that stay all wrong.
 
 Paper: Zhang et al. 2025, "Improving Sampling Efficiency in RLVR through Adaptive Rollout and
-Response Reuse", arXiv 2509.25808; specs/selection.md §3. **No code was found**, and only the
+Response Reuse", arXiv 2509.25808; docs/specs/selection.md §3. **No code was found**, and only the
 abstract and secondary summaries were reachable: the *structure* (stages until the first success,
 a replay store of correct responses used when new rollouts all fail) is from those sources; the
 stage sizes, the store policy, the number of reused responses, the filter and the loss treatment

@@ -1,7 +1,7 @@
 """``brorl``: very many rollouts per prompt (broadened exploration).
 
 Paper: "BroRL: Scaling Reinforcement Learning via Broadened Exploration", arXiv 2510.01180
-(NVIDIA; no code released), specs/allocation.md §6. BroRL is a *setting*, not a new estimator:
+(NVIDIA; no code released), docs/specs/allocation.md §6. BroRL is a *setting*, not a new estimator:
 the rollouts per prompt N go from 16 (ProRL) to 512, uniformly (no per-prompt adaptivity); the
 advantage and loss are unchanged. Its argument: as N grows, the "unsampled coupling" term of the
 one-step mass balance shrinks, so probability mass on correct tokens grows reliably, and the
@@ -20,7 +20,7 @@ What this controller does: each step draws prompts from the seeded stream and gi
   (the rollout budget then defaults to ``prompts_per_step * n``).
 
 Whether the paper reduced the prompt batch to hold samples per step constant is **unverified**
-(specs/allocation.md §6.1); both are offered, and the ledger records samples
+(docs/specs/allocation.md §6.1); both are offered, and the ledger records samples
 (``cost/rollouts``) and wall time per step either way. Not reproduced: the ProRL recipe around it
 (starting from a saturated ProRL checkpoint, KL with periodic reference resets); combine with
 ``objective = "dapo"`` and ``control.dynamic_sampling`` for the DAPO parts.

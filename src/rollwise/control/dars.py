@@ -2,7 +2,7 @@
 
 Paper: Yang et al. 2025, "Depth-Breadth Synergy in RLVR: Unlocking LLM Reasoning Gains with
 Adaptive Exploration", arXiv 2508.13755; code github.com/yangzhch6/DARS at 9b21b714
-(``verl/trainer/ppo/ray_dars_trainer.py``), specs/allocation.md §1.
+(``verl/trainer/ppo/ray_dars_trainer.py``), docs/specs/allocation.md §1.
 
 GRPO's cumulative advantage per prompt, ``S_total = N * S(p)``, peaks at ``p = 0.5`` and vanishes
 as ``p -> 0``, so hard prompts are under-weighted. DARS runs two generation rounds per step:
@@ -50,9 +50,9 @@ Differences from the paper / code, besides the budget and the epoch:
   budget trimmed it) and ``p_hat`` is over its verified rollouts; a group with no verified
   rollout gets no top-up. Rewards need not be binary: ``p_hat`` is their mean.
 - ``ceil`` is taken with a 1e-9 tolerance, so float noise in ``A_peak / S`` (e.g. 64.00000001)
-  cannot add a rollout; this matches the table of specs/allocation.md §1.2 exactly.
+  cannot add a rollout; this matches the table of docs/specs/allocation.md §1.2 exactly.
 - The non-breadth hyper-parameters (batch size, mini-batches) are not in the released scripts;
-  rollwise's defaults are used [RECON, specs/allocation.md §1.3].
+  rollwise's defaults are used [RECON, docs/specs/allocation.md §1.3].
 - The default ``N_max`` is the scripts' (32 for ET, 64 for HW); the paper pairs them that way.
 
 Logs nothing of its own: ``control/rounds`` (2 when any prompt was topped up),

@@ -3,7 +3,7 @@
 Paper: Sun et al. 2025, "Improving Data Efficiency for LLM Reinforcement Fine-tuning Through
 Difficulty-targeted Online Data Selection and Rollout Replay", arXiv 2506.05316 (NeurIPS 2025);
 code github.com/ASTRAL-Group/data-efficient-llm-rl at 59df9187 (``teacher_utils.py``,
-``ray_trainer_teacher_replay.py``); specs/allocation.md §7. Rollout replay, the other half of the
+``ray_trainer_teacher_replay.py``); docs/specs/allocation.md §7. Rollout replay, the other half of the
 method, is the replay source ``rollout_replay`` (:mod:`rollwise.replay.rollout_replay`).
 
 DOTS picks the prompts whose *adaptive difficulty* under the current policy is closest to

@@ -7,7 +7,7 @@ stage 2 is a "hard-focus curriculum" on a small set of the most difficult proble
 rollout budget, which keeps retaining the hardest instances as training goes on. Difficulty is
 the empirical pass rate.
 
-[RECON] There is no DRIVE section in the project's specs (``/work/shared/specs``); this module
+[RECON] There is no DRIVE section in the project's specs (``docs/specs/``); this module
 reconstructs the recipe from the paper's abstract at the level of prompt selection only:
 
 - Pass rate of a prompt = correct / verified rollouts over its last ``window`` visits, read from

@@ -4,7 +4,7 @@ classifier, Prompt-GDRO (EMA-debiased EXP3P weights on the advantages) and Rollo
 
 Paper: "Group Distributionally Robust Optimization-Driven Reinforcement Learning for LLM
 Reasoning", Panaganti et al. (Tencent AI Lab), arXiv 2601.19280 (ICML 2026); code
-kishanpb/verl-gdro @ b391899; specs/guidance.md §1. The paper's equations are the default; the
+kishanpb/verl-gdro @ b391899; docs/specs/guidance.md §1. The paper's equations are the default; the
 released code's behaviour is an option where the spec says so.
 
 **Classifier** (§1.1). A prompt's estimate ``p_hat`` is the mean of its last ``window`` (H) any-

@@ -2,7 +2,7 @@
 
 Paper: "Act Only When It Pays: Efficient Reinforcement Learning for LLM Reasoning via Selective
 Rollouts" (GRESO), arXiv 2506.02177; code Infini-AI-Lab/GRESO at ``b2778431`` (a verl fork:
-``presampling_selector.py``, ``ray_trainer.py``); specs/selection.md §1.
+``presampling_selector.py``, ``ray_trainer.py``); docs/specs/selection.md §1.
 
 Whether a prompt's group is zero-variance (ZV: all rewards equal, no GRPO signal) is strongly
 correlated across epochs, so GRESO skips a prompt *before* paying for its rollouts, with a

@@ -4,7 +4,7 @@ advantage its baseline (:mod:`rollwise.objectives.mssr`).
 
 Paper: "Stable and Efficient Single-Rollout RL for Multimodal Reasoning" (MSSR), arXiv
 2512.18215; code ruiiu/MSSR @ 3dd0f13 (``MVSRValueTracker``, ``compute_mvsr_advantage``);
-specs/guidance.md §2.1.
+docs/specs/guidance.md §2.1.
 
 Tracker. Every prompt id x has ``(alpha, beta)``; an unseen prompt starts at ``v_init = 0.5`` with
 ``N_0 = 1 / (1 - rho_min)`` pseudo-counts (``alpha = beta = 4`` for rho_min 0.875). ``observe``

@@ -4,7 +4,7 @@
 Paper: Zhang, Arora, Mei, Zanette, "Faster Training of Reasoning Models via Online Curriculum
 Learning" (SPEED-RL: Selective Prompting with Efficient Estimation of Difficulty), arXiv
 2506.09016; code Zanette-Labs/speed-rl at ``80e47b5f`` (``data_controller.py``,
-``fast_dapo_ray_trainer.py``, Algorithm 1 of the project page); specs/selection.md §2.
+``fast_dapo_ray_trainer.py``, Algorithm 1 of the project page); docs/specs/selection.md §2.
 
 The policy-gradient SNR of a prompt vanishes as its pass rate p -> 0 or 1, so SPEED spends a few
 rollouts to find out which prompts have 0 < p < 1 and completes only those:

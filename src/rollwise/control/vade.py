@@ -2,7 +2,7 @@
 
 Paper: "VADE: Variance-Aware Dynamic Sampling via Online Sample-Level Difficulty Estimation"
 (multimodal RL), arXiv 2511.18902; project page VADE-RL.github.io, no code found;
-specs/allocation.md §5. Only the components are known from the abstract [PAPER-ABS]; the
+docs/specs/allocation.md §5. Only the components are known from the abstract [PAPER-ABS]; the
 equations below are **[RECON, unverified]**, following the closely related MoPPS
 (arXiv 2507.04632), which documents the same Beta-posterior + Thompson design.
 

@@ -1,7 +1,7 @@
 """``vcrl``: variance-based curriculum with a query memory bank (and the ``vcrl`` filter).
 
 Paper: Jiang et al. 2025, "VCRL: Variance-based Curriculum Reinforcement Learning for Large
-Language Models", arXiv 2509.19803 (no code found); specs/allocation.md §4. The paper's text was
+Language Models", arXiv 2509.19803 (no code found); docs/specs/allocation.md §4. The paper's text was
 not reachable: the score is from secondary summaries [SEC], the memory bank is largely our
 reconstruction **[RECON, unverified]**.
 

@@ -2,9 +2,9 @@
 
 Paper: Fu et al. 2025, "AReaL: A Large-Scale Asynchronous Reinforcement Learning System for
 Language Reasoning", arXiv 2505.24298 (staleness-bounded submission, eq. 3; interruptible
-generation; decoupled PPO, eq. 4-5); specs/systems.md §2. DESIGN.md §7: "async training is a
-pool that runs ahead ... the staleness bound η is enforced by admission, and η = 0 is exactly
-synchronous. No second loop." The loop is unchanged: it still calls
+generation; decoupled PPO, eq. 4-5); docs/specs/systems.md §2. As docs/architecture.md §8 has it, asynchrony
+is a pool that runs ahead: the staleness bound η is enforced by admission, η = 0 is exactly
+synchronous, and there is no second loop. The loop is unchanged: it still calls
 ``pool.generate(plan, groups, version)`` once per round.
 
 How it works:

@@ -1,4 +1,4 @@
-"""Data-parallel training with ``torch.distributed`` (DESIGN.md §7, last bullet): ``torchrun
+"""Data-parallel training with ``torch.distributed`` (docs/architecture.md §8, last bullet): ``torchrun
 --nproc_per_node N -m rollwise.cli train ...`` runs the same loop in N processes that take the
 same optimizer steps, each generating and training on a share of every step.
 

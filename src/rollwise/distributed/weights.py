@@ -1,4 +1,4 @@
-"""Weights flow one way (DESIGN.md §7): after each optimizer step the trainer *publishes* its
+"""Weights flow one way (docs/architecture.md §8): after each optimizer step the trainer *publishes* its
 weights and engines that do not share the trainer's module (the colocated vLLM backend, Ray
 rollout workers) receive them. A receiver never reads the trainer's module.
 

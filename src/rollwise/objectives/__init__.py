@@ -1,5 +1,5 @@
 """Objectives ``(batch, new_logprobs, options, entropy) -> LossOut`` and advantage estimators
-``(rewards, group_index, options) -> Advantages`` (DESIGN.md §3)."""
+``(rewards, group_index, options) -> Advantages`` (docs/architecture.md §3)."""
 
 from rollwise.registry import Registry
 

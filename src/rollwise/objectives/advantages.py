@@ -1,4 +1,4 @@
-"""Advantage estimators: pure functions of rewards and group ids (DESIGN.md §3).
+"""Advantage estimators: pure functions of rewards and group ids (docs/architecture.md §3).
 
 Contract (every registered estimator)::
 

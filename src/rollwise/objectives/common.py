@@ -1,6 +1,6 @@
 """Shared pieces of every objective: options base, aggregation, KL, off-policy weight, finishing.
 
-Objective contract (DESIGN.md §3)::
+Objective contract (docs/architecture.md §3)::
 
     loss(batch: Batch, new_logprobs: Tensor (B, T), opts: loss.Options | None = None,
          entropy: Tensor (B, T) | None = None) -> LossOut

@@ -4,7 +4,7 @@ majority-vote pseudo-rewards (``reward.ttrl``, :mod:`rollwise.verify.ttrl`).
 
 Paper: "ECHO: Entropy-Confidence Hybrid Optimization for Test-Time Reinforcement Learning",
 Zhao et al., arXiv 2602.02150 (ICML 2026); code user683/ECHO @ 6f7b311 (a verl fork);
-specs/guidance.md §5.3. The paper's formulas come from notes [SEC]; the code was read [CODE].
+docs/specs/guidance.md §5.3. The paper's formulas come from notes [SEC]; the code was read [CODE].
 
 **Hybrid advantage** (code ``apply_hybrid_advantage_shaping``): ``A_grp`` is the GRPO advantage;
 over all valid tokens of the batch both signals are z-scored (unbiased std, as

@@ -3,7 +3,7 @@ test-time RL with majority-vote pseudo-rewards (``reward.ttrl``, :mod:`rollwise.
 
 Paper: "Balancing Exploration and Exploitation in LLM Test-Time Reinforcement Learning via
 Entropy Mechanism" (ETTRL), Liu et al. (Kuaishou), arXiv 2508.11356; no code found. The formulas
-come from paper notes [SEC]; specs/guidance.md §5.2.2.
+come from paper notes [SEC]; docs/specs/guidance.md §5.2.2.
 
 - ``mode = "res"`` (Adv-Res, the paper's main variant): ``H_i`` = mean token entropy of response
   i, ``H_bar`` = the group mean of ``H``; ``Y_i = 1 + (H_bar - H_i) / H_bar`` and ``A_i <- Y_i A_i``.

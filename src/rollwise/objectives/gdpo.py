@@ -3,7 +3,7 @@ baseline (GRPO on the weighted sum of the named rewards).
 
 Paper: "GDPO: Group reward-Decoupled Normalization Policy Optimization for Multi-reward RL
 Optimization", Liu et al. (NVIDIA), arXiv 2601.05242; code NVlabs/GDPO @ b080e63;
-specs/guidance.md §3.
+docs/specs/guidance.md §3.
 
 A task may return several named rewards per rollout (``Verdict.rewards``, e.g. the built-in
 ``arithmetic`` task with ``second_reward = "format"`` or ``"length"``). For prompt i, rollout j

@@ -1,4 +1,4 @@
-"""Per-group statistics on ragged groups, by index operations (DESIGN.md §1).
+"""Per-group statistics on ragged groups, by index operations (docs/architecture.md §1).
 
 Rows of a batch belong to groups through ``group_index`` (B,) long. Group ids may be any
 integers: not contiguous, not sorted, groups of any size. Nothing here reshapes by a global

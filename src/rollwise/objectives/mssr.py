@@ -3,7 +3,7 @@ normalised, with MSSR's entropy-based advantage shaping.
 
 Paper: "Stable and Efficient Single-Rollout RL for Multimodal Reasoning" (MSSR), Liu et al.
 (Tencent AI Lab / UMD), arXiv 2512.18215 (CVPR 2026); code ruiiu/MSSR @ 3dd0f13
-(``compute_mvsr_advantage``, ``compute_entropy_advantage_shaping``); specs/guidance.md §2. The
+(``compute_mvsr_advantage``, ``compute_entropy_advantage_shaping``); docs/specs/guidance.md §2. The
 paper's equations come from notes [SEC]; the code was read [CODE].
 
 The baseline ``v_hat(x) = alpha / (alpha + beta)`` is the prompt's Beta posterior mean *before*

@@ -1,5 +1,5 @@
 """Per-token entropy and confidence signals of a batch's completions, in the three flavours that
-specs/guidance.md §8.2 asks to name explicitly (thresholds do not transfer between them):
+docs/specs/guidance.md §8.2 asks to name explicitly (thresholds do not transfer between them):
 
 - ``"sampler"``: the full-vocabulary entropy ``-sum_v mu(v) log mu(v)`` of the behaviour policy at
   each sampled position, recorded by the sampler (``Rollout.entropies``; the hf backend records it

@@ -1,4 +1,4 @@
-"""Replay sources: ``add(groups)``, ``mix(fresh, state) -> groups``, ``state_dict`` (DESIGN.md §3)."""
+"""Replay sources: ``add(groups)``, ``mix(fresh, state) -> groups``, ``state_dict`` (docs/architecture.md §3)."""
 
 from rollwise.registry import Registry
 

@@ -3,7 +3,7 @@
 Paper: Zhou et al. 2025, "APRIL: Active Partial Rollouts in Reinforcement Learning to Tame
 Long-tail Generation", arXiv 2509.18521; mechanism as in upstream slime's partial rollout
 (token-id resume, per-segment log-probs, ``--mask-offpolicy-in-partial-rollout``, ``--use-tis``);
-specs/systems.md §1. Works only behind the ``uniform`` controller without dynamic sampling
+docs/specs/systems.md §1. Works only behind the ``uniform`` controller without dynamic sampling
 (refused at config load by ``PartialRollouts.check_config``; see "Controllers" below).
 
 A synchronous step waits for its longest response. With ``replay.name = "partial"`` the loop's

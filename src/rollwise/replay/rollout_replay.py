@@ -3,7 +3,7 @@
 Paper: Sun et al. 2025, "Improving Data Efficiency for LLM Reinforcement Fine-tuning Through
 Difficulty-targeted Online Data Selection and Rollout Replay", arXiv 2506.05316 (NeurIPS 2025);
 code github.com/ASTRAL-Group/data-efficient-llm-rl at 59df9187
-(``ray_trainer_teacher_replay.py``); specs/allocation.md §7.3. Pairs with the ``dots``
+(``ray_trainer_teacher_replay.py``); docs/specs/allocation.md §7.3. Pairs with the ``dots``
 controller (:mod:`rollwise.control.dots`), but works behind any controller.
 
 Only a share ``1 - replay_fraction`` of each batch is freshly generated; the rest are whole old

@@ -2,7 +2,7 @@
 
 Paper: Gensyn AI Team (Amico et al.) 2025, "Sharing is Caring: Efficient LM Post-Training with
 Collective RL Experience Sharing" (Swarm sAmpling Policy Optimization), arXiv 2509.08721; code
-github.com/gensyn-ai/rl-swarm (``rgym_exp``); specs/systems.md §8. Works behind any controller
+github.com/gensyn-ai/rl-swarm (``rgym_exp``); docs/specs/systems.md §8. Works behind any controller
 and objective. ``rollwise swarm`` (rollwise.distributed.swarm) starts N peers on this machine.
 
 A swarm is N independent runs ("peers"), each with its own policy, prompt stream (``run.seed``)

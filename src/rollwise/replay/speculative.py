@@ -1,7 +1,7 @@
 """``speculative``: SPEC-RL speculative rollouts that reuse the previous epoch's responses.
 
 Paper: Liu et al. 2025, "SPEC-RL: Accelerating On-Policy Reinforcement Learning via Speculative
-Rollouts", arXiv 2509.23232; specs/systems.md §5. Works behind any controller; reuse happens when
+Rollouts", arXiv 2509.23232; docs/specs/systems.md §5. Works behind any controller; reuse happens when
 a prompt comes back (the next epoch of ``uniform``'s stream).
 
 With ``replay.name = "speculative"`` the loop's worker pool is wrapped (``wrap_pool``, called by

@@ -1,4 +1,4 @@
-"""Tasks: prompt sources with train / held-out splits and their verifier (DESIGN.md §3).
+"""Tasks: prompt sources with train / held-out splits and their verifier (docs/architecture.md §3).
 
 A task entry is a factory ``make(arg: str | None, options) -> Task`` with an ``Options``
 attribute (pydantic model) validated at config load time.

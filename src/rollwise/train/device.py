@@ -1,4 +1,4 @@
-"""Where the policy runs (DESIGN.md §10): ``model.device``, decided once, and the memory arithmetic
+"""Where the policy runs (docs/architecture.md §9): ``model.device``, decided once, and the memory arithmetic
 checked before a model is placed there.
 
 ``resolve_device("auto")`` is ``cuda`` when torch sees a CUDA device, else ``cpu``; ``"cpu"``,

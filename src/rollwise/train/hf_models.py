@@ -1,4 +1,4 @@
-"""Pretrained Hugging Face models for the trainer and the ``hf`` backend (DESIGN.md §7, scale 2).
+"""Pretrained Hugging Face models for the trainer and the ``hf`` backend (docs/architecture.md §8).
 
 A model is named in one of three forms (``check_model_name`` validates them cheaply, before any
 heavy import; ``load_pretrained`` loads them):

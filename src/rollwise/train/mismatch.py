@@ -77,7 +77,7 @@ class StaleWeightsError(UserError):
 
 
 class GapGuard:
-    """The stale-weight alarm (DESIGN.md §10; ``train.gap_guard``). A sampler that is a separate
+    """The stale-weight alarm (docs/architecture.md §9; ``train.gap_guard``). A sampler that is a separate
     engine (vLLM, Ray workers) must hold the trainer's weights; when a weight push silently fails
     (sleep mode waking on old weights, a LoRA sync that delivers nothing: both reported against
     TRL and verl) the gap between the sampler's and the trainer's log-probs jumps, e.g. 0.015 ->

@@ -2,7 +2,7 @@
 is generated, take the optimizer step when the batch is complete.
 
 Paper: Jian Lu, "Periodic Asynchrony: an on-policy producer-consumer pipeline for RL post-training",
-arXiv 2511.18871; specs/systems.md §4. The mechanism is a **reconstruction from the abstracts**
+arXiv 2511.18871; docs/specs/systems.md §4. The mechanism is a **reconstruction from the abstracts**
 (the spec marks it [inferred]; no code was found): weights are synced at the start of each
 iteration, every rollout of iteration k is drawn from θ_k, and the trainer's data loader consumes
 finished samples while generation runs, accumulating gradients, with one optimizer step per batch.

@@ -3,7 +3,7 @@ advantages are in the batch, the objective is a function chosen by name.
 
 Micro-batching is exact: each micro-batch's loss is already divided by the global count of
 the optimizer step (``Batch.num_loss_tokens`` / ``num_sequences``), so gradients are summed,
-never averaged, across micro-batches (DESIGN.md §9.6).
+never averaged, across micro-batches (docs/architecture.md §9).
 
 Options the trainer serves (each computed here, its math living in ``objectives/``):
 

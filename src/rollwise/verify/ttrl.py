@@ -2,7 +2,7 @@
 majority answer of its group; no reference answer is used for training.
 
 Paper: "TTRL: Test-Time Reinforcement Learning", Zuo et al. (PRIME-RL), arXiv 2504.16084; code
-PRIME-RL/TTRL @ 3e2cc93 (``reward_manager/ttrl.py``, ``ttt_metrics.py``); specs/guidance.md §5.1.
+PRIME-RL/TTRL @ 3e2cc93 (``reward_manager/ttrl.py``, ``ttt_metrics.py``); docs/specs/guidance.md §5.1.
 
 Per group (one prompt, N_vote rollouts) after generation:
 

@@ -1,4 +1,4 @@
-"""AR3PO (control/ar3po.py, specs/selection.md §3, a reconstruction): the §3.6 properties worked by
+"""AR3PO (control/ar3po.py, docs/specs/selection.md §3, a reconstruction): the §3.6 properties worked by
 hand, the response store, the off-policy labels of a reused response, the budget, the checkpoint
 state, and the real loop with a scripted backend where a stored response rescues a group."""
 

@@ -1,4 +1,4 @@
-"""BroRL (control/brorl.py, specs/allocation.md §6): the §6.4 properties (mixed-group probability
+"""BroRL (control/brorl.py, docs/specs/allocation.md §6): the §6.4 properties (mixed-group probability
 and the softmax-bandit direction test), the controller's allocation within the budget, and
 memory that does not grow with n: generation in chunks of ``model.max_batch`` and training in
 micro-batches of ``train.micro_batch``."""

@@ -1,4 +1,4 @@
-"""DARS / DARS-B (control/dars.py, specs/allocation.md §1): the ΔN schedule worked by hand, the
+"""DARS / DARS-B (control/dars.py, docs/specs/allocation.md §1): the ΔN schedule worked by hand, the
 §1.6 properties, the two-stage controller with its budget and state, and the real loop with a
 scripted backend where groups of different sizes reach the trainer."""
 
@@ -36,7 +36,7 @@ def _dars(*overrides, options=None, cls=DARS, prompts=20):
 
 # ------------------------------------------------------------------ the schedule, by hand
 
-# specs/allocation.md §1.2, N = 8. No-std: S(p) = 2p(1-p), A_peak = N/2 = 4.
+# docs/specs/allocation.md §1.2, N = 8. No-std: S(p) = 2p(1-p), A_peak = N/2 = 4.
 #   k=0: p -> 0.5/8 = 1/16, S = 2(1/16)(15/16) = 15/128 = 0.1171875
 #        ET: 4 / S = 34.13 -> ceil(34.13 - 8) = 27 -> capped at 32 - 8 = 24
 #        HW: 2(15/16)4 / S = 7.5 / 0.1171875 = 64 -> 64 - 8 = 56 (= 64 - 8, the cap)

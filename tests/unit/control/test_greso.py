@@ -1,4 +1,4 @@
-"""GRESO (control/greso.py, specs/selection.md §1): the §1.8 properties worked by hand (streaks,
+"""GRESO (control/greso.py, docs/specs/selection.md §1): the §1.8 properties worked by hand (streaks,
 skip probability, the p controller, round sizes, invariants), the rounds on hand-made groups, the
 budget, the state round trip, and the real loop with dynamic sampling and a scripted backend."""
 

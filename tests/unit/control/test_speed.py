@@ -1,4 +1,4 @@
-"""SPEED-RL (control/speed.py, specs/selection.md §2): the §2.6 properties worked by hand
+"""SPEED-RL (control/speed.py, docs/specs/selection.md §2): the §2.6 properties worked by hand
 (acceptance, cost, group invariants, carry-over, batch size), one Plan with continuations and
 screens, the budget, the state round trip, and the real loop with a scripted backend."""
 

@@ -1,4 +1,4 @@
-"""The async pool's defining properties with a fake engine (AReaL, specs/systems.md §2):
+"""The async pool's defining properties with a fake engine (AReaL, docs/specs/systems.md §2):
 the submission gate, admission by staleness, plans drawn in the controller's order, state for
 resume, and interruptible generation (per-token versions, greedy pause/continue = uninterrupted)."""
 

@@ -1,4 +1,4 @@
-"""POLARIS/SkyRL "replace" dynamic sampling (filter/replace.py, control/rounds.py; specs/selection.md
+"""POLARIS/SkyRL "replace" dynamic sampling (filter/replace.py, control/rounds.py; docs/specs/selection.md
 §4): the §4.6 properties on hand-made batches, the loss/advantage side effects worked by hand, the
 wrapper's gate / discard / limit, the config switch, and the real loop with a scripted backend."""
 

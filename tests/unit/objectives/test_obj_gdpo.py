@@ -1,4 +1,4 @@
-"""GDPO and its GRPO-on-the-sum baseline (specs/guidance.md §3.6), with the spec's numbers."""
+"""GDPO and its GRPO-on-the-sum baseline (docs/specs/guidance.md §3.6), with the spec's numbers."""
 
 import pytest
 import torch

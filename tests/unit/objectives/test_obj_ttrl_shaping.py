@@ -1,5 +1,5 @@
 """ETTRL's entropy-based advantage reshaping and ECHO's hybrid advantage and CA-Clip
-(specs/guidance.md §5.2.4, §5.3.8) with the spec's numbers."""
+(docs/specs/guidance.md §5.2.4, §5.3.8) with the spec's numbers."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""TTRL majority-vote pseudo-rewards (specs/guidance.md §5.1) with the spec's numbers."""
+"""TTRL majority-vote pseudo-rewards (docs/specs/guidance.md §5.1) with the spec's numbers."""
 
 from rollwise.eval.metrics import majority_answer
 from rollwise.objectives.advantages import grpo
