@@ -1,0 +1,119 @@
+"""The import rules of docs/architecture.md §5, checked with ``ast`` over ``src/rollwise``: every
+import counts, including those made inside functions and under ``TYPE_CHECKING``."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+ASSEMBLY = {"rollwise.components", "rollwise.compat", "rollwise.session", "rollwise.loop"}
+MAY_IMPORT_ASSEMBLY = {"rollwise", "rollwise.cli", "rollwise.loop", "rollwise.session", "rollwise.components",
+                       "rollwise.compat", "rollwise.bench"}
+
+
+def modules(src: Path = SRC) -> dict[str, Path]:
+    out = {}
+    for path in (src / "rollwise").rglob("*.py"):
+        parts = path.relative_to(src).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def imports(mods: dict[str, Path]) -> dict[str, set[str]]:
+    """Module -> the rollwise modules it imports anywhere in its body. ``from a import b`` names the
+    module ``a.b`` where that is a module, else ``a``; a package's own ancestors are not counted."""
+
+    def known(name: str) -> str | None:
+        while name and name not in mods:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    edges = {}
+    for mod, path in mods.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    pkg = mod.split(".") if path.name == "__init__.py" else mod.split(".")[:-1]
+                    pkg = pkg[: len(pkg) - (node.level - 1)]
+                    base = ".".join(pkg + ([node.module] if node.module else []))
+                names = [base] + [f"{base}.{a.name}" for a in node.names]
+            else:
+                continue
+            for name in names:
+                t = known(name)
+                if t and t != mod and t != "rollwise" and not mod.startswith(t + "."):
+                    targets.add(t)
+        edges[mod] = targets
+    return edges
+
+
+def circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+    for root in sorted(edges):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = counter[0]
+                    counter[0] += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(edges.get(w, ())))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+
+def test_the_checker_finds_a_circle_made_by_a_function_level_import(tmp_path):
+    pkg = tmp_path / "rollwise"
+    (pkg / "stage").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "stage" / "__init__.py").write_text("")
+    (pkg / "config.py").write_text("def check():\n    from rollwise.stage import a\n")
+    (pkg / "stage" / "a.py").write_text("from rollwise import config\nfrom . import b\n")
+    (pkg / "stage" / "b.py").write_text("from ..types import X\n")
+    (pkg / "types.py").write_text("X = 1\n")
+    edges = imports(modules(tmp_path))
+    assert edges["rollwise.stage.a"] == {"rollwise.config", "rollwise.stage.b"}
+    assert edges["rollwise.stage.b"] == {"rollwise.types"}
+    assert circles(edges) == [["rollwise.config", "rollwise.stage.a"]]
+
+
+@pytest.mark.xfail(strict=False, reason="until #27 merges")
+def test_no_import_circles_counting_function_level_imports():
+    assert circles(imports(modules())) == []
+
+
+@pytest.mark.xfail(strict=False, reason="until #27 merges")
+def test_nothing_below_the_assembler_imports_it():
+    bad = sorted(f"{m} imports {t}" for m, ts in imports(modules()).items() for t in ts
+                 if t in ASSEMBLY and m not in MAY_IMPORT_ASSEMBLY and not m.startswith("rollwise.bench."))
+    assert bad == []
