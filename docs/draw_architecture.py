@@ -62,9 +62,8 @@ def main() -> Path:
             pos.append((x, y))
     for (x0, y0), (x1, y1) in zip(pos, pos[1:]):
         if y0 == y1:
-            left, right = (x0, x1) if x0 < x1 else (x1, x0)
-            a, b = ((x0 + sw - 0.24, y0 + 0.52), (x1, y1 + 0.52)) if x1 > x0 else ((x0, y0 + 0.52), (x1 + sw - 0.24, y1 + 0.52))
-            arrow(ax, a, b)
+            right, left = (x0 + sw - 0.24, x1) if x1 > x0 else (x0, x1 + sw - 0.24)  # from one box's side to the next's
+            arrow(ax, (right, y0 + 0.52), (left, y1 + 0.52))
         else:
             arrow(ax, (x0 + (sw - 0.24) / 2, y0), (x1 + (sw - 0.24) / 2, y1 + 1.05))
     ax.text(0.05, 4.05, "stages in loop order (a strategy imports the ground floor and its own stage's helpers)",

@@ -188,7 +188,8 @@ def run_configs(out_dir: Path, compare: dict) -> dict[str, str]:
         run_dir = Path(a["runs"][seed]["dir"])
         found = [d / "config.resolved.toml" for d in (run_dir, Path(out_dir) / run_dir.name)
                  if (d / "config.resolved.toml").is_file()]
-        out[arm] = found[0].read_text() if found else f"(not shown: {run_dir.as_posix()}/config.resolved.toml is not here)"
+        missing = f"(not shown: {run_dir.as_posix()}/config.resolved.toml is not here)"
+        out[arm] = found[0].read_text() if found else missing
     return out
 
 

@@ -17,7 +17,8 @@ so a checkpoint written before this helper loads unchanged.
 from __future__ import annotations
 
 import random
-from typing import Literal, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 from rollwise.control.budget import StepBudget
 from rollwise.control.history import PromptHistory
