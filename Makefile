@@ -75,4 +75,4 @@ gpu-check:
 	$(GPU_PY) benchmarks/gpu_check.py --out benchmarks/results/gpu/gpu_check.json
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) runs .pytest_cache .ruff_cache
