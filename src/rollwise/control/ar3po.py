@@ -113,10 +113,10 @@ class AR3POOptions(BaseModel):
 
 class AR3PO:
     """AR3PO (arXiv 2509.25808), reconstructed: stages until the first success, then response reuse."""
-    stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)
-
     Options = AR3POOptions
     plans_ahead = False  # select() clears, plan() fills the stages that next_round reads
+
+    stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: AR3POOptions | None, seed: int):
         self.cfg = cfg

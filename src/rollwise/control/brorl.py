@@ -56,9 +56,9 @@ class BroRLOptions(BaseModel):
 
 class BroRL:
     """BroRL (arXiv 2510.01180): a uniform, very large number of rollouts per prompt."""
-    stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)
-
     Options = BroRLOptions
+
+    stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: BroRLOptions | None, seed: int):
         self.cfg = cfg

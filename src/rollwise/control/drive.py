@@ -58,9 +58,9 @@ class DRIVEOptions(BaseModel):
 
 
 class DRIVE:
-    stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)
-
     Options = DRIVEOptions
+
+    stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: DRIVEOptions | None, seed: int):
         self.cfg, self.seed = cfg, seed

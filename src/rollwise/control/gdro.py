@@ -243,10 +243,10 @@ def fit_total(n: list[int], total: int, lo: int, hi: int, up_key, down_key) -> l
 
 class GDRO:
     """Multi-Adversary GDRO (module docstring)."""
-    stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)
-
     Options = GdroOptions
     plans_ahead = False  # plan() sets the bins, arms and counts that weigh_advantages and after_update credit
+
+    stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: GdroOptions | None, seed: int):
         self.cfg = cfg

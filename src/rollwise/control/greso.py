@@ -215,8 +215,6 @@ class GresoStream(PromptStream):
 class GRESO:
     """GRESO (arXiv 2506.02177): probabilistic pre-rollout skipping from ZV streaks, online
     tuning of (p_easy, p_hard), DS rounds of adaptive size."""
-    stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)
-
     Options = GRESOOptions
     plans_ahead = False  # select() starts the round context (round prompts, counters) that next_round reads
 
@@ -227,6 +225,8 @@ class GRESO:
         if cfg.control.dynamic_sampling.enabled and cfg.control.dynamic_sampling.type == "replace":
             raise UserError("control 'greso' works with control.dynamic_sampling.type = 'refill' (its adaptive rounds), "
                             "not 'replace'")
+
+    stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: GRESOOptions | None, seed: int):
         self.cfg = cfg

@@ -160,8 +160,6 @@ class SPEEDOptions(BaseModel):
 class SPEED:
     """SPEED-RL (arXiv 2506.09016): screen with n_init, continue mixed prompts with n_cont in the
     same call as the next screening, until B groups are finished."""
-    stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)
-
     Options = SPEEDOptions
     plans_ahead = False  # select() starts the screen/continue context next_round reads (wise inherits it)
 
@@ -173,6 +171,8 @@ class SPEED:
                             "it drops the screens that were rejected or not continued")
         if cfg.control.dynamic_sampling.enabled:  # also refused in __init__ (built without components.check)
             raise UserError(f"control {cfg.control.name!r} runs its own rounds; set control.dynamic_sampling.enabled = false")
+
+    stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: SPEEDOptions | None, seed: int):
         self.cfg = cfg

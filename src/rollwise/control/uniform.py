@@ -20,11 +20,12 @@ from rollwise.types import Group, Plan, Prompt, Request
 
 
 class Uniform:
-    stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options, seed: int):
         self.cfg = cfg
         self.source = PromptSource(prompts, seed, cfg, cfg.prompts_per_step * cfg.rollouts_per_prompt)
+
+    stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)
 
     @property
     def budget(self) -> int:

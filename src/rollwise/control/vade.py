@@ -99,9 +99,9 @@ def posterior(records: Sequence[Record], now: int, opts: VADEOptions) -> tuple[f
 
 class VADE:
     """VADE (arXiv 2511.18902) [RECON]: Thompson-sampled top-B by p~(1 - p~) from a candidate pool."""
-    stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)
-
     Options = VADEOptions
+
+    stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: VADEOptions | None, seed: int):
         self.cfg = cfg

@@ -117,9 +117,9 @@ class VCRLOptions(BaseModel):
 
 class VCRL:
     """VCRL (arXiv 2509.19803): fresh prompts, then bank refills for groups with p < kappa."""
-    stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)
-
     Options = VCRLOptions
+
+    stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: VCRLOptions | None, seed: int):
         self.cfg = cfg

@@ -320,10 +320,10 @@ def seeded_prompt(prompt: Prompt, exemplars: Sequence[Exemplar], template: str) 
 
 
 class Xrpo:
-    stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)
-
     Options = XrpoOptions
     plans_ahead = False  # plan() replaces the round context (ids, allocation) that next_round reads
+
+    stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: XrpoOptions | None, seed: int):
         self.cfg = cfg
