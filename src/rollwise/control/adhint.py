@@ -97,8 +97,9 @@ class ADHint(Uniform):
             raise UserError("control.name = 'adhint' continues its own prefixes; it does not combine with replay 'partial' / "
                             "'speculative', sampling.tree or sampling.arrol")
 
-    def bind(self, task, codec) -> None:
+    def bind(self, services) -> None:
         """The run's task (reference solutions, ``task.target``) and token codec (hint token ids)."""
+        task, codec = services.task, services.codec
         if not hasattr(task, "target"):
             raise UserError(f"control.name = 'adhint' needs reference solutions: task {getattr(task, 'name', task)!r} has no target()")
         self.task, self.codec = task, codec

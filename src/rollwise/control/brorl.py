@@ -42,6 +42,7 @@ from typing import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rollwise.control.base import Controller
 from rollwise.control.budget import StepBudget
 from rollwise.control.history import PromptHistory
 from rollwise.control.uniform import PromptStream
@@ -56,7 +57,7 @@ class BroRLOptions(BaseModel):
                                         "prompts_per_step prompts of n rollouts each.")
 
 
-class BroRL:
+class BroRL(Controller):
     """BroRL (arXiv 2510.01180): a uniform, very large number of rollouts per prompt."""
 
     Options = BroRLOptions

@@ -39,6 +39,7 @@ from typing import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rollwise.control.base import Controller
 from rollwise.control.budget import StepBudget
 from rollwise.control.history import PromptHistory
 from rollwise.control.uniform import PromptStream
@@ -59,7 +60,7 @@ class DRIVEOptions(BaseModel):
     min_pool: int = Field(8, ge=1, description="the stage-2 pool never shrinks below this many prompts")
 
 
-class DRIVE:
+class DRIVE(Controller):
     Options = DRIVEOptions
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: DRIVEOptions | None, seed: int):

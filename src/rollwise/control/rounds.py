@@ -70,6 +70,7 @@ import random
 from collections import Counter
 from typing import Callable
 
+from rollwise.control.base import Controller
 from rollwise.control.uniform import PromptStream
 from rollwise.filter.replace import passes_gate, replace_bad
 from rollwise.registry import UserError
@@ -97,7 +98,7 @@ def count_passing(groups: list[Group], filters: list[tuple[str, Callable]]) -> i
     return sum(all(f(g).keep for _, f in filters) for g in groups)
 
 
-class DynamicSampling:
+class DynamicSampling(Controller):
     """A controller wrapper adding DAPO refill rounds or POLARIS/SkyRL replace (module docstring).
 
     ``select``, ``plan``, ``observe`` and the checkpoint state are the wrapped controller's
@@ -128,7 +129,15 @@ class DynamicSampling:
 
     @property
     def metrics(self) -> dict[str, float]:
-        return {**getattr(self.inner, "metrics", {}), **self._metrics}
+        return {**self.inner.metrics, **self._metrics}
+
+    @property
+    def history(self):
+        return self.inner.history
+
+    @property
+    def plans_ahead(self) -> bool:
+        return self.inner.plans_ahead
 
     def select(self, state):
         return self.inner.select(state)
@@ -194,6 +203,21 @@ class DynamicSampling:
 
     def observe(self, groups: list[Group], state) -> None:
         self.inner.observe(groups, state)
+
+    def bind(self, services) -> None:
+        self.inner.bind(services)
+
+    def row_weights(self, rows):
+        return self.inner.row_weights(rows)
+
+    def priors(self, rows):
+        return self.inner.priors(rows)
+
+    def baselines(self, rows):
+        return self.inner.baselines(rows)
+
+    def after_update(self, batch, rows, metrics: dict, advantages) -> None:
+        self.inner.after_update(batch, rows, metrics, advantages)
 
     def state_dict(self) -> dict:
         return self.inner.state_dict()

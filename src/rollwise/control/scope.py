@@ -94,7 +94,8 @@ class SCOPE(Uniform):
         if cfg.control.dynamic_sampling.enabled:
             raise UserError("control.name = 'scope' does not run with control.dynamic_sampling.enabled")
 
-    def bind(self, task, codec) -> None:
+    def bind(self, services) -> None:
+        task, codec = services.task, services.codec
         if not hasattr(task, "target"):
             raise UserError(f"control.name = 'scope' needs reference solutions (the guide): task {getattr(task, 'name', task)!r} "
                             "has no target()")

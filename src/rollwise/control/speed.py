@@ -89,6 +89,7 @@ from typing import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rollwise.control.base import Controller
 from rollwise.control.budget import StepBudget
 from rollwise.control.history import PromptHistory
 from rollwise.control.uniform import PromptStream
@@ -159,7 +160,7 @@ class SPEEDOptions(BaseModel):
 # ------------------------------------------------------------------------- the controller
 
 
-class SPEED:
+class SPEED(Controller):
     """SPEED-RL (arXiv 2506.09016): screen with n_init, continue mixed prompts with n_cont in the
     same call as the next screening, until B groups are finished."""
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import random
 from typing import Sequence
 
+from rollwise.control.base import Controller
 from rollwise.control.budget import StepBudget, cap_plan  # noqa: F401  (cap_plan: re-exported)
 from rollwise.control.history import PromptHistory
 from rollwise.types import Group, Plan, Prompt, Request
@@ -52,7 +53,7 @@ class PromptStream:
         self.rng.setstate((v, tuple(internal), gauss))
 
 
-class Uniform:
+class Uniform(Controller):
     def __init__(self, prompts: Sequence[Prompt], cfg, options, seed: int):
         self.cfg = cfg
         self.stream = PromptStream(prompts, seed)

@@ -61,6 +61,7 @@ from typing import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rollwise.control.base import Controller
 from rollwise.control.budget import StepBudget
 from rollwise.control.history import PromptHistory, Record
 from rollwise.control.uniform import PromptStream
@@ -98,7 +99,7 @@ def posterior(records: Sequence[Record], now: int, opts: VADEOptions) -> tuple[f
     return a, b
 
 
-class VADE:
+class VADE(Controller):
     """VADE (arXiv 2511.18902) [RECON]: Thompson-sampled top-B by p~(1 - p~) from a candidate pool."""
 
     Options = VADEOptions
