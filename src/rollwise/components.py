@@ -4,6 +4,10 @@
 model (called by ``load_config``). ``build_task``, ``build_strategies`` and ``build_policy``
 construct the parts in the order the loop needs: everything that can reject user input
 comes before the model is loaded.
+
+The assembler builds a whole run in stage order: ``open_run`` (run directory, task, strategies),
+then ``assemble`` (policy, backend through ``rollwise.backends.build``, base pool, the rollout
+wrappers of ``ROLLOUT_WRAPPERS``, trainer, weight receivers, the ``Services`` bound to the strategies).
 """
 
 from __future__ import annotations

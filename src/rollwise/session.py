@@ -1,8 +1,10 @@
 """A run's assembled parts and its bookkeeping (set-up, evaluation, checkpoints, progress),
 kept out of ``loop.py`` so the loop reads as the table of contents.
 
-``Run.open`` builds the parts in an order that rejects bad input early: run directory, task
-(reads files), strategies (validated options), and only then the model.
+``Run`` keeps the bookkeeping (directory, config file, seeds, resume, ledger, trackers, the first
+weight sync); the parts come from the assembler (``rollwise.components``: ``open_run`` then
+``assemble``), in an order that rejects bad input early: run directory, task (reads files),
+strategies (validated options), and only then the model.
 """
 
 from __future__ import annotations

@@ -114,7 +114,7 @@ class ADHint(Uniform):
         if self._round > 1:
             return Plan()
         if self.task is None:
-            raise RuntimeError("ADHint.bind(task, codec) was not called (session.Run binds it)")
+            raise RuntimeError("ADHint.bind(services) was not called (the assembler binds it)")
         requests, ratios, lengths, diffs = [], [], [], []
         for g in groups:
             scores = g.verified_rewards()

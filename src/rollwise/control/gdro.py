@@ -26,7 +26,8 @@ in the batch (P, m = |P|):
 - ``weights = "paper"`` (eq. 16): ``w_i = min(exp(eta clip(S(b_i), -C, C)), weight_cap)``.
 
 The step's advantages (any estimator, per row and per token) are multiplied by ``w_i``
-(``weigh_advantages``, called by the loop after the estimator). After the optimizer step
+(``row_weights``, computed before the estimator into the advantage context; the batch builder,
+``rollwise.batch.build``, multiplies them in). After the optimizer step
 (``after_update``) the per-response losses ``l_i`` (below) give bin losses ``l_bar(b)``, divided by
 the bin's share of the batch's rows when ``share_normalise``; then ``S(b) <- (1 - beta) S(b) + beta
 l_tilde(b)`` (first observation: ``S = l_tilde``; absent bins unchanged). ``scores = "mean"`` keeps a

@@ -130,7 +130,7 @@ class R3L(Uniform):
         if self._round > 1:
             return Plan()
         if self.codec is None:
-            raise RuntimeError("R3L.bind(services) was not called (session.Run binds it)")
+            raise RuntimeError("R3L.bind(services) was not called (the assembler binds it)")
         requests, entries = [], []  # entries[i]: (prompt id, base count, base index, shared prefix, pivot) of requests[i]
         for g in groups:
             n_todo = 0
