@@ -252,7 +252,8 @@ class Controller(Protocol):
 
     ``observe`` receives *every* group generated this step (before filtering), so per-prompt
     statistics see all rollouts. ``state_dict`` / ``load_state_dict`` go into checkpoints.
-    Constructed as ``Cls(train_prompts, control_cfg, options, seed)``.
+    Constructed as ``Cls(train_prompts, control_cfg, options, seed)``. Every controller inherits
+    ``rollwise.control.base.Controller``, which declares the optional hooks with their defaults.
     """
 
     def select(self, state: "RunState") -> list[Prompt]: ...
