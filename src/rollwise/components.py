@@ -404,8 +404,8 @@ def assemble(cfg, task, parts: Strategies, wiring: Wiring, dp=None, backend=None
     describe = getattr(task, "describe_verifier", None)
     if describe is not None:  # e.g. which code sandbox is active (verify/sandbox.py)
         log(describe())
-    a.pool = base = build_pool(cfg, a.backend, a.codec, task, a.sampling, tree_sampler(cfg, a.backend, a.codec), a.model,
-                               log=log, dp=dp)
+    tree = tree_sampler(cfg, a.backend, a.codec)  # LATR (sampling.tree), or None
+    a.pool = base = build_pool(cfg, a.backend, a.codec, task, a.sampling, tree, a.model, log=log, dp=dp)
     for applies, wrap in ROLLOUT_WRAPPERS:
         if applies(cfg, a):
             a.pool = wrap(cfg, a, wiring)
@@ -428,7 +428,8 @@ def _precision(cfg, model, log):
     from rollwise.train.precision import decide_compute_dtype
 
     weights = next(model.parameters())
-    precision = decide_compute_dtype(cfg.model.compute_dtype, weights.device, model.config, weights_dtype=weights.dtype, log=log)
+    precision = decide_compute_dtype(cfg.model.compute_dtype, weights.device, model.config, weights_dtype=weights.dtype,
+                                     log=log)
     log(precision.describe())
     return precision
 
@@ -484,8 +485,9 @@ def _wrap_async(cfg, a: Assembly, w: Wiring):
         april = lambda engine: parts.replay.wrap_pool(engine, parts.controller, w.state)  # noqa: E731
     ctrl = parts.controller
     consume = (lambda groups: a.trainer.consume(groups)) if cfg.train.async_.periodic else None
-    a.async_pool = async_pool.build(cfg, a.pool, a.backend, a.model, lambda: ctrl.plan(ctrl.select(w.state()), w.state()),
-                                    w.run_dir / "timeline.jsonl", consume, april, log=w.log)
+    draw = lambda: ctrl.plan(ctrl.select(w.state()), w.state())  # noqa: E731  (the generator's next plan)
+    a.async_pool = async_pool.build(cfg, a.pool, a.backend, a.model, draw, w.run_dir / "timeline.jsonl", consume, april,
+                                    log=w.log)
     return a.async_pool
 
 

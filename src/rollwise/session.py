@@ -70,7 +70,7 @@ class Run:
             changes = resume_check.check(cfg, cfg.run_dir())
         else:  # a default run name never reuses an existing run directory
             cfg, changes = cfg.with_run_name(), {}
-        self.cfg, self.log, self.main = cfg, log, dp is None or dp.main  # main: the process that writes the run directory
+        self.cfg, self.log, self.main = cfg, log, dp is None or dp.main  # main: this process writes the run directory
         self.dir, task, parts = components.open_run(cfg, resume, self.main)  # rejects bad input before the model loads
         if not resume:
             self._write_config()
@@ -78,9 +78,8 @@ class Run:
         random.seed(cfg.run.seed), np.random.seed(cfg.run.seed), torch.manual_seed(cfg.run.seed)
         ckpt = checkpoint.latest(self.dir, log=log) if resume else None
         wiring = components.Wiring(lambda: self.state, self.dir, self._stream_batch, log)
-        # weights from a checkpoint: no warm start; the assembled parts become the run's attributes
-        vars(self).update(vars(components.assemble(cfg if ckpt is None else without_warm_start(cfg), task, parts, wiring, dp,
-                                                   backend)))
+        built = cfg if ckpt is None else without_warm_start(cfg)  # weights from the checkpoint: no warm start
+        vars(self).update(vars(components.assemble(built, task, parts, wiring, dp, backend)))  # parts: run attributes
         self.ledger = Ledger(self.dir, write=self.main, facts=self.precision.ledger_fields(),
                              device=next(self.model.parameters()).device)  # precision/* and device/* on every line
         self.state = RunState(seed=cfg.run.seed)

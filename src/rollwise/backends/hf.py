@@ -60,7 +60,8 @@ class HFBackend:
             from rollwise.train.precision import resolve_compute_dtype
 
             weights = next(model.parameters())
-            compute_dtype = resolve_compute_dtype(cfg.model.compute_dtype, weights.device, model.config, weights_dtype=weights.dtype)
+            compute_dtype = resolve_compute_dtype(cfg.model.compute_dtype, weights.device, model.config,
+                                                  weights_dtype=weights.dtype)
         return cls(model, codec.eos_ids, codec.pad_id, cfg.model.max_batch, cfg.run.seed, compute_dtype=compute_dtype)
 
     def __init__(self, model, eos_ids: Sequence[int], pad_id: int, max_batch: int = 256, seed: int = 0,

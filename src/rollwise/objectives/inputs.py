@@ -106,7 +106,8 @@ def value_prior(rows: Sequence[Rollout], controller) -> torch.Tensor:
 _CONTEXT_INPUTS = ("confidence_shift", "value_prior", "prompt_baseline")  # fields of AdvantageContext
 
 
-def advantage_context(fn, rows: Sequence[Rollout], services: Services | None = None, controller=None) -> AdvantageContext:
+def advantage_context(fn, rows: Sequence[Rollout], services: Services | None = None,
+                      controller=None) -> AdvantageContext:
     """The inputs of ``fn`` that need more than the rows (``_CONTEXT_INPUTS``: the trainer's
     reference log-probs through ``services``, the ``controller``'s prior or baseline) and the
     controller's row weights (``Controller.row_weights``, Prompt-GDRO), computed before the estimator."""

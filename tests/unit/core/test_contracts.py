@@ -16,7 +16,7 @@ from rollwise.control.uniform import Uniform
 from rollwise.objectives import ADVANTAGES, OBJECTIVES
 from rollwise.objectives.inputs import _CONTEXT_INPUTS, _INPUTS, advantage_context, advantage_inputs
 from rollwise.replay.base import ReplaySource
-from rollwise.types import (Advantages, Backend, Decision, Group, Prompt, ReplaySourceProtocol, Rollout, RunState, Verdict,
+from rollwise.types import (Backend, Decision, Group, Prompt, ReplaySourceProtocol, Rollout, RunState, Verdict,
                             WeightReceiver)
 
 HOOKS = ("select", "plan", "next_round", "finish_batch", "observe", "bind", "row_weights", "priors", "baselines",
