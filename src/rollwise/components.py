@@ -5,9 +5,10 @@ model (called by ``load_config``). ``build_task``, ``build_strategies`` and ``bu
 construct the parts in the order the loop needs: everything that can reject user input
 comes before the model is loaded.
 
-The assembler builds a whole run in stage order: ``open_run`` (run directory, task, strategies),
-then ``assemble`` (policy, backend through ``rollwise.backends.build``, base pool, the rollout
-wrappers of ``ROLLOUT_WRAPPERS``, trainer, weight receivers, the ``Services`` bound to the strategies).
+The assembler builds a whole run in stage order: ``start_data_parallel``, ``open_run`` (run
+directory, task, strategies), then ``assemble`` (policy, backend through ``rollwise.backends.build``,
+base pool, the rollout wrappers of ``ROLLOUT_WRAPPERS``, trainer, weight receivers, the
+``Services`` bound to the strategies).
 """
 
 from __future__ import annotations
@@ -367,6 +368,18 @@ class Wiring:
     run_dir: Path
     prepare: Callable
     log: Callable = print
+
+
+def start_data_parallel(cfg, log=print):
+    """The first stage: ``(dp, cfg, log)``, ``dp`` a ``data_parallel.DataParallel`` under torchrun with
+    WORLD_SIZE > 1 (else None: one process); ranks > 0 wait for rank 0's set-up and take its run name
+    (their ``cfg`` and ``log``)."""
+    from rollwise.distributed import data_parallel
+
+    dp = data_parallel.start(cfg)
+    if dp is not None:
+        cfg, log = dp.follow(cfg, log)
+    return dp, cfg, log
 
 
 def open_run(cfg, resume: bool, main: bool = True) -> tuple[Path, Any, Strategies]:

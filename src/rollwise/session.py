@@ -23,7 +23,6 @@ import torch
 from rollwise import components, defaults, reward
 from rollwise import resume as resume_check
 from rollwise.config import Config, to_toml
-from rollwise.distributed import data_parallel
 from rollwise.eval.evaluate import evaluate
 from rollwise.ledger import Ledger
 from rollwise.batch.build import apply_filters, make_batch
@@ -62,9 +61,7 @@ def without_warm_start(cfg: Config) -> Config:
 
 class Run:
     def __init__(self, cfg: Config, resume: bool = False, backend=None, log=print):
-        dp = data_parallel.start(cfg)  # torchrun with WORLD_SIZE > 1, else None (one process)
-        if dp is not None:  # ranks > 0 wait for rank 0's set-up and take its run name
-            cfg, log = dp.follow(cfg, log)
+        dp, cfg, log = components.start_data_parallel(cfg, log)  # torchrun ranks > 0 take rank 0's run name
         cfg = defaults.resolve(cfg, log=log)  # unset keys that follow the model and the task (issue #32)
         if resume:  # the saved config against the requested one, before anything in the directory is touched
             changes = resume_check.check(cfg, cfg.run_dir())
