@@ -4,6 +4,11 @@
 model (called by ``load_config``). ``build_task``, ``build_strategies`` and ``build_policy``
 construct the parts in the order the loop needs: everything that can reject user input
 comes before the model is loaded.
+
+The assembler builds a whole run in stage order: ``start_data_parallel``, ``open_run`` (run
+directory, task, strategies), then ``assemble`` (policy, backend through ``rollwise.backends.build``,
+base pool, the rollout wrappers of ``ROLLOUT_WRAPPERS``, trainer, weight receivers, the
+``Services`` bound to the strategies).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rollwise.registry import Registry, UserError, validate_options
+from rollwise.types import Sampling, Services
 
 
 def _registries() -> dict[str, Registry]:
@@ -275,22 +281,15 @@ def check_runtime(cfg, log=print) -> None:
 
 
 def build_backend(cfg, model, codec, seed: int, compute_dtype=None):
-    """The rollout engine in this process (``model.backend``), or None when rollout workers
-    (``distributed.workers > 0``) each build their own. ``compute_dtype``: the dtype the run
-    resolved ``model.compute_dtype`` to (``Run.precision``); None resolves it here."""
+    """The rollout engine in this process (``model.backend``, through ``rollwise.backends.build``), or
+    None when rollout workers (``distributed.workers > 0``) each build their own. ``compute_dtype``: the
+    dtype the run resolved ``model.compute_dtype`` to (``Run.precision``); None resolves it here.
+    ``seed``: ``run.seed`` (the backend reads it from ``cfg``)."""
     if cfg.distributed.workers > 0:
         return None
-    if cfg.model.backend == "vllm":
-        from rollwise.backends.vllm import VLLMBackend
+    from rollwise.backends import build
 
-        return VLLMBackend.from_policy(model, codec.eos_ids, cfg.model, seed)
-    from rollwise.backends.hf import HFBackend
-    if compute_dtype is None:
-        from rollwise.train.precision import resolve_compute_dtype
-
-        weights = next(model.parameters())
-        compute_dtype = resolve_compute_dtype(cfg.model.compute_dtype, weights.device, model.config, weights_dtype=weights.dtype)
-    return HFBackend(model, codec.eos_ids, codec.pad_id, cfg.model.max_batch, seed, compute_dtype=compute_dtype)
+    return build(cfg, codec, model=model, compute_dtype=compute_dtype)
 
 
 def build_pool(cfg, backend, codec, task, sampling, tree, model, log=print, dp=None):
@@ -331,4 +330,203 @@ def gap_guard(cfg, receivers):
 def weight_receivers(backend, pool) -> list:
     """What receives the trainer's published weights (``load_weights(version, weights)``): an
     engine that does not share the trainer's module (vLLM) and a pool of workers (Ray)."""
-    return [x for x in (backend, pool) if hasattr(x, "load_weights")]
+    from rollwise.types import WeightReceiver
+
+    return [x for x in (backend, pool) if isinstance(x, WeightReceiver)]
+
+
+# ---------------------------------------------------------------- the assembler (issue #27)
+
+
+@dataclass
+class Assembly:
+    """A run's parts, built stage by stage by ``open_run`` and ``assemble`` (the run's attributes)."""
+
+    task: Any
+    parts: Strategies
+    dp: Any = None  # data_parallel.DataParallel, or None (one process)
+    model: Any = None
+    codec: Any = None
+    sampling: Any = None  # types.Sampling
+    precision: Any = None  # train.precision decision (compute dtype, ledger fields)
+    compute_dtype: Any = None
+    backend: Any = None  # the engine in this process (None with Ray workers)
+    pool: Any = None  # what the loop generates through: the base pool inside the rollout wrappers
+    async_pool: Any = None
+    arrol: Any = None
+    trainer: Any = None
+    receivers: list = field(default_factory=list)  # engines that get published weights
+    services: Any = None  # types.Services handed to the strategies
+
+
+@dataclass(frozen=True)
+class Wiring:
+    """What the rollout wrappers and the trainer take from the session: the run's state (a callable:
+    resume replaces it), its directory, periodic asynchrony's batch maker (groups -> Batch or None) and the log."""
+
+    state: Callable
+    run_dir: Path
+    prepare: Callable
+    log: Callable = print
+
+
+def start_data_parallel(cfg, log=print):
+    """The first stage: ``(dp, cfg, log)``, ``dp`` a ``data_parallel.DataParallel`` under torchrun with
+    WORLD_SIZE > 1 (else None: one process); ranks > 0 wait for rank 0's set-up and take its run name
+    (their ``cfg`` and ``log``)."""
+    from rollwise.distributed import data_parallel
+
+    dp = data_parallel.start(cfg)
+    if dp is not None:
+        cfg, log = dp.follow(cfg, log)
+    return dp, cfg, log
+
+
+def open_run(cfg, resume: bool, main: bool = True) -> tuple[Path, Any, Strategies]:
+    """The stages that reject user input, before any model loads: the run directory (``main``: this
+    process writes it), the task (reads files) and the strategies (validated options). A new run
+    directory is removed again when the task or a strategy is refused."""
+    existed = cfg.run_dir().exists()
+    run_dir = prepare_run_dir(cfg, resume) if main else cfg.run_dir()
+    try:
+        task = build_task(cfg)
+        return run_dir, task, build_strategies(cfg, task)
+    except BaseException:
+        if not existed:  # a run that fails validation leaves no empty directory behind
+            import shutil
+
+            from rollwise.train.checkpoint import unlock_run_dir
+
+            unlock_run_dir(run_dir)
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+
+
+def assemble(cfg, task, parts: Strategies, wiring: Wiring, dp=None, backend=None) -> Assembly:
+    """Everything after ``open_run``, in stage order: runtime checks, policy (and its compute dtype),
+    backend (``backend``: one handed in, e.g. a scripted one), base pool, the rollout wrappers
+    (``ROLLOUT_WRAPPERS``, in order), trainer, weight receivers, services bound to the strategies."""
+    a, log, s = Assembly(task, parts, dp), wiring.log, cfg.sampling
+    check_runtime(cfg, log=log)  # Ray cluster reachable, enough CPUs: before the model loads
+    a.model, a.codec = build_policy(cfg, task, log=log)
+    a.sampling = Sampling(s.temperature, s.top_p, s.max_new_tokens)
+    a.precision = _precision(cfg, a.model, log)
+    a.compute_dtype = a.precision.dtype
+    a.backend = backend if backend is not None else build_backend(cfg, a.model, a.codec, cfg.run.seed, a.compute_dtype)
+    _record_entropy(cfg, a.backend, parts)
+    describe = getattr(task, "describe_verifier", None)
+    if describe is not None:  # e.g. which code sandbox is active (verify/sandbox.py)
+        log(describe())
+    tree = tree_sampler(cfg, a.backend, a.codec)  # LATR (sampling.tree), or None
+    a.pool = base = build_pool(cfg, a.backend, a.codec, task, a.sampling, tree, a.model, log=log, dp=dp)
+    for applies, wrap in ROLLOUT_WRAPPERS:
+        if applies(cfg, a):
+            a.pool = wrap(cfg, a, wiring)
+    a.trainer = build_trainer(cfg, a)
+    a.receivers = [a.async_pool] if a.async_pool is not None else weight_receivers(a.backend, base)
+    a.trainer.gap_guard = gap_guard(cfg, a.receivers)  # stale weights in a separate engine
+    t = a.trainer
+    a.services = Services(task, a.codec, s.max_new_tokens, t.policy_logprobs, t.policy_and_reference_logprobs, t)
+    parts.controller.bind(a.services)  # e.g. ADHint's hint prefixes, SAPO's re-scoring of received text
+    parts.replay.bind(a.services)
+    if cfg.train.async_.periodic:  # periodic asynchrony: groups back-propagated as they arrive (train/streaming.py)
+        from rollwise.train.streaming import StreamingTrainer
+
+        a.trainer = StreamingTrainer(a.trainer, wiring.prepare)
+    return a
+
+
+def _precision(cfg, model, log):
+    """``model.compute_dtype`` decided for the policy's device ("auto": measured on a CPU, train/precision.py)."""
+    from rollwise.train.precision import decide_compute_dtype
+
+    weights = next(model.parameters())
+    precision = decide_compute_dtype(cfg.model.compute_dtype, weights.device, model.config, weights_dtype=weights.dtype,
+                                     log=log)
+    log(precision.describe())
+    return precision
+
+
+def _record_entropy(cfg, backend, parts: Strategies) -> None:
+    """Turn on the sampler's entropy record where a strategy reads it: D3S token scores (filter/d3s.py),
+    ETTRL / ECHO / MSSR's ``entropy = "sampler"`` (objectives/signals.py)."""
+    from rollwise.types import EntropyRecorder
+
+    d3s = cfg.filter.d3s
+    wanted = (d3s.enabled and d3s.token_level and d3s.entropy == "sampler") or \
+        getattr(parts.advantage_options, "entropy", None) == "sampler"
+    if wanted and isinstance(backend, EntropyRecorder):
+        backend.record_entropy = True
+
+
+def tree_sampler(cfg, backend, codec):
+    """LATR tree sampler (``sampling.tree``, backends/latr.py), or None when off."""
+    tc = cfg.sampling.tree
+    if not tc.enabled:
+        return None
+    from rollwise.backends.latr import LatrSampler, math_symbol_ids
+
+    # config-only checks are in latr.check_config (components.check); LatrSampler checks the
+    # backend (an argument of the run, not part of the config) before the symbol table is built
+    LatrSampler.check_backend(backend)
+    symbols = math_symbol_ids(codec.decode, len(codec.tokenizer)) if tc.keep_math_symbols else frozenset()
+    return LatrSampler(backend, tc, symbols, max_batch=cfg.model.max_batch)
+
+
+def build_trainer(cfg, a: Assembly):
+    from rollwise.train.trainer import Trainer
+
+    parts = a.parts
+    return Trainer(a.model, parts.objective, parts.objective_options, cfg.train, cfg.sampling.temperature,
+                   reference=cfg.reward.kl.coef > 0 or getattr(parts.advantage, "needs_reference", False),
+                   compute_dtype=a.compute_dtype, data_parallel=a.dp)
+
+
+# ---------------------------------------------------------------- rollout wrappers, in the order they wrap
+
+
+def _wrap_async(cfg, a: Assembly, w: Wiring):
+    """A generator running ahead of the trainer (distributed/async_pool.py); APRIL inside it, the
+    controller then shared under a lock."""
+    from rollwise.distributed import async_pool
+
+    parts, april = a.parts, None
+    if cfg.replay.name == "partial":
+        import threading
+
+        parts.controller = async_pool.Locked(parts.controller, threading.RLock())
+        april = lambda engine: parts.replay.wrap_pool(engine, parts.controller, w.state)  # noqa: E731
+    ctrl = parts.controller
+    consume = (lambda groups: a.trainer.consume(groups)) if cfg.train.async_.periodic else None
+    draw = lambda: ctrl.plan(ctrl.select(w.state()), w.state())  # noqa: E731  (the generator's next plan)
+    a.async_pool = async_pool.build(cfg, a.pool, a.backend, a.model, draw, w.run_dir / "timeline.jsonl", consume, april,
+                                    log=w.log)
+    return a.async_pool
+
+
+def _wrap_arrol(cfg, a: Assembly, w: Wiring):
+    """ARRoL online pruning of training rollouts (generate/arrol.py)."""
+    from rollwise.generate.arrol import ArrolPool
+
+    a.arrol = ArrolPool(a.pool, cfg.sampling.arrol, cfg.sampling.max_new_tokens, cfg.run.seed)
+    return a.arrol
+
+
+def _wrap_replay(cfg, a: Assembly, w: Wiring):
+    """Replay sources that schedule generation (APRIL, SPEC-RL; ``ReplaySource.schedules_generation``)."""
+    return a.parts.replay.wrap_pool(a.pool, a.parts.controller, w.state)
+
+
+def _wrap_ttrl(cfg, a: Assembly, w: Wiring):
+    """TTRL majority-vote pseudo-rewards on training groups (verify/ttrl.py)."""
+    from rollwise.verify.ttrl import TtrlPool
+
+    return TtrlPool(a.pool, cfg.reward.ttrl)
+
+
+ROLLOUT_WRAPPERS: tuple[tuple[Callable, Callable], ...] = (  # (applies(cfg, assembly), wrap(cfg, assembly, wiring))
+    (lambda cfg, a: cfg.train.async_.on, _wrap_async),
+    (lambda cfg, a: cfg.sampling.arrol.enabled, _wrap_arrol),
+    (lambda cfg, a: a.parts.replay.schedules_generation and a.async_pool is None, _wrap_replay),
+    (lambda cfg, a: cfg.reward.ttrl.enabled, _wrap_ttrl),
+)

@@ -4,22 +4,21 @@ Each stage is one named call; strategies plug in through the parts built by ``Ru
 subclass this loop. Generation may take several rounds (a controller can top up groups), then
 filters drop groups with a reason, the controller observes every generated group, the replay source
 mixes the training groups, their rewards may be shaped (``rollwise.reward``: DAPO's overlong
-penalty, KL in the reward), advantages are a pure function of rewards and group ids, D3S may
-down-sample the batch's rows and tokens (off by default), and the trainer takes one optimizer
-step (or one per update epoch). The ledger records every step's cost.
+penalty, KL in the reward), advantages are a pure function of rewards, group ids and a context
+computed before them (``rollwise.batch.build``), D3S may down-sample the batch's rows and tokens
+(off by default), and the trainer takes one optimizer step (or one per update epoch). The ledger
+records every step's cost.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 
 from rollwise import defaults, storage
 from rollwise.config import Config, load_config
+from rollwise.batch.build import apply_filters, make_batch
 from rollwise.session import Run, RunResult, now, step_metrics
-from rollwise.objectives.inputs import advantage_inputs
 from rollwise.train import checkpoint
-from rollwise.train.batching import collate, flatten
 
 
 def train(cfg: Config, *, resume: bool = False, backend=None, log=print) -> RunResult:
@@ -45,17 +44,16 @@ def train(cfg: Config, *, resume: bool = False, backend=None, log=print) -> RunR
             ctrl.observe(groups, st)                                     # per-prompt statistics (all groups)
             batch_groups = parts.replay.mix(kept, st)                    # fresh + replayed data
             parts.replay.add(kept)
-            rows, batch, shaping = make_batch(run, batch_groups)         # shaped rewards, advantages, tensors
+            rows, batch, shaping, advs = make_batch(run, batch_groups)   # shaped rewards, advantages, tensors
             t0 = now()                                                   # train time includes D3S (entropy forward)
             batch, picked = run.downsample(batch, rows)                 # D3S rows / tokens (off by default)
             metrics = run.trainer.optimize(batch)                        # objective + optimizer step
-            if hasattr(ctrl, "after_update"):                            # GDRO's bin losses, MSSR's KL window
-                ctrl.after_update(batch, rows, metrics, run)
+            ctrl.after_update(batch, rows, metrics, advs)                # GDRO's bin losses, MSSR's KL window
             metrics["time/train_s"] = now() - t0
             st.policy_version += 1
             metrics["time/weight_sync_s"] = run.sync_weights()           # publish to vLLM / Ray workers (0 for hf)
-            metrics.update(step_metrics(groups, dropped, planned), **shaping, **getattr(ctrl, "metrics", {}), **picked,
-                           **getattr(parts.replay, "metrics", {}))               # e.g. SAPO's received rollouts
+            metrics.update(step_metrics(groups, dropped, planned), **shaping, **ctrl.metrics, **picked,
+                           **parts.replay.metrics)                       # e.g. SAPO's received rollouts
             line = run.ledger.record(st.step, st.policy_version, run.pool.take_cost(), batch.num_loss_tokens, metrics)
             if st.step == run.start_step:                                # step-0 probe: truncation, time, memorisation
                 defaults.probe(run, line, now() - t_step)
@@ -66,45 +64,6 @@ def train(cfg: Config, *, resume: bool = False, backend=None, log=print) -> RunR
                 run.checkpoint()
             show(reward=f"{line['reward/mean']:.3f}", tokens=f"{line['cost/generated_tokens']:,}")
         return run.finish()
-
-
-def make_batch(run, groups):
-    """The trainer's batch of ``groups``: their rows, rewards shaped (overlong penalty, KL in the
-    reward), advantages (a pure function of rewards and group ids, then Prompt-GDRO's bin weights
-    when the controller has them) and the padded tensors; returns ``(rows, batch, shaping metrics)``.
-    Periodic asynchrony calls it on each group as it arrives (rollwise.train.streaming)."""
-    parts = run.parts
-    rows, rewards, gidx = flatten(groups)
-    rewards, shaping = run.shape_rewards(rows, rewards)
-    advs = parts.advantage(rewards, gidx, parts.advantage_options, **advantage_inputs(parts.advantage, rows, run))
-    if hasattr(parts.controller, "weigh_advantages"):
-        advs = parts.controller.weigh_advantages(advs, rows)
-    return rows, collate(rows, rewards, gidx, advs, run.codec.pad_id), shaping
-
-
-def apply_filters(filters, groups, keep_at_most=None, controller=None):
-    """Run each filter in order; return kept groups and a Counter of drop reasons. With
-    ``keep_at_most`` (dynamic sampling's target, control/rounds.py) the first that many kept
-    groups in generation order stay and the rest are dropped as ``surplus``. A ``controller``
-    with ``finish_batch`` (dynamic sampling 'replace', control/rounds.py) then turns the kept
-    groups into the training groups (copies of kept groups over dropped ones)."""
-    dropped: Counter[str] = Counter()
-    kept = []
-    for g in groups:
-        for _, f in filters:
-            d = f(g)
-            if not d.keep:
-                dropped[d.reason] += 1
-                break
-        else:
-            kept.append(g)
-    if keep_at_most is not None and len(kept) > keep_at_most:
-        dropped["surplus"] += len(kept) - keep_at_most
-        kept = kept[:keep_at_most]
-    finish = getattr(controller, "finish_batch", None)
-    if finish is not None:
-        kept = finish(groups, kept, dropped)
-    return kept, dropped
 
 
 def evaluate_run(run_dir: str | Path, step: int | None = None, temperature: float | None = None, samples: int | None = None,
@@ -147,7 +106,5 @@ def evaluate_run(run_dir: str | Path, step: int | None = None, temperature: floa
     try:
         m = evaluate(pool, task.heldout_prompts(), cfg.eval, sampling, cfg.run.seed, state["step"], state["policy_version"])
     finally:
-        close = getattr(pool, "close", None)
-        if close is not None:
-            close()
+        pool.close()
     return {"step": state["step"], "checkpoint": ckpt.name, **m}

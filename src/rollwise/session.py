@@ -1,8 +1,10 @@
 """A run's assembled parts and its bookkeeping (set-up, evaluation, checkpoints, progress),
 kept out of ``loop.py`` so the loop reads as the table of contents.
 
-``Run.open`` builds the parts in an order that rejects bad input early: run directory, task
-(reads files), strategies (validated options), and only then the model.
+``Run`` keeps the bookkeeping (directory, config file, seeds, resume, ledger, trackers, the first
+weight sync); the parts come from the assembler (``rollwise.components``: ``open_run`` then
+``assemble``), in an order that rejects bad input early: run directory, task (reads files),
+strategies (validated options), and only then the model.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ from __future__ import annotations
 import json
 import math
 import random
-import shutil
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -22,13 +23,11 @@ import torch
 from rollwise import components, defaults, reward
 from rollwise import resume as resume_check
 from rollwise.config import Config, to_toml
-from rollwise.distributed import data_parallel
 from rollwise.eval.evaluate import evaluate
 from rollwise.ledger import Ledger
+from rollwise.batch.build import apply_filters, make_batch
 from rollwise.train import checkpoint
-from rollwise.train.precision import decide_compute_dtype
-from rollwise.train.trainer import Trainer
-from rollwise.types import RunState, Sampling
+from rollwise.types import RunState, Stateful
 
 
 @dataclass
@@ -46,130 +45,65 @@ class RunResult:
                 f"{self.totals.get('rollouts', 0):,} rollouts")
 
 
+def warn_eval_prompts(cfg, task, log) -> None:
+    """Evaluation takes the first ``eval.n_prompts`` held-out prompts: say so when the split has fewer."""
+    held = len(task.heldout_prompts())
+    if held < cfg.eval.n_prompts:
+        log(f"warning: evaluation uses {held} held-out prompts, not eval.n_prompts = {cfg.eval.n_prompts}: the task's "
+            f"held-out split has only {held} (pass@1 is then coarse: steps of {1 / max(1, held):.3f})")
+
+
+def without_warm_start(cfg: Config) -> Config:
+    """``cfg`` with ``model.warm_start.steps = 0`` (a resumed run's weights come from its checkpoint)."""
+    ws = cfg.model.warm_start.model_copy(update={"steps": 0})
+    return cfg.model_copy(update={"model": cfg.model.model_copy(update={"warm_start": ws})})
+
+
 class Run:
     def __init__(self, cfg: Config, resume: bool = False, backend=None, log=print):
-        self.dp = data_parallel.start(cfg)  # torchrun with WORLD_SIZE > 1, else None (one process)
-        self.main = self.dp is None or self.dp.main  # the process that writes the run directory
-        if self.dp is not None:  # ranks > 0 wait for rank 0's set-up and take its run name
-            cfg, log = self.dp.follow(cfg, log)
+        dp, cfg, log = components.start_data_parallel(cfg, log)  # torchrun ranks > 0 take rank 0's run name
         cfg = defaults.resolve(cfg, log=log)  # unset keys that follow the model and the task (issue #32)
         if resume:  # the saved config against the requested one, before anything in the directory is touched
             changes = resume_check.check(cfg, cfg.run_dir())
         else:  # a default run name never reuses an existing run directory
             cfg, changes = cfg.with_run_name(), {}
-        self.cfg, self.log = cfg, log
-        existed = cfg.run_dir().exists()
-        self.dir = components.prepare_run_dir(cfg, resume) if self.main else cfg.run_dir()
-        try:
-            self.task = components.build_task(cfg)
-            self.parts = components.build_strategies(cfg, self.task)
-        except BaseException:
-            if not existed:  # a run that fails validation leaves no empty directory behind
-                checkpoint.unlock_run_dir(self.dir)
-                shutil.rmtree(self.dir, ignore_errors=True)
-            raise
+        self.cfg, self.log, self.main = cfg, log, dp is None or dp.main  # main: this process writes the run directory
+        self.dir, task, parts = components.open_run(cfg, resume, self.main)  # rejects bad input before the model loads
         if not resume:
             self._write_config()
-        held = len(self.task.heldout_prompts())
-        if held < cfg.eval.n_prompts:  # evaluate() takes the first n_prompts of the held-out split
-            log(f"warning: evaluation uses {held} held-out prompts, not eval.n_prompts = {cfg.eval.n_prompts}: the task's "
-                f"held-out split has only {held} (pass@1 is then coarse: steps of {1 / max(1, held):.3f})")
-        seed = cfg.run.seed
-        random.seed(seed), np.random.seed(seed), torch.manual_seed(seed)
+        warn_eval_prompts(cfg, task, log)
+        random.seed(cfg.run.seed), np.random.seed(cfg.run.seed), torch.manual_seed(cfg.run.seed)
         ckpt = checkpoint.latest(self.dir, log=log) if resume else None
-        if ckpt is not None:  # weights come from the checkpoint: skip the warm start
-            cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"warm_start": cfg.model.warm_start.model_copy(update={"steps": 0})})})
-        components.check_runtime(cfg, log=log)  # Ray cluster reachable, enough CPUs: before the model loads
-        self.model, self.codec = components.build_policy(cfg, self.task, log=log)
-        s = cfg.sampling
-        self.sampling = Sampling(s.temperature, s.top_p, s.max_new_tokens)
-        weights = next(self.model.parameters())  # model.compute_dtype "auto": measured on a CPU (train/precision.py)
-        self.precision = decide_compute_dtype(cfg.model.compute_dtype, weights.device, self.model.config,
-                                              weights_dtype=weights.dtype, log=log)
-        self.compute_dtype = self.precision.dtype
-        log(self.precision.describe())
-        if backend is None:  # model.backend in this process (None with Ray workers)
-            backend = components.build_backend(cfg, self.model, self.codec, seed, self.compute_dtype)
-        self.backend = backend
-        d3s = cfg.filter.d3s
-        if d3s.enabled and d3s.token_level and d3s.entropy == "sampler" and hasattr(backend, "record_entropy"):
-            backend.record_entropy = True  # D3S token scores read the sampler's entropies (filter/d3s.py)
-        if getattr(self.parts.advantage_options, "entropy", None) == "sampler" and hasattr(backend, "record_entropy"):
-            backend.record_entropy = True  # ETTRL / ECHO / MSSR read the sampler's entropies (objectives/signals.py)
-        describe = getattr(self.task, "describe_verifier", None)
-        if describe is not None:  # e.g. which code sandbox is active (verify/sandbox.py)
-            log(describe())
-        self.pool = components.build_pool(cfg, backend, self.codec, self.task, self.sampling, self._tree_sampler(backend),
-                                          self.model, log=log, dp=self.dp)
-        self.receivers = components.weight_receivers(backend, self.pool)  # engines that get published weights
-        self.async_pool = None
-        if cfg.train.async_.on:  # a generator running ahead of the trainer (distributed/async_pool.py)
-            from rollwise.distributed import async_pool
-
-            april = None
-            if cfg.replay.name == "partial":  # APRIL inside the generator; the controller shared under a lock
-                import threading
-
-                self.parts.controller = async_pool.Locked(self.parts.controller, threading.RLock())
-                april = lambda engine: self.parts.replay.wrap_pool(engine, self.parts.controller, lambda: self.state)  # noqa: E731
-            ctrl = self.parts.controller
-            consume = (lambda groups: self.trainer.consume(groups)) if cfg.train.async_.periodic else None
-            self.pool = self.async_pool = async_pool.build(cfg, self.pool, backend, self.model,
-                                                           lambda: ctrl.plan(ctrl.select(self.state), self.state),
-                                                           self.dir / "timeline.jsonl", consume, april, log=log)
-            self.receivers = [self.async_pool]
-        self.arrol = None
-        if cfg.sampling.arrol.enabled:  # ARRoL online pruning of training rollouts (generate/arrol.py)
-            from rollwise.generate.arrol import ArrolPool
-
-            self.pool = self.arrol = ArrolPool(self.pool, cfg.sampling.arrol, s.max_new_tokens, seed)
-        schedule = getattr(self.parts.replay, "wrap_pool", None)
-        if schedule is not None and self.async_pool is None:  # rollout schedulers that own generation (APRIL, SPEC-RL)
-            self.pool = schedule(self.pool, self.parts.controller, lambda: self.state)
-        bind = getattr(self.parts.controller, "bind", None)
-        if bind is not None:  # controllers that build token prefixes from references (ADHint hints)
-            bind(self.task, self.codec)
-        if cfg.reward.ttrl.enabled:  # TTRL majority-vote pseudo-rewards on training groups (verify/ttrl.py)
-            from rollwise.verify.ttrl import TtrlPool
-
-            self.pool = TtrlPool(self.pool, cfg.reward.ttrl)
-        self.trainer = Trainer(self.model, self.parts.objective, self.parts.objective_options, cfg.train, s.temperature,
-                               reference=cfg.reward.kl.coef > 0 or getattr(self.parts.advantage, "needs_reference", False),
-                               compute_dtype=self.compute_dtype, data_parallel=self.dp)
-        self.trainer.gap_guard = components.gap_guard(cfg, self.receivers)  # stale weights in a separate engine
-        bind_replay = getattr(self.parts.replay, "bind", None)
-        if bind_replay is not None:  # replay sources that score received text (SAPO): verifier, codec, the policy's log-probs
-            bind_replay(self.task, self.codec, self.trainer, s.max_new_tokens)
-        if cfg.train.async_.periodic:  # periodic asynchrony: groups back-propagated as they arrive (train/streaming.py)
-            from rollwise.train.streaming import StreamingTrainer
-
-            self.trainer = StreamingTrainer(self.trainer, self._stream_batch)
+        wiring = components.Wiring(lambda: self.state, self.dir, self._stream_batch, log)
+        built = cfg if ckpt is None else without_warm_start(cfg)  # weights from the checkpoint: no warm start
+        vars(self).update(vars(components.assemble(built, task, parts, wiring, dp, backend)))  # parts: run attributes
         self.ledger = Ledger(self.dir, write=self.main, facts=self.precision.ledger_fields(),
                              device=next(self.model.parameters()).device)  # precision/* and device/* on every line
-        self.state = RunState(seed=seed)
+        self.state = RunState(seed=cfg.run.seed)
         self.evals: list[dict] = []
         self.saved_step: int | None = None  # the newest checkpoint this run wrote or resumed from
+        self._plotted_at: float | None = None
+        self._plotted_step: int | None = None
         if resume:
-            self._resume(ckpt)
-            if changes and self.main:  # allowed mid-run changes (steps, budgets, cadences): recorded at the step they start
-                resume_check.record(self.dir, self.state.step, changes)
-                self._write_config()
-                log("changed on resume at step {}: {}".format(self.state.step, ", ".join(
-                    f"{k} {old!r} -> {new!r}" for k, (old, new) in changes.items())))
+            self._resume(ckpt, changes)
         self.start_step = self.state.step  # finish(): a resumed run that trains no step leaves its final/ as it is
         if self.dp is not None:  # rank 0 releases the others; every rank takes rank 0's weights
             self.dp.lead(self.cfg, [self.model, self.trainer.ref_model])
         self.sync_weights()  # the engines start from the trainer's weights (warm-started or resumed)
-        self.trackers = None
-        if cfg.run.report_to and self.main:  # experiment trackers fed by the ledger (rollwise.trackers)
-            from rollwise.trackers import Trackers
+        self.trackers = self._open_trackers() if cfg.run.report_to and self.main else None
 
-            self.trackers = Trackers(cfg.run.report_to, self.dir, cfg.model_dump(mode="json"), to_toml(cfg), self.state.step,
-                                     self.ledger.totals["generated_tokens"], log=log)
-            self.ledger.sinks.append(self.trackers)
-            for line in self.evals:  # kept evaluations at the resumed step (tensorboard purged them)
-                if line["step"] >= self.state.step:
-                    self.trackers("eval", line)
+    def _open_trackers(self):
+        """Experiment trackers fed by the ledger (rollwise.trackers)."""
+        from rollwise.trackers import Trackers
+
+        cfg = self.cfg
+        trackers = Trackers(cfg.run.report_to, self.dir, cfg.model_dump(mode="json"), to_toml(cfg), self.state.step,
+                            self.ledger.totals["generated_tokens"], log=self.log)
+        self.ledger.sinks.append(trackers)
+        for line in self.evals:  # kept evaluations at the resumed step (tensorboard purged them)
+            if line["step"] >= self.state.step:
+                trackers("eval", line)
+        return trackers
 
     def _write_config(self) -> None:
         if not self.main:
@@ -193,24 +127,9 @@ class Run:
 
     def _stream_batch(self, groups):
         """Periodic asynchrony: the batch the loop would make of ``groups`` (filters, then
-        ``loop.make_batch``), or None when every group is dropped."""
-        from rollwise.loop import apply_filters, make_batch
-
+        ``batch.build.make_batch``), or None when every group is dropped."""
         kept, _ = apply_filters(self.parts.filters, groups)
         return make_batch(self, kept)[1] if kept else None
-
-    def _tree_sampler(self, backend):
-        """LATR tree sampler (``sampling.tree``, backends/latr.py), or None when off."""
-        tc = self.cfg.sampling.tree
-        if not tc.enabled:
-            return None
-        from rollwise.backends.latr import LatrSampler, math_symbol_ids
-
-        # config-only checks are in latr.check_config (components.check); LatrSampler checks the
-        # backend (an argument of the run, not part of the config) before the symbol table is built
-        LatrSampler.check_backend(backend)
-        symbols = math_symbol_ids(self.codec.decode, len(self.codec.tokenizer)) if tc.keep_math_symbols else frozenset()
-        return LatrSampler(backend, tc, symbols, max_batch=self.cfg.model.max_batch)
 
     # -------------------------------------------------------------- reward shaping
     def shape_rewards(self, rows, rewards):
@@ -263,9 +182,9 @@ class Run:
         return self._checkpoint()
 
     def _checkpoint(self) -> Path:
-        state = {name: obj.state_dict() for name, obj in self._stateful().items() if hasattr(obj, "state_dict")}
+        state = {name: obj.state_dict() for name, obj in self._stateful().items() if isinstance(obj, Stateful)}
         state["run_state"] = vars(self.state).copy()
-        history = getattr(self.parts.controller, "history", None)
+        history = self.parts.controller.history
         if history is not None:  # per-prompt statistics, for inspection
             (self.dir / "prompt_stats.json").write_text(json.dumps(history.dump(), indent=1))
         path = checkpoint.save(self.dir, self.state.step, self.model, state, self.cfg.run.keep_checkpoints, self._frozen(),
@@ -273,7 +192,15 @@ class Run:
         self.saved_step = self.state.step
         return path
 
-    def _resume(self, ckpt: Path | None) -> None:
+    def _resume(self, ckpt: Path | None, changes: dict) -> None:
+        self._restore(ckpt)
+        if changes and self.main:  # allowed mid-run changes (steps, budgets, cadences): recorded at the step they start
+            resume_check.record(self.dir, self.state.step, changes)
+            self._write_config()
+            self.log("changed on resume at step {}: {}".format(self.state.step, ", ".join(
+                f"{k} {old!r} -> {new!r}" for k, (old, new) in changes.items())))
+
+    def _restore(self, ckpt: Path | None) -> None:
         if ckpt is None:
             self.log(f"no checkpoint in {self.dir}; starting from step 0")
             self.ledger.truncate(0)
@@ -283,7 +210,7 @@ class Run:
         state = checkpoint.load(ckpt, self.model, self._frozen())
         self.saved_step = int(ckpt.name.split("-")[1])
         for name, obj in self._stateful().items():
-            if name in state and hasattr(obj, "load_state_dict"):
+            if name in state and isinstance(obj, Stateful):
                 obj.load_state_dict(state[name])
         self.state = RunState(**state["run_state"])
         self.ledger.truncate(self.state.step)
@@ -308,8 +235,8 @@ class Run:
     def _plot(self, final: bool = False) -> None:
         """Redraw ``plots/`` after an evaluation, at most every ``PLOT_EVERY_S`` seconds, and at the
         end of the run if an evaluation since the last redraw is not drawn yet."""
-        last = getattr(self, "_plotted_at", None)
-        if final and (not self.evals or getattr(self, "_plotted_step", None) == self.evals[-1]["step"]):
+        last = self._plotted_at
+        if final and (not self.evals or self._plotted_step == self.evals[-1]["step"]):
             return
         if final or last is None or time.perf_counter() - last >= self.PLOT_EVERY_S:
             self.ledger.plot()

@@ -77,11 +77,23 @@ def _under(name, root: Path) -> bool:
         return False
 
 
-def checkpoints_of(run_dir: Path) -> tuple[int | None, Path]:
-    """(latest intact checkpoint step or None, checkpoints folder) of a run: set by
-    ``rollwise.train.checkpoint`` when it is imported (this module imports nothing of the run's, so
-    the checkpoint writer can use it without an import circle)."""
-    return None, Path(run_dir) / "checkpoints"
+def ckpt_dir(run_dir: Path) -> Path:
+    """A run's checkpoints folder (written by ``rollwise.train.checkpoint``)."""
+    return Path(run_dir) / "checkpoints"
+
+
+def list_steps(run_dir: Path) -> list[int]:
+    """Steps of the checkpoints in place (renamed into ``step-<N>``), oldest first; not verified."""
+    root = ckpt_dir(run_dir)
+    if not root.exists():
+        return []
+    return sorted(int(p.name.split("-")[1]) for p in root.iterdir()
+                  if p.name.startswith("step-") and p.name[5:].isdigit() and (p / "state.pt").exists())
+
+
+def latest_step(run_dir: Path) -> int | None:
+    steps = list_steps(run_dir)
+    return steps[-1] if steps else None
 
 
 def message(code: int, what: str, run_dir: Path | None, then: str | None = None) -> str:
@@ -92,7 +104,7 @@ def message(code: int, what: str, run_dir: Path | None, then: str | None = None)
     if then is not None:
         return f"{head}: {fix.format(dir=run_dir)}, then {then}"
     where = Path(run_dir)
-    prev, ckpts = checkpoints_of(where)
+    prev, ckpts = latest_step(where), ckpt_dir(where)
     resume = f"rollwise train --resume {where}"
     if prev is not None:
         return f"{head}; the run stopped. Checkpoint step-{prev} is intact: {fix.format(dir=where)}, then continue with: {resume}"

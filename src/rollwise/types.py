@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Literal, Mapping, Protocol, Sequence, runtime_checkable
 
 import torch
 
@@ -252,7 +252,8 @@ class Controller(Protocol):
 
     ``observe`` receives *every* group generated this step (before filtering), so per-prompt
     statistics see all rollouts. ``state_dict`` / ``load_state_dict`` go into checkpoints.
-    Constructed as ``Cls(train_prompts, control_cfg, options, seed)``.
+    Constructed as ``Cls(train_prompts, control_cfg, options, seed)``. Every controller inherits
+    ``rollwise.control.base.Controller``, which declares the optional hooks with their defaults.
     """
 
     def select(self, state: "RunState") -> list[Prompt]: ...
@@ -271,6 +272,91 @@ class Controller(Protocol):
 @runtime_checkable
 class Filter(Protocol):
     def __call__(self, group: Group) -> Decision: ...
+
+
+@runtime_checkable
+class Pool(Protocol):
+    """What the loop generates through (``rollwise.distributed.local.LocalPool`` and every pool or
+    wrapper around it): the groups of a plan, the step's cost, and ``close`` (stop threads, actors)."""
+
+    def generate(self, plan: Plan, groups: list[Group], version: int) -> list[Group]: ...
+
+    def take_cost(self) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class Stateful(Protocol):
+    """A part whose state goes into checkpoints (controller, replay source, trainer, ledger, backend, ...)."""
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, s: dict) -> None: ...
+
+
+@runtime_checkable
+class WeightReceiver(Protocol):
+    """An engine or pool that does not share the trainer's module and gets its published weights
+    (vLLM, Ray workers, the async pool's generator)."""
+
+    def load_weights(self, version: int, weights: dict) -> Any: ...
+
+
+@runtime_checkable
+class EntropyRecorder(Protocol):
+    """A backend that can record the sampler's entropy of each generated token (``HFBackend``)."""
+
+    record_entropy: bool
+
+
+@runtime_checkable
+class ReplaySourceProtocol(Protocol):
+    """A replay source (``rollwise.replay.base.ReplaySource`` declares the optional parts)."""
+
+    metrics: Mapping[str, float]
+    schedules_generation: bool
+
+    def bind(self, services: "Services") -> None: ...
+
+    def add(self, groups: list[Group]) -> None: ...
+
+    def mix(self, fresh: list[Group], state: "RunState") -> list[Group]: ...
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, s: dict) -> None: ...
+
+
+@dataclass(frozen=True)
+class Services:
+    """What strategies may use of the assembled run, handed to them at ``bind`` (instead of the run):
+    the task, the token codec, ``sampling.max_new_tokens``, the trainer's no-grad log-probs of a
+    batch under the current weights (``policy_logprobs``) and with the frozen reference's
+    (``policy_and_reference_logprobs``), and ``trainer`` for a strategy that scores the batch with its
+    own loss at the current weights (Prompt-GDRO's per-response losses)."""
+
+    task: Any = None
+    codec: Any = None
+    max_new_tokens: int | None = None
+    policy_logprobs: Callable[[Batch], torch.Tensor] | None = None
+    policy_and_reference_logprobs: Callable[[Batch], tuple[torch.Tensor, torch.Tensor]] | None = None
+    trainer: Any = None
+
+
+@dataclass(frozen=True)
+class AdvantageContext:
+    """The advantage inputs that need more than the rows, computed before the estimator
+    (``rollwise.batch.build.advantage_context``); None where the estimator / controller has none.
+
+    ``confidence_shift``: (B,) sampler minus reference log-prob sums (ACE); ``value_prior``: (B,)
+    V0.5's prior; ``prompt_baseline``: (B,) MSSR's baseline; ``weights``: (B,) Prompt-GDRO's row
+    weights, multiplied into the estimator's advantages."""
+
+    confidence_shift: torch.Tensor | None = None
+    value_prior: torch.Tensor | None = None
+    prompt_baseline: torch.Tensor | None = None
+    weights: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)

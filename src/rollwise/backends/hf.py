@@ -52,6 +52,18 @@ class HFBackend:
     compact: bool = True  # finished rows leave the decode batch (False: the pre-#13 behaviour, for A/B tests)
     on_tokens = None  # callable(n) told the tokens of every decode step (a Ray worker reports progress)
 
+    @classmethod
+    def for_run(cls, cfg, codec, model, config=None, compute_dtype: torch.dtype | None = None) -> "HFBackend":
+        """The sampler on ``model`` (``rollwise.backends.build``); ``compute_dtype`` None: ``model.compute_dtype``
+        resolved for the device of the model's weights."""
+        if compute_dtype is None:
+            from rollwise.train.precision import resolve_compute_dtype
+
+            weights = next(model.parameters())
+            compute_dtype = resolve_compute_dtype(cfg.model.compute_dtype, weights.device, model.config,
+                                                  weights_dtype=weights.dtype)
+        return cls(model, codec.eos_ids, codec.pad_id, cfg.model.max_batch, cfg.run.seed, compute_dtype=compute_dtype)
+
     def __init__(self, model, eos_ids: Sequence[int], pad_id: int, max_batch: int = 256, seed: int = 0,
                  compute_dtype: torch.dtype | None = None):
         self.model = model

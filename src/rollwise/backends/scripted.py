@@ -13,6 +13,13 @@ from rollwise.types import Completion, Sampling
 
 
 class ScriptedBackend:
+    @classmethod
+    def for_run(cls, cfg, codec, model=None, config=None, compute_dtype=None) -> "ScriptedBackend":
+        from rollwise.registry import UserError
+
+        raise UserError("the scripted backend answers from a script, not a model: hand it to the run "
+                        "(Run(cfg, backend=...))")
+
     def __init__(self, respond: Callable[[list[int], int], list[int]], eos_id: int, logprob: float = -0.5):
         self.respond = respond
         self.eos_id = eos_id

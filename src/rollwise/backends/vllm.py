@@ -190,6 +190,15 @@ class VLLMBackend:
         self.cycle = SleepCycle(self.llm, opts.sleep_level)
 
     @classmethod
+    def for_run(cls, cfg, codec, model=None, config=None, compute_dtype=None) -> "VLLMBackend":
+        """The engine ``rollwise.backends.build`` makes: for the trainer's ``model`` (``from_policy``), or
+        from an architecture ``config`` (a Ray worker; weights come by ``load_weights``)."""
+        if model is not None:
+            return cls.from_policy(model, codec.eos_ids, cfg.model, cfg.run.seed)
+        m = cfg.model
+        return cls(config, codec.eos_ids, m.dtype, m.vllm, m.max_batch, cfg.run.seed, m.name)
+
+    @classmethod
     def from_policy(cls, model, eos_ids, model_cfg, seed: int = 0) -> "VLLMBackend":
         """An engine for the trainer's ``model`` (config only; weights come by ``load_weights``)."""
         from rollwise.distributed.weights import plain_config, policy_weights

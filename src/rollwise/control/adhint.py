@@ -97,8 +97,9 @@ class ADHint(Uniform):
             raise UserError("control.name = 'adhint' continues its own prefixes; it does not combine with replay 'partial' / "
                             "'speculative', sampling.tree or sampling.arrol")
 
-    def bind(self, task, codec) -> None:
+    def bind(self, services) -> None:
         """The run's task (reference solutions, ``task.target``) and token codec (hint token ids)."""
+        task, codec = services.task, services.codec
         if not hasattr(task, "target"):
             raise UserError(f"control.name = 'adhint' needs reference solutions: task {getattr(task, 'name', task)!r} has no target()")
         self.task, self.codec = task, codec
@@ -113,7 +114,7 @@ class ADHint(Uniform):
         if self._round > 1:
             return Plan()
         if self.task is None:
-            raise RuntimeError("ADHint.bind(task, codec) was not called (session.Run binds it)")
+            raise RuntimeError("ADHint.bind(services) was not called (the assembler binds it)")
         requests, ratios, lengths, diffs = [], [], [], []
         for g in groups:
             scores = g.verified_rewards()

@@ -81,6 +81,7 @@ from typing import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rollwise.control.base import Controller
 from rollwise.control.history import CORRECT
 from rollwise.control.source import PromptSource, SourcePart
 from rollwise.types import Group, Plan, Prompt, Request, Rollout
@@ -111,7 +112,7 @@ class AR3POOptions(BaseModel):
                                       "versions old (None = no expiry, the spec's [RECON] default).")
 
 
-class AR3PO:
+class AR3PO(Controller):
     """AR3PO (arXiv 2509.25808), reconstructed: stages until the first success, then response reuse."""
     Options = AR3POOptions
     plans_ahead = False  # select() clears, plan() fills the stages that next_round reads

@@ -42,6 +42,7 @@ from typing import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rollwise.control.base import Controller
 from rollwise.control.source import PromptSource, SourcePart
 from rollwise.types import Group, Plan, Prompt, Request
 
@@ -54,7 +55,7 @@ class BroRLOptions(BaseModel):
                                         "prompts_per_step prompts of n rollouts each.")
 
 
-class BroRL:
+class BroRL(Controller):
     """BroRL (arXiv 2510.01180): a uniform, very large number of rollouts per prompt."""
     Options = BroRLOptions
 

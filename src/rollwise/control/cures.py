@@ -56,6 +56,7 @@ from typing import Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rollwise.control.base import Controller
 from rollwise.control.budget import StepBudget
 from rollwise.control.history import PromptHistory
 from rollwise.types import Group, Plan, Prompt, Request
@@ -118,7 +119,7 @@ class CuresOptions(BaseModel):
     tau: float = Field(0.1, gt=0.0, description="tau of the 'paper' sampler (spec suggests 0.05-0.2) [RECON].")
 
 
-class CurES:
+class CurES(Controller):
     Options = CuresOptions
     plans_ahead = False  # plan() replaces the round context (probe phase, allocation) that next_round reads
 

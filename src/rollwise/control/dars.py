@@ -68,6 +68,7 @@ from typing import Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rollwise.control.base import Controller
 from rollwise.control.source import PromptSource, SourcePart
 from rollwise.types import Group, Plan, Prompt, Request
 
@@ -117,7 +118,7 @@ class DARSOptions(BaseModel):
                          "breadth batch; 1 = plain DARS).")
 
 
-class DARS:
+class DARS(Controller):
     """DARS (arXiv 2508.13755): stage-1 rollouts, then ΔN top-ups for prompts with p_hat < 0.5."""
     Options = DARSOptions
     plans_ahead = False  # select()/plan() reset and fill the stage-1 prompts that next_round tops up

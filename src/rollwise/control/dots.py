@@ -78,6 +78,7 @@ from typing import Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from rollwise.control.base import Controller
 from rollwise.control.budget import StepBudget
 from rollwise.control.history import PromptHistory
 from rollwise.types import Decision, Group, Plan, Prompt, Request
@@ -194,7 +195,7 @@ class DOTSOptions(BaseModel):
     ngram_max: int = Field(3, ge=1, le=8, description="Longest character (byte) n-gram hashed into the embedding [ours].")
 
 
-class DOTS:
+class DOTS(Controller):
     """DOTS (arXiv 2506.05316): reference rollouts once per round, attention-predicted difficulty,
     near-greedy selection of the prompts closest to ``alpha`` for the round's ``mu`` steps."""
 

@@ -39,6 +39,7 @@ from typing import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rollwise.control.base import Controller
 from rollwise.control.source import PromptSource, PromptStream, SourcePart
 from rollwise.types import Group, Plan, Prompt, Request
 
@@ -57,7 +58,7 @@ class DRIVEOptions(BaseModel):
     min_pool: int = Field(8, ge=1, description="the stage-2 pool never shrinks below this many prompts")
 
 
-class DRIVE:
+class DRIVE(Controller):
     Options = DRIVEOptions
 
     stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)

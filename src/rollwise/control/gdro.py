@@ -26,7 +26,8 @@ in the batch (P, m = |P|):
 - ``weights = "paper"`` (eq. 16): ``w_i = min(exp(eta clip(S(b_i), -C, C)), weight_cap)``.
 
 The step's advantages (any estimator, per row and per token) are multiplied by ``w_i``
-(``weigh_advantages``, called by the loop after the estimator). After the optimizer step
+(``row_weights``, computed before the estimator into the advantage context; the batch builder,
+``rollwise.batch.build``, multiplies them in). After the optimizer step
 (``after_update``) the per-response losses ``l_i`` (below) give bin losses ``l_bar(b)``, divided by
 the bin's share of the batch's rows when ``share_normalise``; then ``S(b) <- (1 - beta) S(b) + beta
 l_tilde(b)`` (first observation: ``S = l_tilde``; absent bins unchanged). ``scores = "mean"`` keeps a
@@ -84,10 +85,11 @@ from typing import Literal, Sequence
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from rollwise.control.base import Controller
 from rollwise.control.source import PromptSource, SourcePart
 from rollwise.objectives.common import clipped_surrogate, kl_penalty, safe_exp, sequence_mean
 from rollwise.registry import UserError
-from rollwise.types import Advantages, Group, Plan, Prompt, Request
+from rollwise.types import Group, Plan, Prompt, Request
 
 DEFAULT_EDGES = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
 
@@ -241,10 +243,10 @@ def fit_total(n: list[int], total: int, lo: int, hi: int, up_key, down_key) -> l
 # ---------------------------------------------------------------------------- the controller
 
 
-class GDRO:
+class GDRO(Controller):
     """Multi-Adversary GDRO (module docstring)."""
     Options = GdroOptions
-    plans_ahead = False  # plan() sets the bins, arms and counts that weigh_advantages and after_update credit
+    plans_ahead = False  # plan() sets the bins, arms and counts that row_weights and after_update credit
 
     stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)
 
@@ -267,6 +269,7 @@ class GDRO:
         self.mu = 0.0
         self.ctx: dict = {"bins": {}, "arms": {}, "n": {}}
         self.raw_adv: torch.Tensor | None = None
+        self.trainer = None  # bind(services)
         self.metrics: dict[str, float] = {}
 
     @staticmethod
@@ -352,16 +355,18 @@ class GDRO:
     def _row_bins(self, rows) -> list[int]:
         return [self.ctx["bins"][r.prompt_id] if r.prompt_id in self.ctx["bins"] else self.bin_of(r.prompt_id) for r in rows]
 
-    def weigh_advantages(self, advs: Advantages, rows) -> Advantages:
-        """Prompt-GDRO: multiply the step's advantages by the rows' bin weights (identity when off)."""
-        self.raw_adv = advs.values.detach().clone()
+    def bind(self, services) -> None:
+        """The trainer whose forward scores the step's per-response losses (``after_update``)."""
+        self.trainer = services.trainer
+
+    def row_weights(self, rows):
+        """Prompt-GDRO: (B,) the rows' bin weights that multiply the step's advantages (None when off),
+        computed before the estimator (``rollwise.batch.build.apply_row_weights`` multiplies them in)."""
         if not self.opts.prompt_gdro or not rows:
-            return advs
+            return None
         o, row_bins = self.opts, self._row_bins(rows)
         w = (code_row_weights(row_bins, self.scores, o.eta, o.gamma, o.weight_cap) if o.weights == "code"
              else paper_row_weights(row_bins, self.scores, o.eta, o.score_clip, o.weight_cap))
-        wt = torch.tensor(w, dtype=advs.values.dtype)
-        tok = None if advs.token_values is None else advs.token_values * wt[:, None].to(advs.token_values.dtype)
         share = {b: row_bins.count(b) / len(row_bins) for b in set(row_bins)}
         mass: dict[int, float] = {}
         for b, x in zip(row_bins, w):
@@ -369,7 +374,7 @@ class GDRO:
         self.metrics = {"control/gdro_weight_min": min(w), "control/gdro_weight_max": max(w),
                         "control/gdro_bins": float(len(share)),
                         "control/gdro_lead": sum(b * m for b, m in mass.items()) - sum(b * q for b, q in share.items())}
-        return Advantages(advs.values * wt, advs.include, token_values=tok, token_include=advs.token_include)
+        return torch.tensor(w, dtype=torch.float64)  # exact: converted to the advantages' dtype where applied
 
     @torch.no_grad()
     def losses(self, batch, trainer) -> torch.Tensor:
@@ -392,13 +397,15 @@ class GDRO:
             out[rows] = loss.float().cpu()
         return out
 
-    def after_update(self, batch, rows, metrics: dict, run) -> None:
-        """Bin losses -> Prompt-GDRO scores, Rollout-GDRO arm scores and the dual step."""
+    def after_update(self, batch, rows, metrics: dict, advantages) -> None:
+        """Bin losses -> Prompt-GDRO scores, Rollout-GDRO arm scores and the dual step; ``advantages``:
+        the estimator's, before the bin weights (the surrogate loss's)."""
+        self.raw_adv = advantages.values.detach().clone()
         if not rows:
             return
         o = self.opts
         has_loss = (batch.loss_mask.sum(dim=1) > 0).tolist()  # rows an estimator excluded carry no loss
-        ell = [x for x, keep in zip(self.losses(batch, run.trainer).tolist(), has_loss) if keep]
+        ell = [x for x, keep in zip(self.losses(batch, self.trainer).tolist(), has_loss) if keep]
         row_bins = [b for b, keep in zip(self._row_bins(rows), has_loss) if keep]
         if not ell:
             return

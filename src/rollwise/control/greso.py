@@ -90,6 +90,7 @@ from typing import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from rollwise.control.base import Controller
 from rollwise.control.rounds import target_groups
 from rollwise.control.source import PromptSource, PromptStream, SourcePart
 from rollwise.registry import UserError
@@ -212,7 +213,7 @@ class GresoStream(PromptStream):
 # ------------------------------------------------------------------------- the controller
 
 
-class GRESO:
+class GRESO(Controller):
     """GRESO (arXiv 2506.02177): probabilistic pre-rollout skipping from ZV streaks, online
     tuning of (p_easy, p_hard), DS rounds of adaptive size."""
     Options = GRESOOptions

@@ -133,7 +133,7 @@ class MSSR(Uniform):
         return torch.tensor([self.step_baselines.get(r.prompt_id, self.tracker.value(r.prompt_id)) for r in rows],
                             dtype=torch.float32)
 
-    def after_update(self, batch, rows, metrics: dict, run) -> dict:
+    def after_update(self, batch, rows, metrics: dict, advantages) -> dict:
         """Record the step's KL to the reference (``train/kl``) for the rho rule."""
         if "train/kl" in metrics:
             self.kl = (self.kl + [float(metrics["train/kl"])])[-self.opts.kl_window:]

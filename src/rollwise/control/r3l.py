@@ -118,8 +118,8 @@ class R3L(Uniform):
             raise UserError("control.name = 'r3l' continues its own prefixes; it does not combine with replay 'partial' / "
                             "'speculative', sampling.tree or sampling.arrol")
 
-    def bind(self, task, codec) -> None:
-        self.codec = codec
+    def bind(self, services) -> None:
+        self.codec = services.codec
 
     def plan(self, prompts: list[Prompt], state) -> Plan:
         self._round, self._retries = 0, {}
@@ -130,7 +130,7 @@ class R3L(Uniform):
         if self._round > 1:
             return Plan()
         if self.codec is None:
-            raise RuntimeError("R3L.bind(task, codec) was not called (session.Run binds it)")
+            raise RuntimeError("R3L.bind(services) was not called (the assembler binds it)")
         requests, entries = [], []  # entries[i]: (prompt id, base count, base index, shared prefix, pivot) of requests[i]
         for g in groups:
             n_todo = 0

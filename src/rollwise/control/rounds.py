@@ -22,7 +22,7 @@ How it is split here (each part exists once):
 - The loop's filters then drop the degenerate groups; if more groups pass than ``target_groups``
   (possible when ``target_groups < prompts_per_step``, DAPO's over-sampling), the loop keeps the
   **first** ``target_groups`` in generation order and counts the rest as ``filter/surplus``
-  (:func:`target_groups` gives that limit; ``loop.apply_filters`` applies it).
+  (:func:`target_groups` gives that limit; ``batch.build.apply_filters`` applies it).
 
 Differences from the paper / verl's recipe: a refill round asks only for the missing number of
 groups (verl generates a whole generation batch per round and trims the surplus), so no rollout
@@ -44,7 +44,7 @@ operations and their side effects on the loss are in :mod:`rollwise.filter.repla
   ``max_sample_batches``, default 30, -1 = unlimited); ``max_rounds`` and ``target_groups`` are
   refill's and are not used.
 - After the filters, the loop calls :meth:`DynamicSampling.finish_batch` (from
-  ``loop.apply_filters``): the groups of discarded batches are dropped (``filter/discarded_batch``
+  ``batch.build.apply_filters``): the groups of discarded batches are dropped (``filter/discarded_batch``
   counts those the filters had kept), and every group of the last batch that the filters
   dropped is replaced by a copy of a random kept group (:func:`~rollwise.filter.replace.replace_bad`;
   ``replace_merge``: joined to its source, SkyRL, or a group of its own, POLARIS). The drop
@@ -70,6 +70,7 @@ import random
 from collections import Counter
 from typing import Callable
 
+from rollwise.control.base import Controller
 from rollwise.control.source import PromptStream
 from rollwise.filter.replace import passes_gate, replace_bad
 from rollwise.registry import UserError
@@ -97,7 +98,7 @@ def count_passing(groups: list[Group], filters: list[tuple[str, Callable]]) -> i
     return sum(all(f(g).keep for _, f in filters) for g in groups)
 
 
-class DynamicSampling:
+class DynamicSampling(Controller):
     """A controller wrapper adding DAPO refill rounds or POLARIS/SkyRL replace (module docstring).
 
     ``select``, ``plan``, ``observe`` and the checkpoint state are the wrapped controller's
@@ -128,7 +129,15 @@ class DynamicSampling:
 
     @property
     def metrics(self) -> dict[str, float]:
-        return {**getattr(self.inner, "metrics", {}), **self._metrics}
+        return {**self.inner.metrics, **self._metrics}
+
+    @property
+    def history(self):
+        return self.inner.history
+
+    @property
+    def plans_ahead(self) -> bool:
+        return self.inner.plans_ahead
 
     def select(self, state):
         return self.inner.select(state)
@@ -194,6 +203,21 @@ class DynamicSampling:
 
     def observe(self, groups: list[Group], state) -> None:
         self.inner.observe(groups, state)
+
+    def bind(self, services) -> None:
+        self.inner.bind(services)
+
+    def row_weights(self, rows):
+        return self.inner.row_weights(rows)
+
+    def priors(self, rows):
+        return self.inner.priors(rows)
+
+    def baselines(self, rows):
+        return self.inner.baselines(rows)
+
+    def after_update(self, batch, rows, metrics: dict, advantages) -> None:
+        self.inner.after_update(batch, rows, metrics, advantages)
 
     def state_dict(self) -> dict:
         return self.inner.state_dict()

@@ -94,7 +94,8 @@ class SCOPE(Uniform):
         if cfg.control.dynamic_sampling.enabled:
             raise UserError("control.name = 'scope' does not run with control.dynamic_sampling.enabled")
 
-    def bind(self, task, codec) -> None:
+    def bind(self, services) -> None:
+        task, codec = services.task, services.codec
         if not hasattr(task, "target"):
             raise UserError(f"control.name = 'scope' needs reference solutions (the guide): task {getattr(task, 'name', task)!r} "
                             "has no target()")
@@ -130,7 +131,7 @@ class SCOPE(Uniform):
 
     def finish_batch(self, groups: list[Group], kept: list[Group], dropped) -> list[Group]:
         if self.task is None:
-            raise RuntimeError("SCOPE.bind(task, codec) was not called (session.Run binds it)")
+            raise RuntimeError("SCOPE.bind(services) was not called (the assembler binds it)")
         counts = {"no_error": 0, "gated": 0, "no_guide": 0, "failed": 0, "rectified": 0}
         self._verify_calls = 0
         out = []

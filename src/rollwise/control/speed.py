@@ -89,6 +89,7 @@ from typing import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rollwise.control.base import Controller
 from rollwise.control.source import PromptSource, SourcePart
 from rollwise.registry import UserError
 from rollwise.types import Decision, Group, Plan, Prompt, Request
@@ -157,7 +158,7 @@ class SPEEDOptions(BaseModel):
 # ------------------------------------------------------------------------- the controller
 
 
-class SPEED:
+class SPEED(Controller):
     """SPEED-RL (arXiv 2506.09016): screen with n_init, continue mixed prompts with n_cont in the
     same call as the next screening, until B groups are finished."""
     Options = SPEEDOptions

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from rollwise.control.base import Controller
 from rollwise.control.budget import cap_plan  # noqa: F401  (cap_plan: re-exported)
 from rollwise.control.source import PromptSource, PromptStream, SourcePart  # noqa: F401  (PromptStream: re-exported)
 from rollwise.types import Group, Plan, Prompt, Request
 
 
-class Uniform:
-
+class Uniform(Controller):
     def __init__(self, prompts: Sequence[Prompt], cfg, options, seed: int):
         self.cfg = cfg
         self.source = PromptSource(prompts, seed, cfg, cfg.prompts_per_step * cfg.rollouts_per_prompt)

@@ -61,6 +61,7 @@ from typing import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rollwise.control.base import Controller
 from rollwise.control.history import Record
 from rollwise.control.source import PromptSource, SourcePart
 from rollwise.types import Group, Plan, Prompt, Request
@@ -97,7 +98,7 @@ def posterior(records: Sequence[Record], now: int, opts: VADEOptions) -> tuple[f
     return a, b
 
 
-class VADE:
+class VADE(Controller):
     """VADE (arXiv 2511.18902) [RECON]: Thompson-sampled top-B by p~(1 - p~) from a candidate pool."""
     Options = VADEOptions
 

@@ -62,6 +62,7 @@ from typing import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rollwise.control.base import Controller
 from rollwise.control.source import PromptSource, SourcePart
 from rollwise.types import Decision, Group, Plan, Prompt, Request
 
@@ -115,7 +116,7 @@ class VCRLOptions(BaseModel):
                             "from the bank) [ours].")
 
 
-class VCRL:
+class VCRL(Controller):
     """VCRL (arXiv 2509.19803): fresh prompts, then bank refills for groups with p < kappa."""
     Options = VCRLOptions
 

@@ -88,6 +88,7 @@ from typing import Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from rollwise.control.base import Controller
 from rollwise.control.source import PromptSource, SourcePart
 from rollwise.registry import UserError
 from rollwise.types import Group, Plan, Prompt, Request
@@ -319,7 +320,7 @@ def seeded_prompt(prompt: Prompt, exemplars: Sequence[Exemplar], template: str) 
 # ------------------------------------------------------------------ controller
 
 
-class Xrpo:
+class Xrpo(Controller):
     Options = XrpoOptions
     plans_ahead = False  # plan() replaces the round context (ids, allocation) that next_round reads
 

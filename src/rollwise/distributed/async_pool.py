@@ -91,6 +91,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from rollwise.control.base import Controller
 from rollwise.distributed.local import StepCost, merge_groups
 from rollwise.types import Completion, Plan, Request
 
@@ -550,14 +551,62 @@ def check_corrected(cfg) -> None:
                     "pi_prox / mu), or train.async.allow_uncorrected = true to train them uncorrected")
 
 
-class Locked:
+class Locked(Controller):
     """``obj`` with every method call (and its ``stream``'s) under ``lock``: the controller, when
-    APRIL in the generator thread draws prompts from it while the loop's thread uses it."""
+    APRIL in the generator thread draws prompts from it while the loop's thread uses it. The
+    controller hooks (``rollwise.control.base.Controller``) are forwarded by name, every other
+    attribute through ``__getattr__``."""
 
     def __init__(self, obj, lock):
         self._obj, self._lock = obj, lock
 
+    def _call(self, name, *a, **k):
+        with self._lock:
+            return getattr(self._obj, name)(*a, **k)
+
+    metrics = property(lambda self: self._obj.metrics)
+    history = property(lambda self: self._obj.history)
+    plans_ahead = property(lambda self: self._obj.plans_ahead)
+
+    def select(self, state):
+        return self._call("select", state)
+
+    def plan(self, prompts, state):
+        return self._call("plan", prompts, state)
+
+    def next_round(self, groups, state):
+        return self._call("next_round", groups, state)
+
+    def finish_batch(self, groups, kept, dropped):
+        return self._call("finish_batch", groups, kept, dropped)
+
+    def observe(self, groups, state) -> None:
+        self._call("observe", groups, state)
+
+    def bind(self, services) -> None:
+        self._call("bind", services)
+
+    def row_weights(self, rows):
+        return self._call("row_weights", rows)
+
+    def priors(self, rows):
+        return self._call("priors", rows)
+
+    def baselines(self, rows):
+        return self._call("baselines", rows)
+
+    def after_update(self, batch, rows, metrics: dict, advantages) -> None:
+        self._call("after_update", batch, rows, metrics, advantages)
+
+    def state_dict(self) -> dict:
+        return self._call("state_dict")
+
+    def load_state_dict(self, s: dict) -> None:
+        self._call("load_state_dict", s)
+
     def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
         value = getattr(self._obj, name)
         if name == "stream":
             return Locked(value, self._lock)

@@ -94,6 +94,9 @@ class LocalPool:
         self.tree = tree  # LATR tree sampler (backends/latr.py) for training requests, or None
         self.cost = StepCost()
 
+    def close(self) -> None:
+        """Nothing to release: the backend and the verifier belong to the run (``types.Pool``)."""
+
     def take_cost(self) -> StepCost:
         cost, self.cost = self.cost, StepCost()
         return cost

@@ -194,15 +194,12 @@ class RolloutWorker:
         torch.set_num_threads(spec["threads"])
         cfg = Config.model_validate(spec["cfg"])
         codec = Codec(spec["tokenizer"], use_chat=spec["use_chat"])
-        if cfg.model.backend == "vllm":
-            from rollwise.backends.vllm import VLLMBackend
+        from rollwise.backends import build as build_backend
 
-            self.model, backend = None, VLLMBackend(spec["config"], codec.eos_ids, cfg.model.dtype, cfg.model.vllm,
-                                                    cfg.model.max_batch, cfg.run.seed, cfg.model.name)
+        if cfg.model.backend == "vllm":
+            self.model, backend = None, build_backend(cfg, codec, config=spec["config"])
         else:
             from transformers import AutoModelForCausalLM
-
-            from rollwise.backends.hf import HFBackend
 
             with torch.random.fork_rng():
                 self.model = AutoModelForCausalLM.from_config(spec["config"]).eval()
@@ -213,7 +210,7 @@ class RolloutWorker:
             # model.compute_dtype on this worker's machine ("auto": measured here, or this machine's cached timings)
             compute = resolve_compute_dtype(cfg.model.compute_dtype, "cpu", self.model.config,
                                             weights_dtype=next(self.model.parameters()).dtype)
-            backend = HFBackend(self.model, codec.eos_ids, codec.pad_id, cfg.model.max_batch, cfg.run.seed, compute_dtype=compute)
+            backend = build_backend(cfg, codec, model=self.model, compute_dtype=compute)
         self.backend = backend
         task = components.build_task(cfg)
         self.pool = LocalPool(backend, codec, task.verify, spec["sampling"], max_batch=cfg.model.max_batch,

@@ -361,6 +361,9 @@ class ArrolPool:
     def take_cost(self):
         return self.pool.take_cost()
 
+    def close(self) -> None:
+        self.pool.close()
+
     def rollouts(self, *args, **kwargs):
         return self.pool.rollouts(*args, **kwargs)
 

@@ -1,6 +1,8 @@
 """Extra per-row inputs that some advantage estimators declare (``fn.inputs``), computed from
-the batch's rollouts. The loop calls ``advantage_inputs(fn, rows)`` for every estimator; the
-plain ones declare nothing and get ``{}``.
+the batch's rollouts. The batch builder (``rollwise.batch.build``) first computes the inputs that
+need more than the rows, once, into an ``AdvantageContext`` (``advantage_context``: ACE's confidence
+shift, V0.5's value prior, MSSR's baseline, Prompt-GDRO's row weights), then calls
+``advantage_inputs(fn, rows, context)`` for every estimator; the plain ones declare nothing and get ``{}``.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from typing import Sequence
 
 import torch
 
-from rollwise.types import Rollout
+from rollwise.types import AdvantageContext, Rollout, Services
 
 
 def sequence_logprob(rows: Sequence[Rollout]) -> torch.Tensor:
@@ -32,11 +34,11 @@ def completion_texts(rows: Sequence[Rollout]) -> list[str]:
     return [r.text for r in rows]
 
 
-def confidence_shift(rows: Sequence[Rollout], run) -> torch.Tensor:
+def confidence_shift(rows: Sequence[Rollout], services: Services) -> torch.Tensor:
     """(B,) ``c_i = sum_t (log mu(y_t) - log pi_ref(y_t))`` over each row's loss tokens: the sampler
     (rollout policy, detached) log-probs minus the frozen reference's (ACE, ``objectives/ace.py``).
-    Needs the run's trainer built with a reference model (``Run`` does so when the estimator sets
-    ``needs_reference``)."""
+    Needs the trainer built with a reference model (the assembler does so when the estimator sets
+    ``needs_reference``): ``services.policy_and_reference_logprobs``."""
     from rollwise.train.batching import collate
     from rollwise.types import Advantages
 
@@ -44,8 +46,8 @@ def confidence_shift(rows: Sequence[Rollout], run) -> torch.Tensor:
     if b == 0:
         return torch.zeros(0)
     every_row = Advantages(torch.zeros(b), torch.ones(b, dtype=torch.bool))
-    batch = collate(list(rows), torch.zeros(b), torch.zeros(b, dtype=torch.long), every_row, run.codec.pad_id)
-    _, ref = run.trainer.policy_and_reference_logprobs(batch)
+    batch = collate(list(rows), torch.zeros(b), torch.zeros(b, dtype=torch.long), every_row, services.codec.pad_id)
+    _, ref = services.policy_and_reference_logprobs(batch)
     diff = (batch.old_logprobs - ref.to(batch.old_logprobs.dtype)) * batch.loss_mask
     return diff.sum(dim=1)
 
@@ -84,42 +86,55 @@ def completion_entropies(rows: Sequence[Rollout]) -> list[tuple[float, ...] | No
     return [r.entropies for r in rows]
 
 
-def prompt_baseline(rows: Sequence[Rollout], run) -> torch.Tensor:
+def prompt_baseline(rows: Sequence[Rollout], controller) -> torch.Tensor:
     """(B,) the controller's per-prompt value baseline for each row (MSSR's Beta tracker,
-    ``control/mssr.py``); the run's controller must provide ``baselines(rows)``."""
-    ctrl = run.parts.controller
-    if not hasattr(ctrl, "baselines"):
-        raise ValueError(f"this advantage needs a controller with a per-prompt baseline (control.name = 'mssr'), "
-                         f"got {type(ctrl).__name__}")
-    return ctrl.baselines(rows)
+    ``control/mssr.py``): ``controller.baselines(rows)`` (refused by controllers without one)."""
+    return controller.baselines(rows)
 
 
 _INPUTS = {"seq_logprob": sequence_logprob, "tree_paths": tree_paths, "completion_logprobs": completion_logprobs,
            "completion_texts": completion_texts, "completion_lengths": completion_lengths, "hint_tokens": hint_tokens,
            "named_rewards": named_rewards, "completion_entropies": completion_entropies}
-def value_prior(rows: Sequence[Rollout], run) -> torch.Tensor:
-    """(B,) this step's value prior of each row's prompt (V0.5, ``control/v05.py``); the run's
-    controller must provide ``priors(rows)``."""
-    ctrl = run.parts.controller
-    if not hasattr(ctrl, "priors"):
-        raise ValueError(f"advantage 'v05' needs control.name = 'v05' (the value prior), got {type(ctrl).__name__}")
-    return ctrl.priors(rows)
 
 
-_RUN_INPUTS = {"confidence_shift": confidence_shift, "value_prior": value_prior,  # inputs that need the run (its trainer, codec, controller)
-               "prompt_baseline": prompt_baseline}
+def value_prior(rows: Sequence[Rollout], controller) -> torch.Tensor:
+    """(B,) this step's value prior of each row's prompt (V0.5, ``control/v05.py``):
+    ``controller.priors(rows)`` (refused by controllers without one)."""
+    return controller.priors(rows)
 
 
-def advantage_inputs(fn, rows: Sequence[Rollout], run=None) -> dict[str, torch.Tensor]:
+_CONTEXT_INPUTS = ("confidence_shift", "value_prior", "prompt_baseline")  # fields of AdvantageContext
+
+
+def advantage_context(fn, rows: Sequence[Rollout], services: Services | None = None,
+                      controller=None) -> AdvantageContext:
+    """The inputs of ``fn`` that need more than the rows (``_CONTEXT_INPUTS``: the trainer's
+    reference log-probs through ``services``, the ``controller``'s prior or baseline) and the
+    controller's row weights (``Controller.row_weights``, Prompt-GDRO), computed before the estimator."""
+    fields = {}
+    for name in getattr(fn, "inputs", ()):
+        if name == "confidence_shift" and services is not None:
+            fields[name] = confidence_shift(rows, services)
+        elif name == "value_prior" and controller is not None:
+            fields[name] = value_prior(rows, controller)
+        elif name == "prompt_baseline" and controller is not None:
+            fields[name] = prompt_baseline(rows, controller)
+    weights = controller.row_weights(rows) if controller is not None else None
+    return AdvantageContext(**fields, weights=weights)
+
+
+def advantage_inputs(fn, rows: Sequence[Rollout], context: AdvantageContext | None = None) -> dict[str, torch.Tensor]:
     """Keyword inputs an estimator declares in ``fn.inputs`` beyond (rewards, group ids), computed
     from the batch's rows (the ``rows`` of ``train.batching.flatten``) and, for the inputs in
-    ``_RUN_INPUTS``, from the ``run`` (``session.Run``); ``{}`` for the others."""
+    ``_CONTEXT_INPUTS``, read from ``context`` (``advantage_context``); ``{}`` for the others."""
     out = {}
     for name in getattr(fn, "inputs", ()):
-        if name in _RUN_INPUTS:
-            if run is None:
-                raise ValueError(f"advantage input {name!r} needs the run (advantage_inputs(fn, rows, run))")
-            out[name] = _RUN_INPUTS[name](rows, run)
+        if name in _CONTEXT_INPUTS:
+            value = getattr(context, name) if context is not None else None
+            if value is None:
+                raise ValueError(f"advantage input {name!r} needs the run (its trainer or controller): "
+                                 "advantage_inputs(fn, rows, advantage_context(fn, rows, services, controller))")
+            out[name] = value
         else:
             out[name] = _INPUTS[name](rows)
     return out

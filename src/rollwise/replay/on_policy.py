@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from rollwise.replay.base import ReplaySource
 from rollwise.types import Group
 
 
-class OnPolicy:
+class OnPolicy(ReplaySource):
     def __init__(self, cfg, options, seed: int):
         pass
 

@@ -79,6 +79,7 @@ from typing import Callable, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from rollwise.registry import UserError
+from rollwise.replay.base import ReplaySource
 from rollwise.types import Completion, Group, Plan, Prompt, Request, Rollout
 
 
@@ -117,8 +118,10 @@ class Entry:
         return all(s.rollout is not None for s in self.slots)
 
 
-class PartialRollouts:
+class PartialRollouts(ReplaySource):
     """APRIL (arXiv 2509.18521): over-provision, stop at N complete groups, resume the rest later."""
+
+    schedules_generation = True  # wrap_pool owns generation (rollwise/replay/base.py)
 
     Options = PartialOptions
 

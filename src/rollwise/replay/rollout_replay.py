@@ -61,6 +61,7 @@ import random
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rollwise.replay.base import ReplaySource
 from rollwise.types import Group
 
 
@@ -81,7 +82,7 @@ def group_version(group: Group) -> int:
     return min((r.policy_version for r in group.rollouts), default=0)
 
 
-class RolloutReplay:
+class RolloutReplay(ReplaySource):
     """DOTS rollout replay (arXiv 2506.05316): fresh groups plus uniformly drawn buffered groups."""
 
     Options = RolloutReplayOptions

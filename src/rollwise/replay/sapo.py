@@ -94,6 +94,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from rollwise.registry import UserError
+from rollwise.replay.base import ReplaySource
 from rollwise.types import Advantages, Group, Prompt, Rollout
 
 FORMAT = "rollwise.sapo/1"
@@ -150,7 +151,7 @@ def publish_record(group: Group, peer: str, step: int, index: int) -> dict:
             "completions": [{"text": r.text, "finish": r.finish} for r in group.rollouts]}
 
 
-class Sapo:
+class Sapo(ReplaySource):
     """SAPO (arXiv 2509.08721): I local groups plus J groups received from peers as text, re-scored here."""
 
     Options = SapoOptions
@@ -165,7 +166,7 @@ class Sapo:
         self.seen: set[str] = set()  # received groups taken or dropped (never drawn again)
         self.totals = {"cost/received_rollouts": 0, "cost/received_tokens": 0}
         self.metrics: dict[str, float] = dict(self.totals)
-        self.task = self.codec = self.trainer = None
+        self.task = self.codec = self.policy_logprobs = None
         self.max_new_tokens: int | None = None
         self._step, self._version = 0, 0
 
@@ -185,10 +186,12 @@ class Sapo:
             raise UserError("replay.name = 'sapo' re-scores received rollouts with the task's verifier, which reward.ttrl.enabled "
                             "replaces by majority votes; turn one of them off")
 
-    def bind(self, task, codec, trainer, max_new_tokens: int) -> None:
+    def bind(self, services) -> None:
         """The local verifier and prompts, the codec that re-tokenises received text, and the
-        trainer whose no-grad forward gives received rollouts their log-probs (``session.Run``)."""
-        self.task, self.codec, self.trainer, self.max_new_tokens = task, codec, trainer, max_new_tokens
+        trainer's no-grad forward that gives received rollouts their log-probs (``rollwise.types.Services``)."""
+        task = services.task
+        self.task, self.codec, self.max_new_tokens = task, services.codec, services.max_new_tokens
+        self.policy_logprobs = services.policy_logprobs
         train = task.train_prompts()
         self.train_by_id = {p.id: p for p in train}
         self.train_tasks = {p.task for p in train}
@@ -248,7 +251,7 @@ class Sapo:
     def receive(self, want: int) -> list[Group]:
         """Up to ``want`` received groups, re-scored here, with local log-probs (module docstring)."""
         if self.task is None:
-            raise RuntimeError("Sapo.bind(task, codec, trainer, max_new_tokens) must run before mix (session.Run does it)")
+            raise RuntimeError("Sapo.bind(services) must run before mix (the assembler, rollwise.components, does it)")
         candidates = [c for c in self.published() if c.key not in self.seen]
         rng = random.Random(f"sapo-{self.seed}-{self._step}")
         order = rng.sample(candidates, len(candidates))
@@ -328,7 +331,7 @@ class Sapo:
         b = len(rows)
         batch = collate(rows, torch.zeros(b), torch.zeros(b, dtype=torch.long),
                         Advantages(torch.zeros(b), torch.ones(b, dtype=torch.bool)), self.codec.pad_id)
-        lp = self.trainer.policy_logprobs(batch)
+        lp = self.policy_logprobs(batch)
         out, i = [], 0
         for g in groups:
             new = []

@@ -69,6 +69,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from rollwise.distributed.local import merge_groups
+from rollwise.replay.base import ReplaySource
 from rollwise.types import Completion, Group, Plan, Request
 
 
@@ -127,8 +128,10 @@ def speculative_distribution(p: torch.Tensor, q: torch.Tensor, bias: float = 0.0
     return accepted + rejected * (residual_distribution(p, q, bias) if residual else q)
 
 
-class SpeculativeRollouts:
+class SpeculativeRollouts(ReplaySource):
     """SPEC-RL (arXiv 2509.23232): verify last epoch's responses, keep the accepted prefix."""
+
+    schedules_generation = True  # wrap_pool owns generation (rollwise/replay/base.py)
 
     Options = SpeculativeOptions
 

@@ -40,15 +40,13 @@ from safetensors.torch import load_model, save_model
 
 from rollwise import storage
 from rollwise.registry import UserError
+from rollwise.storage import ckpt_dir, latest_step, list_steps  # noqa: F401  (the run directory's layout; re-exported)
 
 MANIFEST = "manifest.json"
 LOCK = ".lock"
 
 
 CheckpointError = storage.StorageError  # a checkpoint could not be written; earlier ones are intact
-
-def ckpt_dir(run_dir: Path) -> Path:
-    return Path(run_dir) / "checkpoints"
 
 
 def save(run_dir: Path, step: int, model, state: dict, keep: int, extra_models: dict | None = None,
@@ -101,15 +99,6 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
-def list_steps(run_dir: Path) -> list[int]:
-    """Steps of the checkpoints in place (renamed into ``step-<N>``), oldest first; not verified."""
-    root = ckpt_dir(run_dir)
-    if not root.exists():
-        return []
-    return sorted(int(p.name.split("-")[1]) for p in root.iterdir()
-                  if p.name.startswith("step-") and p.name[5:].isdigit() and (p / "state.pt").exists())
-
-
 def verify(path: Path) -> str | None:
     """None if the checkpoint at ``path`` matches its manifest, else what is wrong."""
     path = Path(path)
@@ -146,11 +135,6 @@ def latest(run_dir: Path, log=print) -> Path | None:
         log(f"checkpoint step-{step} is corrupted or incomplete ({problem}); moved to {aside.name}, "
             "using the previous checkpoint")
     return None
-
-
-def latest_step(run_dir: Path) -> int | None:
-    steps = list_steps(run_dir)
-    return steps[-1] if steps else None
 
 
 def load(path: Path, model, extra_models: dict | None = None) -> dict:
@@ -206,6 +190,3 @@ def unlock_run_dir(run_dir: Path) -> None:
     fd = _HELD.pop(str(Path(run_dir).resolve()), None)
     if fd is not None:
         os.close(fd)  # closing the descriptor releases the flock
-
-
-storage.checkpoints_of = lambda run_dir: (latest_step(Path(run_dir)), ckpt_dir(Path(run_dir)))  # the message's intact checkpoint

@@ -13,7 +13,7 @@ from rollwise.objectives.adhint import AdhintOptions, adhint
 from rollwise.objectives.inputs import advantage_inputs
 from rollwise.registry import UserError
 from rollwise.train.batching import collate
-from rollwise.types import Group, Prompt, Rollout, RunState, Verdict
+from rollwise.types import Group, Prompt, Rollout, RunState, Services, Verdict
 
 T = torch.tensor
 
@@ -44,7 +44,7 @@ def _controller(n=4, **opts):
                                  "control.prompts_per_step=2"]).control
     prompts = [Prompt("a", "t", "1+1=", "1234567890"), Prompt("b", "t", "2+2=", "4")]
     c = ADHint(prompts, cfg, Options(noise=0.0, **opts), seed=0)
-    c.bind(_Task(), _Codec())
+    c.bind(Services(_Task(), _Codec()))
     return c, prompts
 
 

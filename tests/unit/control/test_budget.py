@@ -10,7 +10,7 @@ from rollwise.control.budget import LENGTH_WINDOW, StepBudget, cap_plan, scale_p
 from rollwise.control.history import PromptHistory
 from rollwise.control.uniform import Uniform
 from rollwise.session import percentile, step_metrics
-from rollwise.types import Group, Prompt, Request, Rollout, RunState, Verdict
+from rollwise.types import Group, Prompt, Request, Rollout, RunState, Services, Verdict
 
 
 def _prompts(n):
@@ -156,8 +156,7 @@ def _options(name, cls):
 
 
 def _bound(ctrl):
-    if hasattr(ctrl, "bind"):  # ADHint hints, R3L retries, SCOPE guides: the run binds its task and codec
-        ctrl.bind(_Task(), _Codec())
+    ctrl.bind(Services(_Task(), _Codec()))  # ADHint hints, R3L retries, SCOPE guides: the run binds its task and codec
     return ctrl
 
 

@@ -9,7 +9,8 @@ import torch
 from rollwise.control.gdro import (GDRO, GdroOptions, classify, code_row_weights, ema_update, exact_dp, exp_weights,
                                    paper_row_weights, raw_bin, response_loss, sqrt_rule)
 from rollwise.objectives.advantages import grpo
-from rollwise.types import Advantages, Group, Prompt, Rollout, RunState, Verdict
+from rollwise.batch.build import apply_row_weights
+from rollwise.types import Advantages, Group, Prompt, Rollout, RunState, Services, Verdict
 
 EDGES = [0.1, 0.2, 0.4, 0.6, 0.8, 0.9]
 
@@ -92,12 +93,11 @@ def test_weigh_advantages_multiplies_rows_and_tokens():
     c.ctx["bins"] = {"a": 0, "b": 1, "c": 2}
     rows = [group(p, 1.0).rollouts[0] for p in "aabc"]
     advs = Advantages(torch.ones(4), torch.ones(4, dtype=torch.bool), token_values=torch.ones(4, 2))
-    out = c.weigh_advantages(advs, rows)
+    out = apply_row_weights(advs, c.row_weights(rows))
     assert out.values.tolist() == pytest.approx([1.2307, 1.2307, 0.8918, 0.6469], abs=1e-3)
     assert torch.allclose(out.token_values[:, 1], out.values)
-    assert torch.equal(c.raw_adv, torch.ones(4))  # the loss signal uses the unweighted advantages
     off = GDRO(PROMPTS, cfg(), GdroOptions(prompt_gdro=False, rollout_gdro=True), 0)
-    assert off.weigh_advantages(advs, rows) is advs
+    assert off.row_weights(rows) is None and apply_row_weights(advs, off.row_weights(rows)) is advs
 
 
 # ---------------------------------------------------------------- loss identity
@@ -227,7 +227,8 @@ def test_after_update_scores_bins_from_per_response_losses():
     c = GDRO(PROMPTS, cfg(), GdroOptions(edges=EDGES), 0)
     c.ctx["bins"] = {"a": 0, "b": 1, "x": 2}
     rows = [group(p, 1.0).rollouts[0] for p in "aabx"]
-    c.weigh_advantages(Advantages(batch.advantages.clone(), torch.ones(b, dtype=torch.bool)), rows)
-    c.after_update(batch, rows, {}, SimpleNamespace(trainer=trainer))
+    c.bind(Services(trainer=trainer))
+    c.after_update(batch, rows, {}, Advantages(batch.advantages.clone(), torch.ones(b, dtype=torch.bool)))
+    assert torch.equal(c.raw_adv, batch.advantages)  # the loss signal uses the unweighted advantages
     assert c.scores == pytest.approx({0: 0.0, 1: -1.5})  # bin 2's row had no loss tokens: not scored
     assert c.metrics["control/gdro_loss_mean"] == pytest.approx(-0.5 / 3)

@@ -10,7 +10,7 @@ from rollwise.control.r3l import Options, R3L, pivot_offset, token_cut
 from rollwise.objectives import ADVANTAGES
 from rollwise.registry import UserError
 from rollwise.train.batching import collate, flatten
-from rollwise.types import Group, Prompt, Rollout, RunState, Verdict
+from rollwise.types import Group, Prompt, Rollout, RunState, Services, Verdict
 
 
 class _Codec:  # one character per token
@@ -30,7 +30,7 @@ def _r(text, score, pid="a"):
 def _controller(n=4, **opts):
     cfg = load_config(overrides=["control.name=r3l", f"control.rollouts_per_prompt={n}", "control.prompts_per_step=1"]).control
     c = R3L([Prompt("a", "t", "47+85=", "132")], cfg, Options(**opts), seed=0)
-    c.bind(None, _Codec())
+    c.bind(Services(None, _Codec()))
     return c
 
 
@@ -112,7 +112,7 @@ def test_retries_fit_the_step_budget_and_only_kept_ones_are_masked():
     cfg = load_config(overrides=["control.name=r3l", "control.rollouts_per_prompt=4", "control.prompts_per_step=1",
                                  "control.budget_rollouts=3"]).control
     c = R3L([Prompt("a", "t", "47+85=", "132")], cfg, Options(), seed=0)
-    c.bind(None, _Codec())
+    c.bind(Services(None, _Codec()))
     st = RunState()
     p = c.select(st)[0]
     c.plan([p], st)

@@ -7,7 +7,7 @@ import pytest
 
 from rollwise.config import load_config
 from rollwise.control.scope import SCOPE, Options, steps_of
-from rollwise.types import Group, Prompt, Rollout, RunState, Verdict
+from rollwise.types import Group, Prompt, Rollout, RunState, Services, Verdict
 
 REF = "7+5+0=12,4+8+1=13,=132"  # 47+85 as the built-in cot trace
 
@@ -47,7 +47,7 @@ def _r(text, score):
 def _scope(**opts):
     cfg = load_config(overrides=["control.name=scope", "control.prompts_per_step=1", "control.rollouts_per_prompt=3"]).control
     c = SCOPE([P], cfg, Options(**opts), seed=0)
-    c.bind(_Task(), _Codec())
+    c.bind(Services(_Task(), _Codec()))
     return c
 
 

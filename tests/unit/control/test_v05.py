@@ -114,13 +114,9 @@ def test_history_prior_and_input():
     # global mean 3/8; a: (3 + 4 * 0.375) / (4 + 4) = 0.5625; b: (0 + 1.5) / 8 = 0.1875
     assert c.history_prior("a") == pytest.approx(0.5625) and c.history_prior("b") == pytest.approx(0.1875)
 
-    class _Run:
-        class parts:
-            controller = c
-
     c.plan(ps, st)
     rows = list(_g(ps[1], [1.0]).rollouts)
-    assert value_prior(rows, _Run).tolist() == pytest.approx([0.1875])
+    assert value_prior(rows, c).tolist() == pytest.approx([0.1875])
 
 
 def test_bad_input_named_before_training():

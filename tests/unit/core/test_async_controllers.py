@@ -32,7 +32,7 @@ from rollwise.distributed.async_pool import AsyncPool
 from rollwise.distributed.local import StepCost
 from rollwise.loop import apply_filters
 from rollwise.registry import UserError
-from rollwise.types import Prompt, Rollout, RunState, Verdict
+from rollwise.types import Prompt, Rollout, RunState, Services, Verdict
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 STALE = ["train.async.max_staleness=1", "train.async.allow_uncorrected=true"]  # isolates the controller check
@@ -211,8 +211,7 @@ def drive(overrides: list[str], eta: int, steps: int = 6, prompts: int = 12, hoo
     task = Task(prompts)
     parts = build_strategies(cfg, task)
     ctrl = parts.controller
-    if hasattr(ctrl, "bind"):
-        ctrl.bind(task, Codec())
+    ctrl.bind(Services(task, Codec()))
     st = RunState()
     pool = AsyncPool(Engine(), lambda v, w: None, SimpleNamespace(max_staleness=eta, on_new_weights="finish"),
                      lambda: ctrl.plan(ctrl.select(st), st))

@@ -18,7 +18,7 @@ from rollwise.tasks.arithmetic import make
 from rollwise.tokens import Codec
 from rollwise.train.batching import flatten
 from rollwise.train.tiny import char_tokenizer
-from rollwise.types import Group, Prompt, Rollout, RunState, Verdict
+from rollwise.types import Group, Prompt, Rollout, RunState, Services, Verdict
 
 from conftest import as_sets, tiny_overrides
 
@@ -48,7 +48,7 @@ def codec():
 
 def _peer(tmp_path, task, codec, name="b", seed=0, trainer=None, **opts):
     s = Sapo(None, SapoOptions(swarm_dir=str(tmp_path / "swarm"), peer=name, **opts), seed)
-    s.bind(task, codec, trainer or FakeTrainer(), 16)
+    s.bind(Services(task, codec, 16, (trainer or FakeTrainer()).policy_logprobs))
     return s
 
 

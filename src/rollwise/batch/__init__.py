@@ -1,0 +1,1 @@
+"""Building the trainer's batch: filtering, shaping, advantages, collation."""
