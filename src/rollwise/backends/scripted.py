@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
+from rollwise.registry import Compat
 from rollwise.types import Completion, Sampling
 
 
 class ScriptedBackend:
+    compat = Compat(decode_hooks=False, sampler_entropy=False)  # tests only: no decode hooks, no entropies
+
     def __init__(self, respond: Callable[[list[int], int], list[int]], eos_id: int, logprob: float = -0.5):
         self.respond = respond
         self.eos_id = eos_id

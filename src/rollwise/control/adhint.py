@@ -40,7 +40,7 @@ from typing import Sequence
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rollwise.control.uniform import Uniform
-from rollwise.registry import UserError
+from rollwise.registry import Compat, UserError
 from rollwise.types import Group, Plan, Prompt, Request
 
 
@@ -72,6 +72,7 @@ def hint_length(w: float, reference_len: int) -> int:
 
 class ADHint(Uniform):
     Options = Options
+    compat = Compat(batch_statistics=True)  # finish_batch marks the hinted rollouts of the kept groups
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: Options | None, seed: int):
         super().__init__(prompts, cfg, options, seed)

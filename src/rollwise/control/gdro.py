@@ -88,7 +88,7 @@ from rollwise.control.budget import StepBudget
 from rollwise.control.history import PromptHistory
 from rollwise.control.uniform import PromptStream
 from rollwise.objectives.common import clipped_surrogate, kl_penalty, safe_exp, sequence_mean
-from rollwise.registry import UserError
+from rollwise.registry import Compat, UserError
 from rollwise.types import Advantages, Group, Plan, Prompt, Request
 
 DEFAULT_EDGES = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
@@ -248,6 +248,7 @@ class GDRO:
 
     Options = GdroOptions
     plans_ahead = False  # plan() sets the bins, arms and counts that weigh_advantages and after_update credit
+    compat = Compat(batch_statistics=True)  # weigh_advantages weighs and scores the whole batch's rows
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: GdroOptions | None, seed: int):
         self.cfg = cfg

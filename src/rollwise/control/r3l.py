@@ -47,7 +47,7 @@ from typing import Sequence
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rollwise.control.uniform import Uniform
-from rollwise.registry import Registry, UserError
+from rollwise.registry import Compat, Registry, UserError
 from rollwise.types import Group, Plan, Prompt, Request, Rollout
 from rollwise.verify.flaws import first_false_equation
 
@@ -94,6 +94,7 @@ def token_cut(ids: Sequence[int], decode, offset: int, text: str) -> int:
 
 class R3L(Uniform):
     Options = Options
+    compat = Compat(batch_statistics=True)  # finish_batch gives the pivot tokens their credit
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: Options | None, seed: int):
         super().__init__(prompts, cfg, options, seed)

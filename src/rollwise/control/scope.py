@@ -46,7 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rollwise.control.r3l import _mask_prefix, pivot_offset, token_cut
 from rollwise.control.uniform import Uniform
-from rollwise.registry import UserError
+from rollwise.registry import Compat, UserError
 from rollwise.types import Group, Prompt, Rollout
 from rollwise.verify.flaws import DETECTORS
 
@@ -80,6 +80,7 @@ def steps_of(text: str) -> list[str]:
 
 class SCOPE(Uniform):
     Options = Options
+    compat = Compat(batch_statistics=True)  # finish_batch changes the kept groups
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: Options | None, seed: int):
         super().__init__(prompts, cfg, options, seed)

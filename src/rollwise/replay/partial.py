@@ -78,7 +78,7 @@ from typing import Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rollwise.registry import UserError
+from rollwise.registry import Compat, UserError
 from rollwise.types import Completion, Group, Plan, Prompt, Request, Rollout
 
 
@@ -121,6 +121,7 @@ class PartialRollouts:
     """APRIL (arXiv 2509.18521): over-provision, stop at N complete groups, resume the rest later."""
 
     Options = PartialOptions
+    compat = Compat(needs_decode_hooks=True, owns_generation=True)  # wraps the pool in the trainer's process (wrap_pool)
 
     def __init__(self, cfg, options: PartialOptions | None, seed: int):
         self.opts = options if options is not None else self.Options()

@@ -69,6 +69,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from rollwise.distributed.local import merge_groups
+from rollwise.registry import Compat
 from rollwise.types import Completion, Group, Plan, Request
 
 
@@ -131,6 +132,7 @@ class SpeculativeRollouts:
     """SPEC-RL (arXiv 2509.23232): verify last epoch's responses, keep the accepted prefix."""
 
     Options = SpeculativeOptions
+    compat = Compat(needs_decode_hooks=True, owns_generation=True)  # wraps the pool in the trainer's process (wrap_pool)
 
     def __init__(self, cfg, options: SpeculativeOptions | None, seed: int):
         self.opts = options if options is not None else self.Options()
