@@ -172,7 +172,7 @@ class SPEED:
         if "speed_complete" not in cfg.filter.names:
             raise UserError(f"control {cfg.control.name!r} needs 'speed_complete' in filter.names (got {list(cfg.filter.names)}); "
                             "it drops the screens that were rejected or not continued")
-        if cfg.control.dynamic_sampling.enabled:  # also refused in __init__ (built without components.check)
+        if cfg.control.dynamic_sampling.enabled:  # also refused in __init__ (built without compat.check)
             raise UserError(f"control {cfg.control.name!r} runs its own rounds; set control.dynamic_sampling.enabled = false")
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: SPEEDOptions | None, seed: int):

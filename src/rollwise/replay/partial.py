@@ -59,7 +59,7 @@ prompts, ``_extra``) and returns buffered groups in place of the planned ones, w
 controller that keeps per-step state between ``select``/``plan``/``next_round``/``observe`` (SPEED's
 screening round, GRESO's step ids, dynamic sampling's rounds and batch). So ``check_config``
 refuses any ``control.name`` other than ``uniform`` and ``control.dynamic_sampling.enabled = true``;
-``sampling.tree.enabled`` (LATR) is refused by ``backends.latr.check_config``, since APRIL generates through the backend
+``sampling.tree.enabled`` (LATR) is refused at config load (``rollwise.compat.check_wrappers``), since APRIL generates through the backend
 directly and would silently drop the tree. Repeated prompts: when the prompt stream wraps into a
 new epoch, a prompt can come back fresh while its group is still buffered; such a fresh request
 (and an extra prompt already buffered or launched) is skipped, and the step tops up from the

@@ -27,7 +27,7 @@ With ``replay.name = "speculative"`` the loop's worker pool is wrapped (``wrap_p
    continues a prefix (``Request.prefix``) is not drafted; its prefix keeps the request's own
    log-probs and per-token versions (``prefix_versions``).
 
-Not combined with LATR: ``sampling.tree.enabled`` is refused at config load (``backends.latr.check_config``),
+Not combined with LATR: ``sampling.tree.enabled`` is refused at config load (``rollwise.compat.check_wrappers``),
 since this pool generates through the backend directly and would silently drop the tree.
 
 Bias (systems.md §5 property 3, tests/unit/replay/test_speculative.py): for one token drawn from
