@@ -168,10 +168,11 @@ def check(cfg) -> None:
     if getattr(adv_opts, "per_token", False) and cfg.objective.name == "gspo":  # tree advantage, per token
         raise UserError("advantage.options.per_token = true gives per-token advantages, which objective 'gspo' "
                         "(sequence-level) cannot use; set advantage.options.per_token = false or another objective")
-    for section in ("control", "replay", "advantage"):  # the strategies' own checks, e.g. APRIL's "tis" mode needs
-        cls, opts, _ = resolve(cfg, section)  # an objective weight, SPEED needs its filter, V0.5's advantage its controller
+    for section in ("control", "replay", "advantage"):
+        cls, opts, _ = resolve(cfg, section)
+        check_needs(cfg, section, record(cls))  # e.g. SPEED needs its filter, V0.5's advantage its controller
         if hasattr(cls, "check_config"):
-            cls.check_config(cfg, opts)
+            cls.check_config(cfg, opts)  # the strategy's own options (e.g. APRIL's "tis" mode needs an objective weight)
     build_filters(cfg)
     if cfg.control.dynamic_sampling.enabled and "zero_variance" not in cfg.filter.names:
         raise UserError("control.dynamic_sampling.enabled needs 'zero_variance' in filter.names "
@@ -185,6 +186,29 @@ def check(cfg) -> None:
     from rollwise.reward import overlong_limits
 
     overlong_limits(cfg.reward.overlong_penalty, cfg.sampling.max_new_tokens)
+
+
+def check_needs(cfg, section: str, rec: Compat) -> None:
+    """What the strategy of ``section`` needs of the other sections (its record): a partner, a filter,
+    no dynamic sampling (or one type of it), no other part making the rollouts whose prefixes it continues."""
+    who = f"{section}.name = {getattr(cfg, section).name!r}"
+    if rec.pairs_with is not None:
+        other, want = rec.pairs_with
+        got = getattr(cfg, other).name
+        if got != want:
+            raise UserError(f"{who} needs {other}.name = {want!r} (got {got!r}): the two work as a pair")
+    if rec.needs_filter is not None and rec.needs_filter not in cfg.filter.names:
+        raise UserError(f"{who} needs {rec.needs_filter!r} in filter.names (got {list(cfg.filter.names)})")
+    ds = cfg.control.dynamic_sampling
+    if ds.enabled and rec.dynamic_sampling is not True and ds.type != rec.dynamic_sampling:
+        key = ("control.dynamic_sampling.enabled" if rec.dynamic_sampling is False else
+               f"control.dynamic_sampling.type = {ds.type!r} (only {rec.dynamic_sampling!r})")
+        raise UserError(f"{who} does not run with {key}: it runs its own rounds or keeps per-step state that dynamic "
+                        "sampling's rounds would break; set control.dynamic_sampling.enabled = false")
+    if rec.continues_prefixes:
+        owners = [key for key, r in wrappers(cfg) if r.owns_generation]
+        if owners:
+            raise UserError(f"{who} continues its own prefixes; it does not combine with {', '.join(owners)}")
 
 
 def check_wrappers(cfg) -> None:

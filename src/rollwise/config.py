@@ -2,6 +2,16 @@
 and overridden with ``section.key=value`` strings. Defaults live only here. ``load_config``
 rejects unknown keys, bad values, unknown strategy names and invalid strategy options before
 any model is loaded, naming the key and the valid choices.
+
+This module is the schema and imports no strategy module. The options of features that have a
+fixed section here (``sampling.arrol``, ``filter.d3s``, ``reward.ttrl``, ``model.warm_start.otr``,
+``train.ess_lr_scaling``) are defined here (``ArrolOptions``, ``D3SOptions``, ...) and the
+strategy modules alias them (strategy -> config, never config -> strategy). The ``options`` of a
+named strategy (``control.options``, ``advantage.options``, ...) and the FAPO detector are
+validated through the registries by ``rollwise.compat.check``, which ``load_config`` calls
+after the schema, together with every refusal between parts (the compatibility table).
+``train.async`` is the field ``TrainConfig.async_`` (``async`` is a Python keyword) with the
+alias ``async``: TOML, ``--set`` and dumps write ``train.async``; Python reads ``cfg.train.async_``.
 """
 
 from __future__ import annotations

@@ -41,7 +41,14 @@ class Compat:
       ``'sampler'`` makes it read ``Rollout.entropies``;
     - ``batch_statistics``: it reads the whole step's batch (batch normalisation, ``finish_batch``,
       ``weigh_advantages``), so periodic asynchrony cannot train the groups as they arrive; True, or
-      the name of the boolean option that turns that on.
+      the name of the boolean option that turns that on;
+    - ``pairs_with``: ``(section, name)``, the one strategy of another section it works with (ADHint's
+      controller and advantage, V0.5's advantage and controller, APRIL and the ``uniform`` controller);
+    - ``needs_filter``: a group filter that must be in ``filter.names`` (SPEED's ``speed_complete``);
+    - ``dynamic_sampling``: whether ``control.dynamic_sampling`` may wrap it: True, False, or the
+      one ``control.dynamic_sampling.type`` it allows;
+    - ``continues_prefixes``: a controller whose rounds continue prefixes of its own rollouts, so no
+      other part may make the training rollouts.
 
     A controller's planning ahead stays its class attribute ``plans_ahead``
     (``rollwise/control/__init__.py``); an objective's off-policy correction is its options'
@@ -54,6 +61,10 @@ class Compat:
     owns_generation: bool = False
     entropy_option: str | None = None
     batch_statistics: bool | str = False
+    pairs_with: tuple[str, str] | None = None
+    needs_filter: str | None = None
+    dynamic_sampling: bool | str = True
+    continues_prefixes: bool = False
 
 
 @dataclass(frozen=True)

@@ -94,7 +94,7 @@ from rollwise.control.budget import StepBudget
 from rollwise.control.history import PromptHistory
 from rollwise.control.rounds import target_groups
 from rollwise.control.uniform import PromptStream
-from rollwise.registry import UserError
+from rollwise.registry import Compat
 from rollwise.types import Group, Plan, Prompt, Request
 
 
@@ -221,13 +221,8 @@ class GRESO:
     Options = GRESOOptions
     plans_ahead = False  # select() starts the round context (round prompts, counters) that next_round reads
 
-    @staticmethod
-    def check_config(cfg, options) -> None:
-        """GRESO runs its own rounds inside DAPO refill; 'replace' would redraw whole batches
-        through ``select`` mid-step and reset its step counters: refuse it at load."""
-        if cfg.control.dynamic_sampling.enabled and cfg.control.dynamic_sampling.type == "replace":
-            raise UserError("control 'greso' works with control.dynamic_sampling.type = 'refill' (its adaptive rounds), "
-                            "not 'replace'")
+    # GRESO runs its own rounds inside DAPO refill; 'replace' would redraw whole batches through select mid-step
+    compat = Compat(dynamic_sampling="refill")
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: GRESOOptions | None, seed: int):
         self.cfg = cfg

@@ -80,7 +80,7 @@ def steps_of(text: str) -> list[str]:
 
 class SCOPE(Uniform):
     Options = Options
-    compat = Compat(batch_statistics=True)  # finish_batch changes the kept groups
+    compat = Compat(batch_statistics=True, dynamic_sampling=False)  # finish_batch changes the kept groups
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: Options | None, seed: int):
         super().__init__(prompts, cfg, options, seed)
@@ -89,11 +89,6 @@ class SCOPE(Uniform):
         self.task = self.codec = None
         self._verify_calls = 0
         self.metrics: dict[str, float] = {}
-
-    @classmethod
-    def check_config(cls, cfg, opts) -> None:
-        if cfg.control.dynamic_sampling.enabled:
-            raise UserError("control.name = 'scope' does not run with control.dynamic_sampling.enabled")
 
     def bind(self, task, codec) -> None:
         if not hasattr(task, "target"):

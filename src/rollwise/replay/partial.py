@@ -121,7 +121,9 @@ class PartialRollouts:
     """APRIL (arXiv 2509.18521): over-provision, stop at N complete groups, resume the rest later."""
 
     Options = PartialOptions
-    compat = Compat(needs_decode_hooks=True, owns_generation=True)  # wraps the pool in the trainer's process (wrap_pool)
+    # wraps the pool in the trainer's process (wrap_pool); re-plans extra prompts mid-step and returns buffered groups in
+    # place of planned ones, which corrupts controllers with per-step state and dynamic sampling's rounds
+    compat = Compat(needs_decode_hooks=True, owns_generation=True, pairs_with=("control", "uniform"), dynamic_sampling=False)
 
     def __init__(self, cfg, options: PartialOptions | None, seed: int):
         self.opts = options if options is not None else self.Options()
@@ -130,14 +132,6 @@ class PartialRollouts:
 
     @staticmethod
     def check_config(cfg, opts: PartialOptions | None) -> None:
-        if cfg.control.name != "uniform":
-            raise UserError(f"replay.name = 'partial' (APRIL) needs control.name = 'uniform', got {cfg.control.name!r}: APRIL "
-                            "re-plans extra prompts mid-step and returns buffered groups in place of planned ones, which "
-                            "corrupts controllers that keep per-step state")
-        if cfg.control.dynamic_sampling.enabled:
-            raise UserError("replay.name = 'partial' (APRIL) cannot be combined with control.dynamic_sampling.enabled = true: "
-                            "APRIL schedules only a step's first round and swaps in buffered groups, which breaks the "
-                            "refill/replace rounds' per-step state; set control.dynamic_sampling.enabled = false")
         if opts is not None and opts.prefix_mode == "tis":
             tis = dict(cfg.objective.options).get("tis_level", "off")
             if tis == "off" and cfg.objective.name != "decoupled_ppo":

@@ -113,6 +113,30 @@ def test_data_parallel_refuses_parts_that_are_not_per_rank(monkeypatch):
     assert "model.backend = 'vllm'" in refused(["model.backend=vllm"])
 
 
+@pytest.mark.parametrize("overrides, keys", [
+    (["control.name=adhint"], ["control.name = 'adhint' needs advantage.name = 'adhint' (got 'grpo')"]),
+    (["control.name=mssr"], ["control.name = 'mssr' needs advantage.name = 'mssr'"]),
+    (["advantage.name=v05"], ["advantage.name = 'v05' needs control.name = 'v05' (got 'uniform')"]),
+    (["replay.name=partial", "control.name=greso"], ["replay.name = 'partial' needs control.name = 'uniform' (got 'greso')"]),
+    (["control.name=speed"], ["control.name = 'speed' needs 'speed_complete' in filter.names (got [])"]),
+    (["control.name=scope", "control.dynamic_sampling.enabled=true", "filter.names=['zero_variance']"],
+     ["control.name = 'scope' does not run with control.dynamic_sampling.enabled"]),
+    (["control.name=greso", "control.dynamic_sampling.enabled=true", "control.dynamic_sampling.type=replace",
+      "filter.names=['zero_variance']"], ["control.name = 'greso' does not run with control.dynamic_sampling.type = 'replace' (only 'refill')"]),
+    (["control.name=r3l", "advantage.name=r3l", "sampling.tree.enabled=true"],
+     ["control.name = 'r3l' continues its own prefixes; it does not combine with sampling.tree.enabled"]),
+])
+def test_what_a_strategy_needs_of_the_other_sections(overrides, keys):
+    msg = refused(overrides)
+    assert all(k in msg for k in keys), msg
+
+
+def test_what_a_strategy_needs_is_accepted_when_present():
+    load_config(overrides=["control.name=greso", "control.dynamic_sampling.enabled=true", "filter.names=['zero_variance']"])
+    load_config(overrides=["control.name=speed", "filter.names=['speed_complete']"])
+    load_config(overrides=["control.name=v05", "advantage.name=v05"])
+
+
 # ---------------------------------------------------------------- late failure 1: sampler entropies
 
 
