@@ -266,3 +266,18 @@ def test_train_async_is_an_ordinary_field_written_train_async():
     assert load_config(data=cfg.model_dump(mode="json")).train.async_.max_staleness == 1  # round trip
     msg = refused(["train.async_.max_staleness=1"])
     assert "train.async_: unknown key; did you mean train.async?" in msg
+
+
+def test_build_policy_refuses_the_long_prompt_before_the_warm_start():
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("model.backend = 'vllm' is refused at load without vLLM")
+    from rollwise import components
+
+    cfg = load_config(overrides=["model.backend=vllm", "model.vllm.max_model_len=16", "sampling.max_new_tokens=15",
+                                 "model.warm_start.steps=5", "model.warm_start.cache=false", "model.device=cpu"])
+    logged = []
+    with pytest.raises(UserError, match=r"model\.vllm\.max_model_len"):
+        components.build_policy(cfg, components.build_task(cfg), log=logged.append)
+    assert not any(m.startswith("warm start") for m in logged)
