@@ -44,6 +44,19 @@ def test_every_backend_pool_and_wrapper_declares_a_frozen_record():
             rec.decode_hooks = not rec.decode_hooks  # frozen
 
 
+def test_every_registered_strategy_has_a_record_and_batch_statistics_name_real_options():
+    for section, reg in compat._registries().items():
+        for name in reg.names():
+            if name.endswith(":<arg>"):
+                continue
+            obj = reg.get(name)
+            rec = compat.record(obj)
+            assert isinstance(rec, Compat), (section, name)
+            for option in (rec.entropy_option, rec.batch_statistics):
+                if isinstance(option, str):
+                    assert option in obj.Options.model_fields, (section, name, option)
+
+
 def test_what_the_records_say():
     from rollwise import backends
 
