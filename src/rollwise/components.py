@@ -1,14 +1,13 @@
 """Building a run's parts from a validated ``Config``: names -> registry entries -> objects.
 
-``check(cfg)`` resolves every strategy name and validates its options without loading a
-model (called by ``load_config``). ``build_task``, ``build_strategies`` and ``build_policy``
-construct the parts in the order the loop needs: everything that can reject user input
-comes before the model is loaded.
+``rollwise.compat.check(cfg)`` resolves every strategy name, validates its options and refuses
+parts that cannot be combined, without loading a model (called by ``load_config``).
 
 The assembler builds a whole run in stage order: ``start_data_parallel``, ``open_run`` (run
 directory, task, strategies), then ``assemble`` (policy, backend through ``rollwise.backends.build``,
 base pool, the rollout wrappers of ``ROLLOUT_WRAPPERS``, trainer, weight receivers, the
-``Services`` bound to the strategies).
+``Services`` bound to the strategies). Everything that can reject user input comes before the
+model is loaded.
 """
 
 from __future__ import annotations
@@ -17,98 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from rollwise.registry import Registry, UserError, validate_options
+from rollwise.compat import _registries, build_filters, objective_options, resolve  # noqa: F401 (here since #27)
+from rollwise.registry import UserError
 from rollwise.types import Sampling, Services
-
-
-def _registries() -> dict[str, Registry]:
-    from rollwise import control, filter as filters, replay, tasks
-    from rollwise.objectives import ADVANTAGES, OBJECTIVES
-
-    return {"task": tasks.REGISTRY, "control": control.REGISTRY, "replay": replay.REGISTRY,
-            "advantage": ADVANTAGES, "objective": OBJECTIVES, "filter": filters.REGISTRY}
-
-
-def resolve(cfg, section: str) -> tuple[Any, Any, str | None]:
-    """(object, validated options, argument) for a single-strategy section."""
-    sec = getattr(cfg, section)
-    res = _registries()[section].resolve(sec.name)
-    return res.obj, validate_options(section, sec.name, res.obj, dict(sec.options)), res.arg
-
-
-def check_model(cfg) -> None:
-    from rollwise.train import tiny
-
-    name = cfg.model.name
-    if name not in tiny.NAMES:
-        from rollwise.train.hf_models import check_model_name
-
-        check_model_name(name, builtin_names=tiny.NAMES)
-    if cfg.model.lora.enabled:
-        import importlib.util
-
-        if importlib.util.find_spec("peft") is None:
-            raise UserError("model.lora.enabled needs peft: pip install 'rollwise[hf]'")
-
-
-def check(cfg) -> None:
-    check_model(cfg)
-    from rollwise.trackers import check as check_trackers
-
-    check_trackers(cfg.run.report_to)
-    for section in ("task", "control", "replay", "advantage", "objective"):
-        resolve(cfg, section)
-    _, adv_opts, _ = resolve(cfg, "advantage")
-    if getattr(adv_opts, "per_token", False) and cfg.objective.name == "gspo":  # tree advantage, per token
-        raise UserError("advantage.options.per_token = true gives per-token advantages, which objective 'gspo' "
-                        "(sequence-level) cannot use; set advantage.options.per_token = false or another objective")
-    for section in ("control", "replay", "advantage"):  # cross-section requirements, e.g. APRIL's "tis" mode needs
-        cls, opts, _ = resolve(cfg, section)  # an objective weight, SPEED needs its filter, V0.5's advantage its controller
-        if hasattr(cls, "check_config"):
-            cls.check_config(cfg, opts)
-    build_filters(cfg)
-    from rollwise.control.rounds import check_filters
-    from rollwise.backends.latr import check_config as check_latr
-    from rollwise.generate.arrol import check_config as check_arrol
-    from rollwise.reward import overlong_limits
-
-    check_filters(cfg.control, list(cfg.filter.names))
-    check_arrol(cfg)
-    check_latr(cfg)
-    from rollwise.backends.vllm import check_config as check_vllm
-    from rollwise.distributed.ray_pool import check_config as check_ray
-
-    check_vllm(cfg)  # model.backend = "vllm": installed, no hf-only rollout strategy
-    check_ray(cfg)  # distributed.workers > 0: installed, no in-process rollout strategy
-    from rollwise.distributed.async_pool import check_config as check_async
-
-    check_async(cfg)  # train.async: no strategy that drives the trainer's backend directly
-    from rollwise.distributed.data_parallel import check_config as check_data_parallel
-
-    check_data_parallel(cfg)  # torchrun with WORLD_SIZE > 1: no Ray workers, vLLM or in-process rollout strategy
-    overlong_limits(cfg.reward.overlong_penalty, cfg.sampling.max_new_tokens)
-
-
-def in_process_strategies(cfg) -> list[str]:
-    """The enabled rollout strategies that drive the ``hf`` backend in the trainer's process
-    (ARRoL, LATR trees, a replay source that schedules generation: APRIL, SPEC-RL), as config keys;
-    vLLM, Ray workers and asynchronous rollouts refuse them."""
-    return [key for key, on in (("sampling.arrol.enabled", cfg.sampling.arrol.enabled),
-                                ("sampling.tree.enabled", cfg.sampling.tree.enabled),
-                                (f"replay.name = {cfg.replay.name!r}", hasattr(resolve(cfg, "replay")[0], "wrap_pool"))) if on]
-
-
-def build_filters(cfg) -> list[tuple[str, Callable]]:
-    reg = _registries()["filter"]
-    unknown = sorted(set(cfg.filter.options) - set(cfg.filter.names))
-    if unknown:
-        raise UserError(f"filter.options has entries for filters not in filter.names: {unknown}")
-    out = []
-    for name in cfg.filter.names:
-        fn = reg.get(name)
-        opts = validate_options("filter", name, fn, dict(cfg.filter.options.get(name, {})))
-        out.append((name, (lambda f, o: (lambda g: f(g, o) if o is not None else f(g)))(fn, opts)))
-    return out
 
 
 def build_task(cfg):
@@ -170,15 +80,6 @@ def build_strategies(cfg, task) -> Strategies:
     )
 
 
-def objective_options(cfg):
-    """The objective's options as the trainer gets them: defaults filled in, and the TIS weight on when
-    the sampler is not the trainer's forward (``rollwise.train.mismatch.default_tis``)."""
-    from rollwise.train.mismatch import default_tis
-
-    obj, opts, _ = resolve(cfg, "objective")
-    return default_tis(opts if opts is not None else obj.Options(), cfg)
-
-
 def prepare_run_dir(cfg, resume: bool) -> Path:
     """Create (or reuse when resuming) the run directory; fail early if it is not writable or
     another process holds its lock (``checkpoint.lock_run_dir``, taken before anything in it
@@ -235,6 +136,9 @@ def build_policy(cfg, task, log=print):
         warnings = fit_warnings(task, codec, cfg.sampling.max_new_tokens)
     for w in warnings:
         log(f"warning: {w}")  # before the warm start: a run that cannot score should not spend it first
+    from rollwise.compat import check_engine_length
+
+    check_engine_length(cfg, task, codec, getattr(model.config, "max_position_embeddings", None))  # vLLM: prompts fit
     engine = cfg.model.vllm.gpu_memory_utilization if cfg.model.backend == "vllm" else 0.0
     check_model_fits(model, device, dtype_bytes=2 if cfg.model.dtype == "bfloat16" else 4, lora=cfg.model.lora.enabled,
                      reference=cfg.reward.kl.coef > 0, engine_share=engine)  # before the weights move there
@@ -309,7 +213,7 @@ def build_pool(cfg, backend, codec, task, sampling, tree, model, log=print, dp=N
 
         return DataParallelPool(pool, dp, cfg.run.seed)
     if cfg.distributed.request_seeds:
-        from rollwise.distributed.ray_pool import SeededPool
+        from rollwise.distributed.local import SeededPool
 
         pool = SeededPool(pool, cfg.run.seed)
     return pool

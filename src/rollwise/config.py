@@ -2,6 +2,16 @@
 and overridden with ``section.key=value`` strings. Defaults live only here. ``load_config``
 rejects unknown keys, bad values, unknown strategy names and invalid strategy options before
 any model is loaded, naming the key and the valid choices.
+
+This module is the schema and imports no strategy module. The options of features that have a
+fixed section here (``sampling.arrol``, ``filter.d3s``, ``reward.ttrl``, ``model.warm_start.otr``,
+``train.ess_lr_scaling``) are defined here (``ArrolOptions``, ``D3SOptions``, ...) and the
+strategy modules alias them (strategy -> config, never config -> strategy). The ``options`` of a
+named strategy (``control.options``, ``advantage.options``, ...) and the FAPO detector are
+validated through the registries by ``rollwise.compat.check``, which ``load_config`` calls
+after the schema, together with every refusal between parts (the compatibility table).
+``train.async`` is the field ``TrainConfig.async_`` (``async`` is a Python keyword) with the
+alias ``async``: TOML, ``--set`` and dumps write ``train.async``; Python reads ``cfg.train.async_``.
 """
 
 from __future__ import annotations
@@ -11,14 +21,9 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, create_model, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
-from rollwise.filter import d3s as _d3s
-from rollwise.generate import arrol as _arrol
-from rollwise.objectives import ess
-from rollwise.objectives.otr import OtrOptions
 from rollwise.registry import UserError, format_validation
-from rollwise.verify import ttrl as _ttrl
 
 
 class Section(BaseModel):
@@ -54,6 +59,18 @@ class LoraConfig(Section):
     target_modules: list[str] = Field(
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
         description="Module names that get adapters.")
+
+
+class OtrOptions(BaseModel):
+    """The options of ``rollwise.objectives.otr`` (its ``OtrOptions``): schema here, behaviour there."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    samples: int = Field(8, ge=1, description="K candidate tokens sampled per position (spec [RECON] value).")
+    negative: float = Field(0.0, le=0.0, description="Reward of a candidate that is not the gold token (0 or small negative; unverified).")
+    temperature: float = Field(1.0, gt=0.0, description="Sampling temperature of the candidates.")
+    mode: Literal["sample", "exact"] = Field("sample", description="'sample' K candidates (the paper), or 'exact': the expectation "
+                                             "over the vocabulary (ours; the K -> infinity limit).")
 
 
 class WarmStartConfig(Section):
@@ -160,7 +177,26 @@ class TreeSamplingConfig(Section):
         return self
 
 
-class ArrolConfig(_arrol.Options):
+class ArrolOptions(BaseModel):
+    """The options of ``rollwise.generate.arrol`` (its ``Options``): schema here, behaviour there."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    oversample: float = Field(2.0, ge=1.0, description="N_0 = ceil(oversample * n) rollouts started per request of n (spec example: 2).")
+    check_tokens: int | None = Field(None, ge=1, description="Check point L_p in generated tokens (default ceil(check_fraction * sampling.max_new_tokens)); must be < max_new_tokens.")
+    check_fraction: float = Field(0.25, gt=0.0, lt=1.0, description="Check point as a fraction of sampling.max_new_tokens, if check_tokens is unset [RECON].")
+    target_ratio: float = Field(0.5, gt=0.0, lt=1.0, description="rho: survivors' mean predicted success is steered towards this (paper: 0.5).")
+    head: Literal["linear", "mlp"] = Field("linear", description="Quality head on the last hidden state: 'linear' (w^T h + b) or 'mlp' (one hidden layer).")
+    head_hidden: int = Field(64, ge=1, description="Hidden width of the 'mlp' head.")
+    head_lr: float = Field(1e-2, gt=0.0, description="Adam learning rate of the head.")
+    head_steps: int = Field(50, ge=1, description="Full-batch BCE steps on the buffer after each generation call.")
+    buffer: int = Field(4096, ge=1, description="Most (feature, reward) pairs kept for head training (FIFO).")
+    min_examples: int = Field(64, ge=0, description="Pruning stays off until the head has seen this many pairs [RECON].")
+    min_auc: float = Field(0.6, ge=0.0, le=1.0, description="... and until its averaged prequential AUC reaches this [RECON] (0 = prune once min_examples is met).")
+    auc_decay: float = Field(0.5, ge=0.0, lt=1.0, description="Exponential averaging of the per-call AUC: auc = decay * auc + (1 - decay) * new.")
+
+
+class ArrolConfig(ArrolOptions):
     enabled: bool = Field(False, description="ARRoL online rollout pruning (arXiv 2603.24840; rollwise.generate.arrol): start "
                           "oversample * n rollouts per prompt and, at the check point, stop all but n, chosen so that their "
                           "predicted success (a quality head on the policy's hidden state, trained online) is balanced "
@@ -218,7 +254,25 @@ class ControlConfig(StrategyConfig):
     _max_new_tokens: int | None = PrivateAttr(None)
 
 
-class D3SConfig(_d3s.Options):
+class D3SOptions(BaseModel):
+    """The options of ``rollwise.filter.d3s`` (its ``Options``): schema here, behaviour there."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    sample_level: bool = Field(True, description="Keep only the max-advantage-variance subset of rows (m = ceil(rho_s * G)).")
+    token_level: bool = Field(True, description="Keep only the top rho_k fraction of loss tokens by |A| * entropy.")
+    sample_scope: Literal["group", "batch"] = Field("group", description="Row selection within each group ('group', D3S-I) or over the whole batch ('batch').")
+    token_scope: Literal["batch", "sequence"] = Field("batch", description="Token ranking over the whole batch or within each row.")
+    sample_start: float = Field(0.5, gt=0.0, le=1.0, description="rho_s at step 0 (fraction of a group's rows kept) [RECON].")
+    token_start: float = Field(0.5, gt=0.0, le=1.0, description="rho_k at step 0 (fraction of loss tokens kept) [RECON].")
+    schedule: Literal["linear", "constant"] = Field("linear", description="'linear': ratios rise linearly to 1.0 at ramp_steps, then hold; 'constant': stay at the start values.")
+    ramp: float = Field(0.6, ge=0.0, le=1.0, description="Ramp length as a fraction of train.steps (spec: 50-70%); ignored if ramp_steps is set.")
+    ramp_steps: int | None = Field(None, ge=0, description="Ramp length in steps (default ramp * train.steps).")
+    entropy: Literal["sampler", "trainer"] = Field("sampler", description="Token entropy: 'sampler' (recorded during generation, pi_old; "
+                                                   "a no-grad forward where missing) or 'trainer' (always a no-grad forward of pi_theta).")
+
+
+class D3SConfig(D3SOptions):
     enabled: bool = Field(False, description="D3S dual-level down-sampling (arXiv 2509.22115; rollwise.filter.d3s): after advantages, "
                           "keep each group's max-advantage-variance rows and the loss tokens with the largest |A| * entropy, "
                           "ratios rising to 1 on a schedule.")
@@ -248,7 +302,16 @@ class KlInRewardConfig(Section):
                                                  "'k1' = -l, 'k2' = l^2/2, 'k3' = exp(l) - 1 - l (as objective.options.kl_estimator).")
 
 
-class TtrlConfig(_ttrl.Options):
+class TtrlOptions(BaseModel):
+    """The options of ``rollwise.verify.ttrl`` (its ``Options``): schema here, behaviour there."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    train_samples: int | None = Field(None, ge=1, description="N_sample: train on the first N_sample rollouts of each group "
+                                      "(the vote uses all of them, N_vote = control.rollouts_per_prompt); None = all.")
+
+
+class TtrlConfig(TtrlOptions):
     enabled: bool = Field(False, description="Test-time RL (TTRL, arXiv 2504.16084; rollwise.verify.ttrl): the training reward is "
                           "agreement with the majority answer of the group, never the reference answer (evaluation still "
                           "uses the reference).")
@@ -258,17 +321,11 @@ class FapoConfig(Section):
     enabled: bool = Field(False, description="FAPO flawed-positive penalty (arXiv 2510.22543; rollwise.verify.flaws): a correct rollout "
                           "whose reasoning the detector finds flawed loses 'penalty' from its reward.")
     detector: str = Field("rule", description="Flaw detector: 'rule' (first false integer equation in the working; built-in tasks) or "
-                          "'package.module:attr', a callable (prompt, completion) -> earliest error step, -1, or None (cannot judge).")
+                          "'package.module:attr', a callable (prompt, completion) -> earliest error step, -1, or None (cannot judge); "
+                          "resolved at load (rollwise.compat.check).")
     penalty: float = Field(0.5, ge=0.0, description="Subtracted from a flawed positive's 0/1 score; 0.5 = the paper's lambda = 1 on "
                            "its +-1 reward scale (a flawed positive sits at the midpoint).")
     correct_at: float = Field(1.0, description="A rollout whose verifier score is >= this is a positive and is checked.")
-
-    @model_validator(mode="after")
-    def _known_detector(self):
-        from rollwise.verify.flaws import DETECTORS
-
-        DETECTORS.resolve(self.detector)  # a UserError naming the known detectors
-        return self
 
 
 class RewardConfig(Section):
@@ -286,7 +343,18 @@ class ObjectiveConfig(StrategyConfig):
     name: str = Field("grpo", description="Policy objective.")
 
 
-class EssLrScalingConfig(ess.Options):
+class EssOptions(BaseModel):
+    """The options of ``rollwise.objectives.ess`` (its ``Options``): schema here, behaviour there."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rule: Literal["sqrt", "linear"] = Field(
+        "sqrt", description="LR scale: sqrt(min(1, rho/rho_base)) ('sqrt', VCPO default) or min(1, rho/rho_base) ('linear')."
+    )
+    base_ess_ratio: float = Field(1.0, gt=0, le=1.0, description="rho_base: ESS ratio at or above which the LR is not reduced.")
+
+
+class EssLrScalingConfig(EssOptions):
     enabled: bool = Field(False, description="Scale each optimizer step's learning rate by VCPO's effective-sample-size rule "
                           "(arXiv 2602.17616) on the step's sequence weights pi_prox / mu; for off-policy data.")
 
@@ -330,7 +398,10 @@ class GapGuardConfig(Section):
     floor: float = Field(0.05, ge=0, description="... and this floor (below it, rounding noise never stops a run).")
 
 
-class _TrainBase(Section):
+class TrainConfig(Section):
+    # ``async`` is a Python keyword: the field is ``async_``, written ``train.async`` in TOML, --set and dumps
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, serialize_by_alias=True)
+
     steps: int = Field(600, ge=0, description="RL steps (optimizer steps).")
     lr: float = Field(2e-4, gt=0, description="AdamW learning rate.")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
@@ -348,12 +419,8 @@ class _TrainBase(Section):
                                                 "rollouts (cost/generated_tokens) reach this; train.steps still caps (None = no budget).")
     budget_rollouts: int | None = Field(None, ge=1, description="Stop once the cumulative training rollouts (cost/rollouts) "
                                         "reach this; train.steps still caps (None = no budget).")
-
-
-# "async" is a Python keyword: the field is added by name (read it as ``cfg.train.async_``)
-TrainConfig = create_model("TrainConfig", __base__=_TrainBase, **{"async": (AsyncConfig, Field(
-    default_factory=AsyncConfig, description="Asynchronous rollouts with a staleness bound (AReaL), or periodic asynchrony."))})
-TrainConfig.async_ = property(lambda self: getattr(self, "async"))
+    async_: AsyncConfig = Field(default_factory=AsyncConfig, alias="async", description="Asynchronous rollouts with a staleness "
+                                "bound (AReaL), or periodic asynchrony.")
 
 
 class DistributedConfig(Section):
@@ -460,10 +527,10 @@ def _wants_text(path: list[str]) -> bool:
     ``--set run.name=2024`` then means the text "2024", not the integer TOML reads."""
     import typing
 
-    from rollwise.registry import model_at
+    from rollwise.registry import keys, model_at
 
     section = model_at(Config, path[:-1])
-    field = getattr(section, "model_fields", {}).get(path[-1]) if section is not None else None
+    field = keys(section).get(path[-1]) if section is not None else None
     if field is None:
         return False
     args = typing.get_args(field.annotation)
@@ -509,10 +576,11 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
 
 
 def check_strategies(cfg: Config) -> None:
-    """Resolve every strategy name and validate its options (imports strategy modules, no models)."""
-    from rollwise import components
+    """Resolve every strategy name, validate its options and refuse parts that cannot be combined
+    (``rollwise.compat.check``: strategies reached through their registries, no models)."""
+    from rollwise import compat
 
-    components.check(cfg)
+    compat.check(cfg)
 
 
 def to_toml(cfg: Config) -> str:

@@ -93,8 +93,9 @@ def annotated_toml(cfg) -> str:
         lines.extend(_comment(description))
         lines.append(f"[{path}]")
         later: list[tuple[str, Any, Any]] = []
-        for key, field in cls.model_fields.items():
-            value, attr = values.get(key), getattr(model, key)
+        for name, field in cls.model_fields.items():
+            key = field.alias or name  # train.async: the field TrainConfig.async_
+            value, attr = values.get(key), getattr(model, name)
             if isinstance(attr, BaseModel):
                 later.append((key, field, attr))
                 continue

@@ -91,7 +91,7 @@ def is_set(cfg, key: str) -> bool:
     ``model_fields_set``."""
     node = cfg
     for part in key.split("."):
-        name = "async" if part == "async_" else part
+        name = "async_" if part == "async" else part  # train.async is the field TrainConfig.async_
         if name not in node.model_fields_set:
             return False
         node = getattr(node, name)

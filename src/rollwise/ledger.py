@@ -15,6 +15,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from rollwise.storage import read_jsonl  # noqa: F401 (the reader lives in storage.py since #27: eval/plots reads it too)
+
 COST_KEYS = ("generated_tokens", "trained_tokens", "rollouts", "verifier_calls", "unverified")
 # Rollout-reuse costs (SPEC-RL, rollwise.replay.speculative): cumulative, 0 for other strategies.
 REUSE_KEYS = ("reused_tokens", "verify_tokens")
@@ -118,9 +120,3 @@ class Ledger:
 
         plot_run(self.dir)
 
-
-def read_jsonl(path: Path) -> list[dict]:
-    path = Path(path)
-    if not path.exists():
-        return []
-    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]

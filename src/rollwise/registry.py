@@ -18,6 +18,56 @@ class UserError(Exception):
 
 
 @dataclass(frozen=True)
+class Compat:
+    """What one part of a run needs and supports, declared by the part (its class or function
+    attribute ``compat``) and read only by :func:`rollwise.compat.check`, which derives every
+    refusal between parts from these records before any model loads. A part without one declares
+    the defaults: an engine that supports everything, a strategy that needs nothing.
+
+    A rollout engine (a backend of ``backends.REGISTRY``, a pool of ``rollwise.compat.POOLS``):
+
+    - ``decode_hooks``: rollouts come from the trainer's hf module in this process, so a rollout
+      wrapper may drive it directly (decode hooks, scoring, its own generate calls);
+    - ``sampler_entropy``: the rows it makes carry the sampler's entropies (``Rollout.entropies``)
+      when the run asks for them;
+    - ``per_rank``: it can run beside data-parallel training (one per torchrun process).
+
+    A rollout wrapper (ARRoL, the LATR tree sampler, a replay source with ``wrap_pool``: APRIL,
+    SPEC-RL), a controller, an advantage estimator or an objective:
+
+    - ``needs_decode_hooks``: it drives the hf backend in the trainer's process;
+    - ``owns_generation``: it makes the step's training rollouts itself (at most one such part);
+    - ``entropy_option``: the option (an entropy flavour, ``objectives/signals.py``) whose value
+      ``'sampler'`` makes it read ``Rollout.entropies``;
+    - ``batch_statistics``: it reads the whole step's batch (batch normalisation, ``finish_batch``,
+      ``weigh_advantages``), so periodic asynchrony cannot train the groups as they arrive; True, or
+      the name of the boolean option that turns that on;
+    - ``pairs_with``: ``(section, name)``, the one strategy of another section it works with (ADHint's
+      controller and advantage, V0.5's advantage and controller, APRIL and the ``uniform`` controller);
+    - ``needs_filter``: a group filter that must be in ``filter.names`` (SPEED's ``speed_complete``);
+    - ``dynamic_sampling``: whether ``control.dynamic_sampling`` may wrap it: True, False, or the
+      one ``control.dynamic_sampling.type`` it allows;
+    - ``continues_prefixes``: a controller whose rounds continue prefixes of its own rollouts, so no
+      other part may make the training rollouts.
+
+    A controller's planning ahead stays its class attribute ``plans_ahead``
+    (``rollwise/control/__init__.py``); an objective's off-policy correction is its options'
+    ``needs_prox`` (``rollwise.compat.corrects_off_policy``)."""
+
+    decode_hooks: bool = True
+    sampler_entropy: bool = True
+    per_rank: bool = True
+    needs_decode_hooks: bool = False
+    owns_generation: bool = False
+    entropy_option: str | None = None
+    batch_statistics: bool | str = False
+    pairs_with: tuple[str, str] | None = None
+    needs_filter: str | None = None
+    dynamic_sampling: bool | str = True
+    continues_prefixes: bool = False
+
+
+@dataclass(frozen=True)
 class Resolved:
     name: str  # registered name (or the plugin path)
     obj: Any  # the class or function
@@ -115,6 +165,12 @@ def format_validation(err: Any, prefix: str = "", model: Any = None) -> str:
     return "\n".join(lines)
 
 
+def keys(model: Any) -> dict[str, Any]:
+    """The fields of a pydantic ``model`` by the key written in TOML and --set (the alias where a
+    field has one, e.g. ``train.async`` for ``TrainConfig.async_``)."""
+    return {f.alias or k: f for k, f in getattr(model, "model_fields", {}).items()}
+
+
 def model_at(model: Any, path: list[str]) -> Any:
     """The pydantic model class of the section at ``path`` under ``model`` (None if not a section)."""
     import typing
@@ -122,7 +178,7 @@ def model_at(model: Any, path: list[str]) -> Any:
     from pydantic import BaseModel
 
     for part in path:
-        field = getattr(model, "model_fields", {}).get(part)
+        field = keys(model).get(part)
         if field is None:
             return None
         ann = field.annotation
@@ -139,7 +195,7 @@ def suggest(model: Any, loc: list[str], prefix: str = "") -> str:
     import difflib
 
     section = model_at(model, loc[:-1])
-    valid = sorted(getattr(section, "model_fields", {}))
+    valid = sorted(keys(section))
     if not valid:
         return "this section takes no keys"
     where = ".".join(p for p in [prefix, *loc[:-1]] if p)

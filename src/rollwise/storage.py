@@ -172,3 +172,13 @@ def append_line(path: Path, text: str) -> None:
             raise
     finally:
         os.close(fd)
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """The records of a run's JSON-lines file (``metrics.jsonl``, ``eval.jsonl``, ...); [] when it does not exist."""
+    import json
+
+    path = Path(path)
+    if not path.exists():
+        return []
+    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]

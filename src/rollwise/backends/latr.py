@@ -55,10 +55,11 @@ branches included), which the pool charges as ``cost/generated_tokens``; ``last_
 call's ``tree_steps`` (longest chunk), ``branches_born`` and ``branches_pruned`` (pruned ones
 included in both).
 
-Config checks that need no model (``check_config``, called by ``components.check``): a replay
-that owns training generation (``wrap_pool``: APRIL, SPEC-RL) would bypass the tree, so it is
-refused at load. That the tree needs the hf backend is checked when the sampler is built
-(``session.Run``): the backend is an argument of the run, not part of the config.
+What the tree needs, declared in ``COMPAT`` and refused at config load by ``rollwise.compat``:
+the hf backend in the trainer's process (its decode steps), being the only part that makes the
+training rollouts (a replay with ``wrap_pool``, APRIL or SPEC-RL, would bypass the tree); its rows
+carry no sampler entropies. That the backend it gets is hf is checked again when the sampler is
+built (``session.Run``).
 
 Deviations / reconstructions: the continuation uses the same HF sampler (the code hands it to
 vLLM); the exit threshold sums per-root ``min(branches, k)`` with k per root (the code has one
@@ -76,23 +77,13 @@ from typing import Sequence
 import torch
 
 from rollwise.backends.hf import HFBackend, sampling_logprobs
-from rollwise.registry import UserError
+from rollwise.registry import Compat, UserError
 from rollwise.types import Completion, Sampling, TreePath
 
 MATH_SYMBOLS = frozenset("+-*/=^()<>%")
 
 
-def check_config(cfg) -> None:
-    """Checks of ``sampling.tree`` that need only the config (called by ``components.check``,
-    before any model loads). ``sampling.arrol`` + tree is refused by ``generate.arrol.check_config``;
-    the hf-backend requirement is checked in ``session.Run`` (the backend is not in the config)."""
-    if not cfg.sampling.tree.enabled:
-        return
-    from rollwise.components import resolve
-
-    if hasattr(resolve(cfg, "replay")[0], "wrap_pool"):
-        raise UserError(f"sampling.tree.enabled cannot be combined with replay {cfg.replay.name!r} (it generates "
-                        "training rollouts itself and would bypass the tree)")
+COMPAT = Compat(needs_decode_hooks=True, owns_generation=True, sampler_entropy=False)  # module docstring
 
 
 def chunks(ks: Sequence[int], max_batch: int | None) -> list[tuple[int, int]]:

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
+from rollwise.registry import Compat
 from rollwise.types import Completion, Sampling
 
 
 class ScriptedBackend:
+    compat = Compat(decode_hooks=False, sampler_entropy=False)  # tests only: no decode hooks, no entropies
+
     @classmethod
     def for_run(cls, cfg, codec, model=None, config=None, compute_dtype=None) -> "ScriptedBackend":
         from rollwise.registry import UserError

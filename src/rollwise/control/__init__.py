@@ -7,7 +7,7 @@ the pool calls ``select``/``plan`` for plans k+1 .. k+η before step k's ``next_
 context, bins and arms, a "reference step" flag) would then work on the wrong plan. Such a
 controller either keys that state by plan (``v05`` queues each plan's priors and ``observe`` takes
 the oldest) or sets the class attribute ``plans_ahead = False``, with which η >= 1 is refused at config
-load (:func:`rollwise.distributed.async_pool.check_config`). A controller that only resets
+load (:func:`rollwise.compat.check_plans_ahead`). A controller that only resets
 per-step counters in ``plan`` (read by the same step's rounds, which come after every ``plan``
 call of that step) or keeps only cross-step statistics updated in ``observe`` leaves the default
 (``getattr(cls, "plans_ahead", True)``): its next plans are merely chosen from statistics up to

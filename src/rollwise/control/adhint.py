@@ -40,7 +40,7 @@ from typing import Sequence
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rollwise.control.uniform import Uniform
-from rollwise.registry import UserError
+from rollwise.registry import Compat, UserError
 from rollwise.types import Group, Plan, Prompt, Request
 
 
@@ -72,6 +72,9 @@ def hint_length(w: float, reference_len: int) -> int:
 
 class ADHint(Uniform):
     Options = Options
+    # finish_batch marks the hinted rollouts of the kept groups; naive and hinted rollouts are normalised separately by its
+    # advantage (plain GRPO would pool them); hinted rounds continue prefixes of their own
+    compat = Compat(batch_statistics=True, pairs_with=("advantage", "adhint"), dynamic_sampling=False, continues_prefixes=True)
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: Options | None, seed: int):
         super().__init__(prompts, cfg, options, seed)
@@ -85,17 +88,6 @@ class ADHint(Uniform):
         self._round = 0
         self._hints: dict[str, tuple[int, ...]] = {}
         self.metrics: dict[str, float] = {}
-
-    @classmethod
-    def check_config(cls, cfg, opts) -> None:
-        if cfg.advantage.name != "adhint":
-            raise UserError("control.name = 'adhint' needs advantage.name = 'adhint' (naive and hinted rollouts are normalised "
-                            "separately; plain GRPO would pool them)")
-        if cfg.control.dynamic_sampling.enabled:
-            raise UserError("control.name = 'adhint' does not run with control.dynamic_sampling.enabled")
-        if cfg.replay.name in ("partial", "speculative") or cfg.sampling.tree.enabled or cfg.sampling.arrol.enabled:
-            raise UserError("control.name = 'adhint' continues its own prefixes; it does not combine with replay 'partial' / "
-                            "'speculative', sampling.tree or sampling.arrol")
 
     def bind(self, services) -> None:
         """The run's task (reference solutions, ``task.target``) and token codec (hint token ids)."""

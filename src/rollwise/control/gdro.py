@@ -88,7 +88,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rollwise.control.base import Controller
 from rollwise.control.source import PromptSource, SourcePart
 from rollwise.objectives.common import clipped_surrogate, kl_penalty, safe_exp, sequence_mean
-from rollwise.registry import UserError
+from rollwise.registry import Compat, UserError
 from rollwise.types import Group, Plan, Prompt, Request
 
 DEFAULT_EDGES = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
@@ -249,6 +249,7 @@ class GDRO(Controller):
     plans_ahead = False  # plan() sets the bins, arms and counts that row_weights and after_update credit
 
     stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)
+    compat = Compat(batch_statistics=True)  # row_weights weighs and scores the whole batch's rows
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: GdroOptions | None, seed: int):
         self.cfg = cfg

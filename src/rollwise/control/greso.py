@@ -93,7 +93,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rollwise.control.base import Controller
 from rollwise.control.rounds import target_groups
 from rollwise.control.source import PromptSource, PromptStream, SourcePart
-from rollwise.registry import UserError
+from rollwise.registry import Compat
 from rollwise.types import Group, Plan, Prompt, Request
 
 
@@ -219,13 +219,8 @@ class GRESO(Controller):
     Options = GRESOOptions
     plans_ahead = False  # select() starts the round context (round prompts, counters) that next_round reads
 
-    @staticmethod
-    def check_config(cfg, options) -> None:
-        """GRESO runs its own rounds inside DAPO refill; 'replace' would redraw whole batches
-        through ``select`` mid-step and reset its step counters: refuse it at load."""
-        if cfg.control.dynamic_sampling.enabled and cfg.control.dynamic_sampling.type == "replace":
-            raise UserError("control 'greso' works with control.dynamic_sampling.type = 'refill' (its adaptive rounds), "
-                            "not 'replace'")
+    # GRESO runs its own rounds inside DAPO refill; 'replace' would redraw whole batches through select mid-step
+    compat = Compat(dynamic_sampling="refill")
 
     stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)
 

@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rollwise.control.history import CORRECT
 from rollwise.control.uniform import Uniform
-from rollwise.registry import UserError
+from rollwise.registry import Compat
 from rollwise.types import Group, Prompt
 
 
@@ -108,11 +108,7 @@ class MSSR(Uniform):
         self.step_baselines: dict[str, float] = {}
         self.metrics: dict[str, float] = {}
 
-    @staticmethod
-    def check_config(cfg, opts) -> None:
-        if cfg.advantage.name != "mssr":
-            raise UserError(f"control.name = 'mssr' keeps the baseline of advantage 'mssr'; set advantage.name = 'mssr' "
-                            f"(got {cfg.advantage.name!r})")
+    compat = Compat(pairs_with=("advantage", "mssr"))  # it keeps the baseline of advantage 'mssr'
 
     def rho(self) -> float:
         return forgetting(sum(self.kl) / len(self.kl) if self.kl else None, self.opts)

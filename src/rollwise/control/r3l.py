@@ -47,7 +47,7 @@ from typing import Sequence
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rollwise.control.uniform import Uniform
-from rollwise.registry import Registry, UserError
+from rollwise.registry import Compat, Registry, UserError
 from rollwise.types import Group, Plan, Prompt, Request, Rollout
 from rollwise.verify.flaws import first_false_equation
 
@@ -94,6 +94,8 @@ def token_cut(ids: Sequence[int], decode, offset: int, text: str) -> int:
 
 class R3L(Uniform):
     Options = Options
+    # finish_batch gives the pivot tokens their credit; retries continue prefixes of its own rollouts
+    compat = Compat(batch_statistics=True, dynamic_sampling=False, continues_prefixes=True)
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: Options | None, seed: int):
         super().__init__(prompts, cfg, options, seed)
@@ -109,14 +111,6 @@ class R3L(Uniform):
         # prompt id -> (number of base rollouts, [(base index, shared prefix)] in retry order)
         self._retries: dict[str, tuple[int, list[tuple[int, tuple[int, ...]]]]] = {}
         self.metrics: dict[str, float] = {}
-
-    @classmethod
-    def check_config(cls, cfg, opts) -> None:
-        if cfg.control.dynamic_sampling.enabled:
-            raise UserError("control.name = 'r3l' does not run with control.dynamic_sampling.enabled")
-        if cfg.replay.name in ("partial", "speculative") or cfg.sampling.tree.enabled or cfg.sampling.arrol.enabled:
-            raise UserError("control.name = 'r3l' continues its own prefixes; it does not combine with replay 'partial' / "
-                            "'speculative', sampling.tree or sampling.arrol")
 
     def bind(self, services) -> None:
         self.codec = services.codec

@@ -11,7 +11,7 @@ How it is split here (each part exists once):
 
 - The test "does this group carry signal?" is the configured filter chain, which must contain
   ``zero_variance`` (:func:`rollwise.filter.basic.zero_variance`, with its ``tol`` for float
-  rewards); a group counts towards the target when every configured filter keeps it.
+  rewards; refused without it at config load, ``rollwise.compat.check``); a group counts towards the target when every configured filter keeps it.
 - :class:`DynamicSampling` wraps the chosen controller (``components.build_strategies`` does it
   when ``control.dynamic_sampling.enabled``). After each generation round, once the controller's
   own ``next_round`` has nothing more to ask, it draws ``target_groups - passing`` fresh prompts
@@ -86,13 +86,6 @@ def target_groups(control_cfg) -> int | None:
     return ds.target_groups or control_cfg.prompts_per_step
 
 
-def check_filters(control_cfg, filter_names: list[str]) -> None:
-    """Dynamic sampling refills what ``zero_variance`` drops: refuse it without that filter."""
-    if control_cfg.dynamic_sampling.enabled and "zero_variance" not in filter_names:
-        raise UserError("control.dynamic_sampling.enabled needs 'zero_variance' in filter.names "
-                        f"(got {filter_names}); it refills the groups that filter drops")
-
-
 def count_passing(groups: list[Group], filters: list[tuple[str, Callable]]) -> int:
     """Number of groups that every filter of the configured chain keeps."""
     return sum(all(f(g).keep for _, f in filters) for g in groups)
@@ -108,7 +101,6 @@ class DynamicSampling(Controller):
     """
 
     def __init__(self, inner, filters: list[tuple[str, Callable]], control_cfg):
-        check_filters(control_cfg, [name for name, _ in filters])
         ds = control_cfg.dynamic_sampling
         if ds.type == "refill" and not isinstance(getattr(inner, "stream", None), PromptStream):
             raise UserError(f"control.dynamic_sampling needs a controller with a prompt stream; "

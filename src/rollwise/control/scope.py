@@ -38,7 +38,6 @@ Metrics: ``control/scope_candidates``, ``control/scope_rectified``, ``control/sc
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from typing import Sequence
 
@@ -46,7 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rollwise.control.r3l import _mask_prefix, pivot_offset, token_cut
 from rollwise.control.uniform import Uniform
-from rollwise.registry import UserError
+from rollwise.registry import Compat, UserError
 from rollwise.types import Group, Prompt, Rollout
 from rollwise.verify.flaws import DETECTORS
 
@@ -80,6 +79,7 @@ def steps_of(text: str) -> list[str]:
 
 class SCOPE(Uniform):
     Options = Options
+    compat = Compat(batch_statistics=True, dynamic_sampling=False)  # finish_batch changes the kept groups
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: Options | None, seed: int):
         super().__init__(prompts, cfg, options, seed)
@@ -88,11 +88,6 @@ class SCOPE(Uniform):
         self.task = self.codec = None
         self._verify_calls = 0
         self.metrics: dict[str, float] = {}
-
-    @classmethod
-    def check_config(cls, cfg, opts) -> None:
-        if cfg.control.dynamic_sampling.enabled:
-            raise UserError("control.name = 'scope' does not run with control.dynamic_sampling.enabled")
 
     def bind(self, services) -> None:
         task, codec = services.task, services.codec

@@ -91,7 +91,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rollwise.control.base import Controller
 from rollwise.control.source import PromptSource, SourcePart
-from rollwise.registry import UserError
+from rollwise.registry import Compat, UserError
 from rollwise.types import Decision, Group, Plan, Prompt, Request
 
 GROUP_SIZE_KEY = "speed_group_size"  # Prompt.metadata: rollouts of a finished SPEED group
@@ -164,14 +164,8 @@ class SPEED(Controller):
     Options = SPEEDOptions
     plans_ahead = False  # select() starts the screen/continue context next_round reads (wise inherits it)
 
-    @staticmethod
-    def check_config(cfg, options) -> None:
-        """Without its filter the unfinished screens would be trained on: refuse at load."""
-        if "speed_complete" not in cfg.filter.names:
-            raise UserError(f"control {cfg.control.name!r} needs 'speed_complete' in filter.names (got {list(cfg.filter.names)}); "
-                            "it drops the screens that were rejected or not continued")
-        if cfg.control.dynamic_sampling.enabled:  # also refused in __init__ (built without components.check)
-            raise UserError(f"control {cfg.control.name!r} runs its own rounds; set control.dynamic_sampling.enabled = false")
+    # without its filter the unfinished screens would be trained on; it runs its own rounds
+    compat = Compat(needs_filter="speed_complete", dynamic_sampling=False)
 
     stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)
 

@@ -52,7 +52,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rollwise.control.budget import StepBudget
 from rollwise.control.uniform import Uniform
-from rollwise.registry import Registry, UserError
+from rollwise.registry import Compat, Registry, UserError
 from rollwise.types import Group, Plan, Prompt, Request, Rollout
 
 PRIORS = Registry("value prior")
@@ -97,11 +97,7 @@ def rejects(rbar: float, v: float, n: int, alpha: float) -> bool:
 class V05(Uniform):
     Options = Options
 
-    @staticmethod
-    def check_config(cfg, options) -> None:
-        if cfg.control.dynamic_sampling.enabled:
-            raise UserError("control.name = 'v05' does not run with control.dynamic_sampling.enabled: a refill round "
-                            "re-plans mid-step and the v05 advantage would lack the first round's priors")
+    compat = Compat(dynamic_sampling=False)  # a refill round re-plans mid-step: the v05 advantage would lack its priors
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: Options | None, seed: int):
         super().__init__(prompts, cfg, options, seed)

@@ -49,11 +49,11 @@ How it works:
 - **Objective.** Stale data needs the behaviour/proximal split: use ``objective.name =
   "decoupled_ppo"`` or a behaviour weight (``objective.options.tis_level``), as AReaL does; the
   trainer recomputes the proximal log-probs (``Trainer``'s ``needs_prox``). η >= 1 with an
-  objective that does not (:func:`corrects_off_policy` states the rule) is refused at config load
+  objective that does not (``rollwise.compat.corrects_off_policy`` states the rule) is refused at config load
   unless ``train.async.allow_uncorrected = true``.
 - **Controllers.** Plans ahead are drawn before the current step's ``next_round``/``observe``/
   ``after_update``; a controller that keeps per-plan state between them declares
-  ``plans_ahead = False`` and η >= 1 is refused with it (:func:`check_plans_ahead`;
+  ``plans_ahead = False`` and η >= 1 is refused with it (``rollwise.compat.check_plans_ahead``;
   rollwise/control/__init__.py lists the rule).
 
 Costs and metrics (per step, in ``metrics.jsonl``): the cost of plan ``k`` is charged at step ``k``
@@ -93,6 +93,7 @@ from typing import Callable
 
 from rollwise.control.base import Controller
 from rollwise.distributed.local import StepCost, merge_groups
+from rollwise.registry import Compat
 from rollwise.types import Completion, Plan, Request
 
 now = time.perf_counter
@@ -462,93 +463,22 @@ class AsyncPool:
 
 
 def check_config(cfg) -> None:
-    """Config-only refusals for ``train.async`` (called by ``components.check``)."""
-    from rollwise.components import in_process_strategies
+    """Local refusals for ``train.async``, its own options consistent (``rollwise.compat.check``; what
+    asynchrony cannot be combined with is derived there from ``COMPAT`` and the other parts' records)."""
     from rollwise.registry import UserError
 
     a = cfg.train.async_
-    if a.periodic:
-        if a.max_staleness > 0:
-            raise UserError("train.async.periodic = true is strictly on-policy; set train.async.max_staleness = 0 "
-                            "(or periodic = false for bounded staleness)")
-        from rollwise.train.streaming import check_config as check_periodic
-
-        check_periodic(cfg)
-        return
-    if not a.on:
-        if a.on_new_weights != "finish":
-            raise UserError(f"train.async.on_new_weights = {a.on_new_weights!r} needs asynchronous rollouts: set "
-                            "train.async.max_staleness >= 1")
-        return
-    in_process = [k for k in in_process_strategies(cfg) if k != "replay.name = 'partial'"]  # APRIL runs inside (build)
-    if cfg.replay.name == "partial" and (cfg.model.backend != "hf" or cfg.distributed.workers > 0 or a.on_new_weights != "finish"):
-        raise UserError("replay.name = 'partial' (APRIL) with train.async drives the generator's own hf backend: set "
-                        "model.backend = 'hf', distributed.workers = 0 and train.async.on_new_weights = 'finish'")
-    if in_process:
-        raise UserError(f"{', '.join(in_process)} drives the trainer's backend directly, which train.async "
-                        "(a generator with its own weights) does not allow; turn it off or set train.async.max_staleness = 0")
-    if a.on_new_weights != "finish" and (cfg.distributed.workers > 0 or cfg.model.backend != "hf"):
-        raise UserError(f"train.async.on_new_weights = {a.on_new_weights!r} stops generation between decode steps, "
-                        "which only the in-process hf backend does; set model.backend = 'hf' and distributed.workers = 0, "
-                        "or on_new_weights = 'finish'")
-    if a.max_staleness >= 1:
-        check_plans_ahead(cfg)
-        check_corrected(cfg)
+    if a.periodic and a.max_staleness > 0:
+        raise UserError("train.async.periodic = true is strictly on-policy; set train.async.max_staleness = 0 "
+                        "(or periodic = false for bounded staleness)")
+    if not a.on and a.on_new_weights != "finish":
+        raise UserError(f"train.async.on_new_weights = {a.on_new_weights!r} needs asynchronous rollouts: set "
+                        "train.async.max_staleness >= 1")
 
 
-def check_plans_ahead(cfg) -> None:
-    """η >= 1 draws plans k+1 .. k+η before step k's rounds, filters, ``observe`` and
-    ``after_update``: refuse a controller that keeps per-plan state between them
-    (``plans_ahead = False``, rollwise/control/__init__.py), also when dynamic sampling wraps it,
-    and dynamic sampling's ``replace``, whose batch gate reads the prompts of the plan planned last."""
-    from rollwise.components import resolve
-    from rollwise.registry import UserError
-
-    eta, ctrl = cfg.train.async_.max_staleness, cfg.control
-    if not getattr(resolve(cfg, "control")[0], "plans_ahead", True):
-        raise UserError(f"train.async.max_staleness = {eta} draws the next {eta} plan(s) before a step's rounds and observe, "
-                        f"which control.name = {ctrl.name!r} cannot do: it keeps per-plan state between plan and "
-                        "next_round/observe/after_update, so a step would top up, observe or credit a plan drawn after "
-                        "its own. Set train.async.max_staleness = 0 (or train.async.periodic = true), or use a controller "
-                        "that plans ahead (e.g. 'uniform')")
-    if ctrl.dynamic_sampling.enabled and ctrl.dynamic_sampling.type == "replace":
-        raise UserError(f"train.async.max_staleness = {eta} draws plans ahead, which control.dynamic_sampling.type = 'replace' "
-                        "cannot do: its batch gate reads the prompts of the plan planned last, not of the plan trained. "
-                        "Set control.dynamic_sampling.type = 'refill' or train.async.max_staleness = 0")
-
-
-def corrects_off_policy(cfg) -> bool:
-    """Whether the objective corrects rollouts drawn by an older policy. The rule: the objective
-    reads the trainer's proximal recompute ``pi_prox`` (its options' ``needs_prox``): then its PPO
-    ratio is ``pi_theta / pi_prox``, a trust region around the policy being updated, and the stale
-    behaviour policy ``mu`` enters only through the bounded weight ``pi_prox / mu`` (AReaL's
-    decoupled PPO, eq. 4-5; ``decoupled_ppo``, or any objective with ``objective.options.tis_level``
-    other than 'off', including the token weight a sampler other than the trainer's forward turns
-    on, ``rollwise.train.mismatch.default_tis``). Without it (``tis_level = 'off'``, slime's
-    "bypass") the ratio is ``pi_theta / mu`` clipped around ``mu``: an importance ratio, but the
-    trust region is centred on a policy up to η versions old, not on the one being updated: tokens
-    the trainer has since moved past the clip range give no gradient, or (negative advantage,
-    without ``dual_clip``) an unbounded ratio. That is not counted as a correction, so plain
-    ``grpo``/``dapo``/``gspo``/... with ``tis_level = 'off'`` are refused with η >= 1 unless
-    ``train.async.allow_uncorrected``."""
-    from rollwise.components import objective_options
-
-    return bool(getattr(objective_options(cfg), "needs_prox", False))
-
-
-def check_corrected(cfg) -> None:
-    """Stale rollouts (η >= 1) need an objective with an off-policy correction
-    (:func:`corrects_off_policy`) unless ``train.async.allow_uncorrected``."""
-    from rollwise.registry import UserError
-
-    a = cfg.train.async_
-    if a.allow_uncorrected or corrects_off_policy(cfg):
-        return
-    raise UserError(f"train.async.max_staleness = {a.max_staleness} trains rollouts up to {a.max_staleness} policy "
-                    f"version(s) old, and objective.name = {cfg.objective.name!r} with objective.options.tis_level = 'off' "
-                    "has no off-policy correction (its ratio is clipped around the stale sampler's log-probs). Set "
-                    "objective.name = 'decoupled_ppo', or objective.options.tis_level = 'token' (the behaviour weight "
-                    "pi_prox / mu), or train.async.allow_uncorrected = true to train them uncorrected")
+# The generator has its own weights and runs ahead: a wrapper cannot drive the trainer's backend,
+# and one generator thread per process is not shared across data-parallel ranks.
+COMPAT = Compat(decode_hooks=False, per_rank=False)
 
 
 class Locked(Controller):

@@ -6,8 +6,8 @@ How a step is shared (the loop is unchanged; ``Run`` and the ``Trainer`` get thi
 :class:`DataParallel`):
 
 - **Generation.** :class:`DataParallelPool` splits a plan's requests across the ranks (whole
-  requests, balanced by rollouts: ``ray_pool.split``); every request is generated with its own
-  seed (``ray_pool.request_seed``, as ``distributed.request_seeds``), so what it gets does not
+  requests, balanced by rollouts: ``local.split``); every request is generated with its own
+  seed (``local.request_seed``, as ``distributed.request_seeds``), so what it gets does not
   depend on which rank ran it; ``all_gather_object`` then gives every rank all the rollouts in
   plan order. Every rank therefore holds the same groups, and the controller, filters, replay,
   reward shaping and advantages, which are deterministic, stay identical without further
@@ -59,7 +59,7 @@ from typing import Any
 
 import torch
 
-from rollwise.registry import UserError
+from rollwise.registry import Compat, UserError
 
 TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 BUCKET = 1 << 24  # gradient elements per all-reduce (64 MB of fp32): few messages, bounded extra memory
@@ -94,8 +94,10 @@ def enabled(cfg) -> bool:
 
 
 def check_config(cfg) -> None:
-    """Refusals for data-parallel training, from the config and torchrun's environment (called by
-    ``components.check``, so before any model is loaded). UserErrors name the key."""
+    """Local refusals for data-parallel training, from ``distributed.data_parallel`` and torchrun's
+    environment (``rollwise.compat.check``, so before any model is loaded; again at :func:`start`).
+    What it cannot be combined with (Ray workers, asynchrony, vLLM, in-process rollout wrappers) is
+    refused by ``rollwise.compat`` from the parts' records. UserErrors name the key."""
     world, on = env_world_size(), cfg.distributed.data_parallel
     if on is False and world > 1:
         raise UserError(f"distributed.data_parallel = false, but torchrun started {world} processes (WORLD_SIZE); "
@@ -107,21 +109,9 @@ def check_config(cfg) -> None:
         raise UserError(f"distributed.data_parallel = true needs torchrun with at least 2 processes "
                         f"(torchrun --nproc_per_node 2 -m rollwise.cli train ...); "
                         + (f"{', '.join(missing)} not set" if missing else f"WORLD_SIZE = {world}"))
-    if cfg.distributed.workers > 0:
-        raise UserError(f"distributed.workers = {cfg.distributed.workers} (Ray rollout workers) with data-parallel "
-                        "training (torchrun) is not supported: set distributed.workers = 0, or run one process")
-    if cfg.train.async_.on:
-        raise UserError("train.async (a generator thread per process) with data-parallel training (torchrun) is not "
-                        "supported: set train.async.max_staleness = 0 and train.async.periodic = false, or run one process")
-    if cfg.model.backend == "vllm":
-        raise UserError("model.backend = 'vllm' with data-parallel training (torchrun) is not supported (one engine per "
-                        "rank): set model.backend = 'hf', or run one process")
-    from rollwise.components import in_process_strategies
 
-    local_only = in_process_strategies(cfg)
-    if local_only:
-        raise UserError(f"{', '.join(local_only)} drives the sampler in one process, which data-parallel training "
-                        "(torchrun) does not share across ranks; turn it off, or run one process")
+
+COMPAT = Compat(decode_hooks=False)  # one sampler per rank: a wrapper driving it in one process is not shared
 
 
 def start(cfg) -> "DataParallel | None":
@@ -273,7 +263,7 @@ class DataParallelPool:
 
     def __init__(self, pool, dp: DataParallel, run_seed: int):
         from rollwise.distributed.local import StepCost
-        from rollwise.distributed.ray_pool import _Seeds
+        from rollwise.distributed.local import _Seeds
 
         self.pool, self.dp, self.seeds = pool, dp, _Seeds(run_seed)
         self.cost = StepCost()
@@ -290,7 +280,7 @@ class DataParallelPool:
         return cost
 
     def rollouts(self, plan, version: int, sampling=None, generator=None, charge: bool = True):
-        from rollwise.distributed.ray_pool import run_requests, split
+        from rollwise.distributed.local import run_requests, split
 
         sampling = sampling or self.pool.sampling
         jobs = list(zip(plan.requests, self.seeds(plan, version, generator)))

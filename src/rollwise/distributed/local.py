@@ -12,10 +12,14 @@ accumulated in ``cost`` (a ``StepCost``) that the loop hands to the ledger once 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+import torch
+
+from rollwise.registry import Compat
 from rollwise.tokens import Codec
 from rollwise.types import Group, Plan, Prompt, Rollout, Sampling, Verdict
 
@@ -82,6 +86,8 @@ def merge_groups(groups: list[Group], pairs) -> list[Group]:
         g = merged.get(prompt.id) or Group(prompt, ())
         merged[prompt.id] = Group(g.prompt, g.rollouts + (rollout,))
     return list(merged.values())
+
+COMPAT = Compat()  # generates with model.backend in this process: it supports what the backend supports
 
 
 class LocalPool:
@@ -177,3 +183,64 @@ def make_rollout(req, pids, c, version: int, text: str, verdict: Verdict) -> Rol
     versions = tuple(req.prefix_versions or (version,) * len(req.prefix)) + (version,) * len(c.token_ids)
     return Rollout(req.prompt.id, pids, req.prefix + c.token_ids, req.prefix_logprobs + c.logprobs, c.finish,
                    versions[0], text, verdict, token_versions=versions)
+
+
+# ---------------------------------------------------------------- per-request seeds
+
+
+def request_seed(*key) -> int:
+    """A 63-bit seed from a key (a stable hash of its repr, independent of PYTHONHASHSEED)."""
+    return int.from_bytes(hashlib.blake2b(repr(key).encode(), digest_size=8).digest(), "little") >> 1
+
+
+def run_requests(pool, jobs, version: int, sampling: Sampling, charge: bool) -> list[list]:
+    """Each ``(request, seed)`` generated and scored by ``pool`` (a ``LocalPool``) as its own call
+    with a generator seeded by ``seed``; one list of ``(prompt, rollout)`` per job."""
+    return [pool.rollouts(Plan((req,)), version, sampling, torch.Generator().manual_seed(seed), charge) for req, seed in jobs]
+
+
+class _Seeds:
+    """The seed of each request of a call (module docstring, "Requests")."""
+
+    def __init__(self, run_seed: int):
+        self.run_seed = run_seed
+        self.round = (-1, 0)  # (policy version, training calls made at it)
+
+    def __call__(self, plan: Plan, version: int, generator) -> list[int]:
+        if generator is not None:  # evaluation: the caller's generator decides
+            base = ("given", int(torch.randint(0, 2**62, (1,), generator=generator)))
+        else:
+            v, r = self.round
+            self.round = (version, r + 1 if v == version else 0)
+            base = ("train", self.run_seed, version, self.round[1])
+        return [request_seed(*base, req.prompt.id, i) for i, req in enumerate(plan.requests)]
+
+
+class SeededPool:
+    """The local pool with per-request seeds (``distributed.request_seeds``, ``workers = 0``)."""
+
+    def __init__(self, pool, run_seed: int):
+        self.pool, self.seeds = pool, _Seeds(run_seed)
+
+    def __getattr__(self, name):  # cost, take_cost, codec, ... of the local pool
+        return getattr(self.pool, name)
+
+    def rollouts(self, plan: Plan, version: int, sampling: Sampling | None = None, generator=None, charge: bool = True):
+        jobs = list(zip(plan.requests, self.seeds(plan, version, generator)))
+        return [pair for out in run_requests(self.pool, jobs, version, sampling or self.pool.sampling, charge) for pair in out]
+
+    def generate(self, plan: Plan, groups: list[Group], version: int) -> list[Group]:
+        return merge_groups(groups, self.rollouts(plan, version))
+
+
+def split(items: Sequence, sizes: Sequence[int], workers: int) -> list[list[int]]:
+    """Indices of ``items`` per worker: each item (whole) to the worker with the fewest rollouts
+    so far, ties to the lowest index; each worker's indices in plan order. Sizes (4, 4, 1, 1)
+    on 2 workers -> [[0, 2], [1, 3]] (loads 5 and 5)."""
+    load = [0] * workers
+    out: list[list[int]] = [[] for _ in range(workers)]
+    for k, n in enumerate(sizes):
+        w = min(range(workers), key=lambda j: (load[j], j))
+        out[w].append(k)
+        load[w] += n
+    return out

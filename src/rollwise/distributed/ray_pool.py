@@ -45,7 +45,6 @@ with ``workers > 0`` (:func:`check_config`).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import socket
 import time
@@ -54,8 +53,8 @@ from typing import Sequence
 
 import torch
 
-from rollwise.distributed.local import StepCost, merge_groups
-from rollwise.registry import UserError
+from rollwise.distributed.local import SeededPool, StepCost, _Seeds, merge_groups, request_seed, run_requests, split  # noqa: F401
+from rollwise.registry import Compat, UserError
 from rollwise.types import Group, Plan, Sampling
 
 INSTALL_HINT = "pip install 'rollwise[ray]'"
@@ -67,7 +66,8 @@ REPORT_S = 0.02  # a worker reports the tokens it decodes at most this often (wh
 
 
 def check_config(cfg) -> None:
-    """Config-only refusals for ``distributed.workers > 0`` (called by ``components.check``)."""
+    """Local config check of ``distributed.workers`` / ``distributed.address`` (``rollwise.compat.check``):
+    Ray installed, the address parses. What workers cannot be combined with is in ``COMPAT``."""
     if cfg.distributed.workers == 0:
         if cfg.distributed.address is not None:
             raise UserError("distributed.address is set but distributed.workers = 0; set distributed.workers >= 1 "
@@ -77,14 +77,13 @@ def check_config(cfg) -> None:
 
     if importlib.util.find_spec("ray") is None:
         raise UserError(f"distributed.workers = {cfg.distributed.workers} needs Ray, which is not installed: {INSTALL_HINT}")
-    from rollwise.components import in_process_strategies
-
-    local_only = in_process_strategies(cfg)
-    if local_only:
-        raise UserError(f"{', '.join(local_only)} drives the backend in this process, which distributed.workers > 0 "
-                        "does not have; set distributed.workers = 0 or turn it off")
     if cfg.distributed.address is not None:
         _parse_address(cfg.distributed.address)
+
+
+# Workers generate in their own processes: no decode hooks for wrappers, no sampler entropies
+# (each worker's backend records none), not beside data-parallel training.
+COMPAT = Compat(decode_hooks=False, sampler_entropy=False, per_rank=False)
 
 
 def _parse_address(address: str) -> tuple[str, int]:
@@ -129,54 +128,6 @@ def connect(dcfg, log=print):
         raise UserError(f"distributed.workers = {dcfg.workers} x distributed.cpus_per_worker = {dcfg.cpus_per_worker} needs "
                         f"{need} CPUs; the Ray cluster has {cpus:g}: lower distributed.workers or add nodes")
     return ray
-
-
-# ---------------------------------------------------------------- per-request seeds
-
-
-def request_seed(*key) -> int:
-    """A 63-bit seed from a key (a stable hash of its repr, independent of PYTHONHASHSEED)."""
-    return int.from_bytes(hashlib.blake2b(repr(key).encode(), digest_size=8).digest(), "little") >> 1
-
-
-def run_requests(pool, jobs, version: int, sampling: Sampling, charge: bool) -> list[list]:
-    """Each ``(request, seed)`` generated and scored by ``pool`` (a ``LocalPool``) as its own call
-    with a generator seeded by ``seed``; one list of ``(prompt, rollout)`` per job."""
-    return [pool.rollouts(Plan((req,)), version, sampling, torch.Generator().manual_seed(seed), charge) for req, seed in jobs]
-
-
-class _Seeds:
-    """The seed of each request of a call (module docstring, "Requests")."""
-
-    def __init__(self, run_seed: int):
-        self.run_seed = run_seed
-        self.round = (-1, 0)  # (policy version, training calls made at it)
-
-    def __call__(self, plan: Plan, version: int, generator) -> list[int]:
-        if generator is not None:  # evaluation: the caller's generator decides
-            base = ("given", int(torch.randint(0, 2**62, (1,), generator=generator)))
-        else:
-            v, r = self.round
-            self.round = (version, r + 1 if v == version else 0)
-            base = ("train", self.run_seed, version, self.round[1])
-        return [request_seed(*base, req.prompt.id, i) for i, req in enumerate(plan.requests)]
-
-
-class SeededPool:
-    """The local pool with per-request seeds (``distributed.request_seeds``, ``workers = 0``)."""
-
-    def __init__(self, pool, run_seed: int):
-        self.pool, self.seeds = pool, _Seeds(run_seed)
-
-    def __getattr__(self, name):  # cost, take_cost, codec, ... of the local pool
-        return getattr(self.pool, name)
-
-    def rollouts(self, plan: Plan, version: int, sampling: Sampling | None = None, generator=None, charge: bool = True):
-        jobs = list(zip(plan.requests, self.seeds(plan, version, generator)))
-        return [pair for out in run_requests(self.pool, jobs, version, sampling or self.pool.sampling, charge) for pair in out]
-
-    def generate(self, plan: Plan, groups: list[Group], version: int) -> list[Group]:
-        return merge_groups(groups, self.rollouts(plan, version))
 
 
 # ---------------------------------------------------------------- Ray workers
@@ -396,19 +347,6 @@ class RayPool:
     def close(self) -> None:
         _kill(self.ray, self.actors)
         self._weights = None  # release the object-store reference while Ray is up (it may have been put by another thread)
-
-
-def split(items: Sequence, sizes: Sequence[int], workers: int) -> list[list[int]]:
-    """Indices of ``items`` per worker: each item (whole) to the worker with the fewest rollouts
-    so far, ties to the lowest index; each worker's indices in plan order. Sizes (4, 4, 1, 1)
-    on 2 workers -> [[0, 2], [1, 3]] (loads 5 and 5)."""
-    load = [0] * workers
-    out: list[list[int]] = [[] for _ in range(workers)]
-    for k, n in enumerate(sizes):
-        w = min(range(workers), key=lambda j: (load[j], j))
-        out[w].append(k)
-        load[w] += n
-    return out
 
 
 def _kill(ray, actors) -> None:

@@ -12,7 +12,7 @@ def plot_run(run_dir: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from rollwise.ledger import read_jsonl
+    from rollwise.storage import read_jsonl
 
     run_dir = Path(run_dir)
     out_dir = run_dir / "plots"
@@ -47,7 +47,7 @@ def timeline_spans(run_dir: Path) -> tuple[list[dict], bool]:
     and per Ray worker, and the trainer's time between plans), or for a synchronous run spans
     reconstructed from ``metrics.jsonl`` (each step: generation, then training, ending at the
     step's ``wall_s``; evaluation and checkpoints fall in the gaps)."""
-    from rollwise.ledger import read_jsonl
+    from rollwise.storage import read_jsonl
 
     spans = read_jsonl(run_dir / "timeline.jsonl")
     if spans:

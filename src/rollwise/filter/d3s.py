@@ -51,28 +51,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Literal, Sequence
+from typing import Sequence
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 
+from rollwise.config import D3SOptions as Options  # noqa: F401 (the schema lives in config.py)
 from rollwise.types import Batch, Rollout
-
-
-class Options(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-    sample_level: bool = Field(True, description="Keep only the max-advantage-variance subset of rows (m = ceil(rho_s * G)).")
-    token_level: bool = Field(True, description="Keep only the top rho_k fraction of loss tokens by |A| * entropy.")
-    sample_scope: Literal["group", "batch"] = Field("group", description="Row selection within each group ('group', D3S-I) or over the whole batch ('batch').")
-    token_scope: Literal["batch", "sequence"] = Field("batch", description="Token ranking over the whole batch or within each row.")
-    sample_start: float = Field(0.5, gt=0.0, le=1.0, description="rho_s at step 0 (fraction of a group's rows kept) [RECON].")
-    token_start: float = Field(0.5, gt=0.0, le=1.0, description="rho_k at step 0 (fraction of loss tokens kept) [RECON].")
-    schedule: Literal["linear", "constant"] = Field("linear", description="'linear': ratios rise linearly to 1.0 at ramp_steps, then hold; 'constant': stay at the start values.")
-    ramp: float = Field(0.6, ge=0.0, le=1.0, description="Ramp length as a fraction of train.steps (spec: 50-70%); ignored if ramp_steps is set.")
-    ramp_steps: int | None = Field(None, ge=0, description="Ramp length in steps (default ramp * train.steps).")
-    entropy: Literal["sampler", "trainer"] = Field("sampler", description="Token entropy: 'sampler' (recorded during generation, pi_old; "
-                                                   "a no-grad forward where missing) or 'trainer' (always a no-grad forward of pi_theta).")
 
 
 # ---------------------------------------------------------------------------- schedule

@@ -62,31 +62,14 @@ import inspect
 import itertools
 import math
 import time
-from typing import Literal, Sequence
+from typing import Sequence
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 
+from rollwise.config import ArrolOptions as Options  # noqa: F401 (the schema lives in config.py)
 from rollwise.distributed.local import merge_groups
-from rollwise.registry import UserError
+from rollwise.registry import Compat, UserError
 from rollwise.types import Group, Plan
-
-
-class Options(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-    oversample: float = Field(2.0, ge=1.0, description="N_0 = ceil(oversample * n) rollouts started per request of n (spec example: 2).")
-    check_tokens: int | None = Field(None, ge=1, description="Check point L_p in generated tokens (default ceil(check_fraction * sampling.max_new_tokens)); must be < max_new_tokens.")
-    check_fraction: float = Field(0.25, gt=0.0, lt=1.0, description="Check point as a fraction of sampling.max_new_tokens, if check_tokens is unset [RECON].")
-    target_ratio: float = Field(0.5, gt=0.0, lt=1.0, description="rho: survivors' mean predicted success is steered towards this (paper: 0.5).")
-    head: Literal["linear", "mlp"] = Field("linear", description="Quality head on the last hidden state: 'linear' (w^T h + b) or 'mlp' (one hidden layer).")
-    head_hidden: int = Field(64, ge=1, description="Hidden width of the 'mlp' head.")
-    head_lr: float = Field(1e-2, gt=0.0, description="Adam learning rate of the head.")
-    head_steps: int = Field(50, ge=1, description="Full-batch BCE steps on the buffer after each generation call.")
-    buffer: int = Field(4096, ge=1, description="Most (feature, reward) pairs kept for head training (FIFO).")
-    min_examples: int = Field(64, ge=0, description="Pruning stays off until the head has seen this many pairs [RECON].")
-    min_auc: float = Field(0.6, ge=0.0, le=1.0, description="... and until its averaged prequential AUC reaches this [RECON] (0 = prune once min_examples is met).")
-    auc_decay: float = Field(0.5, ge=0.0, lt=1.0, description="Exponential averaging of the per-call AUC: auc = decay * auc + (1 - decay) * new.")
 
 
 def check_step(opts: Options, max_new_tokens: int) -> int:
@@ -97,7 +80,8 @@ def check_step(opts: Options, max_new_tokens: int) -> int:
 
 
 def check_config(cfg) -> None:
-    """Cross-section checks of ``sampling.arrol`` (called by ``components.check``)."""
+    """Local check of ``sampling.arrol`` (``rollwise.compat.check``): the check point comes before
+    ``sampling.max_new_tokens``. What it cannot be combined with is in ``COMPAT``."""
     a = cfg.sampling.arrol
     if not a.enabled:
         return
@@ -105,12 +89,9 @@ def check_config(cfg) -> None:
     if at >= limit:
         key = "check_tokens" if a.check_tokens is not None else "check_fraction"
         raise UserError(f"sampling.arrol.{key} puts the check point at {at} tokens; it must be below sampling.max_new_tokens={limit}")
-    if cfg.sampling.tree.enabled:
-        raise UserError("sampling.arrol.enabled cannot be combined with sampling.tree.enabled (both own training generation)")
-    from rollwise.components import resolve
 
-    if hasattr(resolve(cfg, "replay")[0], "wrap_pool"):
-        raise UserError(f"sampling.arrol.enabled cannot be combined with replay {cfg.replay.name!r} (both own training generation)")
+
+COMPAT = Compat(needs_decode_hooks=True, owns_generation=True)  # the hf backend's decode hook; makes the training rollouts
 
 
 # ---------------------------------------------------------------------------- pruning rule

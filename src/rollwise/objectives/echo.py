@@ -39,6 +39,7 @@ from rollwise.objectives.advantages import GrpoOptions, grpo
 from rollwise.objectives.common import AGGREGATION_HELP, Aggregation, ObjectiveOptions, anchor_logprobs, clipped_surrogate, \
     finish, masked_sum, objective, safe_exp
 from rollwise.objectives.signals import ENTROPY_HELP, EntropyFlavour, sampled_prob, token_entropy
+from rollwise.registry import Compat
 from rollwise.types import Advantages, Batch, LossOut
 
 # ---------------------------------------------------------------------------- hybrid advantage
@@ -96,6 +97,7 @@ def echo_advantage(rewards: torch.Tensor, group_index: torch.Tensor, opts: EchoA
 
 echo_advantage.Options = EchoAdvantageOptions  # type: ignore[attr-defined]
 echo_advantage.inputs = ("completion_logprobs", "completion_entropies")  # type: ignore[attr-defined]
+echo_advantage.compat = Compat(batch_statistics=True, entropy_option="entropy")  # type: ignore[attr-defined]  # z-scored over the batch
 
 # ---------------------------------------------------------------------------- CA-Clip objective
 

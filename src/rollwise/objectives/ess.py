@@ -28,19 +28,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from rollwise.config import EssOptions as Options  # noqa: F401 (the schema lives in config.py)
 
 if TYPE_CHECKING:
     import torch
-
-
-class Options(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    rule: Literal["sqrt", "linear"] = Field(
-        "sqrt", description="LR scale: sqrt(min(1, rho/rho_base)) ('sqrt', VCPO default) or min(1, rho/rho_base) ('linear')."
-    )
-    base_ess_ratio: float = Field(1.0, gt=0, le=1.0, description="rho_base: ESS ratio at or above which the LR is not reduced.")
 
 
 def ess_ratio(log_weights: torch.Tensor, mask: torch.Tensor) -> float:

@@ -32,6 +32,7 @@ from pydantic import Field
 from rollwise.objectives.advantages import GrpoOptions, grpo
 from rollwise.objectives.groups import Groups
 from rollwise.objectives.signals import ENTROPY_HELP, EntropyFlavour, row_mean, token_entropy
+from rollwise.registry import Compat
 from rollwise.types import Advantages
 
 
@@ -67,3 +68,4 @@ def ettrl(rewards: torch.Tensor, group_index: torch.Tensor, opts: EttrlOptions |
 
 ettrl.Options = EttrlOptions  # type: ignore[attr-defined]
 ettrl.inputs = ("completion_logprobs", "completion_entropies")  # type: ignore[attr-defined]
+ettrl.compat = Compat(entropy_option="entropy")  # type: ignore[attr-defined]

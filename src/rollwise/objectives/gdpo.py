@@ -47,6 +47,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from rollwise.objectives.advantages import GrpoOptions, grpo
+from rollwise.registry import Compat
 from rollwise.types import Advantages
 
 
@@ -140,3 +141,4 @@ def grpo_sum(rewards: torch.Tensor, group_index: torch.Tensor, opts: GdpoOptions
 for _fn in (gdpo, grpo_sum):
     _fn.Options = GdpoOptions  # type: ignore[attr-defined]
     _fn.inputs = ("named_rewards",)  # type: ignore[attr-defined]
+gdpo.compat = Compat(batch_statistics="batch_norm")  # type: ignore[attr-defined]  # eq. 6 normalises over the batch

@@ -35,6 +35,7 @@ from pydantic import Field
 
 from rollwise.objectives.advantages import _Options
 from rollwise.objectives.signals import ENTROPY_HELP, EntropyFlavour, token_entropy
+from rollwise.registry import Compat
 from rollwise.types import Advantages
 
 
@@ -82,3 +83,4 @@ def mssr(rewards: torch.Tensor, group_index: torch.Tensor, opts: MssrOptions | N
 
 mssr.Options = MssrOptions  # type: ignore[attr-defined]
 mssr.inputs = ("prompt_baseline", "completion_logprobs", "completion_entropies")  # type: ignore[attr-defined]
+mssr.compat = Compat(batch_statistics=True, entropy_option="entropy")  # type: ignore[attr-defined]  # batch normalisation

@@ -22,20 +22,9 @@ by ``pi(y*)`` (and plain SFT is the case where the gold token is the only action
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 
-
-class OtrOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    samples: int = Field(8, ge=1, description="K candidate tokens sampled per position (spec [RECON] value).")
-    negative: float = Field(0.0, le=0.0, description="Reward of a candidate that is not the gold token (0 or small negative; unverified).")
-    temperature: float = Field(1.0, gt=0.0, description="Sampling temperature of the candidates.")
-    mode: Literal["sample", "exact"] = Field("sample", description="'sample' K candidates (the paper), or 'exact': the expectation "
-                                             "over the vocabulary (ours; the K -> infinity limit).")
+from rollwise.config import OtrOptions  # noqa: F401 (the schema lives in config.py)
 
 
 def otr_loss(logits: torch.Tensor, gold: torch.Tensor, mask: torch.Tensor, opts: OtrOptions,

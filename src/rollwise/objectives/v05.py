@@ -29,6 +29,7 @@ from pydantic import Field
 
 from rollwise.objectives.advantages import _Options
 from rollwise.objectives.groups import Groups
+from rollwise.registry import Compat
 from rollwise.types import Advantages
 
 
@@ -74,13 +75,6 @@ def v05(rewards: torch.Tensor, group_index: torch.Tensor, opts: V05Options | Non
     return Advantages(a, torch.ones_like(rewards, dtype=torch.bool))
 
 
-def _check_config(cfg, opts) -> None:
-    from rollwise.registry import UserError
-
-    if cfg.control.name != "v05":
-        raise UserError("advantage.name = 'v05' needs control.name = 'v05' (it supplies each prompt's value prior)")
-
-
 v05.Options = V05Options  # type: ignore[attr-defined]
-v05.check_config = _check_config  # type: ignore[attr-defined]
+v05.compat = Compat(pairs_with=("control", "v05"))  # type: ignore[attr-defined]  # the controller supplies the priors
 v05.inputs = ("value_prior",)  # type: ignore[attr-defined]

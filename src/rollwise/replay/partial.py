@@ -59,7 +59,7 @@ prompts, ``_extra``) and returns buffered groups in place of the planned ones, w
 controller that keeps per-step state between ``select``/``plan``/``next_round``/``observe`` (SPEED's
 screening round, GRESO's step ids, dynamic sampling's rounds and batch). So ``check_config``
 refuses any ``control.name`` other than ``uniform`` and ``control.dynamic_sampling.enabled = true``;
-``sampling.tree.enabled`` (LATR) is refused by ``backends.latr.check_config``, since APRIL generates through the backend
+``sampling.tree.enabled`` (LATR) is refused at config load (``rollwise.compat.check_wrappers``), since APRIL generates through the backend
 directly and would silently drop the tree. Repeated prompts: when the prompt stream wraps into a
 new epoch, a prompt can come back fresh while its group is still buffered; such a fresh request
 (and an extra prompt already buffered or launched) is skipped, and the step tops up from the
@@ -78,7 +78,7 @@ from typing import Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rollwise.registry import UserError
+from rollwise.registry import Compat, UserError
 from rollwise.replay.base import ReplaySource
 from rollwise.types import Completion, Group, Plan, Prompt, Request, Rollout
 
@@ -124,6 +124,9 @@ class PartialRollouts(ReplaySource):
     schedules_generation = True  # wrap_pool owns generation (rollwise/replay/base.py)
 
     Options = PartialOptions
+    # wraps the pool in the trainer's process (wrap_pool); re-plans extra prompts mid-step and returns buffered groups in
+    # place of planned ones, which corrupts controllers with per-step state and dynamic sampling's rounds
+    compat = Compat(needs_decode_hooks=True, owns_generation=True, pairs_with=("control", "uniform"), dynamic_sampling=False)
 
     def __init__(self, cfg, options: PartialOptions | None, seed: int):
         self.opts = options if options is not None else self.Options()
@@ -132,14 +135,6 @@ class PartialRollouts(ReplaySource):
 
     @staticmethod
     def check_config(cfg, opts: PartialOptions | None) -> None:
-        if cfg.control.name != "uniform":
-            raise UserError(f"replay.name = 'partial' (APRIL) needs control.name = 'uniform', got {cfg.control.name!r}: APRIL "
-                            "re-plans extra prompts mid-step and returns buffered groups in place of planned ones, which "
-                            "corrupts controllers that keep per-step state")
-        if cfg.control.dynamic_sampling.enabled:
-            raise UserError("replay.name = 'partial' (APRIL) cannot be combined with control.dynamic_sampling.enabled = true: "
-                            "APRIL schedules only a step's first round and swaps in buffered groups, which breaks the "
-                            "refill/replace rounds' per-step state; set control.dynamic_sampling.enabled = false")
         if opts is not None and opts.prefix_mode == "tis":
             tis = dict(cfg.objective.options).get("tis_level", "off")
             if tis == "off" and cfg.objective.name != "decoupled_ppo":

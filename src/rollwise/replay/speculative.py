@@ -27,7 +27,7 @@ With ``replay.name = "speculative"`` the loop's worker pool is wrapped (``wrap_p
    continues a prefix (``Request.prefix``) is not drafted; its prefix keeps the request's own
    log-probs and per-token versions (``prefix_versions``).
 
-Not combined with LATR: ``sampling.tree.enabled`` is refused at config load (``backends.latr.check_config``),
+Not combined with LATR: ``sampling.tree.enabled`` is refused at config load (``rollwise.compat.check_wrappers``),
 since this pool generates through the backend directly and would silently drop the tree.
 
 Bias (systems.md §5 property 3, tests/unit/replay/test_speculative.py): for one token drawn from
@@ -69,6 +69,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from rollwise.distributed.local import merge_groups
+from rollwise.registry import Compat
 from rollwise.replay.base import ReplaySource
 from rollwise.types import Completion, Group, Plan, Request
 
@@ -134,6 +135,7 @@ class SpeculativeRollouts(ReplaySource):
     schedules_generation = True  # wrap_pool owns generation (rollwise/replay/base.py)
 
     Options = SpeculativeOptions
+    compat = Compat(needs_decode_hooks=True, owns_generation=True)  # wraps the pool in the trainer's process (wrap_pool)
 
     def __init__(self, cfg, options: SpeculativeOptions | None, seed: int):
         self.opts = options if options is not None else self.Options()

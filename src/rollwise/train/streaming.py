@@ -24,7 +24,9 @@ full-batch gradient up to summation order, and the optimizer step is the synchro
 If the batch the loop trains on is not made of the streamed rows (a top-up round changed a group,
 a batch-level advantage statistic, a filter that keeps a share of the batch), ``optimize`` drops
 the streamed gradients and computes the batch from scratch (``periodic/recomputed`` = 1): still
-exact, without the overlap. Differences from the paper: no shared-prompt attention packing
+exact, without the overlap. A part that always does so (batch statistics, ``finish_batch``:
+its ``Compat.batch_statistics``) is refused at config load (``rollwise.compat.check_periodic``).
+Differences from the paper: no shared-prompt attention packing
 (§4 item 6; rollwise packs rows first-fit instead), chunks of groups rather than single samples.
 Logs ``periodic/streamed_rows`` and ``periodic/recomputed``.
 """
@@ -36,7 +38,13 @@ import dataclasses
 import torch
 
 from rollwise.objectives.common import denominator
+from rollwise.registry import Compat
 from rollwise.types import Batch
+
+# Strictly on-policy and streamed: every row of the batch must be a row it back-propagated as its group
+# arrived (what cannot be, e.g. batch statistics, is refused by rollwise.compat.check_periodic); one
+# generator per process, not shared across data-parallel ranks.
+COMPAT = Compat(decode_hooks=False, per_rank=False)
 
 
 def row_keys(batch: Batch) -> list[tuple]:
@@ -88,28 +96,3 @@ class StreamingTrainer:
         args = (opts.aggregation, None, opts.norm_constant, opts.count_empty_rows)
         scale = denominator(args[0], unit_counts(batch), *args[2:]) / denominator(args[0], batch, *args[2:])
         return {**self.trainer.step(batch, acc, grad_scale=scale), "periodic/streamed_rows": streamed, "periodic/recomputed": 0}
-
-
-def check_config(cfg) -> None:
-    """Config-only refusals for ``train.async.periodic`` (called through the async pool's check)."""
-    from rollwise.components import resolve
-    from rollwise.registry import UserError
-
-    bad = []
-    if cfg.train.epochs > 1:
-        bad.append("train.epochs > 1 (one optimizer step per batch)")
-    if cfg.train.ess_lr_scaling.enabled:
-        bad.append("train.ess_lr_scaling.enabled (needs every row's weight before the step)")
-    if cfg.filter.d3s.enabled:
-        bad.append("filter.d3s.enabled (selects rows of the whole batch)")
-    if cfg.replay.name != "on_policy":
-        bad.append(f"replay.name = {cfg.replay.name!r} (mixes other groups into the batch)")
-    if cfg.control.dynamic_sampling.enabled:
-        bad.append("control.dynamic_sampling.enabled (keeps a share of the batch)")
-    if cfg.sampling.arrol.enabled or cfg.sampling.tree.enabled:
-        bad.append("sampling.arrol / sampling.tree (drive the trainer's backend directly)")
-    opts = resolve(cfg, "objective")[1]
-    if not all(hasattr(opts, k) for k in ("aggregation", "norm_constant", "count_empty_rows")):
-        bad.append(f"objective.name = {cfg.objective.name!r} (no common.aggregate denominator)")
-    if bad:
-        raise UserError("train.async.periodic = true cannot stream with " + "; ".join(bad))

@@ -40,17 +40,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from rollwise.config import TtrlOptions as Options  # noqa: F401 (the schema lives in config.py)
 from rollwise.eval.metrics import majority_answer
 from rollwise.types import Group, Plan, Rollout, Verdict
-
-
-class Options(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    train_samples: int | None = Field(None, ge=1, description="N_sample: train on the first N_sample rollouts of each group "
-                                      "(the vote uses all of them, N_vote = control.rollouts_per_prompt); None = all.")
 
 
 def answer_of(r: Rollout) -> str | None:

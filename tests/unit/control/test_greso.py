@@ -299,7 +299,7 @@ def test_loop_with_dynamic_sampling_runs_greso_rounds_only(tmp_path):
 
 
 def test_greso_refuses_replace_sampling_at_load():
-    from rollwise.components import check
+    from rollwise.compat import check
     from rollwise.config import load_config
     from rollwise.registry import UserError
 

@@ -275,7 +275,7 @@ def test_loop_screens_continues_and_trains_exactly_b_finished_groups(tmp_path, t
 
 
 def test_speed_without_its_filter_is_refused_at_load():
-    from rollwise.components import check
+    from rollwise.compat import check
     from rollwise.config import load_config
     from rollwise.registry import UserError
 
@@ -285,7 +285,7 @@ def test_speed_without_its_filter_is_refused_at_load():
 
 
 def test_speed_with_dynamic_sampling_is_refused_at_load():
-    from rollwise.components import check
+    from rollwise.compat import check
     from rollwise.config import load_config
     from rollwise.registry import UserError
 

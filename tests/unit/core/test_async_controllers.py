@@ -141,7 +141,7 @@ def test_corrected_allowed_or_fresh_rollouts_are_accepted(overrides):
 
 def test_a_sampler_other_than_the_trainer_counts_its_default_behaviour_weight():
     from rollwise.components import objective_options
-    from rollwise.distributed.async_pool import corrects_off_policy
+    from rollwise.compat import corrects_off_policy
 
     cfg = load_config(overrides=["train.async.max_staleness=1", "objective.name=decoupled_ppo"])
     vllm = cfg.model_copy(update={"model": cfg.model.model_copy(update={"backend": "vllm"}),

@@ -27,11 +27,11 @@ def _leaf_keys(model, prefix=""):
     from pydantic import BaseModel
 
     for name, field in model.model_fields.items():
-        value = getattr(model, name)
+        value, key = getattr(model, name), field.alias or name  # train.async: the field TrainConfig.async_
         if isinstance(value, BaseModel):
-            yield from _leaf_keys(value, f"{prefix}{name}.")
+            yield from _leaf_keys(value, f"{prefix}{key}.")
         else:
-            yield prefix + name, field.description
+            yield prefix + key, field.description
 
 
 def test_every_key_appears_with_its_description_unset_ones_too(capsys):

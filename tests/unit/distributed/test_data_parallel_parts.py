@@ -66,8 +66,10 @@ def test_required_without_torchrun_is_refused(monkeypatch):
     ({"replay": {"name": "partial"}}, "replay.name = 'partial'"),
 ])
 def test_refusals_name_the_key(torchrun_env, section, key):
+    from rollwise.compat import check_data_parallel
+
     with pytest.raises(UserError) as e:
-        dp.check_config(Config.model_validate(section))
+        check_data_parallel(Config.model_validate(section))
     assert key in str(e.value)
 
 

@@ -1,0 +1,424 @@
+"""The compatibility table: which parts of a run may be combined, checked from the config alone.
+
+Every part a config can choose declares what it needs and supports in a frozen record
+(:class:`rollwise.registry.Compat`, attribute ``compat`` of its class or function, or ``COMPAT``
+of a pool's or rollout wrapper's module): the backend (``backends.REGISTRY``: hf, vllm), the pool
+(:data:`POOLS`: local, Ray workers, data-parallel, asynchronous, periodic), the rollout wrappers
+that drive the backend in the trainer's process (:data:`WRAPPERS`: ARRoL, the LATR tree sampler;
+replay sources with ``wrap_pool``: APRIL, SPEC-RL), the controller (and its class attribute
+``plans_ahead``), the advantage estimator and the objective (its options' ``needs_prox``: an
+off-policy correction). :func:`check` derives every refusal between parts from those records,
+naming the keys to change, before any model is loaded; ``config.load_config`` calls it. Each
+part's own ``check_config`` checks only local facts (installed? address parses? its options
+consistent?). Three strategies still check another section from their own options, which no
+record field expresses: GDRO (``loss_signal = 'surrogate_kl'`` needs a reference model; it refuses
+``filter.d3s``), APRIL (``prefix_mode = 'tis'`` needs an objective weight) and SAPO (not with
+``reward.ttrl``).
+
+Parts are reached through their registries (entries are ``"module:attr"`` strings loaded when
+chosen), so this module imports no strategy, backend or pool module, and nothing below the
+assembler (``components``) imports this one except ``config.load_config``.
+
+What fails late without this table, refused here: ``entropy = 'sampler'`` (ETTRL, ECHO; MSSR on
+request) with an engine that records no sampler entropies (vLLM, Ray workers, LATR trees);
+periodic asynchrony with a part that reads the whole batch (GDPO's batch normalisation, MSSR,
+ECHO, GDRO, ADHint, R3L, SCOPE), which would compute every step twice; and, once the tokenizer is
+known (:func:`check_engine_length`, before the warm start and the engine), a prompt plus
+``sampling.max_new_tokens`` longer than vLLM's ``max_model_len``. D3S's ``entropy = 'sampler'`` is
+not refused: it documents a fallback to a no-grad trainer forward (``filter/d3s.py``,
+``d3s/entropy_from_trainer``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from rollwise.registry import Compat, Registry, UserError, validate_options
+
+NEUTRAL = Compat()
+
+# Pools and rollout wrappers, by the name the table uses: "module" entries are the modules that
+# implement them (each declares ``COMPAT`` and may define a local ``check_config(cfg)``).
+POOLS = Registry("pool")
+POOLS.register("local", "rollwise.distributed.local")
+POOLS.register("ray", "rollwise.distributed.ray_pool")
+POOLS.register("data_parallel", "rollwise.distributed.data_parallel")
+POOLS.register("async", "rollwise.distributed.async_pool")
+POOLS.register("periodic", "rollwise.train.streaming")
+WRAPPERS = Registry("rollout wrapper")
+WRAPPERS.register("sampling.arrol", "rollwise.generate.arrol")
+WRAPPERS.register("sampling.tree", "rollwise.backends.latr")
+
+
+def _registries() -> dict[str, Registry]:
+    from rollwise import control, filter as filters, replay, tasks
+    from rollwise.objectives import ADVANTAGES, OBJECTIVES
+
+    return {"task": tasks.REGISTRY, "control": control.REGISTRY, "replay": replay.REGISTRY,
+            "advantage": ADVANTAGES, "objective": OBJECTIVES, "filter": filters.REGISTRY}
+
+
+def resolve(cfg, section: str) -> tuple[Any, Any, str | None]:
+    """(object, validated options, argument) for a single-strategy section."""
+    sec = getattr(cfg, section)
+    res = _registries()[section].resolve(sec.name)
+    return res.obj, validate_options(section, sec.name, res.obj, dict(sec.options)), res.arg
+
+
+def record(part) -> Compat:
+    """The part's compatibility record (``compat`` of a class or function, ``COMPAT`` of a module)."""
+    return getattr(part, "compat", None) or getattr(part, "COMPAT", None) or NEUTRAL
+
+
+def local_check(part, cfg) -> None:
+    """The part's own ``check_config(cfg)`` (local facts: installed? address parses?), if it has one."""
+    if hasattr(part, "check_config"):
+        part.check_config(cfg)
+
+
+def build_filters(cfg) -> list[tuple[str, Callable]]:
+    reg = _registries()["filter"]
+    unknown = sorted(set(cfg.filter.options) - set(cfg.filter.names))
+    if unknown:
+        raise UserError(f"filter.options has entries for filters not in filter.names: {unknown}")
+    out = []
+    for name in cfg.filter.names:
+        fn = reg.get(name)
+        opts = validate_options("filter", name, fn, dict(cfg.filter.options.get(name, {})))
+        out.append((name, (lambda f, o: (lambda g: f(g, o) if o is not None else f(g)))(fn, opts)))
+    return out
+
+
+def objective_options(cfg):
+    """The objective's options as the trainer gets them: defaults filled in, and the TIS weight on when
+    the sampler is not the trainer's forward (``rollwise.train.mismatch.default_tis``)."""
+    from rollwise.train.mismatch import default_tis
+
+    obj, opts, _ = resolve(cfg, "objective")
+    return default_tis(opts if opts is not None else obj.Options(), cfg)
+
+
+# ---------------------------------------------------------------- the parts a config chooses
+
+
+def backend_part(cfg):
+    from rollwise import backends
+
+    return backends.REGISTRY.get(cfg.model.backend)
+
+
+def pools(cfg) -> list[tuple[str, Any]]:
+    """(the setting that chose it, module) of each pool layer the config turns on, the base pool first."""
+    a = cfg.train.async_
+    out = [(f"distributed.workers = {cfg.distributed.workers}", POOLS.get("ray")) if cfg.distributed.workers > 0
+           else ("local", POOLS.get("local"))]
+    if POOLS.get("data_parallel").enabled(cfg):
+        out.append(("data-parallel training (torchrun)", POOLS.get("data_parallel")))
+    if a.periodic:
+        out.append(("train.async.periodic = true", POOLS.get("periodic")))
+    elif a.on:
+        out.append(("train.async", POOLS.get("async")))
+    return out
+
+
+def wrappers(cfg) -> list[tuple[str, Compat]]:
+    """(config key, record) of each rollout wrapper the config turns on: ARRoL, LATR trees, and a
+    replay source that generates training rollouts itself (APRIL, SPEC-RL)."""
+    out = [(f"{key}.enabled", record(WRAPPERS.get(key))) for key in ("sampling.arrol", "sampling.tree")
+           if getattr(cfg.sampling, key.split(".")[1]).enabled]
+    rep = record(resolve(cfg, "replay")[0])
+    if rep.owns_generation or rep.needs_decode_hooks:
+        out.append((f"replay.name = {cfg.replay.name!r}", rep))
+    return out
+
+
+def in_process_strategies(cfg) -> list[str]:
+    """The enabled rollout strategies that drive the ``hf`` backend in the trainer's process
+    (ARRoL, LATR trees, a replay source that schedules generation: APRIL, SPEC-RL), as config keys;
+    vLLM, Ray workers and asynchronous rollouts refuse them."""
+    return [key for key, rec in wrappers(cfg) if rec.needs_decode_hooks]
+
+
+# ---------------------------------------------------------------- check
+
+
+def check_model(cfg) -> None:
+    from rollwise.train import tiny
+
+    name = cfg.model.name
+    if name not in tiny.NAMES:
+        from rollwise.train.hf_models import check_model_name
+
+        check_model_name(name, builtin_names=tiny.NAMES)
+    if cfg.model.lora.enabled:
+        import importlib.util
+
+        if importlib.util.find_spec("peft") is None:
+            raise UserError("model.lora.enabled needs peft: pip install 'rollwise[hf]'")
+
+
+def check(cfg) -> None:
+    """Every refusal that needs only the config (module docstring); called by ``config.load_config``."""
+    check_model(cfg)
+    from rollwise.trackers import check as check_trackers
+    from rollwise.verify.flaws import DETECTORS
+
+    check_trackers(cfg.run.report_to)
+    DETECTORS.resolve(cfg.reward.fapo.detector)  # a UserError naming the known detectors
+    for section in ("task", "control", "replay", "advantage", "objective"):
+        resolve(cfg, section)
+    _, adv_opts, _ = resolve(cfg, "advantage")
+    if getattr(adv_opts, "per_token", False) and cfg.objective.name == "gspo":  # tree advantage, per token
+        raise UserError("advantage.options.per_token = true gives per-token advantages, which objective 'gspo' "
+                        "(sequence-level) cannot use; set advantage.options.per_token = false or another objective")
+    for section in ("control", "replay", "advantage"):
+        cls, opts, _ = resolve(cfg, section)
+        check_needs(cfg, section, record(cls))  # e.g. SPEED needs its filter, V0.5's advantage its controller
+        if hasattr(cls, "check_config"):
+            cls.check_config(cfg, opts)  # the strategy's own options (e.g. APRIL's "tis" mode needs an objective weight)
+    build_filters(cfg)
+    if cfg.control.dynamic_sampling.enabled and "zero_variance" not in cfg.filter.names:
+        raise UserError("control.dynamic_sampling.enabled needs 'zero_variance' in filter.names "
+                        f"(got {list(cfg.filter.names)}); it refills the groups that filter drops")
+    check_wrappers(cfg)
+    check_backend(cfg)
+    check_workers(cfg)
+    check_async(cfg)
+    check_data_parallel(cfg)
+    check_sampler_entropy(cfg)
+    from rollwise.reward import overlong_limits
+
+    overlong_limits(cfg.reward.overlong_penalty, cfg.sampling.max_new_tokens)
+
+
+def check_needs(cfg, section: str, rec: Compat) -> None:
+    """What the strategy of ``section`` needs of the other sections (its record): a partner, a filter,
+    no dynamic sampling (or one type of it), no other part making the rollouts whose prefixes it continues."""
+    who = f"{section}.name = {getattr(cfg, section).name!r}"
+    if rec.pairs_with is not None:
+        other, want = rec.pairs_with
+        got = getattr(cfg, other).name
+        if got != want:
+            raise UserError(f"{who} needs {other}.name = {want!r} (got {got!r}): the two work as a pair")
+    if rec.needs_filter is not None and rec.needs_filter not in cfg.filter.names:
+        raise UserError(f"{who} needs {rec.needs_filter!r} in filter.names (got {list(cfg.filter.names)})")
+    ds = cfg.control.dynamic_sampling
+    if ds.enabled and rec.dynamic_sampling is not True and ds.type != rec.dynamic_sampling:
+        key = ("control.dynamic_sampling.enabled" if rec.dynamic_sampling is False else
+               f"control.dynamic_sampling.type = {ds.type!r} (only {rec.dynamic_sampling!r})")
+        raise UserError(f"{who} does not run with {key}: it runs its own rounds or keeps per-step state that dynamic "
+                        "sampling's rounds would break; set control.dynamic_sampling.enabled = false")
+    if rec.continues_prefixes:
+        owners = [key for key, r in wrappers(cfg) if r.owns_generation]
+        if owners:
+            raise UserError(f"{who} continues its own prefixes; it does not combine with {', '.join(owners)}")
+
+
+def check_wrappers(cfg) -> None:
+    """Each wrapper's local check; at most one part makes the training rollouts."""
+    for key in ("sampling.arrol", "sampling.tree"):
+        local_check(WRAPPERS.get(key), cfg)  # ARRoL: its check point before sampling.max_new_tokens
+    rep = record(resolve(cfg, "replay")[0])
+    if cfg.sampling.arrol.enabled and cfg.sampling.tree.enabled:
+        raise UserError("sampling.arrol.enabled cannot be combined with sampling.tree.enabled (both own training generation)")
+    if cfg.sampling.arrol.enabled and rep.owns_generation:
+        raise UserError(f"sampling.arrol.enabled cannot be combined with replay {cfg.replay.name!r} (both own training generation)")
+    if cfg.sampling.tree.enabled and rep.owns_generation:
+        raise UserError(f"sampling.tree.enabled cannot be combined with replay {cfg.replay.name!r} (it generates "
+                        "training rollouts itself and would bypass the tree)")
+
+
+def check_backend(cfg) -> None:
+    """``model.backend``: its local check; wrappers that need decode hooks it lacks."""
+    backend = backend_part(cfg)
+    local_check(backend, cfg)  # vLLM: installed
+    needs_hf = in_process_strategies(cfg)
+    if needs_hf and not record(backend).decode_hooks:
+        raise UserError(f"{', '.join(needs_hf)} needs the hf backend's decode hooks or scoring, which "
+                        f"model.backend = {cfg.model.backend!r} does not have; set model.backend = 'hf' or turn it off")
+
+
+def check_workers(cfg) -> None:
+    """``distributed.workers``: Ray's local check; wrappers that drive the backend in this process."""
+    ray = POOLS.get("ray")
+    local_check(ray, cfg)  # installed, address
+    local_only = in_process_strategies(cfg)
+    if cfg.distributed.workers > 0 and local_only and not record(ray).decode_hooks:
+        raise UserError(f"{', '.join(local_only)} drives the backend in this process, which distributed.workers > 0 "
+                        "does not have; set distributed.workers = 0 or turn it off")
+
+
+def check_async(cfg) -> None:
+    """``train.async``: periodic asynchrony (strictly on-policy, streamed) or bounded staleness."""
+    a = cfg.train.async_
+    local_check(POOLS.get("async"), cfg)  # its own options consistent
+    if a.periodic:
+        check_periodic(cfg)
+        return
+    if not a.on:
+        return
+    gen = record(POOLS.get("async"))
+    in_process = [k for k in in_process_strategies(cfg) if k != "replay.name = 'partial'"]  # APRIL runs inside (build)
+    if cfg.replay.name == "partial" and (cfg.model.backend != "hf" or cfg.distributed.workers > 0 or a.on_new_weights != "finish"):
+        raise UserError("replay.name = 'partial' (APRIL) with train.async drives the generator's own hf backend: set "
+                        "model.backend = 'hf', distributed.workers = 0 and train.async.on_new_weights = 'finish'")
+    if in_process and not gen.decode_hooks:
+        raise UserError(f"{', '.join(in_process)} drives the trainer's backend directly, which train.async "
+                        "(a generator with its own weights) does not allow; turn it off or set train.async.max_staleness = 0")
+    engine = (record(backend_part(cfg)), record(pools(cfg)[0][1]))  # what generates: the backend, the base pool
+    if a.on_new_weights != "finish" and not all(rec.decode_hooks for rec in engine):
+        raise UserError(f"train.async.on_new_weights = {a.on_new_weights!r} stops generation between decode steps, "
+                        "which only the in-process hf backend does; set model.backend = 'hf' and distributed.workers = 0, "
+                        "or on_new_weights = 'finish'")
+    if a.max_staleness >= 1:
+        check_plans_ahead(cfg)
+        check_corrected(cfg)
+
+
+def check_periodic(cfg) -> None:
+    """``train.async.periodic``: the trainer back-propagates each group as it arrives
+    (``train/streaming.py``), which needs every row of the batch to be the row it streamed."""
+    local_check(POOLS.get("periodic"), cfg)
+    bad = []
+    if cfg.train.epochs > 1:
+        bad.append("train.epochs > 1 (one optimizer step per batch)")
+    if cfg.train.ess_lr_scaling.enabled:
+        bad.append("train.ess_lr_scaling.enabled (needs every row's weight before the step)")
+    if cfg.filter.d3s.enabled:
+        bad.append("filter.d3s.enabled (selects rows of the whole batch)")
+    if cfg.replay.name != "on_policy":
+        bad.append(f"replay.name = {cfg.replay.name!r} (mixes other groups into the batch)")
+    if cfg.control.dynamic_sampling.enabled:
+        bad.append("control.dynamic_sampling.enabled (keeps a share of the batch)")
+    if any(rec.needs_decode_hooks for key, rec in wrappers(cfg) if key.startswith("sampling.")):
+        bad.append("sampling.arrol / sampling.tree (drive the trainer's backend directly)")
+    opts = resolve(cfg, "objective")[1]
+    if not all(hasattr(opts, k) for k in ("aggregation", "norm_constant", "count_empty_rows")):
+        bad.append(f"objective.name = {cfg.objective.name!r} (no common.aggregate denominator)")
+    for section in ("control", "advantage"):
+        key, why = batch_statistics(cfg, section)
+        if key:
+            bad.append(f"{key} ({why}: every step would be computed twice)")
+    if bad:
+        raise UserError("train.async.periodic = true cannot stream with " + "; ".join(bad))
+
+
+def batch_statistics(cfg, section: str) -> tuple[str | None, str]:
+    """(the key naming it, why) when the section's strategy reads the whole batch (its record's
+    ``batch_statistics``, or the option it names), else (None, "")."""
+    part, opts, _ = resolve(cfg, section)
+    flag = record(part).batch_statistics
+    if isinstance(flag, str):
+        if not getattr(opts if opts is not None else part.Options(), flag):
+            return None, ""
+        return f"{section}.name = {getattr(cfg, section).name!r} with {section}.options.{flag} = true", "statistics over the whole batch"
+    if flag:
+        why = "statistics over the whole batch" if section == "advantage" else "changes or weighs the batch after the filters"
+        return f"{section}.name = {getattr(cfg, section).name!r}", why
+    return None, ""
+
+
+def check_plans_ahead(cfg) -> None:
+    """η >= 1 draws plans k+1 .. k+η before step k's rounds, filters, ``observe`` and
+    ``after_update``: refuse a controller that keeps per-plan state between them
+    (``plans_ahead = False``, rollwise/control/__init__.py), also when dynamic sampling wraps it,
+    and dynamic sampling's ``replace``, whose batch gate reads the prompts of the plan planned last."""
+    eta, ctrl = cfg.train.async_.max_staleness, cfg.control
+    if not getattr(resolve(cfg, "control")[0], "plans_ahead", True):
+        raise UserError(f"train.async.max_staleness = {eta} draws the next {eta} plan(s) before a step's rounds and observe, "
+                        f"which control.name = {ctrl.name!r} cannot do: it keeps per-plan state between plan and "
+                        "next_round/observe/after_update, so a step would top up, observe or credit a plan drawn after "
+                        "its own. Set train.async.max_staleness = 0 (or train.async.periodic = true), or use a controller "
+                        "that plans ahead (e.g. 'uniform')")
+    if ctrl.dynamic_sampling.enabled and ctrl.dynamic_sampling.type == "replace":
+        raise UserError(f"train.async.max_staleness = {eta} draws plans ahead, which control.dynamic_sampling.type = 'replace' "
+                        "cannot do: its batch gate reads the prompts of the plan planned last, not of the plan trained. "
+                        "Set control.dynamic_sampling.type = 'refill' or train.async.max_staleness = 0")
+
+
+def corrects_off_policy(cfg) -> bool:
+    """Whether the objective corrects rollouts drawn by an older policy. The rule: the objective
+    reads the trainer's proximal recompute ``pi_prox`` (its options' ``needs_prox``): then its PPO
+    ratio is ``pi_theta / pi_prox``, a trust region around the policy being updated, and the stale
+    behaviour policy ``mu`` enters only through the bounded weight ``pi_prox / mu`` (AReaL's
+    decoupled PPO, eq. 4-5; ``decoupled_ppo``, or any objective with ``objective.options.tis_level``
+    other than 'off', including the token weight a sampler other than the trainer's forward turns
+    on, ``rollwise.train.mismatch.default_tis``). Without it (``tis_level = 'off'``, slime's
+    "bypass") the ratio is ``pi_theta / mu`` clipped around ``mu``: an importance ratio, but the
+    trust region is centred on a policy up to η versions old, not on the one being updated: tokens
+    the trainer has since moved past the clip range give no gradient, or (negative advantage,
+    without ``dual_clip``) an unbounded ratio. That is not counted as a correction, so plain
+    ``grpo``/``dapo``/``gspo``/... with ``tis_level = 'off'`` are refused with η >= 1 unless
+    ``train.async.allow_uncorrected``."""
+    return bool(getattr(objective_options(cfg), "needs_prox", False))
+
+
+def check_corrected(cfg) -> None:
+    """Stale rollouts (η >= 1) need an objective with an off-policy correction
+    (:func:`corrects_off_policy`) unless ``train.async.allow_uncorrected``."""
+    a = cfg.train.async_
+    if a.allow_uncorrected or corrects_off_policy(cfg):
+        return
+    raise UserError(f"train.async.max_staleness = {a.max_staleness} trains rollouts up to {a.max_staleness} policy "
+                    f"version(s) old, and objective.name = {cfg.objective.name!r} with objective.options.tis_level = 'off' "
+                    "has no off-policy correction (its ratio is clipped around the stale sampler's log-probs). Set "
+                    "objective.name = 'decoupled_ppo', or objective.options.tis_level = 'token' (the behaviour weight "
+                    "pi_prox / mu), or train.async.allow_uncorrected = true to train them uncorrected")
+
+
+def check_data_parallel(cfg) -> None:
+    """Data-parallel training (torchrun): its local check (torchrun's environment), then the parts
+    that cannot run once per rank."""
+    dp = POOLS.get("data_parallel")
+    local_check(dp, cfg)  # torchrun's environment
+    if not dp.enabled(cfg):
+        return
+    if cfg.distributed.workers > 0 and not record(POOLS.get("ray")).per_rank:
+        raise UserError(f"distributed.workers = {cfg.distributed.workers} (Ray rollout workers) with data-parallel "
+                        "training (torchrun) is not supported: set distributed.workers = 0, or run one process")
+    if cfg.train.async_.on and not record(POOLS.get("periodic" if cfg.train.async_.periodic else "async")).per_rank:
+        raise UserError("train.async (a generator thread per process) with data-parallel training (torchrun) is not "
+                        "supported: set train.async.max_staleness = 0 and train.async.periodic = false, or run one process")
+    if not record(backend_part(cfg)).per_rank:
+        raise UserError(f"model.backend = {cfg.model.backend!r} with data-parallel training (torchrun) is not supported (one "
+                        "engine per rank): set model.backend = 'hf', or run one process")
+    local_only = in_process_strategies(cfg)
+    if local_only and not record(dp).decode_hooks:
+        raise UserError(f"{', '.join(local_only)} drives the sampler in one process, which data-parallel training "
+                        "(torchrun) does not share across ranks; turn it off, or run one process")
+
+
+def check_sampler_entropy(cfg) -> None:
+    """A part that reads the sampler's entropies (its record's ``entropy_option`` set to 'sampler')
+    needs every engine that makes training rows to record them (hf does; vLLM, Ray workers and
+    LATR trees do not): else step 0 would fail after the model loads."""
+    part, opts, _ = resolve(cfg, "advantage")
+    option = record(part).entropy_option
+    if option is None or getattr(opts if opts is not None else part.Options(), option) != "sampler":
+        return
+    engines = [(f"model.backend = {cfg.model.backend!r}", "model.backend = 'hf'", record(backend_part(cfg))),
+               *((key, "distributed.workers = 0", record(pool)) for key, pool in pools(cfg)[:1] if key != "local"),
+               *((key, f"{key} = false", rec) for key, rec in wrappers(cfg))]
+    for key, fix, rec in engines:
+        if not rec.sampler_entropy:
+            raise UserError(f"advantage.options.{option} = 'sampler' (advantage.name = {cfg.advantage.name!r}) reads the "
+                            f"sampler's entropies (Rollout.entropies), which {key} does not record; set "
+                            f"advantage.options.{option} = 'surprisal' or 'sampled_term', or {fix}")
+
+
+def check_engine_length(cfg, task, codec, positions: int | None) -> None:
+    """With ``model.backend = 'vllm'``: refuse (before the warm start and the engine) a train or
+    evaluated prompt whose tokens plus ``sampling.max_new_tokens`` exceed the engine's
+    ``max_model_len`` (``model.vllm.max_model_len``, default from the model's ``positions``), which
+    vLLM would raise on mid-run. Every train prompt and the evaluated held-out prompts are measured."""
+    backend = backend_part(cfg)
+    if not hasattr(backend, "engine_length"):
+        return
+    limit, new = backend.engine_length(cfg.model.vllm, positions), cfg.sampling.max_new_tokens
+    prompts = [*task.train_prompts(), *task.heldout_prompts()[: cfg.eval.n_prompts]]
+    longest, worst = max(((len(codec.encode_prompt(p)), p) for p in prompts), key=lambda x: x[0], default=(0, None))
+    if longest + new > limit:
+        cap = f" (at most the model's {positions} positions)" if positions else ""
+        raise UserError(f"prompt {worst.id!r} has {longest} tokens, and with sampling.max_new_tokens = {new} it exceeds the vLLM "
+                        f"engine's max_model_len = {limit} (model.vllm.max_model_len); raise model.vllm.max_model_len "
+                        f"to {longest + new} or more{cap}, or lower sampling.max_new_tokens")
