@@ -16,35 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from rollwise import tasks
 from rollwise.compat import _registries, build_filters, objective_options, resolve  # noqa: F401 (here since #27)
 from rollwise.registry import UserError
 from rollwise.types import Sampling, Services
 
 
-def build_task(cfg):
-    make, opts, arg = resolve(cfg, "task")
-    task = make(arg, opts)
-    if not task.train_prompts():
-        raise UserError(f"task {cfg.task.name!r} has an empty train split")
-    if not task.heldout_prompts():
-        raise UserError(f"task {cfg.task.name!r} has an empty held-out split")
-    if cfg.task.max_train_prompts:
-        return TrainSubset(task, cfg.task.max_train_prompts)
-    return task
-
-
-class TrainSubset:
-    """A task whose RL train split is the first ``n`` prompts of ``task``'s (``task.max_train_prompts``);
-    everything else, the warm-start examples included, is ``task``'s own."""
-
-    def __init__(self, task, n: int):
-        self._task, self._train = task, tuple(task.train_prompts()[:n])
-
-    def train_prompts(self):
-        return self._train
-
-    def __getattr__(self, name):
-        return getattr(self._task, name)
+build_task = tasks.build  # the task stage (rollwise.tasks.build; Ray workers call it too)
 
 
 @dataclass

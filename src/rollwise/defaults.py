@@ -169,10 +169,10 @@ def references(task) -> list[str]:
 
 def resolve(cfg, log=print):
     """``cfg`` with the derived defaults filled in (the same object when nothing is derived)."""
-    from rollwise import components
+    from rollwise import tasks
     from rollwise.config import Config
 
-    task = components.build_task(cfg)
+    task = tasks.build(cfg)
     derived = derive(cfg, task)
     if not derived:
         return cfg

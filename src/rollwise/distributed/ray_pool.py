@@ -137,7 +137,7 @@ class RolloutWorker:
     """One Ray actor: a backend, the task's verifier and a ``LocalPool`` around them."""
 
     def __init__(self, spec: dict):
-        from rollwise import components
+        from rollwise import tasks
         from rollwise.config import Config
         from rollwise.distributed.local import LocalPool
         from rollwise.tokens import Codec
@@ -163,7 +163,7 @@ class RolloutWorker:
                                             weights_dtype=next(self.model.parameters()).dtype)
             backend = build_backend(cfg, codec, model=self.model, compute_dtype=compute)
         self.backend = backend
-        task = components.build_task(cfg)
+        task = tasks.build(cfg)
         self.pool = LocalPool(backend, codec, task.verify, spec["sampling"], max_batch=cfg.model.max_batch,
                               verify_workers=getattr(task, "verify_workers", 1))
         self.version = -1

@@ -4,7 +4,7 @@ A task entry is a factory ``make(arg: str | None, options) -> Task`` with an ``O
 attribute (pydantic model) validated at config load time.
 """
 
-from rollwise.registry import Registry
+from rollwise.registry import Registry, UserError, validate_options
 
 REGISTRY = Registry("task")
 REGISTRY.register("arithmetic", "rollwise.tasks.arithmetic:make")
@@ -13,3 +13,31 @@ REGISTRY.register("jsonl", "rollwise.tasks.jsonl:make", takes_arg=True)
 REGISTRY.register("hf", "rollwise.tasks.hf_dataset:make", takes_arg=True)
 REGISTRY.register("pyfunc", "rollwise.tasks.pyfunc:make")
 REGISTRY.register("humaneval", "rollwise.tasks.humaneval:make")
+
+
+def build(cfg):
+    """The run's task (``task.name`` / ``task.options``), its splits checked non-empty; with
+    ``task.max_train_prompts`` its RL train split cut to that many prompts (``TrainSubset``)."""
+    res = REGISTRY.resolve(cfg.task.name)
+    task = res.obj(res.arg, validate_options("task", cfg.task.name, res.obj, dict(cfg.task.options)))
+    if not task.train_prompts():
+        raise UserError(f"task {cfg.task.name!r} has an empty train split")
+    if not task.heldout_prompts():
+        raise UserError(f"task {cfg.task.name!r} has an empty held-out split")
+    if cfg.task.max_train_prompts:
+        return TrainSubset(task, cfg.task.max_train_prompts)
+    return task
+
+
+class TrainSubset:
+    """A task whose RL train split is the first ``n`` prompts of ``task``'s (``task.max_train_prompts``);
+    everything else, the warm-start examples included, is ``task``'s own."""
+
+    def __init__(self, task, n: int):
+        self._task, self._train = task, tuple(task.train_prompts()[:n])
+
+    def train_prompts(self):
+        return self._train
+
+    def __getattr__(self, name):
+        return getattr(self._task, name)
