@@ -1,5 +1,5 @@
 """Rollout-stage throughput with and without APRIL partial rollouts (issue "Generate less, reuse
-more", item 1; rollwise.replay.partial, docs/specs/systems.md §1).
+more", item 1; rollwise.generate.april, docs/specs/systems.md §1).
 
 What is measured, in one process:
 
@@ -85,11 +85,11 @@ def main(argv=None) -> int:
     from rollwise.config import load_config
     from rollwise.control.uniform import Uniform
     from rollwise.distributed.local import LocalPool
-    from rollwise.replay.partial import PartialRollouts
+    from rollwise.generate.april import PartialRollouts
     from rollwise.tasks.arithmetic import make
     from rollwise.tokens import Codec
-    from rollwise.train.tiny import build_tiny
-    from rollwise.train.warm_start import warm_start
+    from rollwise.trainer.tiny import build_tiny
+    from rollwise.trainer.warm_start import warm_start
     from rollwise.types import RunState, Sampling
 
     t_start = time.perf_counter()

@@ -50,7 +50,7 @@ def throughput(iso: str, workers: int, calls: int) -> float:
     from rollwise.distributed.local import LocalPool
     from rollwise.tasks.pyfunc import make
     from rollwise.tokens import Codec
-    from rollwise.train.tiny import char_tokenizer
+    from rollwise.trainer.tiny import char_tokenizer
     from rollwise.types import Completion, Request, Sampling
 
     task = make(None, {"levels": [1, 2, 3], "n_heldout": 8, "cache": False, "workers": workers, "sandbox": {"isolation": iso}})

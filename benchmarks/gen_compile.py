@@ -32,7 +32,7 @@ def main(argv=None) -> int:
     import torch
 
     from rollwise.backends.hf import HFBackend
-    from rollwise.train.hf_models import load_pretrained
+    from rollwise.trainer.hf_models import load_pretrained
     from rollwise.types import Sampling
 
     model, tok = load_pretrained("smollm2-135m")

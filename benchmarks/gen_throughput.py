@@ -127,12 +127,12 @@ def linear_params(model) -> tuple[int, int]:
 def load_model(name: str):
     """(model, tokenizer, prompt ids) for a tiny preset or ``smollm2-135m``."""
     if name.startswith("tiny"):
-        from rollwise.train.tiny import build_tiny
+        from rollwise.trainer.tiny import build_tiny
 
         model, tok = build_tiny(name, seed=0)
         ids = [tok.bos_token_id] + tok.encode("12+34=", add_special_tokens=False)
     else:
-        from rollwise.train.hf_models import load_pretrained, render_prompt
+        from rollwise.trainer.hf_models import load_pretrained, render_prompt
 
         model, tok = load_pretrained(name, dtype="float32")
         ids = render_prompt(tok, [{"role": "user", "content": "What is 12+34?"}])

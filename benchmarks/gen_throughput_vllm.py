@@ -33,7 +33,7 @@ def arm(backend: str, dtype: str, batches: list[int], new_tokens: int, repeats: 
     from gen_throughput import generation_flops, linear_params
 
     from rollwise.tokens import Codec
-    from rollwise.train.hf_models import load_pretrained
+    from rollwise.trainer.hf_models import load_pretrained
     from rollwise.types import Prompt, Sampling
 
     model, tok = load_pretrained("smollm2-135m")

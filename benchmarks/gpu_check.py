@@ -108,7 +108,7 @@ def matmul(n: int = 8192) -> dict:
 def _grpo_trainer(model, compute_dtype):
     from rollwise.config import Config
     from rollwise.objectives import OBJECTIVES
-    from rollwise.train.trainer import Trainer
+    from rollwise.trainer.trainer import Trainer
 
     obj = OBJECTIVES.resolve("grpo").obj
     train_cfg = Config().train.model_copy(update={"lr": 1e-3, "warmup_steps": 1})
@@ -120,8 +120,8 @@ def parity() -> dict:
 
     import torch
 
-    from rollwise.train.tiny import build_tiny
-    from rollwise.train.trainer import token_logprobs
+    from rollwise.trainer.tiny import build_tiny
+    from rollwise.trainer.trainer import token_logprobs
     from train_profile import make_batch
 
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -162,7 +162,7 @@ def generation(bf16_tflops: float, batches=(64, 256), prompt_len: int = 32, new_
 
     from gen_throughput import generation_flops, linear_params
     from rollwise.backends.hf import HFBackend
-    from rollwise.train.precision import resolve_compute_dtype
+    from rollwise.trainer.precision import resolve_compute_dtype
     from rollwise.types import Sampling
 
     model = _smollm2_random()
@@ -199,7 +199,7 @@ def decode_profile(batch: int = 64, new_tokens: int = 16, top: int = 12) -> dict
     from torch.profiler import ProfilerActivity, profile
 
     from rollwise.backends.hf import HFBackend
-    from rollwise.train.precision import resolve_compute_dtype
+    from rollwise.trainer.precision import resolve_compute_dtype
     from rollwise.types import Sampling
 
     model = _smollm2_random()
@@ -226,8 +226,8 @@ def training(bf16_tflops: float, rows: int = 64, prompt_len: int = 32, completio
     import torch
 
     from gen_throughput import linear_params
-    from rollwise.train.device import keep_logits_bytes
-    from rollwise.train.precision import resolve_compute_dtype
+    from rollwise.trainer.device import keep_logits_bytes
+    from rollwise.trainer.precision import resolve_compute_dtype
     from train_profile import make_batch, step_flops
 
     model = _smollm2_random().train()
@@ -279,7 +279,7 @@ def demo(run_dir: Path, timeout_s: int) -> dict:
 
 def regime2() -> dict:
     try:
-        from rollwise.train.hf_models import smollm2_gguf_path
+        from rollwise.trainer.hf_models import smollm2_gguf_path
 
         path = smollm2_gguf_path()
     except Exception as e:  # noqa: BLE001

@@ -6,9 +6,9 @@ random tokens; ``natural`` draws completion lengths uniformly in [L/3, L] instea
 ``-mean(lp)`` over completion tokens, on SmolLM2-135M (``--model``; or a tiny preset). Timed, each
 as the median of ``--repeats`` after one warm-up, forward and backward apart:
 
-- ``step``: ``rollwise.train.trainer.token_logprobs`` with entropy (what a training step runs);
+- ``step``: ``rollwise.trainer.trainer.token_logprobs`` with entropy (what a training step runs);
 - ``decoder``: the decoder alone on the same rows (no LM head);
-- ``head``: ``rollwise.train.head.head_logprobs`` on the completion positions alone (in chunks of
+- ``head``: ``rollwise.trainer.head.head_logprobs`` on the completion positions alone (in chunks of
   512, logits rebuilt in the backward: the path beyond ``KEEP_LOGITS_BYTES``);
 - ``full_logits``: a plain ``model(...).logits`` forward over every position, log-softmax, gather
   (no entropy): the unpacked, unchunked reference.
@@ -109,8 +109,8 @@ def main(argv=None) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    from rollwise.train.head import head_logprobs
-    from rollwise.train.trainer import KEEP_LOGITS_BYTES, token_logprobs
+    from rollwise.trainer.head import head_logprobs
+    from rollwise.trainer.trainer import KEEP_LOGITS_BYTES, token_logprobs
 
     t_start = time.perf_counter()
     model, tok, _ = load_model(args.model)

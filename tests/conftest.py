@@ -44,7 +44,7 @@ def scripted_arithmetic(schedule):
     """A scripted backend for the arithmetic task: call ``i`` answers right iff ``schedule(i)``
     (else the sum + 1), so a test fixes every group's rewards by hand."""
     from rollwise.backends.scripted import ScriptedBackend
-    from rollwise.train.tiny import char_tokenizer
+    from rollwise.trainer.tiny import char_tokenizer
 
     tok = char_tokenizer()
 
@@ -62,7 +62,7 @@ def trainer_batches(monkeypatch):
     """Group sizes of every batch the trainer receives."""
     import torch
 
-    from rollwise.train.trainer import Trainer
+    from rollwise.trainer.trainer import Trainer
 
     seen, real = [], Trainer.optimize
 

@@ -5,7 +5,6 @@
     result = rollwise.train(cfg)          # -> RunResult(run_dir, first/last eval, totals)
 """
 
-import types
 
 __version__ = "0.1.0"
 
@@ -22,15 +21,9 @@ def evaluate(*args, **kwargs):
     return evaluate_run(*args, **kwargs)
 
 
-class _CallablePackage(types.ModuleType):
-    """``rollwise.train`` is the trainer package *and* the public ``train(cfg)`` call."""
+def train(cfg, **kwargs):
+    """Train ``cfg`` (``rollwise.load_config(...)``) and return a ``RunResult``; the trainer-side
+    modules are the package ``rollwise.trainer``."""
+    from rollwise.loop import train as _train
 
-    def __call__(self, cfg, **kwargs):
-        from rollwise.loop import train as _train
-
-        return _train(cfg, **kwargs)
-
-
-from rollwise import train  # noqa: E402  (light: the package's __init__ imports nothing)
-
-train.__class__ = _CallablePackage
+    return _train(cfg, **kwargs)

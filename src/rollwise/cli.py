@@ -93,7 +93,7 @@ def train(config: Optional[Path] = ConfigOpt, set: Optional[List[str]] = SetOpt,
 def _resume_hint(run_dir: Path) -> str:
     """What an interrupted run leaves, said as it is: its newest checkpoint, or none (then a
     resume starts the run again from step 0; the warm start says above what it kept)."""
-    from rollwise.train.checkpoint import latest_step
+    from rollwise.trainer.checkpoint import latest_step
 
     if not (run_dir / "config.resolved.toml").is_file():
         return "interrupted before the run directory was written: nothing to resume; rerun the same command"

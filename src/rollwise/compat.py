@@ -12,7 +12,7 @@ naming the keys to change, before any model is loaded; ``config.load_config`` ca
 part's own ``check_config`` checks only local facts (installed? address parses? its options
 consistent?). Three strategies still check another section from their own options, which no
 record field expresses: GDRO (``loss_signal = 'surrogate_kl'`` needs a reference model; it refuses
-``filter.d3s``), APRIL (``prefix_mode = 'tis'`` needs an objective weight) and SAPO (not with
+``batch.d3s``), APRIL (``prefix_mode = 'tis'`` needs an objective weight) and SAPO (not with
 ``reward.ttrl``).
 
 Parts are reached through their registries (entries are ``"module:attr"`` strings loaded when
@@ -25,7 +25,7 @@ periodic asynchrony with a part that reads the whole batch (GDPO's batch normali
 ECHO, GDRO, ADHint, R3L, SCOPE), which would compute every step twice; and, once the tokenizer is
 known (:func:`check_engine_length`, before the warm start and the engine), a prompt plus
 ``sampling.max_new_tokens`` longer than vLLM's ``max_model_len``. D3S's ``entropy = 'sampler'`` is
-not refused: it documents a fallback to a no-grad trainer forward (``filter/d3s.py``,
+not refused: it documents a fallback to a no-grad trainer forward (``batch/d3s.py``,
 ``d3s/entropy_from_trainer``).
 """
 
@@ -44,10 +44,10 @@ POOLS.register("local", "rollwise.distributed.local")
 POOLS.register("ray", "rollwise.distributed.ray_pool")
 POOLS.register("data_parallel", "rollwise.distributed.data_parallel")
 POOLS.register("async", "rollwise.distributed.async_pool")
-POOLS.register("periodic", "rollwise.train.streaming")
+POOLS.register("periodic", "rollwise.trainer.streaming")
 WRAPPERS = Registry("rollout wrapper")
 WRAPPERS.register("sampling.arrol", "rollwise.generate.arrol")
-WRAPPERS.register("sampling.tree", "rollwise.backends.latr")
+WRAPPERS.register("sampling.latr", "rollwise.generate.latr")
 
 
 def _registries() -> dict[str, Registry]:
@@ -91,8 +91,8 @@ def build_filters(cfg) -> list[tuple[str, Callable]]:
 
 def objective_options(cfg):
     """The objective's options as the trainer gets them: defaults filled in, and the TIS weight on when
-    the sampler is not the trainer's forward (``rollwise.train.mismatch.default_tis``)."""
-    from rollwise.train.mismatch import default_tis
+    the sampler is not the trainer's forward (``rollwise.trainer.mismatch.default_tis``)."""
+    from rollwise.trainer.mismatch import default_tis
 
     obj, opts, _ = resolve(cfg, "objective")
     return default_tis(opts if opts is not None else obj.Options(), cfg)
@@ -124,7 +124,7 @@ def pools(cfg) -> list[tuple[str, Any]]:
 def wrappers(cfg) -> list[tuple[str, Compat]]:
     """(config key, record) of each rollout wrapper the config turns on: ARRoL, LATR trees, and a
     replay source that generates training rollouts itself (APRIL, SPEC-RL)."""
-    out = [(f"{key}.enabled", record(WRAPPERS.get(key))) for key in ("sampling.arrol", "sampling.tree")
+    out = [(f"{key}.enabled", record(WRAPPERS.get(key))) for key in ("sampling.arrol", "sampling.latr")
            if getattr(cfg.sampling, key.split(".")[1]).enabled]
     rep = record(resolve(cfg, "replay")[0])
     if rep.owns_generation or rep.needs_decode_hooks:
@@ -143,11 +143,11 @@ def in_process_strategies(cfg) -> list[str]:
 
 
 def check_model(cfg) -> None:
-    from rollwise.train import tiny
+    from rollwise.trainer import tiny
 
     name = cfg.model.name
     if name not in tiny.NAMES:
-        from rollwise.train.hf_models import check_model_name
+        from rollwise.trainer.hf_models import check_model_name
 
         check_model_name(name, builtin_names=tiny.NAMES)
     if cfg.model.lora.enabled:
@@ -161,7 +161,7 @@ def check(cfg) -> None:
     """Every refusal that needs only the config (module docstring); called by ``config.load_config``."""
     check_model(cfg)
     from rollwise.trackers import check as check_trackers
-    from rollwise.verify.flaws import DETECTORS
+    from rollwise.reward.fapo import DETECTORS
 
     check_trackers(cfg.run.report_to)
     DETECTORS.resolve(cfg.reward.fapo.detector)  # a UserError naming the known detectors
@@ -216,15 +216,15 @@ def check_needs(cfg, section: str, rec: Compat) -> None:
 
 def check_wrappers(cfg) -> None:
     """Each wrapper's local check; at most one part makes the training rollouts."""
-    for key in ("sampling.arrol", "sampling.tree"):
+    for key in ("sampling.arrol", "sampling.latr"):
         local_check(WRAPPERS.get(key), cfg)  # ARRoL: its check point before sampling.max_new_tokens
     rep = record(resolve(cfg, "replay")[0])
-    if cfg.sampling.arrol.enabled and cfg.sampling.tree.enabled:
-        raise UserError("sampling.arrol.enabled cannot be combined with sampling.tree.enabled (both own training generation)")
+    if cfg.sampling.arrol.enabled and cfg.sampling.latr.enabled:
+        raise UserError("sampling.arrol.enabled cannot be combined with sampling.latr.enabled (both own training generation)")
     if cfg.sampling.arrol.enabled and rep.owns_generation:
         raise UserError(f"sampling.arrol.enabled cannot be combined with replay {cfg.replay.name!r} (both own training generation)")
-    if cfg.sampling.tree.enabled and rep.owns_generation:
-        raise UserError(f"sampling.tree.enabled cannot be combined with replay {cfg.replay.name!r} (it generates "
+    if cfg.sampling.latr.enabled and rep.owns_generation:
+        raise UserError(f"sampling.latr.enabled cannot be combined with replay {cfg.replay.name!r} (it generates "
                         "training rollouts itself and would bypass the tree)")
 
 
@@ -258,9 +258,9 @@ def check_async(cfg) -> None:
     if not a.on:
         return
     gen = record(POOLS.get("async"))
-    in_process = [k for k in in_process_strategies(cfg) if k != "replay.name = 'partial'"]  # APRIL runs inside (build)
-    if cfg.replay.name == "partial" and (cfg.model.backend != "hf" or cfg.distributed.workers > 0 or a.on_new_weights != "finish"):
-        raise UserError("replay.name = 'partial' (APRIL) with train.async drives the generator's own hf backend: set "
+    in_process = [k for k in in_process_strategies(cfg) if k != "replay.name = 'april'"]  # APRIL runs inside (build)
+    if cfg.replay.name == "april" and (cfg.model.backend != "hf" or cfg.distributed.workers > 0 or a.on_new_weights != "finish"):
+        raise UserError("replay.name = 'april' (APRIL) with train.async drives the generator's own hf backend: set "
                         "model.backend = 'hf', distributed.workers = 0 and train.async.on_new_weights = 'finish'")
     if in_process and not gen.decode_hooks:
         raise UserError(f"{', '.join(in_process)} drives the trainer's backend directly, which train.async "
@@ -277,21 +277,21 @@ def check_async(cfg) -> None:
 
 def check_periodic(cfg) -> None:
     """``train.async.periodic``: the trainer back-propagates each group as it arrives
-    (``train/streaming.py``), which needs every row of the batch to be the row it streamed."""
+    (``trainer/streaming.py``), which needs every row of the batch to be the row it streamed."""
     local_check(POOLS.get("periodic"), cfg)
     bad = []
     if cfg.train.epochs > 1:
         bad.append("train.epochs > 1 (one optimizer step per batch)")
     if cfg.train.ess_lr_scaling.enabled:
         bad.append("train.ess_lr_scaling.enabled (needs every row's weight before the step)")
-    if cfg.filter.d3s.enabled:
-        bad.append("filter.d3s.enabled (selects rows of the whole batch)")
+    if cfg.batch.d3s.enabled:
+        bad.append("batch.d3s.enabled (selects rows of the whole batch)")
     if cfg.replay.name != "on_policy":
         bad.append(f"replay.name = {cfg.replay.name!r} (mixes other groups into the batch)")
     if cfg.control.dynamic_sampling.enabled:
         bad.append("control.dynamic_sampling.enabled (keeps a share of the batch)")
     if any(rec.needs_decode_hooks for key, rec in wrappers(cfg) if key.startswith("sampling.")):
-        bad.append("sampling.arrol / sampling.tree (drive the trainer's backend directly)")
+        bad.append("sampling.arrol / sampling.latr (drive the trainer's backend directly)")
     opts = resolve(cfg, "objective")[1]
     if not all(hasattr(opts, k) for k in ("aggregation", "norm_constant", "count_empty_rows")):
         bad.append(f"objective.name = {cfg.objective.name!r} (no common.aggregate denominator)")
@@ -343,7 +343,7 @@ def corrects_off_policy(cfg) -> bool:
     behaviour policy ``mu`` enters only through the bounded weight ``pi_prox / mu`` (AReaL's
     decoupled PPO, eq. 4-5; ``decoupled_ppo``, or any objective with ``objective.options.tis_level``
     other than 'off', including the token weight a sampler other than the trainer's forward turns
-    on, ``rollwise.train.mismatch.default_tis``). Without it (``tis_level = 'off'``, slime's
+    on, ``rollwise.trainer.mismatch.default_tis``). Without it (``tis_level = 'off'``, slime's
     "bypass") the ratio is ``pi_theta / mu`` clipped around ``mu``: an importance ratio, but the
     trust region is centred on a policy up to η versions old, not on the one being updated: tokens
     the trainer has since moved past the clip range give no gradient, or (negative advantage,

@@ -62,7 +62,7 @@ def prepare_run_dir(cfg, resume: bool) -> Path:
     """Create (or reuse when resuming) the run directory; fail early if it is not writable or
     another process holds its lock (``checkpoint.lock_run_dir``, taken before anything in it
     is touched)."""
-    from rollwise.train.checkpoint import LOCK, lock_run_dir
+    from rollwise.trainer.checkpoint import LOCK, lock_run_dir
 
     run_dir = cfg.run_dir()
     if run_dir.exists():
@@ -93,9 +93,9 @@ def build_policy(cfg, task, log=print):
     import torch
 
     from rollwise.tokens import Codec
-    from rollwise.train import tiny
-    from rollwise.train.device import check_model_fits, resolve_device
-    from rollwise.train.warm_start import fit_warnings, warm_start
+    from rollwise.trainer import tiny
+    from rollwise.trainer.device import check_model_fits, resolve_device
+    from rollwise.trainer.warm_start import fit_warnings, warm_start
 
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
@@ -107,7 +107,7 @@ def build_policy(cfg, task, log=print):
         codec = Codec(tok, use_chat=False)
         warnings = fit_warnings(task, codec, cfg.sampling.max_new_tokens, model.config.max_position_embeddings, builtin=True)
     else:
-        from rollwise.train.hf_models import load_pretrained
+        from rollwise.trainer.hf_models import load_pretrained
 
         model, tok = load_pretrained(name, dtype=cfg.model.dtype)
         codec = Codec(tok, use_chat=True)
@@ -134,7 +134,7 @@ def build_policy(cfg, task, log=print):
     if cfg.model.dtype == "bfloat16":
         model = model.to(torch.bfloat16)
     if cfg.model.lora.enabled:
-        from rollwise.train.hf_models import apply_lora
+        from rollwise.trainer.hf_models import apply_lora
 
         lc = cfg.model.lora
         model = apply_lora(model, r=lc.r, alpha=lc.alpha, dropout=lc.dropout, target_modules=list(lc.target_modules))
@@ -148,7 +148,7 @@ def check_runtime(cfg, log=print) -> None:
     """Checks that need the machine, not only the config, made before the model is loaded: the Ray
     cluster (``distributed.address`` reachable, enough CPUs for ``distributed.workers``) and the
     device ``model.device`` names (a CUDA request on a machine without CUDA is refused here)."""
-    from rollwise.train.device import describe, resolve_device, summary
+    from rollwise.trainer.device import describe, resolve_device, summary
 
     device = resolve_device(cfg.model.device)
     log(summary(describe(device)))
@@ -198,13 +198,13 @@ def build_pool(cfg, backend, codec, task, sampling, tree, model, log=print, dp=N
 
 
 def gap_guard(cfg, receivers):
-    """The stale-weight alarm (``train.gap_guard``, ``train.mismatch.GapGuard``) when the sampler is a
+    """The stale-weight alarm (``train.gap_guard``, ``trainer.mismatch.GapGuard``) when the sampler is a
     separate engine (``receivers``: vLLM, Ray workers) fed fresh rollouts only (no asynchrony, on-policy
     replay: old log-probs are legitimately far); else None."""
     gg = cfg.train.gap_guard
     if not (gg.enabled and receivers and not cfg.train.async_.on and cfg.replay.name == "on_policy"):
         return None
-    from rollwise.train.mismatch import GapGuard
+    from rollwise.trainer.mismatch import GapGuard
 
     return GapGuard(gg.ceiling, gg.jump, gg.floor)
 
@@ -230,7 +230,7 @@ class Assembly:
     model: Any = None
     codec: Any = None
     sampling: Any = None  # types.Sampling
-    precision: Any = None  # train.precision decision (compute dtype, ledger fields)
+    precision: Any = None  # trainer.precision decision (compute dtype, ledger fields)
     compute_dtype: Any = None
     backend: Any = None  # the engine in this process (None with Ray workers)
     pool: Any = None  # what the loop generates through: the base pool inside the rollout wrappers
@@ -277,7 +277,7 @@ def open_run(cfg, resume: bool, main: bool = True) -> tuple[Path, Any, Strategie
         if not existed:  # a run that fails validation leaves no empty directory behind
             import shutil
 
-            from rollwise.train.checkpoint import unlock_run_dir
+            from rollwise.trainer.checkpoint import unlock_run_dir
 
             unlock_run_dir(run_dir)
             shutil.rmtree(run_dir, ignore_errors=True)
@@ -299,7 +299,7 @@ def assemble(cfg, task, parts: Strategies, wiring: Wiring, dp=None, backend=None
     describe = getattr(task, "describe_verifier", None)
     if describe is not None:  # e.g. which code sandbox is active (verify/sandbox.py)
         log(describe())
-    tree = tree_sampler(cfg, a.backend, a.codec)  # LATR (sampling.tree), or None
+    tree = tree_sampler(cfg, a.backend, a.codec)  # LATR (sampling.latr), or None
     a.pool = base = build_pool(cfg, a.backend, a.codec, task, a.sampling, tree, a.model, log=log, dp=dp)
     for applies, wrap in ROLLOUT_WRAPPERS:
         if applies(cfg, a):
@@ -311,16 +311,16 @@ def assemble(cfg, task, parts: Strategies, wiring: Wiring, dp=None, backend=None
     a.services = Services(task, a.codec, s.max_new_tokens, t.policy_logprobs, t.policy_and_reference_logprobs, t)
     parts.controller.bind(a.services)  # e.g. ADHint's hint prefixes, SAPO's re-scoring of received text
     parts.replay.bind(a.services)
-    if cfg.train.async_.periodic:  # periodic asynchrony: groups back-propagated as they arrive (train/streaming.py)
-        from rollwise.train.streaming import StreamingTrainer
+    if cfg.train.async_.periodic:  # periodic asynchrony: groups back-propagated as they arrive (trainer/streaming.py)
+        from rollwise.trainer.streaming import StreamingTrainer
 
         a.trainer = StreamingTrainer(a.trainer, wiring.prepare)
     return a
 
 
 def _precision(cfg, model, log):
-    """``model.compute_dtype`` decided for the policy's device ("auto": measured on a CPU, train/precision.py)."""
-    from rollwise.train.precision import decide_compute_dtype
+    """``model.compute_dtype`` decided for the policy's device ("auto": measured on a CPU, trainer/precision.py)."""
+    from rollwise.trainer.precision import decide_compute_dtype
 
     weights = next(model.parameters())
     precision = decide_compute_dtype(cfg.model.compute_dtype, weights.device, model.config, weights_dtype=weights.dtype,
@@ -330,11 +330,11 @@ def _precision(cfg, model, log):
 
 
 def _record_entropy(cfg, backend, parts: Strategies) -> None:
-    """Turn on the sampler's entropy record where a strategy reads it: D3S token scores (filter/d3s.py),
+    """Turn on the sampler's entropy record where a strategy reads it: D3S token scores (batch/d3s.py),
     ETTRL / ECHO / MSSR's ``entropy = "sampler"`` (objectives/signals.py)."""
     from rollwise.types import EntropyRecorder
 
-    d3s = cfg.filter.d3s
+    d3s = cfg.batch.d3s
     wanted = (d3s.enabled and d3s.token_level and d3s.entropy == "sampler") or \
         getattr(parts.advantage_options, "entropy", None) == "sampler"
     if wanted and isinstance(backend, EntropyRecorder):
@@ -342,11 +342,11 @@ def _record_entropy(cfg, backend, parts: Strategies) -> None:
 
 
 def tree_sampler(cfg, backend, codec):
-    """LATR tree sampler (``sampling.tree``, backends/latr.py), or None when off."""
-    tc = cfg.sampling.tree
+    """LATR tree sampler (``sampling.latr``, generate/latr.py), or None when off."""
+    tc = cfg.sampling.latr
     if not tc.enabled:
         return None
-    from rollwise.backends.latr import LatrSampler, math_symbol_ids
+    from rollwise.generate.latr import LatrSampler, math_symbol_ids
 
     # config-only checks are in latr.check_config (components.check); LatrSampler checks the
     # backend (an argument of the run, not part of the config) before the symbol table is built
@@ -356,7 +356,7 @@ def tree_sampler(cfg, backend, codec):
 
 
 def build_trainer(cfg, a: Assembly):
-    from rollwise.train.trainer import Trainer
+    from rollwise.trainer.trainer import Trainer
 
     parts = a.parts
     return Trainer(a.model, parts.objective, parts.objective_options, cfg.train, cfg.sampling.temperature,
@@ -373,7 +373,7 @@ def _wrap_async(cfg, a: Assembly, w: Wiring):
     from rollwise.distributed import async_pool
 
     parts, april = a.parts, None
-    if cfg.replay.name == "partial":
+    if cfg.replay.name == "april":
         import threading
 
         parts.controller = async_pool.Locked(parts.controller, threading.RLock())
@@ -400,8 +400,8 @@ def _wrap_replay(cfg, a: Assembly, w: Wiring):
 
 
 def _wrap_ttrl(cfg, a: Assembly, w: Wiring):
-    """TTRL majority-vote pseudo-rewards on training groups (verify/ttrl.py)."""
-    from rollwise.verify.ttrl import TtrlPool
+    """TTRL majority-vote pseudo-rewards on training groups (reward/ttrl.py)."""
+    from rollwise.reward.ttrl import TtrlPool
 
     return TtrlPool(a.pool, cfg.reward.ttrl)
 

@@ -4,7 +4,7 @@ rejects unknown keys, bad values, unknown strategy names and invalid strategy op
 any model is loaded, naming the key and the valid choices.
 
 This module is the schema and imports no strategy module. The options of features that have a
-fixed section here (``sampling.arrol``, ``filter.d3s``, ``reward.ttrl``, ``model.warm_start.otr``,
+fixed section here (``sampling.arrol``, ``batch.d3s``, ``reward.ttrl``, ``model.warm_start.otr``,
 ``train.ess_lr_scaling``) are defined here (``ArrolOptions``, ``D3SOptions``, ...) and the
 strategy modules alias them (strategy -> config, never config -> strategy). The ``options`` of a
 named strategy (``control.options``, ``advantage.options``, ...) and the FAPO detector are
@@ -113,14 +113,14 @@ class ModelConfig(Section):
     dtype: Literal["float32", "bfloat16"] = Field("float32", description="Weights and compute dtype.")
     compute_dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto", description="Dtype the policy's matrix products run in (generation, scoring, training) while weights, gradients and "
-                            "optimizer state stay in model.dtype (bf16 autocast, fp32 master weights; rollwise.train.precision). "
+                            "optimizer state stay in model.dtype (bf16 autocast, fp32 master weights; rollwise.trainer.precision). "
                             "'auto': the faster of the two here: on a CPU, measured on the model's own matrix shapes at the first "
                             "run (a few seconds; bf16 only if >= 1.1x as fast) and cached per CPU and torch version; on CUDA, bfloat16 "
                             "when the GPU supports it. The choice and its reason are logged and written to metrics.jsonl "
                             "(precision/*). An explicit float32 / bfloat16 always wins.")
     device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$", description="Where the policy, the reference, the hf sampler, the trainer and the warm start run: "
                         "'auto' (cuda when torch sees a CUDA device, else cpu), 'cpu', 'cuda' or 'cuda:N' "
-                        "(rollwise.train.device; memory is checked against the device before the model moves there).")
+                        "(rollwise.trainer.device; memory is checked against the device before the model moves there).")
     max_batch: int = Field(256, ge=1, description="Most sequences per generation forward pass.")
     lora: LoraConfig = Field(default_factory=LoraConfig, description="LoRA options.")
     warm_start: WarmStartConfig = Field(default_factory=WarmStartConfig, description="Supervised warm start of the built-in model.")
@@ -143,7 +143,7 @@ class TaskConfig(StrategyConfig):
 
 
 class TreeSamplingConfig(Section):
-    """LATR tree rollouts (arXiv 2510.24302; systems.md §6; ``rollwise.backends.latr``). Defaults are the
+    """LATR tree rollouts (arXiv 2510.24302; systems.md §6; ``rollwise.generate.latr``). Defaults are the
     released code's dataclass defaults and, for the schedule, its Countdown script."""
 
     enabled: bool = Field(False, description="Generate a share of each training group as a LATR tree (hf backend only; evaluation never "
@@ -171,9 +171,9 @@ class TreeSamplingConfig(Section):
     def _check(self):
         bad = {k: v for k, v in self.schedule.items() if k < 0 or not 0.0 <= v <= 1.0}
         if bad:
-            raise ValueError(f"sampling.tree.schedule needs step keys >= 0 and eta values in [0, 1], got {bad}")
+            raise ValueError(f"sampling.latr.schedule needs step keys >= 0 and eta values in [0, 1], got {bad}")
         if not self.lookahead or any(r < 1 for r in self.lookahead):
-            raise ValueError(f"sampling.tree.lookahead must be a non-empty list of ages >= 1, got {self.lookahead}")
+            raise ValueError(f"sampling.latr.lookahead must be a non-empty list of ages >= 1, got {self.lookahead}")
         return self
 
 
@@ -207,7 +207,7 @@ class SamplingConfig(Section):
     temperature: float = Field(1.0, ge=0.0, description="Sampling temperature for training rollouts (0 = greedy).")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
     max_new_tokens: int = Field(8, ge=1, description="Most tokens generated per rollout.")
-    tree: TreeSamplingConfig = Field(default_factory=TreeSamplingConfig, description="LATR tree rollouts (off by default).")
+    latr: TreeSamplingConfig = Field(default_factory=TreeSamplingConfig, description="LATR tree rollouts (off by default).")
     arrol: ArrolConfig = Field(default_factory=ArrolConfig, description="ARRoL online rollout pruning (off by default).")
 
 
@@ -255,7 +255,7 @@ class ControlConfig(StrategyConfig):
 
 
 class D3SOptions(BaseModel):
-    """The options of ``rollwise.filter.d3s`` (its ``Options``): schema here, behaviour there."""
+    """The options of ``rollwise.batch.d3s`` (its ``Options``): schema here, behaviour there."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
@@ -273,7 +273,7 @@ class D3SOptions(BaseModel):
 
 
 class D3SConfig(D3SOptions):
-    enabled: bool = Field(False, description="D3S dual-level down-sampling (arXiv 2509.22115; rollwise.filter.d3s): after advantages, "
+    enabled: bool = Field(False, description="D3S dual-level down-sampling (arXiv 2509.22115; rollwise.batch.d3s): after advantages, "
                           "keep each group's max-advantage-variance rows and the loss tokens with the largest |A| * entropy, "
                           "ratios rising to 1 on a schedule.")
 
@@ -281,7 +281,6 @@ class D3SConfig(D3SOptions):
 class FilterConfig(Section):
     names: list[str] = Field(default_factory=list, description="Filters applied in order, e.g. ['zero_variance'].")
     options: dict[str, dict[str, Any]] = Field(default_factory=dict, description="Options per filter name.")
-    d3s: D3SConfig = Field(default_factory=D3SConfig, description="D3S row and token down-sampling of the training batch (off by default).")
 
 
 class ReplayConfig(StrategyConfig):
@@ -303,7 +302,7 @@ class KlInRewardConfig(Section):
 
 
 class TtrlOptions(BaseModel):
-    """The options of ``rollwise.verify.ttrl`` (its ``Options``): schema here, behaviour there."""
+    """The options of ``rollwise.reward.ttrl`` (its ``Options``): schema here, behaviour there."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -312,13 +311,13 @@ class TtrlOptions(BaseModel):
 
 
 class TtrlConfig(TtrlOptions):
-    enabled: bool = Field(False, description="Test-time RL (TTRL, arXiv 2504.16084; rollwise.verify.ttrl): the training reward is "
+    enabled: bool = Field(False, description="Test-time RL (TTRL, arXiv 2504.16084; rollwise.reward.ttrl): the training reward is "
                           "agreement with the majority answer of the group, never the reference answer (evaluation still "
                           "uses the reference).")
 
 
 class FapoConfig(Section):
-    enabled: bool = Field(False, description="FAPO flawed-positive penalty (arXiv 2510.22543; rollwise.verify.flaws): a correct rollout "
+    enabled: bool = Field(False, description="FAPO flawed-positive penalty (arXiv 2510.22543; rollwise.reward.fapo): a correct rollout "
                           "whose reasoning the detector finds flawed loses 'penalty' from its reward.")
     detector: str = Field("rule", description="Flaw detector: 'rule' (first false integer equation in the working; built-in tasks) or "
                           "'package.module:attr', a callable (prompt, completion) -> earliest error step, -1, or None (cannot judge); "
@@ -378,7 +377,7 @@ class AsyncConfig(Section):
                                     "not decoupled_ppo); refused at load unless true.")
     periodic: bool = Field(False, description="Periodic asynchrony (arXiv 2511.18871): strictly on-policy; the trainer "
                            "back-propagates each group as soon as it is generated while the rest of the batch is still "
-                           "generating, one optimizer step per batch (rollwise.train.streaming).")
+                           "generating, one optimizer step per batch (rollwise.trainer.streaming).")
     periodic_chunks: int = Field(4, ge=1, description="Periodic asynchrony: generate each step's plan in this many chunks of "
                                  "groups; the trainer back-propagates a chunk while the next one generates.")
 
@@ -389,7 +388,7 @@ class AsyncConfig(Section):
 
 
 class GapGuardConfig(Section):
-    """The stale-weight alarm (rollwise.train.mismatch.GapGuard; docs/architecture.md §9): on when the sampler is a
+    """The stale-weight alarm (rollwise.trainer.mismatch.GapGuard; docs/architecture.md §9): on when the sampler is a
     separate engine (vLLM, Ray workers) fed only fresh rollouts (no asynchrony, on-policy replay)."""
 
     enabled: bool = Field(True, description="Stop the run when the sampler/trainer log-prob gap (mismatch/abs_mean) jumps.")
@@ -457,6 +456,10 @@ class EvalConfig(Section):
         return self
 
 
+class BatchConfig(Section):
+    d3s: D3SConfig = Field(default_factory=D3SConfig, description="D3S row and token down-sampling of the training batch (off by default).")
+
+
 class Config(Section):
     _derived: dict = PrivateAttr(default_factory=dict)  # key -> "value from why" (rollwise.defaults.resolve)
     run: RunConfig = Field(default_factory=RunConfig, description="Run directory, seed, checkpoints.")
@@ -468,6 +471,7 @@ class Config(Section):
     replay: ReplayConfig = Field(default_factory=ReplayConfig, description="Replay source.")
     reward: RewardConfig = Field(default_factory=RewardConfig, description="Reward shaping before advantages (verified rollouts only).")
     advantage: AdvantageConfig = Field(default_factory=AdvantageConfig, description="Advantage estimator.")
+    batch: BatchConfig = Field(default_factory=BatchConfig, description="The trainer's batch after advantages: D3S row and token down-sampling.")
     objective: ObjectiveConfig = Field(default_factory=ObjectiveConfig, description="Policy objective.")
     train: TrainConfig = Field(default_factory=TrainConfig, description="Optimizer and steps.")
     eval: EvalConfig = Field(default_factory=EvalConfig, description="Held-out evaluation.")
@@ -561,12 +565,29 @@ def read_toml(path: str | Path) -> dict:
         raise UserError(f"config file {p} is not valid TOML: {e}") from None
 
 
+# Keys renamed so that each feature's config section, module folder and metric prefix use one word
+# (LATR: sampling.latr, rollwise.generate.latr, latr/*; D3S: batch.d3s, rollwise.batch.d3s, d3s/*).
+RENAMED = {"sampling.tree": "sampling.latr", "filter.d3s": "batch.d3s"}
+
+
+def check_renamed(raw: dict) -> None:
+    """``UserError`` naming the new key when a config file, ``data`` or a --set override uses a
+    key listed in ``RENAMED``."""
+    for old, new in RENAMED.items():
+        node = raw
+        for part in old.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if node is not None:
+            raise UserError(f"{old} was renamed {new}: write [{new}] in the config file or --set {new}.<key>=...")
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None, data: dict | None = None) -> Config:
     """Build a validated ``Config`` from a TOML file, a dict and ``section.key=value`` overrides."""
     raw = dict(data or {})
     if path is not None:
         raw = read_toml(path) | raw
     raw = apply_overrides(raw, list(overrides or []))
+    check_renamed(raw)
     try:
         cfg = Config.model_validate(raw)
     except ValidationError as e:

@@ -81,7 +81,7 @@ PROFILES = {
 
 
 def profile(model_name: str) -> Profile:
-    from rollwise.train import tiny
+    from rollwise.trainer import tiny
 
     return PROFILES["tiny" if model_name in tiny.NAMES else "pretrained"]
 
@@ -107,7 +107,7 @@ def _get(cfg, key: str):
 
 def derive(cfg, task) -> dict[str, tuple[object, str]]:
     """``{key: (value, why)}`` for every unset key whose derived value differs from the schema's."""
-    from rollwise.train import tiny
+    from rollwise.trainer import tiny
 
     prof = profile(cfg.model.name)
     out: dict[str, tuple[object, str]] = {}

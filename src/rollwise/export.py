@@ -6,7 +6,7 @@ Contract:
 - ``export_run(run_dir, out_dir, step=None, adapter=False, gguf=False)`` rebuilds the run's
   policy from ``config.resolved.toml`` (no warm start; the task is built, as the policy's
   checks read it), loads the verified
-  checkpoint ``step-<step>`` (default: the newest that verifies, see ``train/checkpoint.py``)
+  checkpoint ``step-<step>`` (default: the newest that verifies, see ``trainer/checkpoint.py``)
   and writes ``out_dir`` with ``write_hf``. Refuses (``UserError``) a missing run, a missing
   step (naming the steps there), a non-empty ``out_dir`` and ``--adapter`` on a run without
   LoRA, all before the model is built; with ``gguf=True`` it first checks that the ``gguf``
@@ -94,7 +94,7 @@ def write_hf(model, tokenizer, out_dir: str | Path, adapter: bool = False, overw
 def _plain(model, merged: bool):
     """The base model of a LoRA ``model`` without adapter layers: with the adapters folded in
     (``merged``) or its original weights."""
-    from rollwise.train.hf_models import merged_state_dict
+    from rollwise.trainer.hf_models import merged_state_dict
 
     base = model.get_base_model()
     if merged:
@@ -120,7 +120,7 @@ def _policy(run_dir: Path):
 
 
 def resolve_checkpoint(run_dir: Path, step: int | None, log=print) -> Path:
-    from rollwise.train import checkpoint
+    from rollwise.trainer import checkpoint
 
     if not (run_dir / "config.resolved.toml").is_file():
         raise UserError(f"{run_dir} is not a run directory (no config.resolved.toml)")
@@ -198,7 +198,7 @@ def write_gguf(model, tokenizer, path: str | Path) -> Path:
     """A float32 GGUF of a Llama-architecture ``model``; see the module docstring."""
     gguf = _gguf_module()
     if is_lora(model):
-        from rollwise.train.hf_models import merged_state_dict
+        from rollwise.trainer.hf_models import merged_state_dict
 
         state, config = merged_state_dict(model), model.get_base_model().config
     else:

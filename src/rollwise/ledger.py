@@ -18,7 +18,7 @@ from pathlib import Path
 from rollwise.storage import read_jsonl  # noqa: F401 (the reader lives in storage.py since #27: eval/plots reads it too)
 
 COST_KEYS = ("generated_tokens", "trained_tokens", "rollouts", "verifier_calls", "unverified")
-# Rollout-reuse costs (SPEC-RL, rollwise.replay.speculative): cumulative, 0 for other strategies.
+# Rollout-reuse costs (SPEC-RL, rollwise.generate.spec_rl): cumulative, 0 for other strategies.
 REUSE_KEYS = ("reused_tokens", "verify_tokens")
 
 
@@ -27,7 +27,7 @@ class Ledger:
         self.dir = Path(run_dir)
         self.write = write  # False: totals and lines are kept, no file is touched (data-parallel ranks > 0)
         # facts of this session written on every training line, e.g. the compute dtype it chose and
-        # why (precision/*, rollwise.train.precision); a resumed session decides (and writes) its own
+        # why (precision/*, rollwise.trainer.precision); a resumed session decides (and writes) its own
         self.facts = dict(facts or {})
         self.metrics_path = self.dir / "metrics.jsonl"
         self.eval_path = self.dir / "eval.jsonl"
@@ -37,11 +37,11 @@ class Ledger:
         self.t0 = time.perf_counter()
         # callables (kind, line) given every line written, kind "train" or "eval" (rollwise.trackers)
         self.sinks: list = []
-        # the device's facts (device/*, rollwise.train.device.describe) join them and, on CUDA, each
+        # the device's facts (device/*, rollwise.trainer.device.describe) join them and, on CUDA, each
         # line reports the device's peak memory since the last line
         self.device = None
         if device is not None:
-            from rollwise.train.device import describe
+            from rollwise.trainer.device import describe
 
             self.facts.update(describe(device))
             self.device = device if device.type == "cuda" else None
@@ -64,7 +64,7 @@ class Ledger:
         line.update(getattr(cost, "metrics", None) or {})
         line.update(extra)
         if self.device is not None:
-            from rollwise.train.device import peak_memory
+            from rollwise.trainer.device import peak_memory
 
             line.update(peak_memory(self.device))
         self._append(self.metrics_path, line)

@@ -18,7 +18,7 @@ from rollwise import defaults, storage
 from rollwise.config import Config, load_config
 from rollwise.batch.build import apply_filters, make_batch
 from rollwise.session import Run, RunResult, now, step_metrics
-from rollwise.train import checkpoint
+from rollwise.trainer import checkpoint
 
 
 def train(cfg: Config, *, resume: bool = False, backend=None, log=print) -> RunResult:

@@ -47,7 +47,7 @@ def _locked(run_dir: Path) -> bool:
 
 
 def list_runs(root: str | Path) -> list[dict]:
-    from rollwise.train.checkpoint import latest_step
+    from rollwise.trainer.checkpoint import latest_step
 
     root = Path(root)
     if not root.is_dir():

@@ -26,7 +26,7 @@ from rollwise.config import Config, to_toml
 from rollwise.eval.evaluate import evaluate
 from rollwise.ledger import Ledger
 from rollwise.batch.build import apply_filters, make_batch
-from rollwise.train import checkpoint
+from rollwise.trainer import checkpoint
 from rollwise.types import RunState, Stateful
 
 
@@ -144,14 +144,14 @@ class Run:
 
     # -------------------------------------------------------------- down-sampling (D3S)
     def downsample(self, batch, rows):
-        """D3S row and token selection of the step's batch (``filter.d3s``, filter/d3s.py);
+        """D3S row and token selection of the step's batch (``batch.d3s``, batch/d3s.py);
         returns the batch unchanged and no metrics when it is off. Token entropies are read or
         computed (``Trainer.token_entropy``, a no-grad forward) only while rho_k < 1. The loop
         times this call as part of ``time/train_s``."""
-        opts = self.cfg.filter.d3s
+        opts = self.cfg.batch.d3s
         if not opts.enabled:
             return batch, {}
-        from rollwise.filter import d3s
+        from rollwise.batch import d3s
 
         ent, from_trainer = None, 0.0
         if d3s.needs_entropy(self.state.step, self.cfg.train.steps, opts):  # rho_k < 1: after the ramp, no forward

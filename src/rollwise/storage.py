@@ -78,7 +78,7 @@ def _under(name, root: Path) -> bool:
 
 
 def ckpt_dir(run_dir: Path) -> Path:
-    """A run's checkpoints folder (written by ``rollwise.train.checkpoint``)."""
+    """A run's checkpoints folder (written by ``rollwise.trainer.checkpoint``)."""
     return Path(run_dir) / "checkpoints"
 
 

@@ -57,7 +57,7 @@ class Completion:
 @dataclass(frozen=True)
 class TreePath:
     """Where a rollout sits in its group's generation tree (LATR tree rollouts,
-    ``rollwise.backends.latr``; read by the ``tree`` advantage, ``rollwise.objectives.tree``).
+    ``rollwise.generate.latr``; read by the ``tree`` advantage, ``rollwise.objectives.tree``).
 
     A node is a token segment between branch points. ``nodes[d]`` is the node at depth d + 1 on
     the path from the prompt (depth 0) to this rollout's leaf; its tokens are

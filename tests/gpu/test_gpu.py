@@ -8,7 +8,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 
 def test_hf_backend_generates_on_gpu():
     from rollwise.backends.hf import HFBackend
-    from rollwise.train.tiny import build_tiny
+    from rollwise.trainer.tiny import build_tiny
     from rollwise.types import Sampling
 
     model, tok = build_tiny("tiny-s")

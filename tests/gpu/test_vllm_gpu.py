@@ -19,7 +19,7 @@ def test_vllm_greedy_equals_hf_and_follows_pushed_weights_on_gpu():
     from rollwise.config import ModelConfig
     from rollwise.distributed.weights import policy_weights
     from rollwise.tokens import Codec
-    from rollwise.train.hf_models import load_pretrained
+    from rollwise.trainer.hf_models import load_pretrained
     from rollwise.types import Prompt, Sampling
 
     model, tok = load_pretrained("smollm2-135m")

@@ -7,7 +7,7 @@ import sys
 
 from rollwise.cli import main
 from rollwise.runs import list_runs
-from rollwise.train import checkpoint
+from rollwise.trainer import checkpoint
 
 
 def _fake_run(root, name, steps, evals, ckpt=None, final=False):

@@ -102,7 +102,7 @@ def _perturb_adapters(run):
     from safetensors.torch import load_model
 
     from rollwise.export import _policy
-    from rollwise.train import checkpoint
+    from rollwise.trainer import checkpoint
 
     _, model, _ = _policy(run)
     load_model(model, str(run / "checkpoints" / "step-2" / "model.safetensors"))
@@ -161,8 +161,8 @@ def test_adapter_names_a_local_base_model_by_its_absolute_path(tmp_path, monkeyp
     from transformers import AutoModelForCausalLM
 
     from rollwise.export import write_hf
-    from rollwise.train.hf_models import apply_lora
-    from rollwise.train.tiny import build_tiny
+    from rollwise.trainer.hf_models import apply_lora
+    from rollwise.trainer.tiny import build_tiny
 
     model, tok = build_tiny("tiny-s", seed=0)
     model.save_pretrained(tmp_path / "models" / "base")

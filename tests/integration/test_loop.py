@@ -45,7 +45,7 @@ def test_tiny_run_writes_the_run_directory(tmp_path):
 def test_scripted_backend_rewards_flow_through_the_ledger(tmp_path):
     """Scripted answers: prompt 'a+b=' answered correctly on even calls, wrongly on odd ones."""
     cfg = load_config(overrides=as_sets(tiny_overrides(tmp_path, steps=2, **{"eval.at_start": False})))
-    from rollwise.train.tiny import char_tokenizer
+    from rollwise.trainer.tiny import char_tokenizer
 
     tok = char_tokenizer()
 
@@ -67,7 +67,7 @@ def test_scripted_backend_rewards_flow_through_the_ledger(tmp_path):
 def test_filters_drop_with_reasons(tmp_path):
     o = tiny_overrides(tmp_path, steps=1, **{"filter.names": ["zero_variance"], "eval.at_start": False})
     cfg = load_config(overrides=as_sets(o))
-    from rollwise.train.tiny import char_tokenizer
+    from rollwise.trainer.tiny import char_tokenizer
 
     tok = char_tokenizer()
     backend = ScriptedBackend(lambda seq, i: tok.encode("0"), eos_id=tok.eos_token_id)  # always wrong

@@ -19,7 +19,7 @@ import torch
 
 from conftest import as_sets, tiny_overrides
 from rollwise.config import load_config
-from rollwise.train import checkpoint
+from rollwise.trainer import checkpoint
 
 VOLATILE = ("wall_s", "time/")
 

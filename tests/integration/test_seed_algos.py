@@ -46,7 +46,7 @@ def test_gdro_refuses_d3s():
     from rollwise.registry import UserError
 
     with pytest.raises(UserError, match="d3s"):
-        load_config(overrides=["control.name=gdro", "filter.d3s.enabled=true"])
+        load_config(overrides=["control.name=gdro", "batch.d3s.enabled=true"])
 
 
 def test_mssr_single_rollout_steps_log_rho_from_the_kl(tmp_path):

@@ -29,7 +29,7 @@ def scripted(cot, kinds):
     """Call i writes ``kinds(i)``: 'right', 'flawed' (a false first step, right answer), 'late' (true first
     step, false second step, wrong answer) or 'wrong'; it continues any prefix (hint, retry) it is given."""
     from rollwise.backends.scripted import ScriptedBackend
-    from rollwise.train.tiny import char_tokenizer
+    from rollwise.trainer.tiny import char_tokenizer
 
     tok = char_tokenizer()
 
@@ -70,7 +70,7 @@ CYCLE = ["right", "flawed", "late", "wrong"]
 def test_fapo_penalises_flawed_positives_in_the_loop(tmp_path):
     m = run(tmp_path, "fapo", scripted(True, lambda i: CYCLE[i % 4]), **COT, **{"reward.fapo.enabled": True})
     # every other correct rollout is flawed: half the checked rows; a quarter of all rows lose 0.5
-    assert all(x["reward/fapo_flawed_frac"] == pytest.approx(0.5) for x in m)
+    assert all(x["fapo/flawed_frac"] == pytest.approx(0.5) for x in m)
     assert all(x["reward/shaped_mean"] == pytest.approx(x["reward/mean"] - 0.125) for x in m)
 
 

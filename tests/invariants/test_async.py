@@ -95,7 +95,7 @@ def test_kill_and_resume_trains_every_plan_once_and_keeps_accepted_rollouts(tmp_
     """η = 1, 6 steps, checkpoints every 2: the run dies in step 3's optimizer step (after the step-2
     checkpoint, whose pool state holds plan 2, drawn at step 1 and maybe generated already); the resumed run's trained prompt sequence
     equals an uninterrupted run's, and its cost/rollouts too (nothing charged twice or lost)."""
-    from rollwise.train.trainer import Trainer
+    from rollwise.trainer.trainer import Trainer
 
     extra = {"train.async.max_staleness": 1, "objective.name": "decoupled_ppo", "run.checkpoint_every": 2, "eval.every": 0}
     seen_full = _trained_prompts(monkeypatch)
@@ -116,7 +116,7 @@ def test_kill_and_resume_trains_every_plan_once_and_keeps_accepted_rollouts(tmp_
     monkeypatch.setattr(Trainer, "optimize", optimize)
     with pytest.raises(Killed):
         _run(tmp_path, "killed", steps=6, **extra)
-    from rollwise.train import checkpoint
+    from rollwise.trainer import checkpoint
 
     run_dir = tmp_path / "killed"
     state = torch.load(checkpoint.latest(run_dir) / "state.pt", weights_only=False)["async_pool"]
@@ -189,7 +189,7 @@ def test_april_partial_rollouts_under_async(tmp_path):
     continued in a later plan with their per-token versions (off-policy tokens are trained), and
     nothing older than η is admitted."""
     res = _run(tmp_path, "april", steps=6, **{"train.async.max_staleness": 2, "objective.name": "decoupled_ppo",
-                                              "replay.name": "partial", "replay.options": {"over_provision": 2.0},
+                                              "replay.name": "april", "replay.options": {"over_provision": 2.0},
                                               "run.checkpoint_every": 3})
     lines = [json.loads(x) for x in (res.run_dir / "metrics.jsonl").read_text().splitlines()]
     assert len(lines) == 6 and all(ln["async/max_staleness"] <= 2 for ln in lines)

@@ -125,7 +125,7 @@ def _hand_batch(rows=2):
 def _hand_step(dp, rows=2):
     """(metrics, normalisers the objective saw) of one optimizer step on ``_hand_batch(rows)``."""
     from rollwise.objectives import grpo
-    from rollwise.train.trainer import Trainer
+    from rollwise.trainer.trainer import Trainer
 
     seen = []
 
@@ -143,8 +143,8 @@ def _hand_step(dp, rows=2):
 def _fixed_batch():
     """6 rows of random characters (prompt 3-5 tokens, completion 2-9), log-probs of the
     initial model plus noise (ratios != 1), normal advantages; seeded, so every process builds it."""
-    from rollwise.train.tiny import build_tiny
-    from rollwise.train.trainer import token_logprobs
+    from rollwise.trainer.tiny import build_tiny
+    from rollwise.trainer.trainer import token_logprobs
     from rollwise.types import Batch
 
     g = torch.Generator().manual_seed(7)
@@ -173,7 +173,7 @@ def _fixed_steps(dp, micro_batch, sgd=False):
     first step is about ``lr * sign(g)``, which turns rounding in near-zero gradient entries
     into changes of up to ``lr``; tests/invariants/test_microbatch.py does the same)."""
     from rollwise.objectives import grpo
-    from rollwise.train.trainer import Trainer
+    from rollwise.trainer.trainer import Trainer
 
     model, batch = _fixed_batch()
     cfg = _train_cfg(lr=1e-3, micro_batch=micro_batch, ess_lr_scaling={"enabled": True})

@@ -54,13 +54,13 @@ if phase == "generate":
     from rollwise.distributed.local import LocalPool
     wrap(LocalPool, "generate")
 elif phase == "optimize":
-    from rollwise.train.trainer import Trainer
+    from rollwise.trainer.trainer import Trainer
     wrap(Trainer, "optimize")
 elif phase == "evaluate":
     import rollwise.session as s
     wrap(s, "evaluate")
 elif phase == "checkpoint":
-    import rollwise.train.checkpoint as c
+    import rollwise.trainer.checkpoint as c
     if when == "state":  # mid-write: model.safetensors written, state.pt cut off
         import rollwise.storage as st
         def cut(obj, path):

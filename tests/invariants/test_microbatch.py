@@ -8,9 +8,9 @@ import torch
 
 from rollwise.config import load_config
 from rollwise.objectives import ADVANTAGES, OBJECTIVES
-from rollwise.train.batching import collate
-from rollwise.train.tiny import build_tiny
-from rollwise.train.trainer import Trainer
+from rollwise.batch.collate import collate
+from rollwise.trainer.tiny import build_tiny
+from rollwise.trainer.trainer import Trainer
 from rollwise.types import Rollout
 
 

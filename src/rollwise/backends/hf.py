@@ -19,13 +19,13 @@ the first forward, so row i's t-th token reads ``u[i, t]`` however many rows hav
 a row's tokens do not depend on compaction (nor on its batch-mates, beyond float rounding). The
 tokens are still draws from exactly the distribution whose log-probs are reported. This consumes
 the generator differently from the former ``torch.multinomial`` sampler, so a seed now gives
-other samples than before issue #13. ``compute_dtype`` (``rollwise.train.precision``) runs the
+other samples than before issue #13. ``compute_dtype`` (``rollwise.trainer.precision``) runs the
 forwards under bf16 autocast; the log-softmax of the sampled distribution is always fp32.
 
 Optional extras (off by default, so the default path is unchanged):
 
 - ``record_entropy = True`` (set by the run when D3S token selection reads sampler entropies,
-  ``rollwise.filter.d3s``): each ``Completion.entropies[t]`` is the entropy of the distribution
+  ``rollwise.batch.d3s``): each ``Completion.entropies[t]`` is the entropy of the distribution
   token t was drawn from (same temperature / top-p as its log-prob).
 - ``generate(..., decode_hook=hook)``: a decode-time hook (ARRoL pruning,
   ``rollwise.generate.arrol``). Before sampling token t (t = tokens generated so far) the backend
@@ -44,7 +44,7 @@ from typing import Sequence
 import torch
 
 from rollwise.registry import Compat
-from rollwise.train.precision import autocast
+from rollwise.trainer.precision import autocast
 from rollwise.types import Completion, Sampling
 
 
@@ -59,7 +59,7 @@ class HFBackend:
         """The sampler on ``model`` (``rollwise.backends.build``); ``compute_dtype`` None: ``model.compute_dtype``
         resolved for the device of the model's weights."""
         if compute_dtype is None:
-            from rollwise.train.precision import resolve_compute_dtype
+            from rollwise.trainer.precision import resolve_compute_dtype
 
             weights = next(model.parameters())
             compute_dtype = resolve_compute_dtype(cfg.model.compute_dtype, weights.device, model.config,
@@ -91,7 +91,7 @@ class HFBackend:
         is called after every decode step with one flag per input sequence (True = finished,
         sequences of earlier chunks included); once it returns True generation stops: unfinished
         rows (and rows of chunks not started) come back with finish "partial" and the ids so far
-        (APRIL, ``rollwise.replay.partial``)."""
+        (APRIL, ``rollwise.generate.april``)."""
         gen = generator or self.generator
         out: list[Completion] = []
         was_training = self.model.training
@@ -123,7 +123,7 @@ class HFBackend:
         before it, under the same distribution ``generate`` samples from (temperature-scaled, top-p
         renormalised; temperature 0 scores at temperature 1). Returns one tuple of floats per
         sequence, or with ``full`` one ``(len - start, V)`` tensor of log-probs over the vocabulary
-        (SPEC-RL's verification pass, ``rollwise.replay.speculative``)."""
+        (SPEC-RL's verification pass, ``rollwise.generate.spec_rl``)."""
         out: list = []
         was_training = self.model.training
         self.model.eval()
@@ -241,7 +241,7 @@ class HFBackend:
     # ---------------------------------------------------------------- reusable pieces (tree samplers)
     def left_pad(self, seqs: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(ids, attention mask, position ids), each (B, W) on the model's device, left-padded
-        exactly as ``generate`` pads a chunk (used by ``rollwise.backends.latr``)."""
+        exactly as ``generate`` pads a chunk (used by ``rollwise.generate.latr``)."""
         b, width = len(seqs), max(len(s) for s in seqs)
         ids = torch.full((b, width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((b, width), dtype=torch.long)
@@ -314,7 +314,7 @@ def top_p_logprobs(logp: torch.Tensor, top_p: float) -> torch.Tensor:
 def sampling_logprobs(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
     """(B, V) log-probs of the distribution ``sample_next`` draws from (temperature-scaled, top-p
     renormalised; temperature <= 0 reports temperature-1 log-probs), for scoring a token that was
-    chosen rather than sampled (``rollwise.backends.latr``)."""
+    chosen rather than sampled (``rollwise.generate.latr``)."""
     if sampling.temperature <= 0:
         return torch.log_softmax(logits, dim=-1)
     logp = torch.log_softmax(logits / sampling.temperature, dim=-1)

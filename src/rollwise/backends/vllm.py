@@ -33,7 +33,7 @@ Differences from ``hf``: no decode hooks or early stopping (``stop_when``, ``dec
 ``score`` and no entropies, so ARRoL, LATR, APRIL and SPEC-RL need ``hf``, and so does an advantage
 with ``entropy = 'sampler'`` (refused at config load from ``VLLMBackend.compat``, ``rollwise.compat``). vLLM's kernels differ from the trainer's forward, so its log-probs are
 not the trainer's: the trainer logs the gap (``mismatch/*``) and truncated importance sampling
-against the sampler is on by default for this backend (``rollwise.train.mismatch``).
+against the sampler is on by default for this backend (``rollwise.trainer.mismatch``).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 rewards, the advantage context (inputs that need the trainer or the controller, Prompt-GDRO's row
 weights), the estimator (a pure function of rewards, group ids, options and that context) and the
 padded tensors (``make_batch``). The loop and periodic asynchrony's per-group batches
-(``rollwise.train.streaming``) both build batches here.
+(``rollwise.trainer.streaming``) both build batches here.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections import Counter
 import torch
 
 from rollwise.objectives.inputs import advantage_context, advantage_inputs
-from rollwise.train.batching import collate, flatten
+from rollwise.batch.collate import collate, flatten
 from rollwise.types import Advantages
 
 

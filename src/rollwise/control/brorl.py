@@ -29,9 +29,9 @@ Whether the paper reduced the prompt batch to hold samples per step constant is 
 ``model.max_batch`` sequences per call (``distributed/local.py``; the HF backend also decodes in
 chunks of ``max_batch`` rows with its own KV cache per chunk), and the trainer runs forward and
 backward passes of at most ``train.micro_batch`` rows, accumulating gradients exactly
-(``train/trainer.py``; reference log-probs for a KL term are micro-batched too). What does grow
+(``trainer/trainer.py``; reference log-probs for a KL term are micro-batched too). What does grow
 with the step's rollouts is host memory for their token ids and the padded CPU batch
-(``batching.collate``), a few integers per token.
+(``batch.collate.collate``), a few integers per token.
 
 State (checkpointed): the prompt stream and the per-prompt history.
 """

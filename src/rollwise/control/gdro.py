@@ -275,8 +275,8 @@ class GDRO(Controller):
 
     @staticmethod
     def check_config(cfg, opts) -> None:
-        if cfg.filter.d3s.enabled:
-            raise UserError("control.name = 'gdro' weighs and scores the step's rows, which filter.d3s down-samples; "
+        if cfg.batch.d3s.enabled:
+            raise UserError("control.name = 'gdro' weighs and scores the step's rows, which batch.d3s down-samples; "
                             "turn one of them off")
         o = opts or GdroOptions()
         if o.loss_signal == "surrogate_kl" and not (cfg.objective.options.get("kl_coef") or cfg.reward.kl.coef):
@@ -380,7 +380,7 @@ class GDRO(Controller):
     @torch.no_grad()
     def losses(self, batch, trainer) -> torch.Tensor:
         """(B,) per-response losses at the trainer's current weights (module docstring)."""
-        from rollwise.train.trainer import token_logprobs
+        from rollwise.trainer.trainer import token_logprobs
 
         o = self.opts
         adv = self.raw_adv if self.raw_adv is not None and self.raw_adv.shape[0] == batch.size else batch.advantages

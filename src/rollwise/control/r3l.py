@@ -27,7 +27,7 @@ Deviations (stated in docs/strategies.md):
   JSON critique (summary, root cause, principle, ``retry_from_step``) and the retry is generated
   *with* that guidance and trained without it (context distillation). A tiny model cannot write
   one, so the reflector is pluggable: ``"rule"`` (default) is the FAPO rule detector's first false
-  equation (:func:`rollwise.verify.flaws.first_false_equation`), which sees the working of the
+  equation (:func:`rollwise.reward.fapo.first_false_equation`), which sees the working of the
   built-in arithmetic task with ``cot = true``; ``"package.module:attr"`` is any callable
   ``(prompt, completion_text) -> int | None``. Retries are therefore plain on-policy
   continuations (the code applies no importance correction to its off-policy retries either);
@@ -49,7 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from rollwise.control.uniform import Uniform
 from rollwise.registry import Compat, Registry, UserError
 from rollwise.types import Group, Plan, Prompt, Request, Rollout
-from rollwise.verify.flaws import first_false_equation
+from rollwise.reward.fapo import first_false_equation
 
 REFLECTORS = Registry("reflector")
 REFLECTORS.register("rule", first_false_equation)

@@ -37,7 +37,7 @@ How it works:
   drops the unfinished rollouts' tokens (charged as generated) and restarts them under the new
   weights. ``interrupt``/``discard`` need an in-process engine that can stop between decode steps
   (``hf``); Ray workers and vLLM take ``finish`` (refused at config load otherwise).
-- **APRIL** (``replay.name = "partial"``, ``on_new_weights = "finish"``, the in-process ``hf``
+- **APRIL** (``replay.name = "april"``, ``on_new_weights = "finish"``, the in-process ``hf``
   engine): APRIL's scheduler wraps the engine and the generator hands it each plan; it returns
   the first complete groups (buffered ones first) and keeps unfinished rollouts, with their
   per-token versions, for a later plan. A continued rollout whose oldest token is then more than
@@ -555,7 +555,7 @@ def build(cfg, engine, backend, model, draw, timeline, consume=None, april=None,
     backend gets a copy of the policy (a plain model of its architecture, LoRA merged, as
     ``distributed.weights`` publishes) so the trainer's module is never read while it trains.
     ``consume``: periodic asynchrony's trainer hand-off (``StreamingTrainer.consume``); ``april``:
-    ``pool -> AprilPool`` (``replay.name = "partial"``), wrapped around the engine."""
+    ``pool -> AprilPool`` (``replay.name = "april"``), wrapped around the engine."""
     inner = getattr(engine, "pool", engine)  # SeededPool wraps the local pool
     if hasattr(engine, "load_weights"):  # Ray workers
         receive, local = engine.load_weights, None

@@ -34,7 +34,7 @@ class StepCost:
     verify_s: float = 0.0
     reused_tokens: int = 0  # completion tokens taken from earlier rollouts, not generated (SPEC-RL)
     verify_tokens: int = 0  # tokens scored by a verification forward pass (SPEC-RL)
-    metrics: dict = field(default_factory=dict)  # per-step metrics of a rollout strategy (april/*, spec/*)
+    metrics: dict = field(default_factory=dict)  # per-step metrics of a rollout strategy (april/*, spec_rl/*)
 
     def charge(self, generated_tokens: int, rollouts: int, verdicts: Sequence[Verdict | None], generate_s: float, verify_s: float) -> None:
         """Add one generation call: tokens decoded (pruned and unfinished ones included), rollouts
@@ -97,7 +97,7 @@ class LocalPool:
         self.max_batch = max_batch
         self.verify_workers = verify_workers  # verifier calls in parallel (threads; e.g. sandboxed code checks)
         self._verify_pool = None
-        self.tree = tree  # LATR tree sampler (backends/latr.py) for training requests, or None
+        self.tree = tree  # LATR tree sampler (generate/latr.py) for training requests, or None
         self.cost = StepCost()
 
     def close(self) -> None:

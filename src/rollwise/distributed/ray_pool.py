@@ -156,7 +156,7 @@ class RolloutWorker:
                 self.model = AutoModelForCausalLM.from_config(spec["config"]).eval()
             if cfg.model.dtype == "bfloat16":
                 self.model = self.model.to(torch.bfloat16)
-            from rollwise.train.precision import resolve_compute_dtype
+            from rollwise.trainer.precision import resolve_compute_dtype
 
             # model.compute_dtype on this worker's machine ("auto": measured here, or this machine's cached timings)
             compute = resolve_compute_dtype(cfg.model.compute_dtype, "cpu", self.model.config,

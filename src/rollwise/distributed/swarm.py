@@ -73,7 +73,7 @@ def warm_cache(cfg, log=print) -> None:
     """Fill the warm-start cache once (built-in tiny models), so that N peers starting together
     load it instead of each training it (and racing to write it)."""
     from rollwise import components
-    from rollwise.train import tiny
+    from rollwise.trainer import tiny
 
     if cfg.model.name in tiny.NAMES and cfg.model.warm_start.steps > 0 and cfg.model.warm_start.cache:
         components.build_policy(cfg, components.build_task(cfg), log=log)

@@ -28,7 +28,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 def majority_answer(answers: Sequence[str | None]) -> str | None:
     """The most frequent non-None answer, ties broken by first appearance; None if there is none
-    (maj@k here, TTRL's pseudo-label in ``rollwise.verify.ttrl``). ["5", "3", "3", "5"] -> "5"."""
+    (maj@k here, TTRL's pseudo-label in ``rollwise.reward.ttrl``). ["5", "3", "3", "5"] -> "5"."""
     counts = Counter(a for a in answers if a is not None)
     if not counts:
         return None

@@ -1,6 +1,6 @@
 """ECHO's entropy-confidence hybrid advantage (``advantage.name = "echo"``) and its
 confidence-adaptive clipping, CA-Clip (``objective.name = "echo"``), for test-time RL with
-majority-vote pseudo-rewards (``reward.ttrl``, :mod:`rollwise.verify.ttrl`).
+majority-vote pseudo-rewards (``reward.ttrl``, :mod:`rollwise.reward.ttrl`).
 
 Paper: "ECHO: Entropy-Confidence Hybrid Optimization for Test-Time Reinforcement Learning",
 Zhao et al., arXiv 2602.02150 (ICML 2026); code user683/ECHO @ 6f7b311 (a verl fork);

@@ -1,5 +1,5 @@
 """``ettrl``: ETTRL's entropy-based advantage reshaping (EAR) on top of the GRPO advantage, for
-test-time RL with majority-vote pseudo-rewards (``reward.ttrl``, :mod:`rollwise.verify.ttrl`).
+test-time RL with majority-vote pseudo-rewards (``reward.ttrl``, :mod:`rollwise.reward.ttrl`).
 
 Paper: "Balancing Exploration and Exploitation in LLM Test-Time Reinforcement Learning via
 Entropy Mechanism" (ETTRL), Liu et al. (Kuaishou), arXiv 2508.11356; no code found. The formulas
@@ -19,7 +19,7 @@ advantage's sign in the formula as written [DERIVED]; ``clamp = true`` (default,
 returns advantages only). A group with ``H_bar = 0`` keeps ``Y = 1``. The entropy flavour is an
 option (:mod:`rollwise.objectives.signals`); the paper's is the full-vocabulary entropy
 (``"sampler"``, default). ETMR (entropy-fork tree rollouts, §5.2.1) is not built here; LATR's tree
-sampler (``sampling.tree``) is the closest existing generator.
+sampler (``sampling.latr``) is the closest existing generator.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ def confidence_shift(rows: Sequence[Rollout], services: Services) -> torch.Tenso
     (rollout policy, detached) log-probs minus the frozen reference's (ACE, ``objectives/ace.py``).
     Needs the trainer built with a reference model (the assembler does so when the estimator sets
     ``needs_reference``): ``services.policy_and_reference_logprobs``."""
-    from rollwise.train.batching import collate
+    from rollwise.batch.collate import collate
     from rollwise.types import Advantages
 
     b = len(rows)
@@ -125,7 +125,7 @@ def advantage_context(fn, rows: Sequence[Rollout], services: Services | None = N
 
 def advantage_inputs(fn, rows: Sequence[Rollout], context: AdvantageContext | None = None) -> dict[str, torch.Tensor]:
     """Keyword inputs an estimator declares in ``fn.inputs`` beyond (rewards, group ids), computed
-    from the batch's rows (the ``rows`` of ``train.batching.flatten``) and, for the inputs in
+    from the batch's rows (the ``rows`` of ``batch.collate.flatten``) and, for the inputs in
     ``_CONTEXT_INPUTS``, read from ``context`` (``advantage_context``); ``{}`` for the others."""
     out = {}
     for name in getattr(fn, "inputs", ()):

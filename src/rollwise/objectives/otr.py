@@ -8,7 +8,7 @@ sampled from the current policy ``pi(.|x, y*_<t)`` (temperature ``temperature``)
 loss is ``-(1/K) sum_k r(a_k) log pi(a_k)``, averaged over the reference tokens.
 
 Used by the supervised warm start (``model.warm_start.objective = "otr"``,
-:mod:`rollwise.train.warm_start`) in place of cross-entropy; RL after the warm start is unchanged.
+:mod:`rollwise.trainer.warm_start`) in place of cross-entropy; RL after the warm start is unchanged.
 
 [RECON] (the spec marks them unverified): ``K = 8``, ``negative = 0`` (wrong candidates are
 ignored; the summaries say "penalised with a small negative or zero reward"), sampling temperature

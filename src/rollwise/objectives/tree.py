@@ -3,7 +3,7 @@
 Paper: "BranchGRPO: Stable and Efficient GRPO with Structured Branching in Diffusion Models",
 arXiv 2509.06040; spec: systems.md §7 (read from the released diffusion code) and its
 "Transfer to LLMs" paragraph, which is **[inferred]**: a node is a token segment between branch
-points (``Rollout.tree``, written by ``rollwise.backends.latr``), and each segment's tokens get
+points (``Rollout.tree``, written by ``rollwise.generate.latr``), and each segment's tokens get
 its node's advantage. Close in spirit to TreeRL / TreeAdv.
 
 For the rows of one group (the prompt is depth 0, ``TreePath.nodes[d]`` is at depth d + 1):

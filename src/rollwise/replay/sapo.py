@@ -326,7 +326,7 @@ class Sapo(ReplaySource):
         rows = [r for g in groups for r in g.rollouts]
         if not rows:
             return groups
-        from rollwise.train.batching import collate
+        from rollwise.batch.collate import collate
 
         b = len(rows)
         batch = collate(rows, torch.zeros(b), torch.zeros(b, dtype=torch.long),

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from rollwise.backends.hf import HFBackend, top_p_logprobs
-from rollwise.train.tiny import build_tiny
+from rollwise.trainer.tiny import build_tiny
 from rollwise.types import Sampling
 
 

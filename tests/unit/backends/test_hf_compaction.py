@@ -1,7 +1,7 @@
 """The hf sampler's speed paths (issue #13): finished rows leave the decode batch without
 changing any row's tokens, only the last position reaches the LM head, inverse-CDF sampling draws
 from the reported distribution, and bf16 autocast generation keeps fp32 weights. (How
-model.compute_dtype = "auto" chooses: tests/unit/train/test_precision.py.)"""
+model.compute_dtype = "auto" chooses: tests/unit/trainer/test_precision.py.)"""
 
 import math
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from rollwise.backends.hf import HFBackend, sample_rows
-from rollwise.train.tiny import build_tiny
+from rollwise.trainer.tiny import build_tiny
 from rollwise.types import Sampling
 
 

@@ -15,7 +15,7 @@ import torch
 
 from rollwise.backends.hf import HFBackend
 from rollwise.distributed.weights import policy_weights
-from rollwise.train.tiny import build_tiny
+from rollwise.trainer.tiny import build_tiny
 from rollwise.types import Sampling
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm not installed (rollwise[vllm])")
@@ -135,7 +135,7 @@ def test_lora_weights_are_published_merged(tiny_engine):
     """A LoRA policy's published weights are base + B A * alpha / r: vLLM loaded with them
     generates what the peft model generates."""
     pytest.importorskip("peft")
-    from rollwise.train.hf_models import apply_lora
+    from rollwise.trainer.hf_models import apply_lora
 
     eng, model, tok = tiny_engine
     lora = apply_lora(copy.deepcopy(model), r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"])
@@ -204,7 +204,7 @@ def test_seeded_requests_beyond_one_steps_prefill_budget(tiny_engine):
 
 
 def _has_smollm2() -> bool:
-    from rollwise.train import hf_models
+    from rollwise.trainer import hf_models
 
     try:
         hf_models.smollm2_gguf_path()
@@ -220,7 +220,7 @@ def test_smollm2_greedy_equals_hf_token_for_token(tiny_engine):
     engine is closed first)."""
     from rollwise.backends.vllm import VLLMBackend
     from rollwise.tokens import Codec
-    from rollwise.train.hf_models import load_pretrained
+    from rollwise.trainer.hf_models import load_pretrained
     from rollwise.types import Prompt
 
     tiny_engine[0].close()

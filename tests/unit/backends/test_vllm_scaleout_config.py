@@ -96,7 +96,7 @@ def test_address_forms(tmp_path, extras):
 
 
 def test_mismatch_metrics_by_hand():
-    from rollwise.train.mismatch import MismatchMeter
+    from rollwise.trainer.mismatch import MismatchMeter
 
     # two micro-batches; d = trainer - sampler on loss tokens only:
     #   mb1: d = (-1.5) - (-1.0) = -0.5 and 0; the third position is masked out (its d = 9 is ignored)
@@ -114,7 +114,7 @@ def test_mismatch_metrics_by_hand():
 
 
 def test_tis_is_on_by_default_for_vllm_only(tmp_path):
-    from rollwise.train.mismatch import default_tis
+    from rollwise.trainer.mismatch import default_tis
 
     cfg = _cfg(tmp_path)
     opts = components.resolve(cfg, "objective")[0].Options()
@@ -130,8 +130,8 @@ def test_policy_weights_merge_lora_and_leave_the_trainer_alone():
     from transformers import AutoModelForCausalLM
 
     from rollwise.distributed.weights import plain_config, policy_weights
-    from rollwise.train.hf_models import apply_lora
-    from rollwise.train.tiny import build_tiny
+    from rollwise.trainer.hf_models import apply_lora
+    from rollwise.trainer.tiny import build_tiny
 
     model, tok = build_tiny("tiny-s", seed=3)
     lora = apply_lora(model, r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"])

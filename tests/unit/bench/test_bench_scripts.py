@@ -80,7 +80,7 @@ def test_fraction_and_tokens_per_s():
 
 
 def test_linear_params_of_tiny_s():
-    from rollwise.train.tiny import build_tiny
+    from rollwise.trainer.tiny import build_tiny
 
     model, tok = build_tiny("tiny-s")
     # tiny-s: hidden 128, 2 layers, ffn 512, 4 heads = 4 KV heads, vocab 99
@@ -156,7 +156,7 @@ def test_rollwise_config_is_valid_and_matches_the_spec(tmp_path):
 
 
 def test_weights_digest_follows_the_weights():
-    from rollwise.train.tiny import build_tiny
+    from rollwise.trainer.tiny import build_tiny
 
     a, b, c = build_tiny("tiny-s", seed=0)[0], build_tiny("tiny-s", seed=0)[0], build_tiny("tiny-s", seed=1)[0]
     assert vs_trl.weights_digest(a) == vs_trl.weights_digest(b) != vs_trl.weights_digest(c)

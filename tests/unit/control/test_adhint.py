@@ -12,7 +12,7 @@ from rollwise.objectives import ADVANTAGES
 from rollwise.objectives.adhint import AdhintOptions, adhint
 from rollwise.objectives.inputs import advantage_inputs
 from rollwise.registry import UserError
-from rollwise.train.batching import collate
+from rollwise.batch.collate import collate
 from rollwise.types import Group, Prompt, Rollout, RunState, Services, Verdict
 
 T = torch.tensor

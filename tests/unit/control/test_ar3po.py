@@ -17,7 +17,7 @@ from rollwise.control import REGISTRY
 from rollwise.control.ar3po import AR3PO, expected_fresh_responses
 from rollwise.filter.basic import zero_variance
 from rollwise.objectives import ADVANTAGES
-from rollwise.train.batching import flatten
+from rollwise.batch.collate import flatten
 from rollwise.types import Group, Prompt, Rollout, RunState, Verdict
 
 from conftest import as_sets, tiny_overrides
@@ -190,7 +190,7 @@ def test_reused_rollout_keeps_its_sampler_logprobs_and_versions():
     ctrl.store["p0"] = old
     groups, _ = _step(ctrl, {"p0": [0] * 4}, step=9, version=9)
     assert groups[0].rollouts[-1] is old  # the very record: ids, mu, policy_version, token_versions
-    from rollwise.train.batching import collate
+    from rollwise.batch.collate import collate
 
     rows, rewards, gidx = flatten(groups)
     batch = collate(rows, rewards, gidx, ADVANTAGES.get("grpo")(rewards, gidx), pad_id=0)
@@ -261,7 +261,7 @@ def test_loop_trains_on_a_rescued_group(tmp_path):
     """4 train prompts, 4 per step (the same 4 every step), k = 4, S = 2. Step 1: every answer right
     -> 4 rollouts each, all groups all-correct (dropped), all stored. Step 2: every answer wrong ->
     8 each, then each gets its stored response: 4 groups of 9 are trained."""
-    from rollwise.train.tiny import char_tokenizer
+    from rollwise.trainer.tiny import char_tokenizer
 
     tok = char_tokenizer()
 
@@ -288,7 +288,7 @@ def test_loop_trains_on_a_rescued_group(tmp_path):
 def test_stop_and_resume_matches_uninterrupted(tmp_path):
     """The store is in the checkpoint: 2 steps + resume for 2 more give the metrics of 4 steps (both
     runs evaluate at step 2, since the scripted backend's checkpointed call counter advances there)."""
-    from rollwise.train.tiny import char_tokenizer
+    from rollwise.trainer.tiny import char_tokenizer
 
     tok = char_tokenizer()
 

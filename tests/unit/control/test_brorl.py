@@ -17,7 +17,7 @@ from rollwise.control import REGISTRY
 from rollwise.control.brorl import BroRL
 from rollwise.distributed.local import LocalPool
 from rollwise.tokens import Codec
-from rollwise.train.tiny import build_tiny, char_tokenizer
+from rollwise.trainer.tiny import build_tiny, char_tokenizer
 from rollwise.types import Plan, Prompt, Request, Sampling, Verdict
 
 from conftest import as_sets, tiny_overrides
@@ -169,8 +169,8 @@ class ForwardSizes(torch.nn.Module):
 
 def test_hf_generation_and_training_never_see_more_than_their_chunk():
     from rollwise.objectives import ADVANTAGES, OBJECTIVES
-    from rollwise.train.batching import collate, flatten
-    from rollwise.train.trainer import Trainer
+    from rollwise.batch.collate import collate, flatten
+    from rollwise.trainer.trainer import Trainer
 
     model, tok = build_tiny("tiny-s", seed=0)
     spy = ForwardSizes(model)
@@ -193,7 +193,7 @@ def test_hf_generation_and_training_never_see_more_than_their_chunk():
 def test_loop_with_brorl_chunks_generation_and_trains_groups_of_different_sizes(tmp_path, monkeypatch):
     # keep_samples_per_step = false: 3 prompts x n = 24 in a budget of 60 -> 24, 24, 12;
     # model.max_batch = 16 -> the backend sees calls of at most 16 sequences
-    from rollwise.train.trainer import Trainer
+    from rollwise.trainer.trainer import Trainer
 
     seen, real = [], Trainer.optimize
     monkeypatch.setattr(Trainer, "optimize", lambda self, b: (seen.append(torch.bincount(b.group_index).tolist()), real(self, b))[1])

@@ -199,7 +199,7 @@ def test_registry_and_options():
 
 
 def test_loop_runs_with_cures(tmp_path):
-    from rollwise.train.tiny import char_tokenizer
+    from rollwise.trainer.tiny import char_tokenizer
 
     tok = char_tokenizer()
 

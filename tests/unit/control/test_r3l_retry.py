@@ -9,7 +9,7 @@ from rollwise.config import load_config
 from rollwise.control.r3l import Options, R3L, pivot_offset, token_cut
 from rollwise.objectives import ADVANTAGES
 from rollwise.registry import UserError
-from rollwise.train.batching import collate, flatten
+from rollwise.batch.collate import collate, flatten
 from rollwise.types import Group, Prompt, Rollout, RunState, Services, Verdict
 
 

@@ -289,7 +289,7 @@ def test_state_round_trip_gives_the_same_future():
 
 
 def _scripted(correct):
-    from rollwise.train.tiny import char_tokenizer
+    from rollwise.trainer.tiny import char_tokenizer
 
     tok = char_tokenizer()
 

@@ -62,8 +62,8 @@ def test_required_without_torchrun_is_refused(monkeypatch):
     ({"distributed": {"workers": 2}}, "distributed.workers"),
     ({"model": {"backend": "vllm"}}, "model.backend"),
     ({"sampling": {"arrol": {"enabled": True}}}, "sampling.arrol.enabled"),
-    ({"sampling": {"tree": {"enabled": True}}}, "sampling.tree.enabled"),
-    ({"replay": {"name": "partial"}}, "replay.name = 'partial'"),
+    ({"sampling": {"latr": {"enabled": True}}}, "sampling.latr.enabled"),
+    ({"replay": {"name": "april"}}, "replay.name = 'april'"),
 ])
 def test_refusals_name_the_key(torchrun_env, section, key):
     from rollwise.compat import check_data_parallel
@@ -95,7 +95,7 @@ def test_unflatten_writes_back_in_place():
 
 
 def test_mismatch_meters_merge_sums_and_max():
-    from rollwise.train.mismatch import MismatchMeter
+    from rollwise.trainer.mismatch import MismatchMeter
 
     m1, m2 = MismatchMeter(), MismatchMeter()
     # rank 0: d = 0.5 on 2 tokens; rank 1: d = -1.0 on 1 token

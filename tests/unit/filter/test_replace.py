@@ -18,7 +18,7 @@ from rollwise.filter.replace import is_zv, passes_gate, pick_sources, replace_ba
 from rollwise.loop import apply_filters
 from rollwise.objectives import ADVANTAGES
 from rollwise.registry import UserError
-from rollwise.train.batching import collate, flatten
+from rollwise.batch.collate import collate, flatten
 from rollwise.types import Group, Prompt, Rollout, RunState, Verdict
 
 from conftest import as_sets, tiny_overrides
@@ -222,7 +222,7 @@ def test_config_switch():
 def _run(tmp_path, schedule, **extra):
     """One training step (4 prompts x 4 rollouts; replace) where ``schedule(call_index)`` says
     whether the scripted answer is right; returns the step's metrics line."""
-    from rollwise.train.tiny import char_tokenizer
+    from rollwise.trainer.tiny import char_tokenizer
 
     tok = char_tokenizer()
 

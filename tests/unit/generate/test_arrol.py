@@ -192,7 +192,7 @@ def test_trim_surplus_cuts_every_unit_to_n_keep():
 
 @pytest.fixture(scope="module")
 def tiny():
-    from rollwise.train.tiny import build_tiny
+    from rollwise.trainer.tiny import build_tiny
 
     model, tok = build_tiny("tiny-s", seed=1)
     return model.eval(), tok
@@ -349,8 +349,8 @@ def test_config_validation_names_the_key():
         load_config(overrides=["sampling.arrol.enabled=true", "sampling.arrol.check_tokens=8"])
     with pytest.raises(UserError, match="sampling.arrol.target_ratio"):
         load_config(overrides=["sampling.arrol.target_ratio=1.0"])
-    with pytest.raises(UserError, match="sampling.tree"):
-        load_config(overrides=["sampling.arrol.enabled=true", "sampling.tree.enabled=true"])
+    with pytest.raises(UserError, match="sampling.latr"):
+        load_config(overrides=["sampling.arrol.enabled=true", "sampling.latr.enabled=true"])
 
 
 def test_arrol_trains_prunes_and_checkpoints_the_head(tmp_path):

@@ -13,7 +13,7 @@ from rollwise.objectives.advantages import GrpoOptions, grpo
 from rollwise.objectives.grpo import loss as grpo_loss
 from rollwise.objectives.inputs import advantage_inputs
 from rollwise.objectives.tree import TreeOptions, tree
-from rollwise.train.batching import collate
+from rollwise.batch.collate import collate
 from rollwise.types import Rollout, TreePath, Verdict
 
 # The 4-leaf binary tree of one group: A -> {B, C}, B -> {L1, L2}, C -> {L3, L4}.

@@ -16,8 +16,8 @@ from rollwise.registry import UserError
 from rollwise.replay.sapo import Sapo, SapoOptions, publish_record, to_jsonable
 from rollwise.tasks.arithmetic import make
 from rollwise.tokens import Codec
-from rollwise.train.batching import flatten
-from rollwise.train.tiny import char_tokenizer
+from rollwise.batch.collate import flatten
+from rollwise.trainer.tiny import char_tokenizer
 from rollwise.types import Group, Prompt, Rollout, RunState, Services, Verdict
 
 from conftest import as_sets, tiny_overrides
@@ -246,9 +246,9 @@ def test_unfinished_completions_get_no_eos_and_long_ones_are_cut(tmp_path, task,
 
 def test_received_rows_carry_the_local_policys_logprobs_so_the_ratio_starts_at_1(tmp_path, task, codec):
     from rollwise.objectives import grpo
-    from rollwise.train.batching import collate
-    from rollwise.train.tiny import build_tiny
-    from rollwise.train.trainer import Trainer
+    from rollwise.batch.collate import collate
+    from rollwise.trainer.tiny import build_tiny
+    from rollwise.trainer.trainer import Trainer
 
     from types import SimpleNamespace
 

@@ -67,7 +67,7 @@ def test_system_prompt_column_and_fixed_system_prompt(tmp_path):
 
 def test_chat_template_renders_the_messages_for_an_instruct_tokenizer(tmp_path):
     from rollwise.tokens import Codec
-    from rollwise.train.tiny import char_tokenizer
+    from rollwise.trainer.tiny import char_tokenizer
 
     tok = char_tokenizer()
     tok.chat_template = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}{% if add_generation_prompt %}>{% endif %}"

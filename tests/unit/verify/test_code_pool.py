@@ -7,7 +7,7 @@ import threading
 from rollwise.backends.scripted import ScriptedBackend
 from rollwise.distributed.local import LocalPool, StepCost, outcome_counts
 from rollwise.tokens import Codec
-from rollwise.train.tiny import char_tokenizer
+from rollwise.trainer.tiny import char_tokenizer
 from rollwise.types import Plan, Prompt, Request, Sampling, Verdict
 
 

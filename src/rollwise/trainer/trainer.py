@@ -1,0 +1,389 @@
+"""The trainer: turns a ``Batch`` into one optimizer step. It knows nothing of the algorithm:
+advantages are in the batch, the objective is a function chosen by name.
+
+Micro-batching is exact: each micro-batch's loss is already divided by the global count of
+the optimizer step (``Batch.num_loss_tokens`` / ``num_sequences``), so gradients are summed,
+never averaged, across micro-batches (docs/architecture.md §9).
+
+Options the trainer serves (each computed here, its math living in ``objectives/``):
+
+- **Proximal log-probs.** When ``options.needs_prox`` (a behaviour weight is on, always for
+  ``decoupled_ppo``), each micro-batch gets ``prox_logprobs`` = the log-probs of the weights
+  before this batch's first update, without gradient. With one update epoch (``train.epochs
+  = 1``) the weights change only after every micro-batch's backward pass, so these are the
+  detached log-probs of the very forward pass that computes the loss: exact, and no extra
+  forward. With several epochs they are computed once up front by a no-grad pass and reused.
+- **Update epochs** (``train.epochs``, PPO's ``ppo_epochs`` / TRL's ``num_iterations``): the
+  batch is optimised that many times, one full-batch optimizer step per epoch (micro-batches
+  accumulate within an epoch). The sampler's log-probs stay the ratio's denominator, so the
+  clip acts from the second epoch on. Metrics are those of the last epoch.
+  Otherwise ``prox_logprobs`` stays None, so the ratio of the other objectives keeps the
+  sampler's log-probs (bypass mode) and enabling another option does not change the objective.
+- **Reference model.** A frozen copy of the initial weights when the objective has
+  ``kl_coef > 0`` (KL in the loss: ``ref_logprobs`` per micro-batch) or ``reference=True`` (KL in
+  the reward: :meth:`policy_and_reference_logprobs`, called by ``rollwise.reward``).
+- **ESS learning-rate scaling** (``train.ess_lr_scaling``, VCPO arXiv 2602.17616): the
+  learning rate of this step is multiplied by ``objectives.ess.ess_lr_scale`` of the sequence
+  log-weights ``sum_t m (log pi_prox - log mu)`` of every row of the step (the global batch), and
+  restored right after ``optimizer.step()``. Logs ``train/ess_ratio`` and ``train/lr_scale``.
+- The entropy bonus is the objective option ``entropy_coef``; the trainer always passes the
+  entropy tensor and logs ``train/entropy``.
+- **Data parallel** (``data_parallel``, torchrun; ``rollwise.distributed.data_parallel``): each
+  rank trains on its contiguous share of the batch's rows (still divided by the global counts),
+  and before clipping the gradients are summed over the ranks, and the loss, metric sums,
+  mismatch and ESS log-weights gathered, so every rank takes the one-process step.
+
+Speed and memory (issue #13; ``token_logprobs``): log-probs, entropies, proximal and reference
+log-probs exist only at completion positions (0 elsewhere, which no objective reads: they all
+weight by ``loss_mask``); the micro-batch's rows are packed so the decoder computes no padding;
+the LM head and log-softmax run only where a completion token is predicted, in chunks of
+``LOGIT_CHUNK`` positions, through ``rollwise.trainer.head`` (gradient by formula; the logits are
+kept for the backward when the micro-batch's fit in ``KEEP_LOGITS_BYTES``, rebuilt otherwise).
+``compute_dtype`` (``model.compute_dtype``, ``rollwise.trainer.precision``) runs forward and backward under bf16 autocast while the weights,
+gradients and AdamW state stay fp32 (master weights). ``train.activation_checkpointing``
+recomputes each decoder layer's activations in the backward pass (HF gradient checkpointing).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+
+import torch
+
+from rollwise.objectives.ess import ess_lr_scale, ess_ratio
+from rollwise.trainer.head import fusable, head_logprobs, reference_head_logprobs
+from rollwise.trainer.device import CPU_KEEP_LOGITS_BYTES, keep_logits_bytes
+from rollwise.trainer.mismatch import MismatchMeter, StaleWeightsError
+from rollwise.trainer.precision import autocast
+from rollwise.types import Batch
+
+
+LOGIT_CHUNK = 512  # positions per LM-head + log-softmax chunk (49k vocab: ~100 MB of fp32 logits)
+KEEP_LOGITS_BYTES = CPU_KEEP_LOGITS_BYTES  # on CPU a micro-batch whose completion log-probs fit keeps them for the backward
+# pack only when the packed rows are at most this share of the micro-batch's rows: position ids
+# make the model build the packed-sequence mask, which cost ~14% of SmolLM2's decoder forward +
+# backward against plain causal attention (benchmarks/train_profile.py, CPU), so saving fewer rows
+# than that loses time
+PACK_MAX_ROW_FRACTION = 0.85
+_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale")
+
+
+def completion_positions(batch: Batch) -> torch.Tensor:
+    """(B, T) bool: the positions whose log-prob anyone reads, i.e. the completion tokens (loss
+    tokens, and completion tokens outside the loss whose sampler log-prob is set: an APRIL masked
+    prefix, an excluded row). Elsewhere ``token_logprobs`` returns 0, as it always did at position 0."""
+    return (batch.loss_mask != 0) | (batch.old_logprobs != 0)
+
+
+def _decoder_and_head(model):
+    """(decoder, LM head) of a Hugging Face causal LM (peft-wrapped or not) whose logits are
+    exactly ``head(decoder(...).last_hidden_state)``; None for anything else (the full path)."""
+    get_dec, get_head = getattr(model, "get_decoder", None), getattr(model, "get_output_embeddings", None)
+    config = getattr(model, "config", None)
+    if get_dec is None or get_head is None or config is None:
+        return None
+    if any(getattr(config, k, None) not in (None, 1, 1.0) for k in _LOGIT_TRANSFORMS):
+        return None
+    try:
+        dec, head = get_dec(), get_head()
+    except (AttributeError, NotImplementedError):
+        return None
+    if dec is None or dec is model or head is None:
+        return None
+    return dec, head
+
+
+def pack_rows(lengths: list[int], width: int) -> list[list[int]]:
+    """First-fit-decreasing packing of sequences (their ``lengths``) into rows of ``width``
+    tokens; each row lists the sequences it holds, in placement order. Ties keep input order."""
+    rows: list[list[int]] = []
+    free: list[int] = []
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        for r, room in enumerate(free):
+            if lengths[i] <= room:
+                rows[r].append(i)
+                free[r] -= lengths[i]
+                break
+        else:
+            rows.append([i])
+            free.append(width - lengths[i])
+    return rows
+
+
+def token_logprobs(model, batch: Batch, temperature: float, with_entropy: bool = False,
+                   where: torch.Tensor | None = None, compute_dtype: torch.dtype | None = None,
+                   chunk: int = LOGIT_CHUNK):
+    """(B, T) log-probs of ``input_ids`` under ``model`` at the positions ``where`` (default
+    ``completion_positions``; 0 elsewhere, and at position 0) and, with ``with_entropy``, the
+    entropy of the distribution there.
+
+    For a Hugging Face causal LM (issue #13, "no compute on padding"): the right-padded rows are
+    packed first-fit into rows of the batch's width, each sequence keeping its own position ids
+    (the model's packed-sequence mask keeps them apart), when that leaves at most
+    ``PACK_MAX_ROW_FRACTION`` of the rows; the decoder runs on the packed rows;
+    only the hidden states that predict a ``where`` token reach the LM head and the log-softmax,
+    ``chunk`` positions at a time (``rollwise.trainer.head.head_logprobs`` for a plain linear head,
+    activation checkpointing otherwise); beyond ``device.keep_logits_bytes`` of fp32 log-probs (512 MiB
+    on CPU, a quarter of the free memory on CUDA) they are
+    rebuilt in the backward instead of kept, so peak memory stays bounded. Position ids (and so
+    the model's packed-sequence mask) go to the decoder only when a row holds two sequences.
+    Other models (test doubles) take the full path: one forward, every position's logits.
+    ``compute_dtype`` runs the forward under autocast; logits are cast to fp32 before the
+    log-softmax either way.
+    """
+    ids, attn = batch.input_ids, batch.attention_mask.bool()
+    where = (completion_positions(batch) if where is None else where.bool()) & attn
+    where[:, 0] = False
+    dev = ids.device
+    parts = _decoder_and_head(model)
+    if parts is None:
+        with autocast(compute_dtype, dev):
+            logits = model(input_ids=ids, attention_mask=attn.long()).logits[:, :-1]
+        lp, ent = reference_head_logprobs(logits.reshape(-1, logits.shape[-1]), lambda x: x, ids[:, 1:].reshape(-1), temperature, with_entropy)
+        keep = where[:, 1:].to(lp.dtype)
+        lp = torch.nn.functional.pad(lp.view(ids.shape[0], -1) * keep, (1, 0))
+        ent = torch.nn.functional.pad(ent.view(ids.shape[0], -1) * keep, (1, 0)) if with_entropy else None
+        return lp, ent
+    decoder, head = parts
+    b, width = ids.shape
+    lengths = attn.sum(1).tolist()
+    layout = pack_rows(lengths, width)
+    if len(layout) > PACK_MAX_ROW_FRACTION * b:  # too few rows saved to pay for the packed-sequence mask
+        layout = [[i] for i in range(b)]
+    # position ids only where a row holds several sequences; a lone sequence in a row needs none
+    # (its padding tail comes after it, unseen by it)
+    shared = any(len(members) > 1 for members in layout)
+    packed = torch.zeros((len(layout), width), dtype=ids.dtype, device=dev)
+    ppos = torch.zeros((len(layout), width), dtype=torch.long, device=dev)
+    row_of, off_of = [0] * b, [0] * b
+    for r, members in enumerate(layout):
+        off = 0
+        for i in members:
+            n = lengths[i]
+            packed[r, off:off + n] = ids[i, :n]
+            ppos[r, off:off + n] = torch.arange(n, device=dev)
+            row_of[i], off_of[i] = r, off
+            off += n
+        if off < width:  # the row's free tail is a block of its own (a fresh position 0..)
+            ppos[r, off:] = torch.arange(width - off, device=dev)
+    with autocast(compute_dtype, dev):
+        hidden = decoder(input_ids=packed, position_ids=ppos if shared else None, use_cache=False).last_hidden_state
+    tb, tt = where.nonzero(as_tuple=True)
+    src_r = torch.tensor(row_of, device=dev)[tb]
+    src_c = torch.tensor(off_of, device=dev)[tb] + tt - 1  # the hidden state that predicts (tb, tt)
+    h, targets = hidden[src_r, src_c], ids[tb, tt]
+    lps, ents = [], []
+    fused = fusable(head)
+    keep = fused and len(targets) * head.out_features * 4 <= keep_logits_bytes(dev)
+    for lo in range(0, len(targets), chunk):
+        args = (h[lo:lo + chunk], head, targets[lo:lo + chunk], temperature, with_entropy)
+        if fused:  # rollwise.trainer.head: gradient by formula, logits kept or rebuilt for the backward
+            lp_c, ent_c = head_logprobs(*args, compute_dtype=compute_dtype, keep=keep)
+        else:
+            with autocast(compute_dtype, dev):
+                if torch.is_grad_enabled():
+                    lp_c, ent_c = torch.utils.checkpoint.checkpoint(reference_head_logprobs, *args, use_reentrant=False)
+                else:
+                    lp_c, ent_c = reference_head_logprobs(*args)
+        lps.append(lp_c)
+        ents.append(ent_c)
+    lp_flat = torch.cat(lps) if lps else h.new_zeros(0, dtype=torch.float32)
+    lp = torch.zeros((b, width), dtype=torch.float32, device=dev).index_put((tb, tt), lp_flat)
+    if not with_entropy:
+        return lp, None
+    ent_flat = torch.cat(ents) if ents else lp_flat
+    return lp, torch.zeros((b, width), dtype=torch.float32, device=dev).index_put((tb, tt), ent_flat)
+
+
+@dataclasses.dataclass
+class Accumulated:
+    """What an optimizer step sums over its micro-batches besides the gradients."""
+
+    loss: float = 0.0
+    sums: dict = dataclasses.field(default_factory=dict)  # objective metric sums
+    log_w: list = dataclasses.field(default_factory=list)  # per-row sequence log-weights (ESS scaling)
+    has_tokens: list = dataclasses.field(default_factory=list)
+    gap: MismatchMeter = dataclasses.field(default_factory=MismatchMeter)  # sampler vs trainer log-probs
+
+
+class Trainer:
+    def __init__(self, model, objective, options, train_cfg, temperature: float, reference: bool = False,
+                 compute_dtype: torch.dtype | None = None, data_parallel=None):
+        self.model = model
+        self.dp = data_parallel  # rollwise.distributed.data_parallel.DataParallel, or None (one process)
+        self.compute_dtype = compute_dtype  # autocast dtype of forward and backward; weights stay as they are
+        if getattr(train_cfg, "activation_checkpointing", False):
+            if not hasattr(model, "gradient_checkpointing_enable"):
+                raise ValueError("train.activation_checkpointing needs a Hugging Face model (gradient_checkpointing_enable)")
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.objective, self.options = objective, options
+        self.cfg = train_cfg
+        self.temperature = temperature
+        self.needs_prox = bool(getattr(options, "needs_prox", False))
+        self.kl_in_loss = bool(getattr(options, "kl_coef", 0.0))
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=train_cfg.lr, betas=tuple(train_cfg.betas), weight_decay=train_cfg.weight_decay)
+        warm = max(1, train_cfg.warmup_steps)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: min(1.0, (s + 1) / warm))
+        self.gap_guard = None  # mismatch.GapGuard, set by the session when the sampler is a separate engine
+        self.ref_model = None
+        if self.kl_in_loss or reference:
+            self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
+
+    def micro_batches(self, batch: Batch, shard: bool = False):
+        """Yield ``(rows, micro_batch)``: the slice of ``batch`` and its rows trimmed to their
+        longest sequence, on the model's device (global counts kept, see ``Batch.rows``). With
+        ``shard`` and data parallel, only this rank's rows (``DataParallel.shard``)."""
+        device = next(self.model.parameters()).device
+        here = self.dp.shard(batch.size) if shard and self.dp is not None else range(batch.size)
+        for start in range(here.start, here.stop, self.cfg.micro_batch):
+            rows = slice(start, min(start + self.cfg.micro_batch, here.stop))
+            yield rows, batch.rows(rows).to(device)
+
+    def _logprobs(self, model, mb: Batch, with_entropy: bool = False):
+        """``token_logprobs`` at the completion positions under this trainer's temperature and dtype."""
+        return token_logprobs(model, mb, self.temperature, with_entropy=with_entropy, compute_dtype=self.compute_dtype)
+
+    @torch.no_grad()
+    def _with_reference(self, mb: Batch) -> Batch:
+        if not self.kl_in_loss:
+            return mb
+        return dataclasses.replace(mb, ref_logprobs=self._logprobs(self.ref_model, mb)[0])
+
+    @torch.no_grad()
+    def policy_logprobs(self, batch: Batch, model=None) -> torch.Tensor:
+        """(B, T) log-probs of ``batch.input_ids`` under ``model`` (default: the current weights)
+        at the completion positions, without gradient, micro-batched, zero-padded back to the
+        batch's width (the KL reference; SAPO's received rollouts, rollwise.replay.sapo)."""
+        return self._whole_batch(batch, self.model if model is None else model, entropy=False)
+
+    @torch.no_grad()
+    def _whole_batch(self, batch: Batch, model, entropy: bool) -> torch.Tensor:
+        """``_logprobs`` of every micro-batch of ``batch`` (its entropies with ``entropy``), without
+        gradient, zero-padded back to the batch's width."""
+        out = torch.zeros_like(batch.old_logprobs)
+        for rows, mb in self.micro_batches(batch):
+            out[rows, :mb.input_ids.shape[1]] = self._logprobs(model, mb, with_entropy=entropy)[int(entropy)].to(out.device)
+        return out
+
+    def policy_and_reference_logprobs(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, T) log-probs of ``batch.input_ids`` under the current weights and under the frozen
+        reference (``policy_logprobs`` of each)."""
+        if self.ref_model is None:
+            raise ValueError("no reference model: construct the Trainer with reference=True (reward.kl.coef > 0)")
+        return self.policy_logprobs(batch), self.policy_logprobs(batch, self.ref_model)
+
+    @torch.no_grad()
+    def token_entropy(self, batch: Batch) -> torch.Tensor:
+        """(B, T) entropy of the current policy at each position (as ``token_logprobs``), without
+        gradient, micro-batched, zero-padded back to the batch's width (D3S token scores)."""
+        return self._whole_batch(batch, self.model, entropy=True)
+
+    def _ess_scale(self, log_w: list[torch.Tensor], has_tokens: list[torch.Tensor]) -> tuple[float, float]:
+        """(rho, lr scale) of the step from per-row sequence log-weights, gathered over micro-batches."""
+        opts = self.cfg.ess_lr_scaling
+        lw = torch.cat(log_w)[:, None]
+        mask = torch.cat(has_tokens).to(lw.dtype)[:, None]
+        return ess_ratio(lw, mask), ess_lr_scale(lw, mask, opts.rule, opts.base_ess_ratio)
+
+    def optimize(self, batch: Batch) -> dict[str, float]:
+        """``train.epochs`` optimizer steps over ``batch`` (one per epoch); returns the last
+        epoch's ``train/*`` metrics."""
+        if batch.num_loss_tokens == 0:
+            return {"train/loss": 0.0, "train/skipped": 1.0}
+        epochs = getattr(self.cfg, "epochs", 1)
+        prox = self._prox_up_front(batch) if epochs > 1 and self.needs_prox else None
+        for _ in range(epochs):
+            metrics = self._epoch(batch, prox)
+        return metrics
+
+    @torch.no_grad()
+    def _prox_up_front(self, batch: Batch) -> list[torch.Tensor]:
+        """Log-probs of the pre-update weights per micro-batch (several update epochs), in train
+        mode like the one-epoch path, whose prox is the loss forward's own."""
+        self.model.train()
+        return [self._logprobs(self.model, mb)[0] for _, mb in self.micro_batches(batch, shard=True)]
+
+    def _epoch(self, batch: Batch, prox_up_front: list[torch.Tensor] | None) -> dict[str, float]:
+        """One optimizer step over every micro-batch of ``batch``."""
+        return self.step(batch, self.accumulate(batch, prox_up_front))
+
+    def accumulate(self, batch: Batch, prox_up_front: list[torch.Tensor] | None = None,
+                   acc: "Accumulated | None" = None) -> "Accumulated":
+        """Forward and backward of every micro-batch of ``batch``: gradients are added to the
+        parameters' ``.grad`` and the step's sums to ``acc`` (a new one when None). Periodic
+        asynchrony calls it once per arriving group (rollwise.trainer.streaming)."""
+        self.model.train()
+        acc = acc if acc is not None else Accumulated()
+        ess_on = bool(getattr(self.cfg, "ess_lr_scaling", None) and self.cfg.ess_lr_scaling.enabled)
+        for i, (_, mb) in enumerate(self.micro_batches(batch, shard=True)):
+            if mb.loss_mask.sum() == 0:
+                continue
+            mb = self._with_reference(mb)
+            new_lp, ent = self._logprobs(self.model, mb, with_entropy=True)
+            # pre-update policy: this forward before the first update (module docstring)
+            prox = new_lp.detach() if prox_up_front is None else prox_up_front[i]
+            acc.gap.add(prox, mb.old_logprobs, mb.loss_mask)
+            if self.needs_prox:
+                mb = dataclasses.replace(mb, prox_logprobs=prox)
+            if ess_on:
+                m = mb.loss_mask
+                acc.log_w.append(torch.where(m != 0, (prox - mb.old_logprobs) * m, torch.zeros_like(prox)).sum(dim=1))
+                acc.has_tokens.append(m.sum(dim=1) > 0)
+            out = self.objective(mb, new_lp, self.options, entropy=ent)
+            out.loss.backward()
+            acc.loss += float(out.loss.detach())
+            for k, v in out.metrics.items():
+                acc.sums[k] = acc.sums.get(k, 0.0) + float(v)
+            if "entropy_sum" not in out.metrics:  # objectives built on common.finish report it already
+                acc.sums["entropy_sum"] = acc.sums.get("entropy_sum", 0.0) + float((ent.detach() * mb.loss_mask).sum())
+        return acc
+
+    def step(self, batch: Batch, acc: "Accumulated", grad_scale: float = 1.0) -> dict[str, float]:
+        """Clip and take the optimizer step on the accumulated gradients (first multiplied by
+        ``grad_scale``, as is the reported loss); returns the step's ``train/*`` metrics."""
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        if self.dp is not None:  # data parallel: the step's gradient is the sum over every rank's rows
+            self.dp.all_reduce_grads(params)
+            acc.loss, acc.sums, acc.gap, acc.log_w, acc.has_tokens = self.dp.combine(acc.loss, acc.sums, acc.gap, acc.log_w,
+                                                                                    acc.has_tokens)
+        if self.gap_guard is not None:  # stale weights in a separate sampler: stop before the update (mismatch.GapGuard)
+            stop = self.gap_guard.check(acc.gap.metrics().get("mismatch/abs_mean", 0.0))
+            if stop is not None:
+                self.optimizer.zero_grad(set_to_none=True)
+                raise StaleWeightsError(stop)
+        if grad_scale != 1.0:
+            for p in params:
+                if p.grad is not None:
+                    p.grad.mul_(grad_scale)
+        clip = self.cfg.max_grad_norm if self.cfg.max_grad_norm > 0 else math.inf
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
+        extra = {}
+        scale = 1.0
+        if acc.log_w:
+            rho, scale = self._ess_scale(acc.log_w, acc.has_tokens)
+            extra = {"train/ess_ratio": rho, "train/lr_scale": scale}
+        base_lrs = [g["lr"] for g in self.optimizer.param_groups]
+        for g, lr in zip(self.optimizer.param_groups, base_lrs):
+            g["lr"] = lr * scale
+        self.optimizer.step()
+        for g, lr in zip(self.optimizer.param_groups, base_lrs):  # the scale holds for this step only
+            g["lr"] = lr
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        metrics = {"train/loss": acc.loss * grad_scale, "train/grad_norm": grad_norm, "train/lr": self.scheduler.get_last_lr()[0],
+                   **extra, **acc.gap.metrics()}
+        for k, v in acc.sums.items():
+            if k.endswith("_sum"):  # objectives report sums over loss tokens
+                metrics["train/" + k.removesuffix("_sum")] = v / batch.num_loss_tokens
+        return metrics
+
+    def state_dict(self) -> dict:
+        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+
+    def load_state_dict(self, s: dict) -> None:
+        self.optimizer.load_state_dict(s["optimizer"])
+        self.scheduler.load_state_dict(s["scheduler"])
+

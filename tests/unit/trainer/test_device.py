@@ -1,0 +1,91 @@
+"""model.device: resolution and refusals, the memory arithmetic, the kept-logits budget (no GPU needed)."""
+
+import pytest
+import torch
+
+from rollwise.registry import UserError
+from rollwise.trainer import device as dv
+
+
+@pytest.mark.parametrize("setting,count,want", [
+    ("auto", 0, "cpu"), ("auto", 2, "cuda:0"), ("cpu", 4, "cpu"), ("cuda", 1, "cuda:0"), ("cuda:1", 2, "cuda:1"),
+])
+def test_resolution(setting, count, want):
+    assert dv.resolve_device(setting, cuda_count=count) == torch.device(want)
+
+
+def test_cuda_request_without_cuda_names_the_key():
+    with pytest.raises(UserError, match=r"model.device = 'cuda' but torch sees no CUDA device"):
+        dv.resolve_device("cuda", cuda_count=0)
+
+
+def test_cuda_index_beyond_the_devices_is_refused():
+    with pytest.raises(UserError, match=r"model.device = 'cuda:2' but this machine has 2 CUDA device\(s\) \(cuda:0 .. cuda:1\)"):
+        dv.resolve_device("cuda:2", cuda_count=2)
+
+
+@pytest.mark.parametrize("bad", ["gpu", "cuda:", "cuda:x", "CPU", "mps"])
+def test_bad_setting_is_refused(bad):
+    with pytest.raises(UserError, match="model.device must be"):
+        dv.resolve_device(bad, cuda_count=1)
+
+
+def test_config_refuses_a_bad_device_naming_the_key():
+    import rollwise
+
+    with pytest.raises(Exception, match="model.device"):
+        rollwise.load_config(overrides=["model.device=gpu0"])
+
+
+def test_auto_on_this_machine_matches_torch():
+    want = "cuda" if torch.cuda.is_available() else "cpu"
+    assert dv.resolve_device("auto").type == want
+
+
+def test_memory_arithmetic_by_hand():
+    # 1,000 weights in bf16 (2 bytes), all trainable: 2,000 weights + 2,000 gradients + 8,000 Adam
+    # moments (two fp32 each) + 2,000 reference + 0.3 x 10,000 engine = 17,000 bytes
+    plan = dv.training_memory(1000, 1000, 2, reference=True, engine_share=0.3, device_bytes=10_000)
+    assert (plan.weights, plan.gradients, plan.optimizer, plan.reference, plan.engine) == (2000, 2000, 8000, 2000, 3000)
+    assert plan.total == 17_000
+    lora = dv.training_memory(1000, 0, 4, reference=False)  # LoRA: the base weights only
+    assert lora.total == 4000
+
+
+def test_a_model_that_does_not_fit_is_refused_with_the_arithmetic():
+    # 7B in fp32, full fine-tune, no reference: 28 + 28 + 56 = 112 GB > 0.9 x 80 GiB
+    plan = dv.training_memory(7_000_000_000, 7_000_000_000, 4, reference=False)
+    with pytest.raises(UserError) as e:
+        dv.check_fits(plan, 80 * dv.GIB, "cuda:0 (test)")
+    msg = str(e.value)
+    assert "weights 26.08 + gradients 26.08 + AdamW moments (fp32) 52.15 = 104.31 GiB" in msg
+    assert "80.00 GiB x 0.90" in msg and "72.00 GiB" in msg and "model.lora.enabled" in msg
+    dv.check_fits(dv.training_memory(500_000_000, 500_000_000, 2, reference=True), 80 * dv.GIB, "x")  # 0.5B fits
+
+
+def test_keep_logits_budget_follows_the_device():
+    assert dv.keep_logits_bytes(torch.device("cpu")) == 512 * 2**20
+    assert dv.keep_logits_bytes(torch.device("cuda:0"), free_bytes=8 * dv.GIB) == 2 * dv.GIB  # a quarter of free
+    assert dv.keep_logits_bytes(torch.device("cuda:0"), free_bytes=100 * dv.GIB) == 8 * dv.GIB  # capped
+
+
+def test_cpu_run_records_the_device_in_the_ledger(tmp_path):
+    import json
+
+    import rollwise
+    from conftest import as_sets, tiny_overrides
+
+    cfg = rollwise.load_config(overrides=as_sets(tiny_overrides(tmp_path, steps=1, **{"model.warm_start.steps": 0,
+                                                                                        "model.device": "cpu"})))
+    logs = []
+    rollwise.train(cfg, log=logs.append)
+    line = json.loads((tmp_path / "t" / "metrics.jsonl").read_text().splitlines()[0])
+    assert line["device/type"] == "cpu" and line["device/name"]
+    assert "device/peak_memory_gib" not in line  # CUDA only
+    assert any(m.startswith("device: cpu") for m in logs)
+
+
+def test_the_models_attend_with_sdpa():
+    from rollwise.trainer.tiny import build_tiny
+
+    assert build_tiny("tiny-s")[0].config._attn_implementation == "sdpa"
