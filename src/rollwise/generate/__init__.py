@@ -1,2 +1,5 @@
-"""Generation-time interventions (stage S2 of allocation.md §0.4): strategies that change or stop
-rollouts while they are being generated. ``arrol``: online rollout pruning (ARRoL)."""
+"""Generation-time interventions (stage S2 of allocation.md §0.4): strategies that change, stop or
+schedule rollouts while they are being generated. ``arrol``: online rollout pruning (ARRoL,
+``sampling.arrol``); ``latr``: tree rollouts (LATR, ``sampling.latr``); ``april``: active partial
+rollouts (APRIL, ``replay.name = "april"``); ``spec_rl``: speculative rollouts reusing the previous
+epoch's responses (SPEC-RL, ``replay.name = "spec_rl"``)."""
