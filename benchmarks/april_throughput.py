@@ -59,8 +59,12 @@ def parse_args(argv=None):
     p.add_argument("--steps", type=int, default=6, help="timed steps per arm")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--compare-compaction", action=argparse.BooleanOptionalAction, default=True,
-                   help="also run both arms with finished rows kept in the decode batch (HFBackend.compact = False)")
+    p.add_argument(
+        "--compare-compaction",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also run both arms with finished rows kept in the decode batch (HFBackend.compact = False)",
+    )
     p.add_argument("--out", default=str(benchinfo.RESULTS / "april_throughput.json"))
     return p.parse_args(argv)
 
@@ -93,8 +97,14 @@ def main(argv=None) -> int:
     from rollwise.types import RunState, Sampling
 
     t_start = time.perf_counter()
-    cfg = load_config(overrides=[f"model.warm_start.steps={a.warm_steps}", "model.warm_start.cache=false",
-                                 f"control.prompts_per_step={a.groups}", f"control.rollouts_per_prompt={a.n}"])
+    cfg = load_config(
+        overrides=[
+            f"model.warm_start.steps={a.warm_steps}",
+            "model.warm_start.cache=false",
+            f"control.prompts_per_step={a.groups}",
+            f"control.rollouts_per_prompt={a.n}",
+        ]
+    )
     task = make(None, {"levels": a.levels, "cot": True, "n_train": 2000})
     model, tok = build_tiny(a.model, seed=a.seed)
     codec = Codec(tok, use_chat=False)
@@ -119,8 +129,19 @@ def main(argv=None) -> int:
         april_pool = buf.wrap_pool(april_inner, april_ctrl, lambda: RunState())
         arms["sync" + suffix] = (sync_ctrl, sync_pool, sync_pool)
         arms["april" + suffix] = (april_ctrl, april_pool, april_inner)
-    stats = {k: {"seconds": 0.0, "generated_tokens": 0, "groups": 0, "rollouts": 0, "lengths": [], "steps": [],
-                 "offpolicy_token_frac": [], "partial_rollouts": 0} for k in arms}
+    stats = {
+        k: {
+            "seconds": 0.0,
+            "generated_tokens": 0,
+            "groups": 0,
+            "rollouts": 0,
+            "lengths": [],
+            "steps": [],
+            "offpolicy_token_frac": [],
+            "partial_rollouts": 0,
+        }
+        for k in arms
+    }
     for step in range(a.steps + 1):
         for name, (ctrl, p, inner) in arms.items():
             plan = ctrl.plan(ctrl.select(RunState(step=step)), RunState(step=step))
@@ -138,36 +159,65 @@ def main(argv=None) -> int:
             s["lengths"] += [len(r.completion_ids) for g in groups for r in g.rollouts]
             s["offpolicy_token_frac"].append(cost.metrics.get("april/offpolicy_token_frac", 0.0))
             s["partial_rollouts"] += cost.metrics.get("april/partial_rollouts", 0)
-            s["steps"].append({"seconds": round(dt, 3), "generated_tokens": cost.generated_tokens, "groups": len(groups)})
+            s["steps"].append(
+                {"seconds": round(dt, 3), "generated_tokens": cost.generated_tokens, "groups": len(groups)}
+            )
             print(f"step {step} {name}: {dt:.2f} s, {cost.generated_tokens} tokens, {len(groups)} groups", flush=True)
     arms_out = {}
     for name, s in stats.items():
         arms_out[name] = {
             "generated_tokens_per_s": round(s["generated_tokens"] / s["seconds"], 1),
             "groups_per_s": round(s["groups"] / s["seconds"], 3),
-            "seconds": round(s["seconds"], 2), "generated_tokens": s["generated_tokens"], "groups": s["groups"],
-            "rollouts": s["rollouts"], "trained_response_length": quantiles(s["lengths"]),
+            "seconds": round(s["seconds"], 2),
+            "generated_tokens": s["generated_tokens"],
+            "groups": s["groups"],
+            "rollouts": s["rollouts"],
+            "trained_response_length": quantiles(s["lengths"]),
             "partial_rollouts": s["partial_rollouts"],
             "offpolicy_token_frac_mean": round(sum(s["offpolicy_token_frac"]) / len(s["offpolicy_token_frac"]), 3),
             "per_step": s["steps"],
         }
     sync, april = arms_out["sync"], arms_out["april"]
     result = {
-        "benchmark": "april_throughput", "created": benchinfo.stamp(), "git": benchinfo.git(), "machine": benchinfo.machine(),
+        "benchmark": "april_throughput",
+        "created": benchinfo.stamp(),
+        "git": benchinfo.git(),
+        "machine": benchinfo.machine(),
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "settings": {"model": a.model, "task": f"arithmetic cot=true levels={a.levels}", "warm_start_steps": a.warm_steps,
-                     "groups_per_step": a.groups, "rollouts_per_prompt": a.n, "over_provision": a.factor,
-                     "max_new_tokens": a.max_new_tokens, "temperature": a.temperature, "timed_steps": a.steps,
-                     "torch_threads": torch.get_num_threads(), "backend": "rollwise hf (KV cache), fp32, all pulled rows in one decode batch; finished rows leave it (KV cache compacted) except in the *_nocompact arms",
-                     "note": "arms interleaved step by step on the same weights; compare the speedup ratio only (machine load at start: machine.load_avg_1min_at_start)"},
+        "settings": {
+            "model": a.model,
+            "task": f"arithmetic cot=true levels={a.levels}",
+            "warm_start_steps": a.warm_steps,
+            "groups_per_step": a.groups,
+            "rollouts_per_prompt": a.n,
+            "over_provision": a.factor,
+            "max_new_tokens": a.max_new_tokens,
+            "temperature": a.temperature,
+            "timed_steps": a.steps,
+            "torch_threads": torch.get_num_threads(),
+            "backend": "rollwise hf (KV cache), fp32, all pulled rows in one decode batch; finished rows leave it (KV cache compacted) except in the *_nocompact arms",
+            "note": "arms interleaved step by step on the same weights; compare the speedup ratio only (machine load at start: machine.load_avg_1min_at_start)",
+        },
         "arms": arms_out,
-        "speedup": {"generated_tokens_per_s": round(april["generated_tokens_per_s"] / sync["generated_tokens_per_s"], 3),
-                    "groups_per_s": round(april["groups_per_s"] / sync["groups_per_s"], 3)},
-        **({"speedup_nocompact": {  # the same ratio with finished rows kept in the batch (before issue #13)
-            "groups_per_s": round(arms_out["april_nocompact"]["groups_per_s"] / arms_out["sync_nocompact"]["groups_per_s"], 3)},
-            "compaction_speedup_groups_per_s": {  # compacting / not compacting, per arm
-                k: round(arms_out[k]["groups_per_s"] / arms_out[k + "_nocompact"]["groups_per_s"], 3) for k in ("sync", "april")}}
-           if "sync_nocompact" in arms_out else {}),
+        "speedup": {
+            "generated_tokens_per_s": round(april["generated_tokens_per_s"] / sync["generated_tokens_per_s"], 3),
+            "groups_per_s": round(april["groups_per_s"] / sync["groups_per_s"], 3),
+        },
+        **(
+            {
+                "speedup_nocompact": {  # the same ratio with finished rows kept in the batch (before issue #13)
+                    "groups_per_s": round(
+                        arms_out["april_nocompact"]["groups_per_s"] / arms_out["sync_nocompact"]["groups_per_s"], 3
+                    )
+                },
+                "compaction_speedup_groups_per_s": {  # compacting / not compacting, per arm
+                    k: round(arms_out[k]["groups_per_s"] / arms_out[k + "_nocompact"]["groups_per_s"], 3)
+                    for k in ("sync", "april")
+                },
+            }
+            if "sync_nocompact" in arms_out
+            else {}
+        ),
         "load_avg_at_end": os.getloadavg(),
         "warm_start_s": round(warm_s, 1),
         "total_wall_s": round(time.perf_counter() - t_start, 1),
@@ -175,7 +225,13 @@ def main(argv=None) -> int:
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
-    print(json.dumps(result["speedup"]), {k: (v["generated_tokens_per_s"], v["groups_per_s"], v["trained_response_length"]) for k, v in arms_out.items()})
+    print(
+        json.dumps(result["speedup"]),
+        {
+            k: (v["generated_tokens_per_s"], v["groups_per_s"], v["trained_response_length"])
+            for k, v in arms_out.items()
+        },
+    )
     print(f"wrote {out} ({result['total_wall_s']} s)")
     return 0
 

@@ -28,7 +28,11 @@ from scale_out import train  # noqa: E402
 
 TASKS = {
     "default": [],
-    "cot": ["task.options={cot = true, levels = [3, 4, 5]}", "sampling.max_new_tokens=64", "control.prompts_per_step=16"],
+    "cot": [
+        "task.options={cot = true, levels = [3, 4, 5]}",
+        "sampling.max_new_tokens=64",
+        "control.prompts_per_step=16",
+    ],
 }
 MODES = {
     "sync": [],
@@ -36,9 +40,22 @@ MODES = {
     "async_eta2": ["train.async.max_staleness=2"],
     "periodic": ["train.async.periodic=true", "train.async.periodic_chunks=4"],
 }
-BASE = ["objective.name=decoupled_ppo", "eval.every=0", "eval.at_start=false", "run.checkpoint_every=0", "run.progress=false",
-        "distributed.cpus_per_worker=1"]
-KEYS = ("time/generate_s", "time/train_s", "time/trainer_wait_s", "time/generator_idle_s", "util/trainer", "util/generator")
+BASE = [
+    "objective.name=decoupled_ppo",
+    "eval.every=0",
+    "eval.at_start=false",
+    "run.checkpoint_every=0",
+    "run.progress=false",
+    "distributed.cpus_per_worker=1",
+]
+KEYS = (
+    "time/generate_s",
+    "time/train_s",
+    "time/trainer_wait_s",
+    "time/generator_idle_s",
+    "util/trainer",
+    "util/generator",
+)
 
 
 def summary(lines: list[dict]) -> dict:
@@ -64,8 +81,16 @@ def main() -> None:
     ap.add_argument("--runs", type=Path, default=Path("runs/async_steps"))
     ap.add_argument("--out", type=Path, default=RESULTS / "async_steps.json")
     args = ap.parse_args()
-    info = {"benchmark": "async_steps", "machine": machine(), "git": git(), "started": stamp(), "base": BASE,
-            "tasks": TASKS, "modes": MODES, "runs": {}}
+    info = {
+        "benchmark": "async_steps",
+        "machine": machine(),
+        "git": git(),
+        "started": stamp(),
+        "base": BASE,
+        "tasks": TASKS,
+        "modes": MODES,
+        "runs": {},
+    }
     for rep in range(args.repeats):
         for task in args.tasks:
             for w in args.workers:
@@ -81,16 +106,28 @@ def main() -> None:
                         name += "-retry"
                         res = train(overrides, None, args.runs, name)
                     s = summary(res["steps"])
-                    info["runs"][name] = {"task": task, "workers": w, "mode": mode, "repeat": rep,
-                                          "process_wall_s": res["process_wall_s"], **s}
-                    print(f"{name}: {s['step_s']:.3f} s/step, trainer wait {s.get('trainer_wait_s', '-')}, "
-                          f"max staleness {s['max_staleness']}", flush=True)
+                    info["runs"][name] = {
+                        "task": task,
+                        "workers": w,
+                        "mode": mode,
+                        "repeat": rep,
+                        "process_wall_s": res["process_wall_s"],
+                        **s,
+                    }
+                    print(
+                        f"{name}: {s['step_s']:.3f} s/step, trainer wait {s.get('trainer_wait_s', '-')}, "
+                        f"max staleness {s['max_staleness']}",
+                        flush=True,
+                    )
     table = {}
     for r in info["runs"].values():
         table.setdefault(f"{r['task']}-w{r['workers']}", {}).setdefault(r["mode"], []).append(r["step_s"])
     info["median_step_s"] = {k: {m: round(median(v), 4) for m, v in arms.items()} for k, arms in table.items()}
-    info["speedup_vs_sync"] = {k: {m: round(arms["sync"] / v, 3) for m, v in arms.items()}
-                               for k, arms in info["median_step_s"].items() if "sync" in arms}
+    info["speedup_vs_sync"] = {
+        k: {m: round(arms["sync"] / v, 3) for m, v in arms.items()}
+        for k, arms in info["median_step_s"].items()
+        if "sync" in arms
+    }
     info["finished"], info["machine_after"] = stamp(), machine()
     args.out.write_text(json.dumps(info, indent=1))
     print(json.dumps(info["median_step_s"], indent=1), json.dumps(info["speedup_vs_sync"], indent=1), sep="\n")

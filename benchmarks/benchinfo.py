@@ -17,8 +17,14 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 
 # cpuinfo flag -> the name we report (AMX shows up as three flags; any of them counts)
-FEATURE_FLAGS = {"avx2": ("avx2",), "fma": ("fma",), "avx512f": ("avx512f",), "avx512_bf16": ("avx512_bf16",),
-                 "avx512_vnni": ("avx512_vnni",), "amx": ("amx_tile", "amx_bf16", "amx_int8")}
+FEATURE_FLAGS = {
+    "avx2": ("avx2",),
+    "fma": ("fma",),
+    "avx512f": ("avx512f",),
+    "avx512_bf16": ("avx512_bf16",),
+    "avx512_vnni": ("avx512_vnni",),
+    "amx": ("amx_tile", "amx_bf16", "amx_int8"),
+}
 
 
 def cpu_model(cpuinfo: str) -> str | None:
@@ -39,7 +45,9 @@ def cpu_features(cpuinfo: str) -> dict[str, bool]:
     return {name: any(f in flags for f in alts) for name, alts in FEATURE_FLAGS.items()}
 
 
-def package_versions(names=("torch", "transformers", "trl", "accelerate", "datasets", "rollwise")) -> dict[str, str | None]:
+def package_versions(
+    names=("torch", "transformers", "trl", "accelerate", "datasets", "rollwise"),
+) -> dict[str, str | None]:
     out = {}
     for n in names:
         try:
@@ -61,10 +69,17 @@ def machine() -> dict:
         mem_gb = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
     except (ValueError, OSError, AttributeError):
         mem_gb = None
-    return {"cpu": cpu_model(cpuinfo), "cpu_features": cpu_features(cpuinfo), "cores": os.cpu_count(),
-            "memory_gb": mem_gb, "torch_threads": torch.get_num_threads(),
-            "omp_num_threads_env": os.environ.get("OMP_NUM_THREADS"), "python": sys.version.split()[0],
-            "versions": package_versions(), "load_avg_1min_at_start": _loadavg()}
+    return {
+        "cpu": cpu_model(cpuinfo),
+        "cpu_features": cpu_features(cpuinfo),
+        "cores": os.cpu_count(),
+        "memory_gb": mem_gb,
+        "torch_threads": torch.get_num_threads(),
+        "omp_num_threads_env": os.environ.get("OMP_NUM_THREADS"),
+        "python": sys.version.split()[0],
+        "versions": package_versions(),
+        "load_avg_1min_at_start": _loadavg(),
+    }
 
 
 def _loadavg() -> float | None:

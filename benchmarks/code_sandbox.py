@@ -53,10 +53,17 @@ def throughput(iso: str, workers: int, calls: int) -> float:
     from rollwise.trainer.tiny import char_tokenizer
     from rollwise.types import Completion, Request, Sampling
 
-    task = make(None, {"levels": [1, 2, 3], "n_heldout": 8, "cache": False, "workers": workers, "sandbox": {"isolation": iso}})
+    task = make(
+        None, {"levels": [1, 2, 3], "n_heldout": 8, "cache": False, "workers": workers, "sandbox": {"isolation": iso}}
+    )
     tok = char_tokenizer()
-    pool = LocalPool(ScriptedBackend(lambda s, i: [], tok.eos_token_id), Codec(tok, use_chat=False), task.verify,
-                     Sampling(), verify_workers=workers)
+    pool = LocalPool(
+        ScriptedBackend(lambda s, i: [], tok.eos_token_id),
+        Codec(tok, use_chat=False),
+        task.verify,
+        Sampling(),
+        verify_workers=workers,
+    )
     ps = list(task.train_prompts())[:calls]
     items = []
     for i, p in enumerate(ps):
@@ -81,24 +88,43 @@ def main() -> None:
     ap.add_argument("--out", default="", help="where to write the JSON (default benchmarks/results/code_sandbox.json)")
     args = ap.parse_args()
     calls, repeats, cases = (8, 1, CASES[:4]) if args.quick else (args.calls, args.repeats, CASES)
-    result = {"when": benchinfo.stamp(), "machine": benchinfo.machine(), "git": benchinfo.git(), "load_before": os.getloadavg(),
-              "rollwise_src": str(Path(sys.modules[Sandbox.__module__].__file__).resolve().parent.parent)}
+    result = {
+        "when": benchinfo.stamp(),
+        "machine": benchinfo.machine(),
+        "git": benchinfo.git(),
+        "load_before": os.getloadavg(),
+        "rollwise_src": str(Path(sys.modules[Sandbox.__module__].__file__).resolve().parent.parent),
+    }
     result["modes"] = {}
-    for iso in ([m for m in args.modes.split(",") if m] or modes()):
+    for iso in [m for m in args.modes.split(",") if m] or modes():
         sb = Sandbox(Limits(isolation=iso, wall_s=4.0, cpu_s=1))
         res = [] if args.throughput_only else run_corpus(sb, Path(tempfile.mkdtemp()) / "outside", cases)
-        corpus = [{"case": r.name, "reason": r.reason, "seconds": r.seconds, "contained": r.contained, "problems": list(r.problems)}
-                  for r in res]
+        corpus = [
+            {
+                "case": r.name,
+                "reason": r.reason,
+                "seconds": r.seconds,
+                "contained": r.contained,
+                "problems": list(r.problems),
+            }
+            for r in res
+        ]
         rates = {1: [], 2: []}
         for _ in range(repeats):
             for w in (1, 2):
                 rates[w].append(throughput(iso, w, calls))
         result["modes"][iso] = {
-            "describe": sb.describe(), "contained": sum(r.contained for r in res), "cases": len(res), "corpus": corpus,
+            "describe": sb.describe(),
+            "contained": sum(r.contained for r in res),
+            "cases": len(res),
+            "corpus": corpus,
             "calls_per_s": {f"workers_{w}": {"median": benchinfo.median(v), "runs": v} for w, v in rates.items()},
         }
-        print(f"{iso}: contained {sum(r.contained for r in res)}/{len(res)}; calls/s 1 worker "
-              f"{benchinfo.median(rates[1]):.1f}, 2 workers {benchinfo.median(rates[2]):.1f}", flush=True)
+        print(
+            f"{iso}: contained {sum(r.contained for r in res)}/{len(res)}; calls/s 1 worker "
+            f"{benchinfo.median(rates[1]):.1f}, 2 workers {benchinfo.median(rates[2]):.1f}",
+            flush=True,
+        )
     result["load_after"] = os.getloadavg()
     result["calls"], result["repeats"] = calls, repeats
     if not args.quick:

@@ -24,8 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchinfo  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-ONE = ("import sys; sys.path.insert(0, {here!r}); import code_sandbox; "
-       "print(code_sandbox.throughput({iso!r}, {workers}, {calls}))")
+ONE = (
+    "import sys; sys.path.insert(0, {here!r}); import code_sandbox; "
+    "print(code_sandbox.throughput({iso!r}, {workers}, {calls}))"
+)
 
 
 def measure(src: str, iso: str, workers: int, calls: int) -> float:
@@ -45,8 +47,16 @@ def main() -> None:
     ap.add_argument("--out", default=str(benchinfo.RESULTS / "code_sandbox_ab.json"))
     args = ap.parse_args()
     trees = {"before": args.before, "after": args.after}
-    result = {"when": benchinfo.stamp(), "machine": benchinfo.machine(), "git": benchinfo.git(),
-              "load_before": os.getloadavg(), "trees": trees, "calls": args.calls, "rounds": args.rounds, "modes": {}}
+    result = {
+        "when": benchinfo.stamp(),
+        "machine": benchinfo.machine(),
+        "git": benchinfo.git(),
+        "load_before": os.getloadavg(),
+        "trees": trees,
+        "calls": args.calls,
+        "rounds": args.rounds,
+        "modes": {},
+    }
     runs = {iso: {w: {"before": [], "after": []} for w in (1, 2)} for iso in args.modes.split(",")}
     for r in range(args.rounds):
         for iso in runs:
@@ -60,8 +70,11 @@ def main() -> None:
         result["modes"][iso] = {}
         for w, d in by_w.items():
             b, a = benchinfo.median(d["before"]), benchinfo.median(d["after"])
-            result["modes"][iso][f"workers_{w}"] = {"before": {"median": b, "runs": d["before"]},
-                                                    "after": {"median": a, "runs": d["after"]}, "ratio": a / b}
+            result["modes"][iso][f"workers_{w}"] = {
+                "before": {"median": b, "runs": d["before"]},
+                "after": {"median": a, "runs": d["after"]},
+                "ratio": a / b,
+            }
             print(f"{iso} workers {w}: before {b:.2f}, after {a:.2f} calls/s, ratio {a / b:.2f}", flush=True)
     result["load_after"] = os.getloadavg()
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")

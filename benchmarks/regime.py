@@ -49,12 +49,21 @@ def length_stats(lengths: list[int], cut: int) -> dict:
     from rollwise.session import percentile
 
     s = sorted(lengths)
-    top = s[-max(1, len(s) // 20):]
+    top = s[-max(1, len(s) // 20) :]
     p50 = percentile(s, 0.5)
-    return {"n": len(s), "mean": round(sum(s) / len(s), 2), "p50": p50, "p90": percentile(s, 0.9), "p95": percentile(s, 0.95),
-            "p99": percentile(s, 0.99), "max": s[-1], "truncated_frac": round(cut / len(s), 4),
-            "top5pct_token_share": round(sum(top) / sum(s), 4), "p90_over_p50": round(percentile(s, 0.9) / p50, 2),
-            "p99_over_p50": round(percentile(s, 0.99) / p50, 2)}
+    return {
+        "n": len(s),
+        "mean": round(sum(s) / len(s), 2),
+        "p50": p50,
+        "p90": percentile(s, 0.9),
+        "p95": percentile(s, 0.95),
+        "p99": percentile(s, 0.99),
+        "max": s[-1],
+        "truncated_frac": round(cut / len(s), 4),
+        "top5pct_token_share": round(sum(top) / sum(s), 4),
+        "p90_over_p50": round(percentile(s, 0.9) / p50, 2),
+        "p99_over_p50": round(percentile(s, 0.99) / p50, 2),
+    }
 
 
 def group_stats(groups, g: int) -> dict:
@@ -70,10 +79,15 @@ def group_stats(groups, g: int) -> dict:
     hist = [0] * (g + 1)
     for r in rates:
         hist[round(r * g)] += 1
-    return {"groups": len(rates), "all_correct_frac": round(ac, 4), "all_wrong_frac": round(aw, 4),
-            "zero_variance_frac": round(ac + aw, 4), "pass_rate_mean": round(sum(rates) / n, 4),
-            "pass_rate_sd": round(statistics.pstdev(rates), 4) if rates else None,
-            f"pass_rate_hist_k_of_{g}": hist}
+    return {
+        "groups": len(rates),
+        "all_correct_frac": round(ac, 4),
+        "all_wrong_frac": round(aw, 4),
+        "zero_variance_frac": round(ac + aw, 4),
+        "pass_rate_mean": round(sum(rates) / n, 4),
+        "pass_rate_sd": round(statistics.pstdev(rates), 4) if rates else None,
+        f"pass_rate_hist_k_of_{g}": hist,
+    }
 
 
 def kind_of(prompt) -> str:
@@ -107,19 +121,32 @@ def probe(sweep_path: str, n_prompts: int, g: int, batch: int, overrides: list[s
     prompts = list(run.task.train_prompts())[:n_prompts]
     groups = []
     for i in range(0, len(prompts), batch):
-        groups += run.pool.generate(Plan(tuple(Request(p, g) for p in prompts[i:i + batch])), [], 0)
+        groups += run.pool.generate(Plan(tuple(Request(p, g) for p in prompts[i : i + batch])), [], 0)
     run.close()
     lengths = [len(r.completion_ids) for grp in groups for r in grp.rollouts]
     cut = sum(r.finish == "length" for grp in groups for r in grp.rollouts)
     by_level: dict = defaultdict(list)
     for grp in groups:
         by_level[kind_of(grp.prompt)].append(grp)
-    out = {"config": {"task": cfg.task.model_dump(mode="json"), "model": cfg.model.name,
-                      "max_new_tokens": cfg.sampling.max_new_tokens, "temperature": cfg.sampling.temperature,
-                      "group_size": g, "prompts": len(prompts)},
-           **group_stats(groups, g), "lengths": length_stats(lengths, cut),
-           "by_level": {str(k): {**group_stats(v, g), "length_p50": percentile([len(r.completion_ids) for x in v for r in x.rollouts], 0.5)}
-                        for k, v in sorted(by_level.items(), key=lambda kv: str(kv[0]))}}
+    out = {
+        "config": {
+            "task": cfg.task.model_dump(mode="json"),
+            "model": cfg.model.name,
+            "max_new_tokens": cfg.sampling.max_new_tokens,
+            "temperature": cfg.sampling.temperature,
+            "group_size": g,
+            "prompts": len(prompts),
+        },
+        **group_stats(groups, g),
+        "lengths": length_stats(lengths, cut),
+        "by_level": {
+            str(k): {
+                **group_stats(v, g),
+                "length_p50": percentile([len(r.completion_ids) for x in v for r in x.rollouts], 0.5),
+            }
+            for k, v in sorted(by_level.items(), key=lambda kv: str(kv[0]))
+        },
+    }
     return out
 
 
@@ -131,11 +158,22 @@ def through_training(runs_dir: str, arm: str) -> dict:
         lines = [x for x in lines if "groups/all_correct_frac" in x]
         if not lines:
             continue
-        keys = ("groups/all_correct_frac", "groups/all_wrong_frac", "length/p50", "length/p90", "length/p99", "length/max",
-                "length/truncated_frac")
+        keys = (
+            "groups/all_correct_frac",
+            "groups/all_wrong_frac",
+            "length/p50",
+            "length/p90",
+            "length/p99",
+            "length/max",
+            "length/truncated_frac",
+        )
         pick = {"first": lines[0], "middle": lines[len(lines) // 2], "last": lines[-1]}
-        out[d.name] = {when: {"step": x["step"], **{k.split("/")[-1]: x.get(k) for k in keys}} for when, x in pick.items()}
-        out[d.name]["mean_over_steps"] = {k.split("/")[-1]: round(sum(x[k] for x in lines) / len(lines), 4) for k in keys[:2]}
+        out[d.name] = {
+            when: {"step": x["step"], **{k.split("/")[-1]: x.get(k) for k in keys}} for when, x in pick.items()
+        }
+        out[d.name]["mean_over_steps"] = {
+            k.split("/")[-1]: round(sum(x[k] for x in lines) / len(lines), 4) for k in keys[:2]
+        }
     return out
 
 

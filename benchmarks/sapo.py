@@ -48,8 +48,13 @@ ARMS = {  # name: (peers, overrides)
 }
 # the compared arms: (arm, its baseline); an isolated peer does not depend on the others, so a
 # baseline's peers are seeds 0..n-1 of that configuration whatever the arm's swarm size
-PAIRS = [("sapo2_16+16", "isolated_16"), ("sapo4_16+16", "isolated_16"), ("sapo2_16+16", "isolated_32"),
-         ("sapo2_32+32", "isolated_32"), ("isolated_16", "isolated_32")]
+PAIRS = [
+    ("sapo2_16+16", "isolated_16"),
+    ("sapo4_16+16", "isolated_16"),
+    ("sapo2_16+16", "isolated_32"),
+    ("sapo2_32+32", "isolated_32"),
+    ("isolated_16", "isolated_32"),
+]
 
 
 def run_arm(name: str, runs: Path, budget: int, log=print) -> dict:
@@ -64,8 +69,14 @@ def run_arm(name: str, runs: Path, budget: int, log=print) -> dict:
             log(f"{name}: done before, kept")
             return done
     t0 = time.perf_counter()
-    out = run_swarm(None, BASE + sets + [f"train.budget_generated_tokens={budget}", f"run.dir={runs}", f"run.name={name}",
-                                         "run.overwrite=true"], peers, log=lambda m: log(f"[{name}] {m}"))
+    out = run_swarm(
+        None,
+        BASE
+        + sets
+        + [f"train.budget_generated_tokens={budget}", f"run.dir={runs}", f"run.name={name}", "run.overwrite=true"],
+        peers,
+        log=lambda m: log(f"[{name}] {m}"),
+    )
     out.update(wall_s=round(time.perf_counter() - t0, 1), budget=budget, git=git(), finished=stamp())
     summary.write_text(json.dumps(out, indent=1))
     return out
@@ -76,9 +87,13 @@ def main() -> None:
     ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
     ap.add_argument("--runs", type=Path, default=Path("runs/bench/sapo"))
     ap.add_argument("--budget", type=int, default=100_000, help="generated tokens per peer")
-    ap.add_argument("--target", type=float, default=0.247,
-                    help="held-out pass@1 target: the embedded default's on this CPU (docs/results.md, seedalgos: uniform's "
-                         "final mean pass@1 at 100k tokens); the baseline's own final mean is reported too")
+    ap.add_argument(
+        "--target",
+        type=float,
+        default=0.247,
+        help="held-out pass@1 target: the embedded default's on this CPU (docs/results.md, seedalgos: uniform's "
+        "final mean pass@1 at 100k tokens); the baseline's own final mean is reported too",
+    )
     ap.add_argument("--parallel", type=int, default=2, help="swarms run at once")
     ap.add_argument("--out", type=Path, default=RESULTS / "sapo" / "sapo.json")
     args = ap.parse_args()
@@ -92,13 +107,22 @@ def main() -> None:
 
     with ThreadPoolExecutor(args.parallel) as pool:  # each swarm waits on its peer processes
         swarms = dict(zip(args.arms, pool.map(lambda a: run_arm(a, args.runs, args.budget), args.arms)))
-    evals = {a: {i: read_jsonl(Path(p["run_dir"]) / "eval.jsonl") for i, p in enumerate(s["peers"].values())}
-             for a, s in swarms.items()}
-    result = {**info, "finished": stamp(), "budget_generated_tokens_per_peer": args.budget, "base_overrides": BASE,
-              "parallel_swarms": args.parallel,
-              "arms": {a: {"peers": ARMS[a][0], "overrides": ARMS[a][1], "wall_s": s.get("wall_s"), "peer_summary": s["peers"]}
-                       for a, s in swarms.items()},
-              "comparisons": {}}
+    evals = {
+        a: {i: read_jsonl(Path(p["run_dir"]) / "eval.jsonl") for i, p in enumerate(s["peers"].values())}
+        for a, s in swarms.items()
+    }
+    result = {
+        **info,
+        "finished": stamp(),
+        "budget_generated_tokens_per_peer": args.budget,
+        "base_overrides": BASE,
+        "parallel_swarms": args.parallel,
+        "arms": {
+            a: {"peers": ARMS[a][0], "overrides": ARMS[a][1], "wall_s": s.get("wall_s"), "peer_summary": s["peers"]}
+            for a, s in swarms.items()
+        },
+        "comparisons": {},
+    }
     for target in (args.target, None):  # None: the baseline arm's final mean pass@1, as rollwise compare
         for arm, base in PAIRS:
             if arm not in evals or base not in evals:
@@ -113,8 +137,10 @@ def main() -> None:
         print(name)
         for a, r in c["arms"].items():
             m = r["metrics"]
-            print(f"  {a:14s} tokens to target {m['tokens_to_target']['value']}  per peer {m['tokens_to_target']['per_seed']}  "
-                  f"final pass@1 {m['final_pass@1']['value']:.3f} per peer {m['final_pass@1']['per_seed']}")
+            print(
+                f"  {a:14s} tokens to target {m['tokens_to_target']['value']}  per peer {m['tokens_to_target']['per_seed']}  "
+                f"final pass@1 {m['final_pass@1']['value']:.3f} per peer {m['final_pass@1']['per_seed']}"
+            )
     print(f"wrote {args.out}")
 
 

@@ -66,23 +66,44 @@ def stage_summary(lines: list[dict]) -> dict:
 def bench_steps(steps: int, runs: Path) -> dict:
     out = {}
     for backend in ("hf", "vllm"):
-        r = train([f"model.backend={backend}", "model.compute_dtype=float32", f"train.steps={steps}", "eval.every=0",
-                   "run.checkpoint_every=0", "run.progress=false"], "configs/smollm2_arithmetic.toml", runs, f"steps-{backend}")
-        out[backend] = {"process_wall_s": r["process_wall_s"], **stage_summary(r["steps"]),
-                        "mismatch": {k: r["steps"][-1][k] for k in r["steps"][-1] if k.startswith("mismatch/")}}
+        r = train(
+            [
+                f"model.backend={backend}",
+                "model.compute_dtype=float32",
+                f"train.steps={steps}",
+                "eval.every=0",
+                "run.checkpoint_every=0",
+                "run.progress=false",
+            ],
+            "configs/smollm2_arithmetic.toml",
+            runs,
+            f"steps-{backend}",
+        )
+        out[backend] = {
+            "process_wall_s": r["process_wall_s"],
+            **stage_summary(r["steps"]),
+            "mismatch": {k: r["steps"][-1][k] for k in r["steps"][-1] if k.startswith("mismatch/")},
+        }
     return out
 
 
 def bench_ray(steps: int, runs: Path) -> dict:
     base = [f"train.steps={steps}", "eval.every=0", "run.checkpoint_every=0", "run.progress=false", "run.threads=2"]
-    arms = {"local": [], "local_request_seeds": ["distributed.request_seeds=true"],
-            "ray_2_workers": ["distributed.workers=2", "distributed.cpus_per_worker=1"]}
+    arms = {
+        "local": [],
+        "local_request_seeds": ["distributed.request_seeds=true"],
+        "ray_2_workers": ["distributed.workers=2", "distributed.cpus_per_worker=1"],
+    }
     out = {}
     for name, extra in arms.items():
         r = train(base + extra, None, runs, f"ray-{name}")
         ledger = sum(sum(float(x.get(k, 0.0)) for k in STAGES) for x in r["steps"])
-        out[name] = {"process_wall_s": r["process_wall_s"], "ledger_stage_s": round(ledger, 2), **stage_summary(r["steps"]),
-                     "final_reward_mean": r["steps"][-1].get("reward/mean")}
+        out[name] = {
+            "process_wall_s": r["process_wall_s"],
+            "ledger_stage_s": round(ledger, 2),
+            **stage_summary(r["steps"]),
+            "final_reward_mean": r["steps"][-1].get("reward/mean"),
+        }
     return out
 
 
@@ -93,8 +114,13 @@ def main() -> None:
     ap.add_argument("--ray-steps", type=int, default=20)
     ap.add_argument("--out", default=str(RESULTS / "scale_out.json"))
     args = ap.parse_args()
-    result = {"benchmark": "scale_out", "created": stamp(), "git": git(), "machine": machine(),
-              "command": "python benchmarks/scale_out.py " + " ".join(sys.argv[1:])}
+    result = {
+        "benchmark": "scale_out",
+        "created": stamp(),
+        "git": git(),
+        "machine": machine(),
+        "command": "python benchmarks/scale_out.py " + " ".join(sys.argv[1:]),
+    }
     with tempfile.TemporaryDirectory() as tmp:
         runs = Path(tmp)
         if args.only in (None, "steps"):

@@ -140,15 +140,15 @@ class Costs:
 
 @dataclass(frozen=True)
 class Setup:
-    mode: str = "sync"                # sync | async | periodic
-    workers: int = 1                  # generation workers
-    groups: int = 32                  # B: groups per training step
-    group_size: int = 8               # G: rollouts per group
-    eta: int = 0                      # async staleness bound
-    max_concurrent: int = 64          # sequences a worker holds at once
-    batching: str = "continuous"      # continuous | static
-    colocated: bool = False           # trainer shares the generators' devices
-    take: str = "finished"            # async: oldest finished groups | strictly in submission order
+    mode: str = "sync"  # sync | async | periodic
+    workers: int = 1  # generation workers
+    groups: int = 32  # B: groups per training step
+    group_size: int = 8  # G: rollouts per group
+    eta: int = 0  # async staleness bound
+    max_concurrent: int = 64  # sequences a worker holds at once
+    batching: str = "continuous"  # continuous | static
+    colocated: bool = False  # trainer shares the generators' devices
+    take: str = "finished"  # async: oldest finished groups | strictly in submission order
     steps: int = 40
     warmup: int = 5
 
@@ -163,7 +163,9 @@ class Setup:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, not {getattr(self, name)}")
         if self.eta < 0 or not 0 <= self.warmup < self.steps:
-            raise ValueError(f"need eta >= 0 and 0 <= warmup < steps (eta={self.eta}, warmup={self.warmup}, steps={self.steps})")
+            raise ValueError(
+                f"need eta >= 0 and 0 <= warmup < steps (eta={self.eta}, warmup={self.warmup}, steps={self.steps})"
+            )
 
 
 # ---------------------------------------------------------------- length distributions
@@ -188,9 +190,14 @@ class LogNormal:
         return np.clip(x, 1, self.cap).astype(np.int64)
 
     def describe(self) -> dict:
-        return {"kind": "lognormal", "median": self.median, "sigma": round(self.sigma, 4), "cap": self.cap,
-                "p90_uncapped": round(self.median * math.exp(self.sigma * Z90), 1),
-                "p99_uncapped": round(self.median * math.exp(self.sigma * Z99), 1)}
+        return {
+            "kind": "lognormal",
+            "median": self.median,
+            "sigma": round(self.sigma, 4),
+            "cap": self.cap,
+            "p90_uncapped": round(self.median * math.exp(self.sigma * Z90), 1),
+            "p99_uncapped": round(self.median * math.exp(self.sigma * Z99), 1),
+        }
 
 
 @dataclass(frozen=True)
@@ -205,9 +212,16 @@ class Empirical:
 
     def describe(self):
         v = np.asarray(self.values)
-        return {"kind": "empirical", "source": self.source, "n": len(v), "mean": round(float(v.mean()), 2),
-                "p50": float(np.percentile(v, 50)), "p90": float(np.percentile(v, 90)), "p99": float(np.percentile(v, 99)),
-                "max": int(v.max())}
+        return {
+            "kind": "empirical",
+            "source": self.source,
+            "n": len(v),
+            "mean": round(float(v.mean()), 2),
+            "p50": float(np.percentile(v, 50)),
+            "p90": float(np.percentile(v, 90)),
+            "p99": float(np.percentile(v, 99)),
+            "max": int(v.max()),
+        }
 
 
 @dataclass(frozen=True)
@@ -230,7 +244,12 @@ def constant(length: int) -> Cycle:
 
 # rollwise's own measured lengths: chain-of-thought arithmetic, levels 1-4, 64-token budget, 1,536
 # rollouts (benchmarks/results/april_throughput.json, arm "sync"): p50 31, p90 52, p99 64 = the cap.
-ROLLWISE_LENGTHS = {"p50": 31, "p90": 52, "cap": 64, "source": "benchmarks/results/april_throughput.json arms.sync.trained_response_length"}
+ROLLWISE_LENGTHS = {
+    "p50": 31,
+    "p90": 52,
+    "cap": 64,
+    "source": "benchmarks/results/april_throughput.json arms.sync.trained_response_length",
+}
 
 
 def rollwise_lengths(results: Path = benchinfo.RESULTS) -> LogNormal:
@@ -287,15 +306,15 @@ class _Worker:
     __slots__ = ("it", "t", "active", "queue", "paused", "version", "stamp", "busy", "kint")
 
     def __init__(self):
-        self.it = 0.0            # decode iterations done (continuous)
-        self.t = 0.0             # the time `it` refers to
-        self.active = []         # heap of (iteration at which the sequence ends, sequence id)
-        self.queue = deque()     # sequence ids waiting for a slot
+        self.it = 0.0  # decode iterations done (continuous)
+        self.t = 0.0  # the time `it` refers to
+        self.active = []  # heap of (iteration at which the sequence ends, sequence id)
+        self.queue = deque()  # sequence ids waiting for a slot
         self.paused = False
-        self.version = 0         # weights version it decodes with
-        self.stamp = 0           # invalidates its scheduled event when its state changes
-        self.busy = 0.0          # seconds spent decoding
-        self.kint = 0.0          # integral of held sequences over decoding time
+        self.version = 0  # weights version it decodes with
+        self.stamp = 0  # invalidates its scheduled event when its state changes
+        self.busy = 0.0  # seconds spent decoding
+        self.kint = 0.0  # integral of held sequences over decoding time
 
 
 _EV_WORKER, _EV_TRAIN_DONE, _EV_PUBLISH_DONE, _EV_GROUP_TRAINED = range(4)
@@ -312,10 +331,10 @@ class Simulation:
         table = np.asarray(lengths.draw(np.random.default_rng(seed), n_groups * G), dtype=np.int64)
         if table.min() < 1:
             raise ValueError("lengths must be >= 1")
-        self.L = table.tolist()                                   # length of sequence s (group s // G)
+        self.L = table.tolist()  # length of sequence s (group s // G)
         self.group_tokens = table.reshape(n_groups, G).sum(axis=1).tolist()
-        self.left = [G] * n_groups                                # unfinished sequences per group
-        self.head = [None] * n_groups                             # oldest version among its tokens
+        self.left = [G] * n_groups  # unfinished sequences per group
+        self.head = [None] * n_groups  # oldest version among its tokens
         self.done = [False] * n_groups
         self.workers = [_Worker() for _ in range(setup.workers)]
         self.heap, self.tick, self.t = [], 0, 0.0
@@ -323,8 +342,8 @@ class Simulation:
         self.trainer_busy_since = None
         self.trainer_busy = 0.0
         self.step_end: list[float] = []
-        self.staleness: list[int] = []                            # per consumed group, in order
-        self.gen_phase: list[float] = []                          # sync/periodic: batch start -> last group done
+        self.staleness: list[int] = []  # per consumed group, in order
+        self.gen_phase: list[float] = []  # sync/periodic: batch start -> last group done
         self._snap = None
 
     # -- event plumbing
@@ -373,7 +392,7 @@ class Simulation:
         self._schedule(i)
 
     def _pause_all(self):
-        for i, w in enumerate(self.workers):
+        for _i, w in enumerate(self.workers):
             self._advance(w, self.t)
             w.paused = True
             w.stamp += 1
@@ -456,8 +475,8 @@ class Simulation:
         B = self.s.groups
         self.batch_lo = len(self.step_end) * B
         self.batch_start = self.t
-        self.generated = 0          # groups of this batch generated
-        self.trained = 0            # periodic: groups of this batch through forward/backward
+        self.generated = 0  # groups of this batch generated
+        self.trained = 0  # periodic: groups of this batch through forward/backward
         self.stream = deque()
         for g in range(self.batch_lo, self.batch_lo + B):
             self._submit(g)
@@ -485,7 +504,7 @@ class Simulation:
             return
         if self.s.take == "submitted":
             lo = self.consumed
-            if lo + B > self.submitted or not all(self.done[lo:lo + B]):
+            if lo + B > self.submitted or not all(self.done[lo : lo + B]):
                 return
             batch = list(range(lo, lo + B))
             self.consumed += B
@@ -545,16 +564,20 @@ class Simulation:
         n = s.steps - s.warmup
         busy = sum(w.busy for w in self.workers) - busy0
         kint = sum(w.kint for w in self.workers) - kint0
-        stale = Counter(self.staleness[s.warmup * s.groups:])
-        out = {"mode": s.mode, "eta": s.eta if s.mode == "async" else None, "workers": s.workers,
-               "step_s": window / n,
-               "generator_idle_pct": 100.0 * (1 - busy / (s.workers * window)) if window > 0 else 0.0,
-               "slot_occupancy_pct": 100.0 * kint / (s.workers * s.max_concurrent * window) if window > 0 else 0.0,
-               "trainer_idle_pct": 100.0 * (1 - (self.trainer_busy - tr0) / window) if window > 0 else 0.0,
-               "staleness_hist": {int(k): v for k, v in sorted(stale.items())},
-               "max_staleness": max(stale) if stale else 0}
+        stale = Counter(self.staleness[s.warmup * s.groups :])
+        out = {
+            "mode": s.mode,
+            "eta": s.eta if s.mode == "async" else None,
+            "workers": s.workers,
+            "step_s": window / n,
+            "generator_idle_pct": 100.0 * (1 - busy / (s.workers * window)) if window > 0 else 0.0,
+            "slot_occupancy_pct": 100.0 * kint / (s.workers * s.max_concurrent * window) if window > 0 else 0.0,
+            "trainer_idle_pct": 100.0 * (1 - (self.trainer_busy - tr0) / window) if window > 0 else 0.0,
+            "staleness_hist": {int(k): v for k, v in sorted(stale.items())},
+            "max_staleness": max(stale) if stale else 0,
+        }
         if self.gen_phase:
-            out["generation_phase_s"] = float(np.mean(self.gen_phase[s.warmup:] or self.gen_phase))
+            out["generation_phase_s"] = float(np.mean(self.gen_phase[s.warmup :] or self.gen_phase))
         return out
 
 
@@ -577,7 +600,9 @@ def fit_decode_shape(gen_throughput: dict, model: str) -> tuple[float, float]:
             y = np.array([b["seconds_median"] / m["new_tokens"] for b in m["batches"]])
             b, a = np.polyfit(k, y, 1)
             return float(a), float(max(b, 0.0))
-    raise ValueError(f"model {model!r} is not in gen_throughput.json (have {[m['model'] for m in gen_throughput.get('models', [])]})")
+    raise ValueError(
+        f"model {model!r} is not in gen_throughput.json (have {[m['model'] for m in gen_throughput.get('models', [])]})"
+    )
 
 
 def fit_line(x, y) -> tuple[float, float]:
@@ -620,9 +645,15 @@ def run_schedule(cfg: dict) -> dict:
     else:
         mode, eta = "sync", 0
     ctrl, samp = cfg.get("control", {}), cfg.get("sampling", {})
-    return {"mode": mode, "eta": eta, "workers": int(cfg.get("distributed", {}).get("workers", 0) or 0),
-            "groups": int(ctrl.get("prompts_per_step", 32)), "group_size": int(ctrl.get("rollouts_per_prompt", 8)),
-            "max_new_tokens": int(samp.get("max_new_tokens", 8)), "model": cfg.get("model", {}).get("name", "tiny")}
+    return {
+        "mode": mode,
+        "eta": eta,
+        "workers": int(cfg.get("distributed", {}).get("workers", 0) or 0),
+        "groups": int(ctrl.get("prompts_per_step", 32)),
+        "group_size": int(ctrl.get("rollouts_per_prompt", 8)),
+        "max_new_tokens": int(samp.get("max_new_tokens", 8)),
+        "model": cfg.get("model", {}).get("name", "tiny"),
+    }
 
 
 def read_run(run_dir, quiet_frac: float = 1.0) -> dict:
@@ -648,12 +679,17 @@ def read_run(run_dir, quiet_frac: float = 1.0) -> dict:
     rows, prev = [], None
     for ln in lines:
         if prev is not None:
-            rows.append({"dwall": ln["wall_s"] - prev["wall_s"] - eval_s.get(int(ln["step"]), 0.0),
-                         "generate_s": float(ln.get("time/generate_s", 0.0)), "train_s": float(ln.get("time/train_s", 0.0)),
-                         "sync_s": float(ln.get("time/weight_sync_s", 0.0)),
-                         "tokens": ln["cost/generated_tokens"] - prev["cost/generated_tokens"],
-                         "trained": ln["cost/trained_tokens"] - prev["cost/trained_tokens"],
-                         "rollouts": ln["cost/rollouts"] - prev["cost/rollouts"]})
+            rows.append(
+                {
+                    "dwall": ln["wall_s"] - prev["wall_s"] - eval_s.get(int(ln["step"]), 0.0),
+                    "generate_s": float(ln.get("time/generate_s", 0.0)),
+                    "train_s": float(ln.get("time/train_s", 0.0)),
+                    "sync_s": float(ln.get("time/weight_sync_s", 0.0)),
+                    "tokens": ln["cost/generated_tokens"] - prev["cost/generated_tokens"],
+                    "trained": ln["cost/trained_tokens"] - prev["cost/trained_tokens"],
+                    "rollouts": ln["cost/rollouts"] - prev["cost/rollouts"],
+                }
+            )
         prev = ln
     if not 0 < quiet_frac <= 1:
         raise SystemExit(f"--quiet-frac must be in (0, 1], not {quiet_frac}")
@@ -661,18 +697,42 @@ def read_run(run_dir, quiet_frac: float = 1.0) -> dict:
         rows = sorted(rows, key=lambda r: r["dwall"])[: max(2, math.ceil(quiet_frac * len(rows)))]
     med = {k: float(np.median([r[k] for r in rows])) for k in rows[0]}
     mean_len = float(np.median([r["tokens"] / r["rollouts"] for r in rows if r["rollouts"]]))
-    return {"dir": str(d), **run_schedule(cfg), "steps_used": len(rows), "quiet_frac": quiet_frac, "median": med,
-            "mean_length": mean_len, "rows": rows}
+    return {
+        "dir": str(d),
+        **run_schedule(cfg),
+        "steps_used": len(rows),
+        "quiet_frac": quiet_frac,
+        "median": med,
+        "mean_length": mean_len,
+        "rows": rows,
+    }
 
 
-def run_setup(run: dict, *, steps: int = 30, warmup: int = 5, mode: str | None = None, eta: int | None = None,
-              colocated: bool = True) -> Setup:
+def run_setup(
+    run: dict,
+    *,
+    steps: int = 30,
+    warmup: int = 5,
+    mode: str | None = None,
+    eta: int | None = None,
+    colocated: bool = True,
+) -> Setup:
     """The simulated counterpart of a run: the local pool is one worker decoding the whole plan in
     one static batch; a Ray worker generates one group per backend call (static, G sequences)."""
     w = run["workers"]
     B, G = run["groups"], run["group_size"]
-    return Setup(mode=mode or run["mode"], eta=run["eta"] if eta is None else eta, workers=max(w, 1), groups=B, group_size=G,
-                 max_concurrent=B * G if w == 0 else G, batching="static", colocated=colocated, steps=steps, warmup=warmup)
+    return Setup(
+        mode=mode or run["mode"],
+        eta=run["eta"] if eta is None else eta,
+        workers=max(w, 1),
+        groups=B,
+        group_size=G,
+        max_concurrent=B * G if w == 0 else G,
+        batching="static",
+        colocated=colocated,
+        steps=steps,
+        warmup=warmup,
+    )
 
 
 def calibrate(run: dict, sigma: float, gen_throughput: dict, seed: int = 0) -> tuple[Costs, LogNormal, dict]:
@@ -689,9 +749,14 @@ def calibrate(run: dict, sigma: float, gen_throughput: dict, seed: int = 0) -> t
     probe = simulate(run_setup(run, mode="sync", eta=0), Costs(a0, b0, 0.0, 0.0, 0.0), lengths, seed)
     scale = run["median"]["generate_s"] / probe["generation_phase_s"]
     costs = Costs(a0 * scale, b0 * scale, c0 + other, c1, run["median"]["sync_s"])
-    notes = {"decode_shape_from": f"gen_throughput.json model {_model_alias(run['model'])}: a={a0:.3g} s, b={b0:.3g} s",
-             "decode_scale": round(scale, 4), "train_fit": {"c0": c0, "c1": c1}, "other_s_added_to_c0": round(other, 4),
-             "mean_length": round(run["mean_length"], 3), "lengths": lengths.describe()}
+    notes = {
+        "decode_shape_from": f"gen_throughput.json model {_model_alias(run['model'])}: a={a0:.3g} s, b={b0:.3g} s",
+        "decode_scale": round(scale, 4),
+        "train_fit": {"c0": c0, "c1": c1},
+        "other_s_added_to_c0": round(other, 4),
+        "mean_length": round(run["mean_length"], 3),
+        "lengths": lengths.describe(),
+    }
     return costs, lengths, notes
 
 
@@ -699,7 +764,9 @@ def load_gen_throughput() -> dict:
     try:
         return json.loads((benchinfo.RESULTS / "gen_throughput.json").read_text())
     except OSError:
-        raise SystemExit("benchmarks/results/gen_throughput.json is missing: run benchmarks/gen_throughput.py or pass the costs as flags")
+        raise SystemExit(
+            "benchmarks/results/gen_throughput.json is missing: run benchmarks/gen_throughput.py or pass the costs as flags"
+        ) from None
 
 
 # ---------------------------------------------------------------- published-figure scenarios
@@ -710,45 +777,56 @@ PAPER_LENGTHS = {"median": 661, "p99": 661 * 12, "cap": 16384}
 
 # Published end-to-end comparisons, each sync colocated vs async on the same devices, and the
 # costs the simulator is given for them. Costs are stated as shares of the synchronous step.
-_VERL_ROW = {"gen": 177.85, "old_log_prob": 53.92, "update_actor": 113.81, "step": 356.30}   # colocate sync, 128 GPUs
-_VERL_ASYNC_UPDATE = 113.16                                                                # fully async 64:64, update_actor
-_VERL_SHARES = (_VERL_ROW["gen"] / _VERL_ROW["step"], (_VERL_ROW["old_log_prob"] + _VERL_ROW["update_actor"]) / _VERL_ROW["step"],
-                1 - (_VERL_ROW["gen"] + _VERL_ROW["old_log_prob"] + _VERL_ROW["update_actor"]) / _VERL_ROW["step"])
-AREAL_CITE = ("AReaL (Fu et al., arXiv 2505.24298) Table 1: up to 2.77x end-to-end at a fixed number of PPO steps, "
-              "sync vs async on the same GPUs (1.5B math: 41.0 h -> 14.8 h), H800, 16-48 nodes")
-VERL_CITE = ("verl recipe/fully_async_policy README (Meituan): Qwen2.5-Math-7B, DAPO, 28k max response, 128 H20, "
-             "colocate sync vs fully async 64:64 (staleness 0.5, partial rollout): 400 steps 1d16h48m -> 17h22m = 2.35x")
+_VERL_ROW = {"gen": 177.85, "old_log_prob": 53.92, "update_actor": 113.81, "step": 356.30}  # colocate sync, 128 GPUs
+_VERL_ASYNC_UPDATE = 113.16  # fully async 64:64, update_actor
+_VERL_SHARES = (
+    _VERL_ROW["gen"] / _VERL_ROW["step"],
+    (_VERL_ROW["old_log_prob"] + _VERL_ROW["update_actor"]) / _VERL_ROW["step"],
+    1 - (_VERL_ROW["gen"] + _VERL_ROW["old_log_prob"] + _VERL_ROW["update_actor"]) / _VERL_ROW["step"],
+)
+AREAL_CITE = (
+    "AReaL (Fu et al., arXiv 2505.24298) Table 1: up to 2.77x end-to-end at a fixed number of PPO steps, "
+    "sync vs async on the same GPUs (1.5B math: 41.0 h -> 14.8 h), H800, 16-48 nodes"
+)
+VERL_CITE = (
+    "verl recipe/fully_async_policy README (Meituan): Qwen2.5-Math-7B, DAPO, 28k max response, 128 H20, "
+    "colocate sync vs fully async 64:64 (staleness 0.5, partial rollout): 400 steps 1d16h48m -> 17h22m = 2.35x"
+)
 SCENARIOS = {
     "areal": {
-        "published_speedup": 2.77, "cite": AREAL_CITE,
-        "gen_train_devices": (3, 1),       # AReaL: inference:training devices 3:1
+        "published_speedup": 2.77,
+        "cite": AREAL_CITE,
+        "gen_train_devices": (3, 1),  # AReaL: inference:training devices 3:1
         "sync_shares": (0.72, 0.23, 0.05),
         "share_source": "RollPacker Table 1 (math, Qwen2.5-14B, veRL): rollout 72%, training 23%, the rest 5% (counted as weight sync)",
     },
     "areal_light_training": {
-        "published_speedup": 2.77, "cite": AREAL_CITE,
+        "published_speedup": 2.77,
+        "cite": AREAL_CITE,
         "gen_train_devices": (3, 1),
         "sync_shares": (0.87, 0.08, 0.05),
         "share_source": "[I] hypothetical: the largest training share at which a 3:1 split can reach 2.77x "
-                        "(trainer-bound: 4 * train + rest <= 1/2.77 of the sync step -> train <= 7.8%)",
+        "(trainer-bound: 4 * train + rest <= 1/2.77 of the sync step -> train <= 7.8%)",
     },
     "verl_fully_async": {
-        "published_speedup": 2.35, "cite": VERL_CITE,
+        "published_speedup": 2.35,
+        "cite": VERL_CITE,
         "gen_train_devices": (1, 1),
         "sync_shares": _VERL_SHARES,
         "share_source": "verl README, colocate sync on 128 GPUs: gen 177.85 s, old_log_prob 53.92 + update_actor 113.81 s, "
-                        "rest 10.72 s of a 356.30 s step; the async trainer on half the devices, perfect scaling",
+        "rest 10.72 s of a 356.30 s step; the async trainer on half the devices, perfect scaling",
     },
     "verl_fully_async_measured_trainer": {
-        "published_speedup": 2.35, "cite": VERL_CITE,
+        "published_speedup": 2.35,
+        "cite": VERL_CITE,
         "gen_train_devices": (1, 1),
         "sync_shares": _VERL_SHARES,
         "async_train_share": _VERL_ASYNC_UPDATE / _VERL_ROW["step"],
         "share_source": "as verl_fully_async, but the async trainer costs what verl measured for it: update_actor 113.16 s "
-                        "on its 64 GPUs and no old_log_prob recompute (rollout log-probs are used)",
+        "on its 64 GPUs and no old_log_prob recompute (rollout log-probs are used)",
     },
 }
-BATCH = {"groups": 512, "group_size": 16}   # AReaL's paper setup and verl's recipe: 512 prompts x 16 responses
+BATCH = {"groups": 512, "group_size": 16}  # AReaL's paper setup and verl's recipe: 512 prompts x 16 responses
 # [I] GPU decode: one iteration costs twice as much at 128 concurrent sequences as at one (memory-bound
 # weights read plus KV reads and compute growing with the batch); 256 sequences per engine.
 GPU_DECODE = {"b_over_a": 1 / 128, "max_concurrent": 256}
@@ -762,16 +840,36 @@ def scenario_costs(sc: dict, devices: int, lengths, seed: int) -> tuple[Costs, C
     token (c0 = 0). The async trainer has ``devices * t / (g + t)`` devices and is slower in
     proportion (perfect data-parallel scaling), unless the scenario gives its measured share."""
     gen_share, train_share, rest_share = sc["sync_shares"]
-    probe = simulate(Setup(mode="sync", workers=devices, max_concurrent=GPU_DECODE["max_concurrent"], steps=6, warmup=0,
-                           colocated=True, **BATCH), Costs(1.0, GPU_DECODE["b_over_a"], 0.0, 0.0, 0.0), lengths, seed)
+    probe = simulate(
+        Setup(
+            mode="sync",
+            workers=devices,
+            max_concurrent=GPU_DECODE["max_concurrent"],
+            steps=6,
+            warmup=0,
+            colocated=True,
+            **BATCH,
+        ),
+        Costs(1.0, GPU_DECODE["b_over_a"], 0.0, 0.0, 0.0),
+        lengths,
+        seed,
+    )
     gen = probe["generation_phase_s"]
     sync_step = gen / gen_share
     tokens = BATCH["groups"] * BATCH["group_size"] * _mean_length(lengths, seed)
     sync = Costs(1.0, GPU_DECODE["b_over_a"], 0.0, sync_step * train_share / tokens, sync_step * rest_share)
     g, t = sc["gen_train_devices"]
     train_dev = devices * t / (g + t)
-    c1 = sync_step * sc["async_train_share"] / tokens if "async_train_share" in sc else sync.train_c1 * devices / train_dev
-    return sync, replace(sync, train_c1=c1), {"sync_generation_phase_units": round(gen, 1), "mean_tokens_per_step": round(tokens)}
+    c1 = (
+        sync_step * sc["async_train_share"] / tokens
+        if "async_train_share" in sc
+        else sync.train_c1 * devices / train_dev
+    )
+    return (
+        sync,
+        replace(sync, train_c1=c1),
+        {"sync_generation_phase_units": round(gen, 1), "mean_tokens_per_step": round(tokens)},
+    )
 
 
 def _mean_length(lengths, seed: int) -> float:
@@ -783,8 +881,17 @@ def compare_published(devices_list=(8, 64), etas=(1, 2, 4), steps: int = 24, war
     periodic on the scenario's split of the same D devices; plus the generator-bound ceiling (async
     eta = 4 with training free)."""
     lengths = LogNormal.from_quantile(PAPER_LENGTHS["median"], PAPER_LENGTHS["p99"], Z99, PAPER_LENGTHS["cap"])
-    out = {"lengths": {**lengths.describe(), "source": "notes/regime.md 2.1-2.2 (RollPacker Fig. 2a, math): p50 661, p99/p50 ~ 12, cap 16k"},
-           "gpu_decode": GPU_DECODE, "batch": BATCH, "steps": steps, "warmup": warmup, "scenarios": {}}
+    out = {
+        "lengths": {
+            **lengths.describe(),
+            "source": "notes/regime.md 2.1-2.2 (RollPacker Fig. 2a, math): p50 661, p99/p50 ~ 12, cap 16k",
+        },
+        "gpu_decode": GPU_DECODE,
+        "batch": BATCH,
+        "steps": steps,
+        "warmup": warmup,
+        "scenarios": {},
+    }
     for name, sc in SCENARIOS.items():
         rows = []
         for D in devices_list:
@@ -793,15 +900,27 @@ def compare_published(devices_list=(8, 64), etas=(1, 2, 4), steps: int = 24, war
             gen_w = max(1, round(D * g / (g + t)))
             base = dict(max_concurrent=GPU_DECODE["max_concurrent"], steps=steps, warmup=warmup, **BATCH)
             sync = simulate(Setup(mode="sync", workers=D, colocated=True, **base), sync_costs, lengths, seed)
-            row = {"devices": D, "async_generation_workers": gen_w, "async_trainer_devices": D - gen_w,
-                   "costs_units_sync": asdict(sync_costs), "costs_units_async": asdict(split), **probe, "sync_colocated": _brief(sync)}
+            row = {
+                "devices": D,
+                "async_generation_workers": gen_w,
+                "async_trainer_devices": D - gen_w,
+                "costs_units_sync": asdict(sync_costs),
+                "costs_units_async": asdict(split),
+                **probe,
+                "sync_colocated": _brief(sync),
+            }
             for eta in etas:
                 r = simulate(Setup(mode="async", eta=eta, workers=gen_w, **base), split, lengths, seed)
                 row[f"async_eta{eta}"] = {**_brief(r), "speedup_vs_sync": round(sync["step_s"] / r["step_s"], 3)}
             r = simulate(Setup(mode="periodic", workers=gen_w, **base), split, lengths, seed)
             row["periodic"] = {**_brief(r), "speedup_vs_sync": round(sync["step_s"] / r["step_s"], 3)}
-            free = simulate(Setup(mode="async", eta=max(etas), workers=gen_w, **base), replace(split, train_c1=0.0), lengths, seed)
-            row["ceiling_training_free"] = {"step_s": round(free["step_s"], 3), "speedup_vs_sync": round(sync["step_s"] / free["step_s"], 3)}
+            free = simulate(
+                Setup(mode="async", eta=max(etas), workers=gen_w, **base), replace(split, train_c1=0.0), lengths, seed
+            )
+            row["ceiling_training_free"] = {
+                "step_s": round(free["step_s"], 3),
+                "speedup_vs_sync": round(sync["step_s"] / free["step_s"], 3),
+            }
             rows.append(row)
         out["scenarios"][name] = {**sc, "rows": rows}
     return out
@@ -836,13 +955,27 @@ def machine_costs(seed: int = 0) -> tuple[Costs, dict]:
     local = so["local"]["median_later_steps"]
     B, G = EMBEDDED["groups"], EMBEDDED["group_size"]
     lengths = lognormal_with_mean(EMBEDDED["mean_length"], rollwise_lengths().sigma, EMBEDDED["cap"])
-    probe = simulate(Setup(mode="sync", workers=1, groups=B, group_size=G, max_concurrent=B * G, batching="static", steps=20, warmup=0),
-                     Costs(a0, b0, 0.0, 0.0, 0.0), lengths, seed)
+    probe = simulate(
+        Setup(
+            mode="sync", workers=1, groups=B, group_size=G, max_concurrent=B * G, batching="static", steps=20, warmup=0
+        ),
+        Costs(a0, b0, 0.0, 0.0, 0.0),
+        lengths,
+        seed,
+    )
     scale = local["generate_s"] / probe["generation_phase_s"]
-    costs = Costs(a0 * scale, b0 * scale, local["verify_s"], local["train_s"] / (B * G * EMBEDDED["mean_length"]),
-                  so["ray_2_workers"]["median_later_steps"]["weight_sync_s"])
-    return costs, {"source": "scale_out.json (local pool medians; Ray weight sync) + gen_throughput.json (tiny-s decode shape)",
-                   "decode_scale": round(scale, 4), "embedded_default": EMBEDDED}
+    costs = Costs(
+        a0 * scale,
+        b0 * scale,
+        local["verify_s"],
+        local["train_s"] / (B * G * EMBEDDED["mean_length"]),
+        so["ray_2_workers"]["median_later_steps"]["weight_sync_s"],
+    )
+    return costs, {
+        "source": "scale_out.json (local pool medians; Ray weight sync) + gen_throughput.json (tiny-s decode shape)",
+        "decode_scale": round(scale, 4),
+        "embedded_default": EMBEDDED,
+    }
 
 
 def validate_committed(seed: int = 0) -> dict:
@@ -858,17 +991,35 @@ def validate_committed(seed: int = 0) -> dict:
     for arm, workers in (("local", 0), ("local_request_seeds", 1), ("ray_2_workers", 2)):
         m = so[arm]["median_later_steps"]
         B, G = EMBEDDED["groups"], EMBEDDED["group_size"]
-        st = Setup(mode="sync", workers=max(workers, 1), groups=B, group_size=G, max_concurrent=B * G if workers == 0 else G,
-                   batching="static", steps=20, warmup=2)
+        st = Setup(
+            mode="sync",
+            workers=max(workers, 1),
+            groups=B,
+            group_size=G,
+            max_concurrent=B * G if workers == 0 else G,
+            batching="static",
+            steps=20,
+            warmup=2,
+        )
         # weight sync is an input (measured, constant): the arm's own (0 for the local pool)
         p = simulate(st, replace(costs, sync_s=m["weight_sync_s"]), lengths, seed)
-        out.append({"arm": arm, "workers": workers, "calibrated_on": arm == "local",
-                    "measured_generate_s": m["generate_s"], "predicted_generate_s": round(p["generation_phase_s"], 4),
-                    "generate_error_pct": round(100 * (p["generation_phase_s"] / m["generate_s"] - 1), 1),
-                    "measured_step_s": m["step_s"], "predicted_step_s": round(p["step_s"], 4),
-                    "step_error_pct": round(100 * (p["step_s"] / m["step_s"] - 1), 1)})
-    return {"source": "benchmarks/results/scale_out.json (ray_vs_local; medians of steps 2-15; measured step = sum of stage medians)",
-            "rows": out}
+        out.append(
+            {
+                "arm": arm,
+                "workers": workers,
+                "calibrated_on": arm == "local",
+                "measured_generate_s": m["generate_s"],
+                "predicted_generate_s": round(p["generation_phase_s"], 4),
+                "generate_error_pct": round(100 * (p["generation_phase_s"] / m["generate_s"] - 1), 1),
+                "measured_step_s": m["step_s"],
+                "predicted_step_s": round(p["step_s"], 4),
+                "step_error_pct": round(100 * (p["step_s"] / m["step_s"] - 1), 1),
+            }
+        )
+    return {
+        "source": "benchmarks/results/scale_out.json (ray_vs_local; medians of steps 2-15; measured step = sum of stage medians)",
+        "rows": out,
+    }
 
 
 def sweep(costs: Costs, lengths, workers, etas, base: Setup, seed: int) -> list[dict]:
@@ -892,20 +1043,40 @@ def validate(run_dirs, calibrate_dir, sigma: float, seed: int, quiet_frac: float
         costs, notes = machine_costs(seed)
         cal = {"dir": "committed (machine_costs: scale_out.json + gen_throughput.json)"}
     else:
-        cal = read_run(calibrate_dir, quiet_frac) if calibrate_dir else next((r for r in runs if r["mode"] == "sync"), None)
+        cal = (
+            read_run(calibrate_dir, quiet_frac)
+            if calibrate_dir
+            else next((r for r in runs if r["mode"] == "sync"), None)
+        )
         if cal is None:
-            raise SystemExit("--validate needs a synchronous run to take the costs from (give one, or --calibrate RUN_DIR)")
+            raise SystemExit(
+                "--validate needs a synchronous run to take the costs from (give one, or --calibrate RUN_DIR)"
+            )
         if cal["mode"] != "sync":
             raise SystemExit(f"--calibrate {cal['dir']}: the calibration run must be synchronous (it is {cal['mode']})")
         costs, _, notes = calibrate(cal, sigma, load_gen_throughput(), seed)
-    out = {"calibration_run": cal["dir"], "quiet_frac": quiet_frac, "costs": asdict(costs), "calibration": notes, "runs": []}
+    out = {
+        "calibration_run": cal["dir"],
+        "quiet_frac": quiet_frac,
+        "costs": asdict(costs),
+        "calibration": notes,
+        "runs": [],
+    }
     for r in runs:
         lengths = lognormal_with_mean(r["mean_length"], sigma, r["max_new_tokens"])
-        entry = {"dir": r["dir"], "mode": r["mode"], "eta": r["eta"], "workers": r["workers"], "groups": r["groups"],
-                 "group_size": r["group_size"], "steps_used": r["steps_used"],
-                 "measured_step_s": round(r["median"]["dwall"], 4),
-                 "measured_generate_s": round(r["median"]["generate_s"], 4), "measured_train_s": round(r["median"]["train_s"], 4)}
-        for coloc in ((True, False) if r["mode"] != "sync" else (True,)):
+        entry = {
+            "dir": r["dir"],
+            "mode": r["mode"],
+            "eta": r["eta"],
+            "workers": r["workers"],
+            "groups": r["groups"],
+            "group_size": r["group_size"],
+            "steps_used": r["steps_used"],
+            "measured_step_s": round(r["median"]["dwall"], 4),
+            "measured_generate_s": round(r["median"]["generate_s"], 4),
+            "measured_train_s": round(r["median"]["train_s"], 4),
+        }
+        for coloc in (True, False) if r["mode"] != "sync" else (True,):
             p = simulate(run_setup(r, colocated=coloc), costs, lengths, seed)
             key = "predicted" if coloc else "predicted_dedicated_trainer"
             entry[f"{key}_step_s"] = round(p["step_s"], 4)
@@ -927,7 +1098,11 @@ def machine_info() -> dict:
             cpuinfo = ""
         import os
 
-        return {"cpu": benchinfo.cpu_model(cpuinfo), "cpu_features": benchinfo.cpu_features(cpuinfo), "cores": os.cpu_count()}
+        return {
+            "cpu": benchinfo.cpu_model(cpuinfo),
+            "cpu_features": benchinfo.cpu_features(cpuinfo),
+            "cores": os.cpu_count(),
+        }
 
 
 def git_info() -> dict | None:
@@ -963,22 +1138,47 @@ def parse_args(argv=None):
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--seed", type=int, default=0)
-    for name, what in (("decode-a", "s per decode iteration, fixed part"), ("decode-b", "s per decode iteration per held sequence"),
-                       ("train-c0", "s per optimizer step, fixed part"), ("train-c1", "s per trained token"),
-                       ("sync-s", "s per weight publish")):
-        p.add_argument(f"--{name}", type=float, default=None, help=f"{what} (default: machine_costs(), or from --from-run)")
+    for name, what in (
+        ("decode-a", "s per decode iteration, fixed part"),
+        ("decode-b", "s per decode iteration per held sequence"),
+        ("train-c0", "s per optimizer step, fixed part"),
+        ("train-c1", "s per trained token"),
+        ("sync-s", "s per weight publish"),
+    ):
+        p.add_argument(
+            f"--{name}", type=float, default=None, help=f"{what} (default: machine_costs(), or from --from-run)"
+        )
     p.add_argument("--from-run", default=None, help="a rollwise run directory: costs, B, G and lengths from its ledger")
-    p.add_argument("--lengths", default=None, help="rollwise (default) | lognormal | constant | jsonl:PATH; with --from-run, "
-                   "default: the run's mean length on rollwise's log-normal shape")
+    p.add_argument(
+        "--lengths",
+        default=None,
+        help="rollwise (default) | lognormal | constant | jsonl:PATH; with --from-run, "
+        "default: the run's mean length on rollwise's log-normal shape",
+    )
     p.add_argument("--median", type=float, default=661.0, help="lognormal / constant: median length")
     p.add_argument("--p99", type=float, default=661.0 * 12, help="lognormal: 99th percentile")
     p.add_argument("--cap", type=int, default=16384, help="lognormal: length cap")
-    p.add_argument("--sigma", type=float, default=None, help="--from-run / --validate: log-normal spread of the run's lengths "
-                   "(default: that of rollwise's measured lengths)")
+    p.add_argument(
+        "--sigma",
+        type=float,
+        default=None,
+        help="--from-run / --validate: log-normal spread of the run's lengths "
+        "(default: that of rollwise's measured lengths)",
+    )
     p.add_argument("--validate", nargs="+", default=None, metavar="RUN_DIR")
-    p.add_argument("--calibrate", default=None, metavar="RUN_DIR", help="--validate: the sync run to take costs from, or 'committed' for machine_costs() (default: the first sync run given)")
-    p.add_argument("--quiet-frac", type=float, default=1.0, help="--from-run / --validate: use only this fraction of each "
-                   "run's steps, the fastest (a shared machine's slow steps measure the other jobs)")
+    p.add_argument(
+        "--calibrate",
+        default=None,
+        metavar="RUN_DIR",
+        help="--validate: the sync run to take costs from, or 'committed' for machine_costs() (default: the first sync run given)",
+    )
+    p.add_argument(
+        "--quiet-frac",
+        type=float,
+        default=1.0,
+        help="--from-run / --validate: use only this fraction of each "
+        "run's steps, the fastest (a shared machine's slow steps measure the other jobs)",
+    )
     p.add_argument("--no-comparison", action="store_true", help="skip the published-figure scenarios")
     p.add_argument("--out", default=None)
     return p.parse_args(argv)
@@ -987,21 +1187,42 @@ def parse_args(argv=None):
 def main(argv=None) -> None:
     args = parse_args(argv)
     sigma = args.sigma if args.sigma is not None else rollwise_lengths().sigma
-    result = {"benchmark": "simulate_async", "created": benchinfo.stamp(), "git": git_info(), "machine": machine_info(),
-              "command": "python benchmarks/simulate_async.py " + " ".join(sys.argv[1:] if argv is None else argv),
-              "assumptions": __doc__.split("Model and assumptions (state them with any figure this produces):")[1].split("\nInputs:")[0].strip()}
+    result = {
+        "benchmark": "simulate_async",
+        "created": benchinfo.stamp(),
+        "git": git_info(),
+        "machine": machine_info(),
+        "command": "python benchmarks/simulate_async.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "assumptions": __doc__.split("Model and assumptions (state them with any figure this produces):")[1]
+        .split("\nInputs:")[0]
+        .strip(),
+    }
     if args.validate:
         result["validation"] = validate(args.validate, args.calibrate, sigma, args.seed, args.quiet_frac)
         out = Path(args.out or benchinfo.RESULTS / "simulate_async_validation.json")
         out.write_text(json.dumps(result, indent=1) + "\n")
         for r in result["validation"]["runs"]:
-            print(f"{r['dir']}: {r['mode']} eta={r['eta']} workers={r['workers']}: measured {r['measured_step_s']:.3f} s/step, "
-                  f"predicted {r['predicted_step_s']:.3f} ({r['predicted_error_pct']:+.1f}%)"
-                  + (f", dedicated trainer {r['predicted_dedicated_trainer_step_s']:.3f}" if "predicted_dedicated_trainer_step_s" in r else ""))
+            print(
+                f"{r['dir']}: {r['mode']} eta={r['eta']} workers={r['workers']}: measured {r['measured_step_s']:.3f} s/step, "
+                f"predicted {r['predicted_step_s']:.3f} ({r['predicted_error_pct']:+.1f}%)"
+                + (
+                    f", dedicated trainer {r['predicted_dedicated_trainer_step_s']:.3f}"
+                    if "predicted_dedicated_trainer_step_s" in r
+                    else ""
+                )
+            )
         print(f"-> {out}")
         return
-    base = Setup(groups=args.groups, group_size=args.group_size, max_concurrent=args.max_concurrent, batching=args.batching,
-                 colocated=args.colocated, take=args.take, steps=args.steps, warmup=args.warmup)
+    base = Setup(
+        groups=args.groups,
+        group_size=args.group_size,
+        max_concurrent=args.max_concurrent,
+        batching=args.batching,
+        colocated=args.colocated,
+        take=args.take,
+        steps=args.steps,
+        warmup=args.warmup,
+    )
     (costs, source), lengths = machine_costs(args.seed), pick_lengths(args)
     if args.from_run:
         run = read_run(args.from_run, args.quiet_frac)
@@ -1009,11 +1230,22 @@ def main(argv=None) -> None:
         lengths = lengths if args.lengths else run_lengths
         base = replace(base, groups=run["groups"], group_size=run["group_size"])
         source = {"from_run": args.from_run, **notes}
-    flags = {"decode_a": args.decode_a, "decode_b": args.decode_b, "train_c0": args.train_c0, "train_c1": args.train_c1, "sync_s": args.sync_s}
+    flags = {
+        "decode_a": args.decode_a,
+        "decode_b": args.decode_b,
+        "train_c0": args.train_c0,
+        "train_c1": args.train_c1,
+        "sync_s": args.sync_s,
+    }
     costs = replace(costs, **{k: v for k, v in flags.items() if v is not None})
     base.check()
-    result["sweep"] = {"costs": asdict(costs), "costs_source": source, "lengths": lengths.describe(), "setup": asdict(base),
-                       "rows": sweep(costs, lengths, args.workers, args.eta, base, args.seed)}
+    result["sweep"] = {
+        "costs": asdict(costs),
+        "costs_source": source,
+        "lengths": lengths.describe(),
+        "setup": asdict(base),
+        "rows": sweep(costs, lengths, args.workers, args.eta, base, args.seed),
+    }
     if not args.from_run and not any(v is not None for v in flags.values()):
         result["validation_committed"] = validate_committed(args.seed)
     if not args.no_comparison:
@@ -1021,16 +1253,30 @@ def main(argv=None) -> None:
     out = Path(args.out or benchinfo.RESULTS / "simulate_async.json")
     out.write_text(json.dumps(result, indent=1) + "\n")
     for r in result["sweep"]["rows"]:
-        print(f"workers {r['workers']:3d}: sync {r['sync']['step_s']:.4g} s/step; "
-              + "; ".join(f"{k} x{v['speedup_vs_sync']:.2f}" for k, v in r.items() if isinstance(v, dict) and "speedup_vs_sync" in v))
+        print(
+            f"workers {r['workers']:3d}: sync {r['sync']['step_s']:.4g} s/step; "
+            + "; ".join(
+                f"{k} x{v['speedup_vs_sync']:.2f}"
+                for k, v in r.items()
+                if isinstance(v, dict) and "speedup_vs_sync" in v
+            )
+        )
     for r in result.get("validation_committed", {}).get("rows", []):
-        print(f"{r['arm']}: generation measured {r['measured_generate_s']} s, predicted {r['predicted_generate_s']} s; "
-              f"step measured {r['measured_step_s']} s, predicted {r['predicted_step_s']} s ({r['step_error_pct']:+.1f}%)")
+        print(
+            f"{r['arm']}: generation measured {r['measured_generate_s']} s, predicted {r['predicted_generate_s']} s; "
+            f"step measured {r['measured_step_s']} s, predicted {r['predicted_step_s']} s ({r['step_error_pct']:+.1f}%)"
+        )
     for name, sc in result.get("comparison", {}).get("scenarios", {}).items():
         for r in sc["rows"]:
-            print(f"{name} D={r['devices']}: " + "; ".join(f"{k} x{v['speedup_vs_sync']:.2f}" for k, v in r.items()
-                                                          if isinstance(v, dict) and "speedup_vs_sync" in v)
-                  + f" (published {sc['published_speedup']}x)")
+            print(
+                f"{name} D={r['devices']}: "
+                + "; ".join(
+                    f"{k} x{v['speedup_vs_sync']:.2f}"
+                    for k, v in r.items()
+                    if isinstance(v, dict) and "speedup_vs_sync" in v
+                )
+                + f" (published {sc['published_speedup']}x)"
+            )
     print(f"-> {out}")
 
 

@@ -45,19 +45,32 @@ def make_batch(rows: int, prompt_len: int, completion_len: int, natural: bool, v
     from rollwise.types import Batch
 
     g = torch.Generator().manual_seed(seed)
-    lens = torch.randint(max(1, completion_len // 3), completion_len + 1, (rows,), generator=g).tolist() if natural \
+    lens = (
+        torch.randint(max(1, completion_len // 3), completion_len + 1, (rows,), generator=g).tolist()
+        if natural
         else [completion_len] * rows
+    )
     width = prompt_len + max(lens)
     ids = torch.randint(3, vocab, (rows, width), generator=g)
     attn = torch.zeros(rows, width, dtype=torch.bool)
     loss_mask = torch.zeros(rows, width)
     for i, c in enumerate(lens):
-        attn[i, :prompt_len + c] = True
-        loss_mask[i, prompt_len:prompt_len + c] = 1.0
+        attn[i, : prompt_len + c] = True
+        loss_mask[i, prompt_len : prompt_len + c] = 1.0
     ids[~attn] = 0
     n = int(loss_mask.sum())
-    return Batch(ids, attn, loss_mask, -3.0 * loss_mask, torch.zeros(rows), torch.zeros(rows), torch.zeros(rows, dtype=torch.long),
-                 torch.zeros(rows, width, dtype=torch.long), num_loss_tokens=n, num_sequences=rows)
+    return Batch(
+        ids,
+        attn,
+        loss_mask,
+        -3.0 * loss_mask,
+        torch.zeros(rows),
+        torch.zeros(rows),
+        torch.zeros(rows, dtype=torch.long),
+        torch.zeros(rows, width, dtype=torch.long),
+        num_loss_tokens=n,
+        num_sequences=rows,
+    )
 
 
 def timed(model, fn, repeats: int) -> dict:
@@ -72,8 +85,11 @@ def timed(model, fn, repeats: int) -> dict:
         if r:
             fwd.append(t1 - t0)
             bwd.append(t2 - t1)
-    return {"forward_s": statistics.median(fwd), "backward_s": statistics.median(bwd),
-            "total_s": statistics.median(fwd) + statistics.median(bwd)}
+    return {
+        "forward_s": statistics.median(fwd),
+        "backward_s": statistics.median(bwd),
+        "total_s": statistics.median(fwd) + statistics.median(bwd),
+    }
 
 
 def profile_ops(fn, top: int = 12) -> list[dict]:
@@ -83,8 +99,10 @@ def profile_ops(fn, top: int = 12) -> list[dict]:
         fn().backward()
     rows = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
     total = sum(e.self_cpu_time_total for e in rows)
-    return [{"op": e.key, "self_s": e.self_cpu_time_total / 1e6, "share": e.self_cpu_time_total / total, "calls": e.count}
-            for e in rows[:top]]
+    return [
+        {"op": e.key, "self_s": e.self_cpu_time_total / 1e6, "share": e.self_cpu_time_total / total, "calls": e.count}
+        for e in rows[:top]
+    ]
 
 
 def step_flops(p_body: int, p_head: int, positions: int, head_positions: int, kept: bool) -> float:
@@ -118,9 +136,18 @@ def main(argv=None) -> int:
     decoder, head = model.get_decoder(), model.get_output_embeddings()
     p_body, p_head = linear_params(model)
     hidden = head.in_features
-    out = {"benchmark": "train_profile", "created": benchinfo.stamp(), "git": benchinfo.git(),
-           "machine": benchinfo.machine(), "command": "python " + " ".join(sys.argv),
-           "model": args.model, "p_body": p_body, "p_head": p_head, "torch_threads": torch.get_num_threads(), "modes": {}}
+    out = {
+        "benchmark": "train_profile",
+        "created": benchinfo.stamp(),
+        "git": benchinfo.git(),
+        "machine": benchinfo.machine(),
+        "command": "python " + " ".join(sys.argv),
+        "model": args.model,
+        "p_body": p_body,
+        "p_head": p_head,
+        "torch_threads": torch.get_num_threads(),
+        "modes": {},
+    }
     for mode in args.lengths:
         b = make_batch(args.rows, args.prompt_len, args.completion_len, mode == "natural", head.out_features)
         positions = int(b.attention_mask.sum())
@@ -140,27 +167,42 @@ def main(argv=None) -> int:
         targets = b.input_ids[comp]
 
         def head_only():
-            return -sum(head_logprobs(h[i:i + 512], head, targets[i:i + 512], 1.0, True)[0].sum() for i in range(0, n_head, 512))
+            return -sum(
+                head_logprobs(h[i : i + 512], head, targets[i : i + 512], 1.0, True)[0].sum()
+                for i in range(0, n_head, 512)
+            )
 
         def full_logits():
             logits = model(input_ids=b.input_ids, attention_mask=b.attention_mask.long()).logits[:, :-1].float()
             lp = torch.log_softmax(logits, -1).gather(2, b.input_ids[:, 1:, None])[..., 0]
             return loss_of(torch.nn.functional.pad(lp, (1, 0)))
 
-        res = {"rows": args.rows, "positions": positions, "completion_positions": n_head,
-               "width": int(b.input_ids.shape[1])}
+        res = {
+            "rows": args.rows,
+            "positions": positions,
+            "completion_positions": n_head,
+            "width": int(b.input_ids.shape[1]),
+        }
         for name, fn in (("step", step), ("decoder", dec_only), ("head", head_only), ("full_logits", full_logits)):
             res[name] = timed(model, fn, args.repeats)
             print(mode, name, res[name], flush=True)
         kept = n_head * head.out_features * 4 <= KEEP_LOGITS_BYTES
         flops = step_flops(p_body, p_head, positions, n_head, kept)
-        shapes = {"mlp_up": time_matmul(positions, hidden, model.config.intermediate_size, 3),
-                  "lm_head": time_matmul(min(n_head, 512), hidden, head.out_features, 3)}
+        shapes = {
+            "mlp_up": time_matmul(positions, hidden, model.config.intermediate_size, 3),
+            "lm_head": time_matmul(min(n_head, 512), hidden, head.out_features, 3),
+        }
         best = max(s["tflops_best"] for s in shapes.values()) * 1e12
-        res.update({"head_logits_kept": kept, "step_matmul_flops": flops, "step_flops_per_s": flops / res["step"]["total_s"],
-                    "matmul_rate_at_step_shapes": shapes,
-                    "fraction_of_matmul_rate": flops / res["step"]["total_s"] / best,
-                    "top_ops": profile_ops(step)})
+        res.update(
+            {
+                "head_logits_kept": kept,
+                "step_matmul_flops": flops,
+                "step_flops_per_s": flops / res["step"]["total_s"],
+                "matmul_rate_at_step_shapes": shapes,
+                "fraction_of_matmul_rate": flops / res["step"]["total_s"] / best,
+                "top_ops": profile_ops(step),
+            }
+        )
         out["modes"][mode] = res
     out["total_wall_s"] = round(time.perf_counter() - t_start, 1)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -85,18 +85,35 @@ SETTINGS = ("same", "best")
 def rollwise_config_data(spec: dict, run_dir: str) -> dict:
     """rollwise config (as load_config(data=...)) doing the work described in the module docstring."""
     return {
-        "run": {"dir": str(Path(run_dir).parent), "name": Path(run_dir).name, "seed": spec["seed"],
-                "threads": spec["threads"], "progress": False, "checkpoint_every": 0, "overwrite": True},
-        "model": {"name": spec["model"], "max_batch": spec["prompts"] * spec["group"],
-                  "compute_dtype": "float32" if spec.get("settings", "same") == "same" else "auto",
-                  "warm_start": {"steps": spec["warm_start_steps"]}},
+        "run": {
+            "dir": str(Path(run_dir).parent),
+            "name": Path(run_dir).name,
+            "seed": spec["seed"],
+            "threads": spec["threads"],
+            "progress": False,
+            "checkpoint_every": 0,
+            "overwrite": True,
+        },
+        "model": {
+            "name": spec["model"],
+            "max_batch": spec["prompts"] * spec["group"],
+            "compute_dtype": "float32" if spec.get("settings", "same") == "same" else "auto",
+            "warm_start": {"steps": spec["warm_start_steps"]},
+        },
         "task": {"name": "arithmetic"},
         "sampling": {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": spec["max_new_tokens"]},
         "control": {"name": "uniform", "prompts_per_step": spec["prompts"], "rollouts_per_prompt": spec["group"]},
         "advantage": {"name": "grpo"},
         "objective": {"name": "grpo", "options": {"aggregation": "token_mean", "clip_eps": 0.2}},
-        "train": {"steps": spec["warmup"] + spec["steps"], "lr": spec["lr"], "betas": [0.9, 0.99], "weight_decay": 0.0,
-                  "max_grad_norm": 1.0, "warmup_steps": 0, "micro_batch": spec["prompts"] * spec["group"]},
+        "train": {
+            "steps": spec["warmup"] + spec["steps"],
+            "lr": spec["lr"],
+            "betas": [0.9, 0.99],
+            "weight_decay": 0.0,
+            "max_grad_norm": 1.0,
+            "warmup_steps": 0,
+            "micro_batch": spec["prompts"] * spec["group"],
+        },
         "eval": {"at_start": False, "every": 0, "n_prompts": 1, "samples": 1, "k": [1]},
     }
 
@@ -104,14 +121,36 @@ def rollwise_config_data(spec: dict, run_dir: str) -> dict:
 def trl_config_kwargs(spec: dict, output_dir: str) -> dict:
     """GRPOConfig keyword arguments matching ``rollwise_config_data`` (module docstring)."""
     kw = dict(
-        output_dir=output_dir, per_device_train_batch_size=spec["prompts"] * spec["group"], gradient_accumulation_steps=1,
-        num_generations=spec["group"], max_completion_length=spec["max_new_tokens"],
-        max_steps=spec["warmup"] + spec["steps"], num_iterations=1, learning_rate=spec["lr"], lr_scheduler_type="constant",
-        warmup_steps=0, adam_beta1=0.9, adam_beta2=0.99, weight_decay=0.0, max_grad_norm=1.0,
-        temperature=1.0, top_p=1.0, top_k=0, beta=0.0, epsilon=0.2, loss_type="dapo", scale_rewards="group",
-        use_cpu=True, bf16=spec.get("settings", "same") == "best" and spec.get("auto_bf16", False), fp16=False,
-        report_to="none", save_strategy="no", logging_steps=1,
-        disable_tqdm=True, seed=spec["seed"], dataloader_num_workers=0,
+        output_dir=output_dir,
+        per_device_train_batch_size=spec["prompts"] * spec["group"],
+        gradient_accumulation_steps=1,
+        num_generations=spec["group"],
+        max_completion_length=spec["max_new_tokens"],
+        max_steps=spec["warmup"] + spec["steps"],
+        num_iterations=1,
+        learning_rate=spec["lr"],
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        adam_beta1=0.9,
+        adam_beta2=0.99,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        beta=0.0,
+        epsilon=0.2,
+        loss_type="dapo",
+        scale_rewards="group",
+        use_cpu=True,
+        bf16=spec.get("settings", "same") == "best" and spec.get("auto_bf16", False),
+        fp16=False,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        disable_tqdm=True,
+        seed=spec["seed"],
+        dataloader_num_workers=0,
     )
     # TRL turns activation checkpointing on by default (a forward pass recomputed in the
     # backward to save memory); rollwise does not recompute, so it is off unless asked for.
@@ -166,13 +205,16 @@ def summarise(steps: list[dict], warmup: int) -> dict:
     tokens = sum(s["tokens"] for s in timed)
     rollouts = sum(s["rollouts"] for s in timed)
     out = {
-        "steps_timed": len(timed), "warmup_steps": warmup,
-        "s_per_step_median": benchinfo.median(step_s), "s_per_step_mean": benchinfo.mean(step_s),
+        "steps_timed": len(timed),
+        "warmup_steps": warmup,
+        "s_per_step_median": benchinfo.median(step_s),
+        "s_per_step_mean": benchinfo.mean(step_s),
         "generate_s_median": benchinfo.median(gen_s),
         "non_generate_s_median": benchinfo.median(a - b for a, b in zip(step_s, gen_s)),
         "generated_tokens_per_step_mean": tokens / len(timed),
         "mean_completion_length": tokens / rollouts if rollouts else None,
-        "tokens_per_s": tokens / sum(step_s), "generate_tokens_per_s": tokens / sum(gen_s) if sum(gen_s) > 0 else None,
+        "tokens_per_s": tokens / sum(step_s),
+        "generate_tokens_per_s": tokens / sum(gen_s) if sum(gen_s) > 0 else None,
         "reward_mean": benchinfo.mean(s["reward"] for s in timed if s.get("reward") is not None),
     }
     if all("train_s" in s for s in timed):
@@ -183,15 +225,18 @@ def summarise(steps: list[dict], warmup: int) -> dict:
 def ratios(rw: dict, trl: dict) -> dict:
     """TRL / rollwise for costs (above 1: rollwise cheaper), rollwise / TRL for throughputs
     (above 1: rollwise faster)."""
+
     def div(a, b):
         return a / b if a is not None and b not in (None, 0) else None
 
-    return {"s_per_step_trl_over_rollwise": div(trl["s_per_step_median"], rw["s_per_step_median"]),
-            "generate_s_trl_over_rollwise": div(trl["generate_s_median"], rw["generate_s_median"]),
-            "non_generate_s_trl_over_rollwise": div(trl["non_generate_s_median"], rw["non_generate_s_median"]),
-            "tokens_per_s_rollwise_over_trl": div(rw["tokens_per_s"], trl["tokens_per_s"]),
-            "generate_tokens_per_s_rollwise_over_trl": div(rw["generate_tokens_per_s"], trl["generate_tokens_per_s"]),
-            "peak_rss_trl_over_rollwise": div(trl["peak_rss_mb"], rw["peak_rss_mb"])}
+    return {
+        "s_per_step_trl_over_rollwise": div(trl["s_per_step_median"], rw["s_per_step_median"]),
+        "generate_s_trl_over_rollwise": div(trl["generate_s_median"], rw["generate_s_median"]),
+        "non_generate_s_trl_over_rollwise": div(trl["non_generate_s_median"], rw["non_generate_s_median"]),
+        "tokens_per_s_rollwise_over_trl": div(rw["tokens_per_s"], trl["tokens_per_s"]),
+        "generate_tokens_per_s_rollwise_over_trl": div(rw["generate_tokens_per_s"], trl["generate_tokens_per_s"]),
+        "peak_rss_trl_over_rollwise": div(trl["peak_rss_mb"], rw["peak_rss_mb"]),
+    }
 
 
 def weights_digest(model) -> str:
@@ -221,7 +266,9 @@ def _write_profile(prof, path: str | None, top: int = 40) -> None:
         return
     tree = prof.output_text(unicode=False, color=False)
     flat = prof.output_text(unicode=False, color=False, flat=True, flat_time="self").splitlines()
-    Path(path).write_text(tree + f"\n\n# top {top} functions by self time (all frames)\n\n" + "\n".join(flat[:top + 8]) + "\n")
+    Path(path).write_text(
+        tree + f"\n\n# top {top} functions by self time (all frames)\n\n" + "\n".join(flat[: top + 8]) + "\n"
+    )
 
 
 def child_rollwise(spec: dict) -> dict:
@@ -276,9 +323,17 @@ def child_rollwise(spec: dict) -> dict:
     ends = [ln["wall_s"] for ln in lines]
     steps, prev = [], {"cost/generated_tokens": 0, "cost/rollouts": 0}
     for ln, dt in zip(lines, step_times(ends, 0.0)):
-        steps.append({"step_s": dt, "generate_s": ln["time/generate_s"], "train_s": ln["time/train_s"],
-                      "verify_s": ln["time/verify_s"], "tokens": ln["cost/generated_tokens"] - prev["cost/generated_tokens"],
-                      "rollouts": ln["cost/rollouts"] - prev["cost/rollouts"], "reward": ln["reward/mean"]})
+        steps.append(
+            {
+                "step_s": dt,
+                "generate_s": ln["time/generate_s"],
+                "train_s": ln["time/train_s"],
+                "verify_s": ln["time/verify_s"],
+                "tokens": ln["cost/generated_tokens"] - prev["cost/generated_tokens"],
+                "rollouts": ln["cost/rollouts"] - prev["cost/rollouts"],
+                "reward": ln["reward/mean"],
+            }
+        )
         prev = ln
     info["bf16_autocast"] = lines[-1]["precision/compute_dtype"] == "bfloat16"  # what the run chose (its ledger)
     info["precision"] = {k: v for k, v in lines[-1].items() if k.startswith("precision/")}
@@ -313,11 +368,19 @@ def child_trl(spec: dict) -> dict:
     bos = tok.bos_token or ""  # its text maps to the BOS id, which rollwise's codec prepends
     by_text = {bos + p.text: p for p in task.train_prompts()}
     args = GRPOConfig(**trl_config_kwargs(spec, str(Path(spec["work"]) / f"trl-{spec['mode']}")))
-    trainer = GRPOTrainer(model=spec["model_dir"], reward_funcs=[arithmetic_reward], args=args,
-                          train_dataset=Dataset.from_dict({"prompt": list(by_text)}), processing_class=tok)
-    info = {"initial_weights": weights_digest(trainer.model), "rss_after_setup_mb": benchinfo.peak_rss_mb(),
-            "model_dtype": str(next(trainer.model.parameters()).dtype),
-            "bf16_autocast": str(getattr(trainer.accelerator, "mixed_precision", "no")) == "bf16"}
+    trainer = GRPOTrainer(
+        model=spec["model_dir"],
+        reward_funcs=[arithmetic_reward],
+        args=args,
+        train_dataset=Dataset.from_dict({"prompt": list(by_text)}),
+        processing_class=tok,
+    )
+    info = {
+        "initial_weights": weights_digest(trainer.model),
+        "rss_after_setup_mb": benchinfo.peak_rss_mb(),
+        "model_dtype": str(next(trainer.model.parameters()).dtype),
+        "bf16_autocast": str(getattr(trainer.accelerator, "mixed_precision", "no")) == "bf16",
+    }
     gens: list[dict] = []
     generate = trainer._generate_single_turn
 
@@ -363,8 +426,14 @@ def child_trl(spec: dict) -> dict:
         raise RuntimeError(f"expected one generation per step, got {len(gens)} for {len(clock.ends)} steps")
     steps = []
     for i, dt in enumerate(step_times(clock.ends, clock.start)):
-        steps.append({"step_s": dt, "step_inner_s": clock.ends[i] - clock.begins[i], **gens[i],
-                      "reward": clock.rewards[i] if i < len(clock.rewards) else None})
+        steps.append(
+            {
+                "step_s": dt,
+                "step_inner_s": clock.ends[i] - clock.begins[i],
+                **gens[i],
+                "reward": clock.rewards[i] if i < len(clock.rewards) else None,
+            }
+        )
     return {"steps": steps, "peak_rss_mb": benchinfo.peak_rss_mb(), "torch_threads": clock.threads, **info}
 
 
@@ -376,7 +445,16 @@ def run_child(side: str, spec: dict) -> dict:
     work = Path(spec["work"])
     spec_path, out_path = work / f"spec-{side}-{spec['mode']}.json", work / f"result-{side}-{spec['mode']}.json"
     spec_path.write_text(json.dumps(spec))
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", side, "--spec", str(spec_path), "--child-out", str(out_path)]
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--child",
+        side,
+        "--spec",
+        str(spec_path),
+        "--child-out",
+        str(out_path),
+    ]
     subprocess.run(cmd, check=True)
     return json.loads(out_path.read_text())
 
@@ -391,10 +469,10 @@ def prepare_model(spec: dict) -> tuple[str, int, dict]:
     import torch
 
     torch.set_num_threads(spec["threads"])
+    import transformers
+
     from rollwise import components
     from rollwise.config import load_config
-
-    import transformers
 
     transformers.utils.logging.disable_progress_bar()
     cfg = load_config(data=rollwise_config_data(spec, str(Path(spec["work"]) / "prepare")))
@@ -405,9 +483,16 @@ def prepare_model(spec: dict) -> tuple[str, int, dict]:
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--model", default="tiny-m", choices=["tiny-s", "tiny-m", "tiny-l", "smollm2-135m"])
-    ap.add_argument("--warm-start-steps", type=int, default=1150, help="rollwise warm start of the shared initial weights (0 = random init)")
+    ap.add_argument(
+        "--warm-start-steps",
+        type=int,
+        default=1150,
+        help="rollwise warm start of the shared initial weights (0 = random init)",
+    )
     ap.add_argument("--prompts", type=int, default=16, help="prompts per step")
     ap.add_argument("--group", type=int, default=8, help="completions per prompt (TRL num_generations)")
     ap.add_argument("--max-new-tokens", type=int, default=16, help="max completion length")
@@ -416,13 +501,25 @@ def parse_args(argv=None):
     ap.add_argument("--lr", type=float, default=2e-4)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=None, help="torch threads in each child (default: all cores)")
-    ap.add_argument("--trl-activation-checkpointing", action="store_true",
-                    help="keep TRL's default activation checkpointing (off here: rollwise does not recompute activations)")
+    ap.add_argument(
+        "--trl-activation-checkpointing",
+        action="store_true",
+        help="keep TRL's default activation checkpointing (off here: rollwise does not recompute activations)",
+    )
     ap.add_argument("--lengths", nargs="+", choices=MODES, default=list(MODES))
-    ap.add_argument("--settings", nargs="+", choices=SETTINGS, default=["same"],
-                    help="same: fp32 on both sides; best: each side's best CPU settings (bf16 autocast where rollwise's compute_dtype auto measures it faster)")
-    ap.add_argument("--profile", choices=["auto", "always", "never"], default="auto",
-                    help="auto: profile rollwise (pyinstrument) in a mode where it is not faster")
+    ap.add_argument(
+        "--settings",
+        nargs="+",
+        choices=SETTINGS,
+        default=["same"],
+        help="same: fp32 on both sides; best: each side's best CPU settings (bf16 autocast where rollwise's compute_dtype auto measures it faster)",
+    )
+    ap.add_argument(
+        "--profile",
+        choices=["auto", "always", "never"],
+        default="auto",
+        help="auto: profile rollwise (pyinstrument) in a mode where it is not faster",
+    )
     ap.add_argument("--out", default=str(benchinfo.RESULTS / "vs_trl.json"))
     ap.add_argument("--keep-tmp", action="store_true")
     ap.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
@@ -445,12 +542,25 @@ def main(argv=None) -> int:
     out = Path(a.out)
     work = Path(tempfile.mkdtemp(prefix="rollwise-vs-trl-"))
     t_start = time.perf_counter()
-    base = {"model": a.model, "warm_start_steps": a.warm_start_steps, "prompts": a.prompts, "group": a.group,
-            "max_new_tokens": a.max_new_tokens, "steps": a.steps, "warmup": a.warmup, "lr": a.lr, "seed": a.seed,
-            "threads": a.threads or os.cpu_count() or 1, "work": str(work), "model_dir": str(work / "model"),
-            "trl_activation_checkpointing": a.trl_activation_checkpointing}
+    base = {
+        "model": a.model,
+        "warm_start_steps": a.warm_start_steps,
+        "prompts": a.prompts,
+        "group": a.group,
+        "max_new_tokens": a.max_new_tokens,
+        "steps": a.steps,
+        "warmup": a.warmup,
+        "lr": a.lr,
+        "seed": a.seed,
+        "threads": a.threads or os.cpu_count() or 1,
+        "work": str(work),
+        "model_dir": str(work / "model"),
+        "trl_activation_checkpointing": a.trl_activation_checkpointing,
+    }
     try:
-        print(f"preparing the shared initial weights ({a.model}, warm start {a.warm_start_steps} steps) ...", flush=True)
+        print(
+            f"preparing the shared initial weights ({a.model}, warm start {a.warm_start_steps} steps) ...", flush=True
+        )
         t0 = time.perf_counter()
         digest, n_params, auto = prepare_model({**base, "mode": "natural"})
         prepare_s = time.perf_counter() - t0
@@ -465,22 +575,41 @@ def main(argv=None) -> int:
                 load_before = os.getloadavg()
                 res = run_child(side, spec)
                 res["load_avg"] = {"before": load_before, "after": os.getloadavg()}
-                sides[side] = {**summarise(res["steps"], a.warmup), "peak_rss_mb": res["peak_rss_mb"],
-                               "rss_after_setup_mb": res["rss_after_setup_mb"], "torch_threads": res["torch_threads"],
-                               "initial_weights": res["initial_weights"], "steps": res["steps"]}
+                sides[side] = {
+                    **summarise(res["steps"], a.warmup),
+                    "peak_rss_mb": res["peak_rss_mb"],
+                    "rss_after_setup_mb": res["rss_after_setup_mb"],
+                    "torch_threads": res["torch_threads"],
+                    "initial_weights": res["initial_weights"],
+                    "steps": res["steps"],
+                }
                 for k in ("model_dtype", "load_avg", "bf16_autocast", "precision"):
                     if k in res:
                         sides[side][k] = res[k]
                 s = sides[side]
-                print(f"  {s['s_per_step_median']:.3f} s/step (gen {s['generate_s_median']:.3f}), "
-                      f"{s['tokens_per_s']:.0f} tok/s, mean length {s['mean_completion_length']:.2f}, "
-                      f"peak RSS {s['peak_rss_mb']:.0f} MiB", flush=True)
+                print(
+                    f"  {s['s_per_step_median']:.3f} s/step (gen {s['generate_s_median']:.3f}), "
+                    f"{s['tokens_per_s']:.0f} tok/s, mean length {s['mean_completion_length']:.2f}, "
+                    f"peak RSS {s['peak_rss_mb']:.0f} MiB",
+                    flush=True,
+                )
             r = ratios(sides["rollwise"], sides["trl"])
-            entry = {**sides, "ratio": r, "same_initial_weights": sides["rollwise"]["initial_weights"] == sides["trl"]["initial_weights"] == digest,
-                     "rollwise_faster": bool(r["s_per_step_trl_over_rollwise"] and r["s_per_step_trl_over_rollwise"] > 1)}
-            print(f"  TRL/rollwise s/step {r['s_per_step_trl_over_rollwise']:.2f}x, peak RSS {r['peak_rss_trl_over_rollwise']:.2f}x", flush=True)
-            want = {"rollwise": a.profile == "always" or (a.profile == "auto" and not entry["rollwise_faster"]),
-                    "trl": a.profile == "always"}
+            entry = {
+                **sides,
+                "ratio": r,
+                "same_initial_weights": sides["rollwise"]["initial_weights"]
+                == sides["trl"]["initial_weights"]
+                == digest,
+                "rollwise_faster": bool(r["s_per_step_trl_over_rollwise"] and r["s_per_step_trl_over_rollwise"] > 1),
+            }
+            print(
+                f"  TRL/rollwise s/step {r['s_per_step_trl_over_rollwise']:.2f}x, peak RSS {r['peak_rss_trl_over_rollwise']:.2f}x",
+                flush=True,
+            )
+            want = {
+                "rollwise": a.profile == "always" or (a.profile == "auto" and not entry["rollwise_faster"]),
+                "trl": a.profile == "always",
+            }
             if any(want.values()) and importlib.util.find_spec("pyinstrument") is None:
                 entry["profiles"] = "not profiled: pyinstrument is not installed (pip install pyinstrument)"
                 want = {}
@@ -494,31 +623,57 @@ def main(argv=None) -> int:
             entry["settings"] = setting
             modes[mode if a.settings == ["same"] else f"{setting}-{mode}"] = entry
         result = {
-            "benchmark": "vs_trl", "created": benchinfo.stamp(), "git": benchinfo.git(), "machine": benchinfo.machine(),
+            "benchmark": "vs_trl",
+            "created": benchinfo.stamp(),
+            "git": benchinfo.git(),
+            "machine": benchinfo.machine(),
             "command": " ".join([Path(sys.executable).name, *sys.argv]),
             "settings": {
-                "model": a.model, "params": n_params, "initial_weights": (
-                    f"rollwise warm start, {a.warm_start_steps} supervised steps (seed 0), shared by both" if a.warm_start_steps
-                    else "seeded random init, shared by both"),
-                "initial_weights_digest": digest, "task": "arithmetic (levels 1, 2), plain text, rollwise exact verifier",
-                "prompts_per_step": a.prompts, "group_size": a.group, "completions_per_step": a.prompts * a.group,
-                "max_completion_length": a.max_new_tokens, "temperature": 1.0, "top_p": 1.0, "top_k": "off",
+                "model": a.model,
+                "params": n_params,
+                "initial_weights": (
+                    f"rollwise warm start, {a.warm_start_steps} supervised steps (seed 0), shared by both"
+                    if a.warm_start_steps
+                    else "seeded random init, shared by both"
+                ),
+                "initial_weights_digest": digest,
+                "task": "arithmetic (levels 1, 2), plain text, rollwise exact verifier",
+                "prompts_per_step": a.prompts,
+                "group_size": a.group,
+                "completions_per_step": a.prompts * a.group,
+                "max_completion_length": a.max_new_tokens,
+                "temperature": 1.0,
+                "top_p": 1.0,
+                "top_k": "off",
                 "loss": "token-level clipped surrogate (TRL loss_type='dapo', rollwise grpo aggregation='token_mean')",
-                "settings": {"same": "fp32 on both sides (rollwise model.compute_dtype='float32', TRL bf16=False)",
-                             "best": "each side's best CPU settings: rollwise model.compute_dtype='auto' (bf16 autocast with "
-                                     "fp32 master weights where measured faster on this CPU), TRL bf16=True exactly when auto "
-                                     f"picks bf16 ({auto['precision/compute_dtype']} here); everything else as 'same'"},
+                "settings": {
+                    "same": "fp32 on both sides (rollwise model.compute_dtype='float32', TRL bf16=False)",
+                    "best": "each side's best CPU settings: rollwise model.compute_dtype='auto' (bf16 autocast with "
+                    "fp32 master weights where measured faster on this CPU), TRL bf16=True exactly when auto "
+                    f"picks bf16 ({auto['precision/compute_dtype']} here); everything else as 'same'",
+                },
                 "compute_dtype_auto": auto,
                 "run": a.settings,
                 "trl_activation_checkpointing": a.trl_activation_checkpointing,
-                "clip_eps": 0.2, "beta": 0.0, "updates_per_batch": 1, "micro_batches_per_step": 1, "lr": a.lr,
-                "lr_schedule": "constant", "adam_betas": [0.9, 0.99], "max_grad_norm": 1.0,
-                "steps_timed": a.steps, "warmup_steps": a.warmup, "torch_threads": base["threads"],
-                "lengths": {"forced": "every completion is max_completion_length tokens (TRL min_new_tokens; rollwise backend without EOS ids)",
-                            "natural": "both stop at EOS"},
+                "clip_eps": 0.2,
+                "beta": 0.0,
+                "updates_per_batch": 1,
+                "micro_batches_per_step": 1,
+                "lr": a.lr,
+                "lr_schedule": "constant",
+                "adam_betas": [0.9, 0.99],
+                "max_grad_norm": 1.0,
+                "steps_timed": a.steps,
+                "warmup_steps": a.warmup,
+                "torch_threads": base["threads"],
+                "lengths": {
+                    "forced": "every completion is max_completion_length tokens (TRL min_new_tokens; rollwise backend without EOS ids)",
+                    "natural": "both stop at EOS",
+                },
                 "step_time": "end to end: rollwise metrics.jsonl wall_s deltas, TRL on_step_end deltas; medians over timed steps",
                 "peak_rss": "each side in its own process, ru_maxrss at its end (imports + model + training)",
-                "prepare_s": round(prepare_s, 2)},
+                "prepare_s": round(prepare_s, 2),
+            },
             "modes": modes,
             "rollwise_faster": all(m["rollwise_faster"] for m in modes.values()),
             "total_wall_s": round(time.perf_counter() - t_start, 1),

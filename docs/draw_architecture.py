@@ -24,10 +24,21 @@ STAGES = [  # (title, folder, what) in loop order
     ("trainer", "trainer/", "step, checkpoint,\ndevice, precision"),
     ("ledger / eval", "ledger.py eval/", "cost, pass@k,\nplots"),
 ]
-TOP = [("cli.py", "command line"), ("loop.py", "table of contents"), ("session.py", "bookkeeping"),
-       ("components.py", "the assembler"), ("compat.py", "compatibility table"), ("bench/", "compare, report")]
-GROUND = [("types.py", "records"), ("registry.py", "name tables"), ("config.py", "schema, no strategy"),
-          ("tokens.py", "codec"), ("storage.py", "atomic writes")]
+TOP = [
+    ("cli.py", "command line"),
+    ("loop.py", "table of contents"),
+    ("session.py", "bookkeeping"),
+    ("components.py", "the assembler"),
+    ("compat.py", "compatibility table"),
+    ("bench/", "compare, report"),
+]
+GROUND = [
+    ("types.py", "records"),
+    ("registry.py", "name tables"),
+    ("config.py", "schema, no strategy"),
+    ("tokens.py", "codec"),
+    ("storage.py", "atomic writes"),
+]
 
 
 def box(ax, x, y, w, h, title, sub, color):
@@ -49,8 +60,13 @@ def main() -> Path:
     w = 13 / len(TOP)
     for i, (name, sub) in enumerate(TOP):
         box(ax, i * w + 0.1, 4.55, w - 0.2, 0.8, name, sub, "#e8eefc")
-    ax.text(0.05, 5.45, "assembler and bookkeeping (may import the stages; nothing below imports them)", fontsize=8,
-            color="#2a4a9a")
+    ax.text(
+        0.05,
+        5.45,
+        "assembler and bookkeeping (may import the stages; nothing below imports them)",
+        fontsize=8,
+        color="#2a4a9a",
+    )
     # the stages, two rows in loop order
     first, second = STAGES[:6], STAGES[6:]
     sw = 13 / 6
@@ -66,8 +82,13 @@ def main() -> Path:
             arrow(ax, (right, y0 + 0.52), (left, y1 + 0.52))
         else:
             arrow(ax, (x0 + (sw - 0.24) / 2, y0), (x1 + (sw - 0.24) / 2, y1 + 1.05))
-    ax.text(0.05, 4.05, "stages in loop order (a strategy imports the ground floor and its own stage's helpers)",
-            fontsize=8, color="#8a5a00")
+    ax.text(
+        0.05,
+        4.05,
+        "stages in loop order (a strategy imports the ground floor and its own stage's helpers)",
+        fontsize=8,
+        color="#8a5a00",
+    )
     # the ground floor
     gw = 13 / len(GROUND)
     for i, (name, sub) in enumerate(GROUND):

@@ -18,11 +18,21 @@ def _isolated_cache(tmp_path_factory):
 def tiny_overrides(tmp_path, name="t", steps=3, **extra):
     """Overrides for a fast CPU run of the embedded default."""
     o = {
-        "run.dir": str(tmp_path), "run.name": name, "run.progress": False, "run.checkpoint_every": 0,
-        "model.name": "tiny-s", "model.warm_start.steps": 20, "model.warm_start.batch_size": 16,
-        "task.options": {"n_train": 200, "n_heldout": 20}, "train.steps": steps,
-        "control.prompts_per_step": 4, "control.rollouts_per_prompt": 4,
-        "eval.n_prompts": 8, "eval.samples": 2, "eval.k": [2], "eval.every": 0,
+        "run.dir": str(tmp_path),
+        "run.name": name,
+        "run.progress": False,
+        "run.checkpoint_every": 0,
+        "model.name": "tiny-s",
+        "model.warm_start.steps": 20,
+        "model.warm_start.batch_size": 16,
+        "task.options": {"n_train": 200, "n_heldout": 20},
+        "train.steps": steps,
+        "control.prompts_per_step": 4,
+        "control.rollouts_per_prompt": 4,
+        "eval.n_prompts": 8,
+        "eval.samples": 2,
+        "eval.k": [2],
+        "eval.every": 0,
     }
     o.update(extra)
     return o
@@ -87,8 +97,10 @@ class Disk:
 
         r = subprocess.run(["mount", *map(str, args)], capture_output=True, text=True)
         if r.returncode:
-            pytest.skip(f"cannot mount ({' '.join(map(str, args))}): {r.stderr.strip() or r.returncode}; needs root "
-                        "(CAP_SYS_ADMIN), as CI has")
+            pytest.skip(
+                f"cannot mount ({' '.join(map(str, args))}): {r.stderr.strip() or r.returncode}; needs root "
+                "(CAP_SYS_ADMIN), as CI has"
+            )
 
     def tmpfs(self, size: str, name: str = "disk"):
         d = self.root / name

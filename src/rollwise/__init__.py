@@ -1,10 +1,9 @@
 """rollwise: compute-efficient RL with verifiable rewards for language models.
 
-    import rollwise
-    cfg = rollwise.load_config(overrides=["train.steps=20"])
-    result = rollwise.train(cfg)          # -> RunResult(run_dir, first/last eval, totals)
+import rollwise
+cfg = rollwise.load_config(overrides=["train.steps=20"])
+result = rollwise.train(cfg)          # -> RunResult(run_dir, first/last eval, totals)
 """
-
 
 __version__ = "0.1.0"
 

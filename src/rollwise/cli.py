@@ -17,11 +17,12 @@ from rich.markup import escape
 
 from rollwise.registry import UserError
 
-app = typer.Typer(add_completion=True, no_args_is_help=True, help="rollwise: compute-efficient RLVR for language models.")
+app = typer.Typer(
+    add_completion=True, no_args_is_help=True, help="rollwise: compute-efficient RLVR for language models."
+)
 config_app = typer.Typer(no_args_is_help=True, help="Inspect configuration.")
 app.add_typer(config_app, name="config")
 console = Console()
-
 
 
 def _print_version(value: bool) -> None:
@@ -39,8 +40,11 @@ def _print_version(value: bool) -> None:
 
 
 @app.callback()
-def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
-                                       help="Print the version and exit.")):
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+    ),
+):
     """rollwise: compute-efficient RLVR for language models."""
 
 
@@ -61,8 +65,11 @@ def _load(config: Optional[Path], overrides: Optional[List[str]], resume: Option
 
 
 @app.command()
-def train(config: Optional[Path] = ConfigOpt, set: Optional[List[str]] = SetOpt,
-          resume: Optional[Path] = typer.Option(None, "--resume", help="Resume runs/<name> from its latest checkpoint.")):
+def train(
+    config: Optional[Path] = ConfigOpt,
+    set: Optional[List[str]] = SetOpt,
+    resume: Optional[Path] = typer.Option(None, "--resume", help="Resume runs/<name> from its latest checkpoint."),
+):
     """Train. With no arguments: the embedded default (arithmetic task, tiny model, CPU)."""
     import rollwise
     from rollwise.distributed.data_parallel import env_rank
@@ -74,14 +81,28 @@ def train(config: Optional[Path] = ConfigOpt, set: Optional[List[str]] = SetOpt,
     tc = cfg.train
     from rollwise import defaults
 
-    steps = tc.steps if defaults.is_set(cfg, "train.steps") else defaults.profile(cfg.model.name).settings.get("train.steps", tc.steps)
-    budget = "".join(f", budget {v:,} {k.replace('_', ' ')}" for k, v in (("generated tokens", tc.budget_generated_tokens),
-                                                                           ("rollouts", tc.budget_rollouts)) if v)
-    say(f"[bold]rollwise[/] run [cyan]{cfg.run_dir()}[/] — task {cfg.task.name}, model {cfg.model.name}, "
+    steps = (
+        tc.steps
+        if defaults.is_set(cfg, "train.steps")
+        else defaults.profile(cfg.model.name).settings.get("train.steps", tc.steps)
+    )
+    budget = "".join(
+        f", budget {v:,} {k.replace('_', ' ')}"
+        for k, v in (("generated tokens", tc.budget_generated_tokens), ("rollouts", tc.budget_rollouts))
+        if v
+    )
+    say(
+        f"[bold]rollwise[/] run [cyan]{cfg.run_dir()}[/] — task {cfg.task.name}, model {cfg.model.name}, "
         f"controller {cfg.control.name}, objective {cfg.objective.name}, at most {steps} steps{budget}",
-        highlight=False, soft_wrap=True)
+        highlight=False,
+        soft_wrap=True,
+    )
     try:
-        result = rollwise.train(cfg, resume=resume is not None, log=lambda m: console.print(f"[dim]{escape(m)}[/]", highlight=False, soft_wrap=True))
+        result = rollwise.train(
+            cfg,
+            resume=resume is not None,
+            log=lambda m: console.print(f"[dim]{escape(m)}[/]", highlight=False, soft_wrap=True),
+        )
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (main() turns it into this)
         say(_resume_hint(cfg.run_dir()), highlight=False, soft_wrap=True)
         raise
@@ -99,11 +120,15 @@ def _resume_hint(run_dir: Path) -> str:
         return "interrupted before the run directory was written: nothing to resume; rerun the same command"
     step = latest_step(run_dir)
     if step is None:
-        return (f"interrupted before the first checkpoint: no training step is saved. rollwise train --resume {run_dir} "
-                f"starts this run again from step 0 (a cached warm start is reused, an interrupted one continues "
-                f"where it was saved)")
-    return (f"continue with: rollwise train --resume {run_dir}  (from its checkpoint at step {step}; "
-            f"steps after it are trained again)")
+        return (
+            f"interrupted before the first checkpoint: no training step is saved. rollwise train --resume {run_dir} "
+            f"starts this run again from step 0 (a cached warm start is reused, an interrupted one continues "
+            f"where it was saved)"
+        )
+    return (
+        f"continue with: rollwise train --resume {run_dir}  (from its checkpoint at step {step}; "
+        f"steps after it are trained again)"
+    )
 
 
 def _stop_ray() -> None:
@@ -116,54 +141,96 @@ def _stop_ray() -> None:
 
 
 @app.command("eval")
-def eval_cmd(run_dir: Path = typer.Argument(..., help="A run directory (runs/<name>)."),
-             step: Optional[int] = typer.Option(None, "--step", help="Checkpoint step (default: the newest that verifies)."),
-             temperature: Optional[float] = typer.Option(None, "--temperature", "-t", min=0.0,
-                                                         help="Sampling temperature (default: the run's eval.temperature)."),
-             samples: Optional[int] = typer.Option(None, "--samples", "-n", min=1,
-                                                   help="Samples per held-out prompt (default: the run's eval.samples)."),
-             n_prompts: Optional[int] = typer.Option(None, "--prompts", min=1,
-                                                     help="Held-out prompts evaluated (default: the run's eval.n_prompts).")):
+def eval_cmd(
+    run_dir: Path = typer.Argument(..., help="A run directory (runs/<name>)."),
+    step: Optional[int] = typer.Option(None, "--step", help="Checkpoint step (default: the newest that verifies)."),
+    temperature: Optional[float] = typer.Option(
+        None, "--temperature", "-t", min=0.0, help="Sampling temperature (default: the run's eval.temperature)."
+    ),
+    samples: Optional[int] = typer.Option(
+        None, "--samples", "-n", min=1, help="Samples per held-out prompt (default: the run's eval.samples)."
+    ),
+    n_prompts: Optional[int] = typer.Option(
+        None, "--prompts", min=1, help="Held-out prompts evaluated (default: the run's eval.n_prompts)."
+    ),
+):
     """Evaluate a run's checkpoint on its held-out split (read-only: the run's files are left as they are)."""
     import rollwise
 
     if not run_dir.is_dir():
         raise UserError(f"run directory not found: {run_dir}")
-    m = rollwise.evaluate(run_dir, step=step, temperature=temperature, samples=samples, n_prompts=n_prompts,
-                          log=lambda s: console.print(f"[dim]{escape(s)}[/]", highlight=False))
-    console.print(f"evaluated {run_dir / 'checkpoints' / m.pop('checkpoint')} (trained steps: {m.pop('step')})", highlight=False,
-                  soft_wrap=True)
+    m = rollwise.evaluate(
+        run_dir,
+        step=step,
+        temperature=temperature,
+        samples=samples,
+        n_prompts=n_prompts,
+        log=lambda s: console.print(f"[dim]{escape(s)}[/]", highlight=False),
+    )
+    console.print(
+        f"evaluated {run_dir / 'checkpoints' / m.pop('checkpoint')} (trained steps: {m.pop('step')})",
+        highlight=False,
+        soft_wrap=True,
+    )
     for k, v in m.items():
         console.print(f"{k:24s} {v}", highlight=False)
 
 
 @app.command()
-def compare(config: Path = typer.Option(..., "--config", "-c", help="Sweep file (benchmarks/<name>.toml): base config, arms, seeds, budget."),
-            set: Optional[List[str]] = typer.Option(None, "--set", "-s", help="Override for every arm: section.key=value (repeatable)."),
-            out_dir: Optional[Path] = typer.Option(None, "--out-dir", help="Runs and report directory (default: the sweep's out_dir)."),
-            jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1,
-                                               help="Runs trained at once in separate processes (default: the sweep's jobs).")):
+def compare(
+    config: Path = typer.Option(
+        ..., "--config", "-c", help="Sweep file (benchmarks/<name>.toml): base config, arms, seeds, budget."
+    ),
+    set: Optional[List[str]] = typer.Option(
+        None, "--set", "-s", help="Override for every arm: section.key=value (repeatable)."
+    ),
+    out_dir: Optional[Path] = typer.Option(
+        None, "--out-dir", help="Runs and report directory (default: the sweep's out_dir)."
+    ),
+    jobs: Optional[int] = typer.Option(
+        None, "--jobs", "-j", min=1, help="Runs trained at once in separate processes (default: the sweep's jobs)."
+    ),
+):
     """Run arms x seeds on one budget (skipping finished runs, resuming interrupted ones); write compare.json and report.html."""
     from rollwise.bench import compare as run_compare
 
     if not config.is_file():
         raise UserError(f"sweep file not found: {config}")
-    result = run_compare(config, set or [], out_dir, jobs, log=lambda m: console.print(m, markup=False, highlight=False, soft_wrap=True))
+    result = run_compare(
+        config, set or [], out_dir, jobs, log=lambda m: console.print(m, markup=False, highlight=False, soft_wrap=True)
+    )
     out = Path(result["sweep"]["out_dir"])
     t = result["target"]["value"]
     console.print(f"[bold]target pass@1 {t:.3f}[/] ({result['target']['source']})")
     at_start = result["target"].get("reached_at_start_by_every_arm")
     if at_start:
-        console.print("  tokens and seconds to target: not shown, the target is reached at step 0 (see the warning below)", highlight=False)
+        console.print(
+            "  tokens and seconds to target: not shown, the target is reached at step 0 (see the warning below)",
+            highlight=False,
+        )
     for arm, a in result["arms"].items():
         m = a["metrics"]
         ttt, sec = m["tokens_to_target"]["value"], m["seconds_to_target"]["value"]
-        to_target = "" if at_start else (
-            f"tokens to target {'not reached' if ttt is None else f'{ttt:,.0f}':>12s}   "
-            f"seconds to target {'not reached' if sec is None else f'{sec:,.1f}':>11s}"
-            + (f" {a['confounded']['seconds_to_target']}" if a.get("confounded", {}).get("seconds_to_target") else "") + "   ")
-        console.print(f"  {arm:20s} {to_target}AUC {m['auc']['value']:.3f}   final pass@1 {m['final_pass@1']['value']:.3f}",
-                      markup=False, highlight=False, soft_wrap=True)
+        to_target = (
+            ""
+            if at_start
+            else (
+                f"tokens to target {'not reached' if ttt is None else f'{ttt:,.0f}':>12s}   "
+                f"seconds to target {'not reached' if sec is None else f'{sec:,.1f}':>11s}"
+                + (
+                    f" {a['confounded']['seconds_to_target']}"
+                    if a.get("confounded", {}).get("seconds_to_target")
+                    else ""
+                )
+                + "   "
+            )
+        )
+        console.print(
+            f"  {arm:20s} {to_target}AUC {m['auc']['value']:.3f}   final pass@1 {m['final_pass@1']['value']:.3f}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
     for w in result.get("warnings", []):
         console.print(f"[yellow]warning:[/] {escape(w)}", highlight=False, soft_wrap=True)
     console.print(f"files: {out / 'compare.json'}, {out / 'report.html'}", soft_wrap=True)
@@ -179,21 +246,40 @@ def report(out_dir: Path = typer.Argument(..., help="A compare output directory 
 
 
 @app.command()
-def swarm(config: Optional[Path] = ConfigOpt, set: Optional[List[str]] = SetOpt,
-          peers: int = typer.Option(2, "--peers", "-n", help="Number of peers (processes) to start."),
-          ray: bool = typer.Option(False, "--ray", help="Start the peers as Ray tasks (locally, or on --address)."),
-          address: Optional[str] = typer.Option(None, "--address", help="Ray cluster to join, host:port (implies --ray); "
-                                                "the swarm directory must be on a filesystem every node sees.")):
+def swarm(
+    config: Optional[Path] = ConfigOpt,
+    set: Optional[List[str]] = SetOpt,
+    peers: int = typer.Option(2, "--peers", "-n", help="Number of peers (processes) to start."),
+    ray: bool = typer.Option(False, "--ray", help="Start the peers as Ray tasks (locally, or on --address)."),
+    address: Optional[str] = typer.Option(
+        None,
+        "--address",
+        help="Ray cluster to join, host:port (implies --ray); "
+        "the swarm directory must be on a filesystem every node sees.",
+    ),
+):
     """SAPO: train N peers at once that share their rollouts as text (replay 'sapo'); write swarm.json."""
     from rollwise.distributed.swarm import run_swarm
 
-    result = run_swarm(config, set or [], peers, log=lambda m: console.print(f"[dim]{escape(m)}[/]", highlight=False, soft_wrap=True),
-                       ray=ray, address=address)
+    result = run_swarm(
+        config,
+        set or [],
+        peers,
+        log=lambda m: console.print(f"[dim]{escape(m)}[/]", highlight=False, soft_wrap=True),
+        ray=ray,
+        address=address,
+    )
     for name, p in result["peers"].items():
-        acc = "no evaluation" if p["last_pass@1"] is None else f"pass@1 {p['first_pass@1']:.3f} -> {p['last_pass@1']:.3f}"
+        acc = (
+            "no evaluation" if p["last_pass@1"] is None else f"pass@1 {p['first_pass@1']:.3f} -> {p['last_pass@1']:.3f}"
+        )
         state = "done" if p["returncode"] == 0 else f"[red]failed (exit {p['returncode']})[/]"
-        console.print(f"  {name}: {state}, {p['steps']} steps, {acc}, {p['generated_tokens']:,} generated tokens, "
-                      f"{p['received_rollouts']:,} received rollouts", highlight=False, soft_wrap=True)
+        console.print(
+            f"  {name}: {state}, {p['steps']} steps, {acc}, {p['generated_tokens']:,} generated tokens, "
+            f"{p['received_rollouts']:,} received rollouts",
+            highlight=False,
+            soft_wrap=True,
+        )
     root = Path(next(iter(result["peers"].values()))["run_dir"]).parent
     console.print(f"files: {root}/ (peer-<k>/, peer-<k>.log, shared/, swarm.json)", soft_wrap=True)
     if any(p["returncode"] != 0 for p in result["peers"].values()):
@@ -201,15 +287,21 @@ def swarm(config: Optional[Path] = ConfigOpt, set: Optional[List[str]] = SetOpt,
 
 
 @app.command()
-def export(run_dir: Path = typer.Argument(..., help="A run directory (runs/<name>)."),
-           out_dir: Path = typer.Argument(..., help="Output directory (must not exist or be empty)."),
-           step: Optional[int] = typer.Option(None, "--step", help="Checkpoint step (default: the newest that verifies)."),
-           adapter: bool = typer.Option(False, "--adapter", help="LoRA runs: write the PEFT adapter instead of merged weights."),
-           gguf: bool = typer.Option(False, "--gguf", help="Also write OUT_DIR/model.gguf (float32, Llama architecture).")):
+def export(
+    run_dir: Path = typer.Argument(..., help="A run directory (runs/<name>)."),
+    out_dir: Path = typer.Argument(..., help="Output directory (must not exist or be empty)."),
+    step: Optional[int] = typer.Option(None, "--step", help="Checkpoint step (default: the newest that verifies)."),
+    adapter: bool = typer.Option(
+        False, "--adapter", help="LoRA runs: write the PEFT adapter instead of merged weights."
+    ),
+    gguf: bool = typer.Option(False, "--gguf", help="Also write OUT_DIR/model.gguf (float32, Llama architecture)."),
+):
     """Export a checkpoint as a Hugging Face model directory (from_pretrained loads it), optionally with a GGUF file."""
     from rollwise.export import export_run
 
-    out = export_run(run_dir, out_dir, step=step, adapter=adapter, gguf=gguf, log=lambda m: console.print(f"[dim]{m}[/]"))
+    out = export_run(
+        run_dir, out_dir, step=step, adapter=adapter, gguf=gguf, log=lambda m: console.print(f"[dim]{m}[/]")
+    )
     console.print(f"[green]exported[/]: {out}/", highlight=False)
 
 
@@ -222,9 +314,17 @@ def runs(root: Path = typer.Argument(Path("runs"), help="Directory holding run d
     from rollwise.runs import list_runs
 
     header = ("run", "steps", "tokens", "pass@1 (at step)", "checkpoint", "state")
-    rows = [(r["name"], f"{r['steps']}/{r['max_steps']}", f"{r['tokens']:,}",
-             "-" if r["pass@1"] is None else f"{r['pass@1']:.3f} ({r['eval_step']})",
-             "-" if r["checkpoint"] is None else f"step-{r['checkpoint']}", r["state"]) for r in list_runs(root)]
+    rows = [
+        (
+            r["name"],
+            f"{r['steps']}/{r['max_steps']}",
+            f"{r['tokens']:,}",
+            "-" if r["pass@1"] is None else f"{r['pass@1']:.3f} ({r['eval_step']})",
+            "-" if r["checkpoint"] is None else f"step-{r['checkpoint']}",
+            r["state"],
+        )
+        for r in list_runs(root)
+    ]
     if not console.is_terminal:  # `rollwise runs | cat`, grep, cut: one line per run, nothing truncated
         for row in (header, *rows):
             print("\t".join(row))
@@ -249,8 +349,10 @@ def config_show(config: Optional[Path] = ConfigOpt, set: Optional[List[str]] = S
 
 
 @config_app.command("options")
-def config_options(section: str = typer.Argument(..., help="task, control, replay, filter, advantage or objective."),
-                   name: Optional[str] = typer.Argument(None, help="A name in that section, e.g. jsonl, reasoning_gym, dars.")):
+def config_options(
+    section: str = typer.Argument(..., help="task, control, replay, filter, advantage or objective."),
+    name: Optional[str] = typer.Argument(None, help="A name in that section, e.g. jsonl, reasoning_gym, dars."),
+):
     """List a strategy's options with their defaults and descriptions (without NAME: the section's names)."""
     from rollwise.config_doc import options_text
 

@@ -31,7 +31,8 @@ not refused: it documents a fallback to a no-grad trainer forward (``batch/d3s.p
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from rollwise.registry import Compat, Registry, UserError, validate_options
 
@@ -51,11 +52,18 @@ WRAPPERS.register("sampling.latr", "rollwise.generate.latr")
 
 
 def _registries() -> dict[str, Registry]:
-    from rollwise import control, filter as filters, replay, tasks
+    from rollwise import control, replay, tasks
+    from rollwise import filter as filters
     from rollwise.objectives import ADVANTAGES, OBJECTIVES
 
-    return {"task": tasks.REGISTRY, "control": control.REGISTRY, "replay": replay.REGISTRY,
-            "advantage": ADVANTAGES, "objective": OBJECTIVES, "filter": filters.REGISTRY}
+    return {
+        "task": tasks.REGISTRY,
+        "control": control.REGISTRY,
+        "replay": replay.REGISTRY,
+        "advantage": ADVANTAGES,
+        "objective": OBJECTIVES,
+        "filter": filters.REGISTRY,
+    }
 
 
 def resolve(cfg, section: str) -> tuple[Any, Any, str | None]:
@@ -85,7 +93,7 @@ def build_filters(cfg) -> list[tuple[str, Callable]]:
     for name in cfg.filter.names:
         fn = reg.get(name)
         opts = validate_options("filter", name, fn, dict(cfg.filter.options.get(name, {})))
-        out.append((name, (lambda f, o: (lambda g: f(g, o) if o is not None else f(g)))(fn, opts)))
+        out.append((name, (lambda f, o: lambda g: f(g, o) if o is not None else f(g))(fn, opts)))
     return out
 
 
@@ -110,8 +118,11 @@ def backend_part(cfg):
 def pools(cfg) -> list[tuple[str, Any]]:
     """(the setting that chose it, module) of each pool layer the config turns on, the base pool first."""
     a = cfg.train.async_
-    out = [(f"distributed.workers = {cfg.distributed.workers}", POOLS.get("ray")) if cfg.distributed.workers > 0
-           else ("local", POOLS.get("local"))]
+    out = [
+        (f"distributed.workers = {cfg.distributed.workers}", POOLS.get("ray"))
+        if cfg.distributed.workers > 0
+        else ("local", POOLS.get("local"))
+    ]
     if POOLS.get("data_parallel").enabled(cfg):
         out.append(("data-parallel training (torchrun)", POOLS.get("data_parallel")))
     if a.periodic:
@@ -124,8 +135,11 @@ def pools(cfg) -> list[tuple[str, Any]]:
 def wrappers(cfg) -> list[tuple[str, Compat]]:
     """(config key, record) of each rollout wrapper the config turns on: ARRoL, LATR trees, and a
     replay source that generates training rollouts itself (APRIL, SPEC-RL)."""
-    out = [(f"{key}.enabled", record(WRAPPERS.get(key))) for key in ("sampling.arrol", "sampling.latr")
-           if getattr(cfg.sampling, key.split(".")[1]).enabled]
+    out = [
+        (f"{key}.enabled", record(WRAPPERS.get(key)))
+        for key in ("sampling.arrol", "sampling.latr")
+        if getattr(cfg.sampling, key.split(".")[1]).enabled
+    ]
     rep = record(resolve(cfg, "replay")[0])
     if rep.owns_generation or rep.needs_decode_hooks:
         out.append((f"replay.name = {cfg.replay.name!r}", rep))
@@ -160,8 +174,8 @@ def check_model(cfg) -> None:
 def check(cfg) -> None:
     """Every refusal that needs only the config (module docstring); called by ``config.load_config``."""
     check_model(cfg)
-    from rollwise.trackers import check as check_trackers
     from rollwise.reward.fapo import DETECTORS
+    from rollwise.trackers import check as check_trackers
 
     check_trackers(cfg.run.report_to)
     DETECTORS.resolve(cfg.reward.fapo.detector)  # a UserError naming the known detectors
@@ -169,17 +183,23 @@ def check(cfg) -> None:
         resolve(cfg, section)
     _, adv_opts, _ = resolve(cfg, "advantage")
     if getattr(adv_opts, "per_token", False) and cfg.objective.name == "gspo":  # tree advantage, per token
-        raise UserError("advantage.options.per_token = true gives per-token advantages, which objective 'gspo' "
-                        "(sequence-level) cannot use; set advantage.options.per_token = false or another objective")
+        raise UserError(
+            "advantage.options.per_token = true gives per-token advantages, which objective 'gspo' "
+            "(sequence-level) cannot use; set advantage.options.per_token = false or another objective"
+        )
     for section in ("control", "replay", "advantage"):
         cls, opts, _ = resolve(cfg, section)
         check_needs(cfg, section, record(cls))  # e.g. SPEED needs its filter, V0.5's advantage its controller
         if hasattr(cls, "check_config"):
-            cls.check_config(cfg, opts)  # the strategy's own options (e.g. APRIL's "tis" mode needs an objective weight)
+            cls.check_config(
+                cfg, opts
+            )  # the strategy's own options (e.g. APRIL's "tis" mode needs an objective weight)
     build_filters(cfg)
     if cfg.control.dynamic_sampling.enabled and "zero_variance" not in cfg.filter.names:
-        raise UserError("control.dynamic_sampling.enabled needs 'zero_variance' in filter.names "
-                        f"(got {list(cfg.filter.names)}); it refills the groups that filter drops")
+        raise UserError(
+            "control.dynamic_sampling.enabled needs 'zero_variance' in filter.names "
+            f"(got {list(cfg.filter.names)}); it refills the groups that filter drops"
+        )
     check_wrappers(cfg)
     check_backend(cfg)
     check_workers(cfg)
@@ -204,10 +224,15 @@ def check_needs(cfg, section: str, rec: Compat) -> None:
         raise UserError(f"{who} needs {rec.needs_filter!r} in filter.names (got {list(cfg.filter.names)})")
     ds = cfg.control.dynamic_sampling
     if ds.enabled and rec.dynamic_sampling is not True and ds.type != rec.dynamic_sampling:
-        key = ("control.dynamic_sampling.enabled" if rec.dynamic_sampling is False else
-               f"control.dynamic_sampling.type = {ds.type!r} (only {rec.dynamic_sampling!r})")
-        raise UserError(f"{who} does not run with {key}: it runs its own rounds or keeps per-step state that dynamic "
-                        "sampling's rounds would break; set control.dynamic_sampling.enabled = false")
+        key = (
+            "control.dynamic_sampling.enabled"
+            if rec.dynamic_sampling is False
+            else f"control.dynamic_sampling.type = {ds.type!r} (only {rec.dynamic_sampling!r})"
+        )
+        raise UserError(
+            f"{who} does not run with {key}: it runs its own rounds or keeps per-step state that dynamic "
+            "sampling's rounds would break; set control.dynamic_sampling.enabled = false"
+        )
     if rec.continues_prefixes:
         owners = [key for key, r in wrappers(cfg) if r.owns_generation]
         if owners:
@@ -220,12 +245,18 @@ def check_wrappers(cfg) -> None:
         local_check(WRAPPERS.get(key), cfg)  # ARRoL: its check point before sampling.max_new_tokens
     rep = record(resolve(cfg, "replay")[0])
     if cfg.sampling.arrol.enabled and cfg.sampling.latr.enabled:
-        raise UserError("sampling.arrol.enabled cannot be combined with sampling.latr.enabled (both own training generation)")
+        raise UserError(
+            "sampling.arrol.enabled cannot be combined with sampling.latr.enabled (both own training generation)"
+        )
     if cfg.sampling.arrol.enabled and rep.owns_generation:
-        raise UserError(f"sampling.arrol.enabled cannot be combined with replay {cfg.replay.name!r} (both own training generation)")
+        raise UserError(
+            f"sampling.arrol.enabled cannot be combined with replay {cfg.replay.name!r} (both own training generation)"
+        )
     if cfg.sampling.latr.enabled and rep.owns_generation:
-        raise UserError(f"sampling.latr.enabled cannot be combined with replay {cfg.replay.name!r} (it generates "
-                        "training rollouts itself and would bypass the tree)")
+        raise UserError(
+            f"sampling.latr.enabled cannot be combined with replay {cfg.replay.name!r} (it generates "
+            "training rollouts itself and would bypass the tree)"
+        )
 
 
 def check_backend(cfg) -> None:
@@ -234,8 +265,10 @@ def check_backend(cfg) -> None:
     local_check(backend, cfg)  # vLLM: installed
     needs_hf = in_process_strategies(cfg)
     if needs_hf and not record(backend).decode_hooks:
-        raise UserError(f"{', '.join(needs_hf)} needs the hf backend's decode hooks or scoring, which "
-                        f"model.backend = {cfg.model.backend!r} does not have; set model.backend = 'hf' or turn it off")
+        raise UserError(
+            f"{', '.join(needs_hf)} needs the hf backend's decode hooks or scoring, which "
+            f"model.backend = {cfg.model.backend!r} does not have; set model.backend = 'hf' or turn it off"
+        )
 
 
 def check_workers(cfg) -> None:
@@ -244,8 +277,10 @@ def check_workers(cfg) -> None:
     local_check(ray, cfg)  # installed, address
     local_only = in_process_strategies(cfg)
     if cfg.distributed.workers > 0 and local_only and not record(ray).decode_hooks:
-        raise UserError(f"{', '.join(local_only)} drives the backend in this process, which distributed.workers > 0 "
-                        "does not have; set distributed.workers = 0 or turn it off")
+        raise UserError(
+            f"{', '.join(local_only)} drives the backend in this process, which distributed.workers > 0 "
+            "does not have; set distributed.workers = 0 or turn it off"
+        )
 
 
 def check_async(cfg) -> None:
@@ -259,17 +294,25 @@ def check_async(cfg) -> None:
         return
     gen = record(POOLS.get("async"))
     in_process = [k for k in in_process_strategies(cfg) if k != "replay.name = 'april'"]  # APRIL runs inside (build)
-    if cfg.replay.name == "april" and (cfg.model.backend != "hf" or cfg.distributed.workers > 0 or a.on_new_weights != "finish"):
-        raise UserError("replay.name = 'april' (APRIL) with train.async drives the generator's own hf backend: set "
-                        "model.backend = 'hf', distributed.workers = 0 and train.async.on_new_weights = 'finish'")
+    if cfg.replay.name == "april" and (
+        cfg.model.backend != "hf" or cfg.distributed.workers > 0 or a.on_new_weights != "finish"
+    ):
+        raise UserError(
+            "replay.name = 'april' (APRIL) with train.async drives the generator's own hf backend: set "
+            "model.backend = 'hf', distributed.workers = 0 and train.async.on_new_weights = 'finish'"
+        )
     if in_process and not gen.decode_hooks:
-        raise UserError(f"{', '.join(in_process)} drives the trainer's backend directly, which train.async "
-                        "(a generator with its own weights) does not allow; turn it off or set train.async.max_staleness = 0")
+        raise UserError(
+            f"{', '.join(in_process)} drives the trainer's backend directly, which train.async "
+            "(a generator with its own weights) does not allow; turn it off or set train.async.max_staleness = 0"
+        )
     engine = (record(backend_part(cfg)), record(pools(cfg)[0][1]))  # what generates: the backend, the base pool
     if a.on_new_weights != "finish" and not all(rec.decode_hooks for rec in engine):
-        raise UserError(f"train.async.on_new_weights = {a.on_new_weights!r} stops generation between decode steps, "
-                        "which only the in-process hf backend does; set model.backend = 'hf' and distributed.workers = 0, "
-                        "or on_new_weights = 'finish'")
+        raise UserError(
+            f"train.async.on_new_weights = {a.on_new_weights!r} stops generation between decode steps, "
+            "which only the in-process hf backend does; set model.backend = 'hf' and distributed.workers = 0, "
+            "or on_new_weights = 'finish'"
+        )
     if a.max_staleness >= 1:
         check_plans_ahead(cfg)
         check_corrected(cfg)
@@ -311,9 +354,16 @@ def batch_statistics(cfg, section: str) -> tuple[str | None, str]:
     if isinstance(flag, str):
         if not getattr(opts if opts is not None else part.Options(), flag):
             return None, ""
-        return f"{section}.name = {getattr(cfg, section).name!r} with {section}.options.{flag} = true", "statistics over the whole batch"
+        return (
+            f"{section}.name = {getattr(cfg, section).name!r} with {section}.options.{flag} = true",
+            "statistics over the whole batch",
+        )
     if flag:
-        why = "statistics over the whole batch" if section == "advantage" else "changes or weighs the batch after the filters"
+        why = (
+            "statistics over the whole batch"
+            if section == "advantage"
+            else "changes or weighs the batch after the filters"
+        )
         return f"{section}.name = {getattr(cfg, section).name!r}", why
     return None, ""
 
@@ -325,15 +375,19 @@ def check_plans_ahead(cfg) -> None:
     and dynamic sampling's ``replace``, whose batch gate reads the prompts of the plan planned last."""
     eta, ctrl = cfg.train.async_.max_staleness, cfg.control
     if not getattr(resolve(cfg, "control")[0], "plans_ahead", True):
-        raise UserError(f"train.async.max_staleness = {eta} draws the next {eta} plan(s) before a step's rounds and observe, "
-                        f"which control.name = {ctrl.name!r} cannot do: it keeps per-plan state between plan and "
-                        "next_round/observe/after_update, so a step would top up, observe or credit a plan drawn after "
-                        "its own. Set train.async.max_staleness = 0 (or train.async.periodic = true), or use a controller "
-                        "that plans ahead (e.g. 'uniform')")
+        raise UserError(
+            f"train.async.max_staleness = {eta} draws the next {eta} plan(s) before a step's rounds and observe, "
+            f"which control.name = {ctrl.name!r} cannot do: it keeps per-plan state between plan and "
+            "next_round/observe/after_update, so a step would top up, observe or credit a plan drawn after "
+            "its own. Set train.async.max_staleness = 0 (or train.async.periodic = true), or use a controller "
+            "that plans ahead (e.g. 'uniform')"
+        )
     if ctrl.dynamic_sampling.enabled and ctrl.dynamic_sampling.type == "replace":
-        raise UserError(f"train.async.max_staleness = {eta} draws plans ahead, which control.dynamic_sampling.type = 'replace' "
-                        "cannot do: its batch gate reads the prompts of the plan planned last, not of the plan trained. "
-                        "Set control.dynamic_sampling.type = 'refill' or train.async.max_staleness = 0")
+        raise UserError(
+            f"train.async.max_staleness = {eta} draws plans ahead, which control.dynamic_sampling.type = 'replace' "
+            "cannot do: its batch gate reads the prompts of the plan planned last, not of the plan trained. "
+            "Set control.dynamic_sampling.type = 'refill' or train.async.max_staleness = 0"
+        )
 
 
 def corrects_off_policy(cfg) -> bool:
@@ -359,11 +413,13 @@ def check_corrected(cfg) -> None:
     a = cfg.train.async_
     if a.allow_uncorrected or corrects_off_policy(cfg):
         return
-    raise UserError(f"train.async.max_staleness = {a.max_staleness} trains rollouts up to {a.max_staleness} policy "
-                    f"version(s) old, and objective.name = {cfg.objective.name!r} with objective.options.tis_level = 'off' "
-                    "has no off-policy correction (its ratio is clipped around the stale sampler's log-probs). Set "
-                    "objective.name = 'decoupled_ppo', or objective.options.tis_level = 'token' (the behaviour weight "
-                    "pi_prox / mu), or train.async.allow_uncorrected = true to train them uncorrected")
+    raise UserError(
+        f"train.async.max_staleness = {a.max_staleness} trains rollouts up to {a.max_staleness} policy "
+        f"version(s) old, and objective.name = {cfg.objective.name!r} with objective.options.tis_level = 'off' "
+        "has no off-policy correction (its ratio is clipped around the stale sampler's log-probs). Set "
+        "objective.name = 'decoupled_ppo', or objective.options.tis_level = 'token' (the behaviour weight "
+        "pi_prox / mu), or train.async.allow_uncorrected = true to train them uncorrected"
+    )
 
 
 def check_data_parallel(cfg) -> None:
@@ -374,18 +430,26 @@ def check_data_parallel(cfg) -> None:
     if not dp.enabled(cfg):
         return
     if cfg.distributed.workers > 0 and not record(POOLS.get("ray")).per_rank:
-        raise UserError(f"distributed.workers = {cfg.distributed.workers} (Ray rollout workers) with data-parallel "
-                        "training (torchrun) is not supported: set distributed.workers = 0, or run one process")
+        raise UserError(
+            f"distributed.workers = {cfg.distributed.workers} (Ray rollout workers) with data-parallel "
+            "training (torchrun) is not supported: set distributed.workers = 0, or run one process"
+        )
     if cfg.train.async_.on and not record(POOLS.get("periodic" if cfg.train.async_.periodic else "async")).per_rank:
-        raise UserError("train.async (a generator thread per process) with data-parallel training (torchrun) is not "
-                        "supported: set train.async.max_staleness = 0 and train.async.periodic = false, or run one process")
+        raise UserError(
+            "train.async (a generator thread per process) with data-parallel training (torchrun) is not "
+            "supported: set train.async.max_staleness = 0 and train.async.periodic = false, or run one process"
+        )
     if not record(backend_part(cfg)).per_rank:
-        raise UserError(f"model.backend = {cfg.model.backend!r} with data-parallel training (torchrun) is not supported (one "
-                        "engine per rank): set model.backend = 'hf', or run one process")
+        raise UserError(
+            f"model.backend = {cfg.model.backend!r} with data-parallel training (torchrun) is not supported (one "
+            "engine per rank): set model.backend = 'hf', or run one process"
+        )
     local_only = in_process_strategies(cfg)
     if local_only and not record(dp).decode_hooks:
-        raise UserError(f"{', '.join(local_only)} drives the sampler in one process, which data-parallel training "
-                        "(torchrun) does not share across ranks; turn it off, or run one process")
+        raise UserError(
+            f"{', '.join(local_only)} drives the sampler in one process, which data-parallel training "
+            "(torchrun) does not share across ranks; turn it off, or run one process"
+        )
 
 
 def check_sampler_entropy(cfg) -> None:
@@ -396,14 +460,18 @@ def check_sampler_entropy(cfg) -> None:
     option = record(part).entropy_option
     if option is None or getattr(opts if opts is not None else part.Options(), option) != "sampler":
         return
-    engines = [(f"model.backend = {cfg.model.backend!r}", "model.backend = 'hf'", record(backend_part(cfg))),
-               *((key, "distributed.workers = 0", record(pool)) for key, pool in pools(cfg)[:1] if key != "local"),
-               *((key, f"{key} = false", rec) for key, rec in wrappers(cfg))]
+    engines = [
+        (f"model.backend = {cfg.model.backend!r}", "model.backend = 'hf'", record(backend_part(cfg))),
+        *((key, "distributed.workers = 0", record(pool)) for key, pool in pools(cfg)[:1] if key != "local"),
+        *((key, f"{key} = false", rec) for key, rec in wrappers(cfg)),
+    ]
     for key, fix, rec in engines:
         if not rec.sampler_entropy:
-            raise UserError(f"advantage.options.{option} = 'sampler' (advantage.name = {cfg.advantage.name!r}) reads the "
-                            f"sampler's entropies (Rollout.entropies), which {key} does not record; set "
-                            f"advantage.options.{option} = 'surprisal' or 'sampled_term', or {fix}")
+            raise UserError(
+                f"advantage.options.{option} = 'sampler' (advantage.name = {cfg.advantage.name!r}) reads the "
+                f"sampler's entropies (Rollout.entropies), which {key} does not record; set "
+                f"advantage.options.{option} = 'surprisal' or 'sampled_term', or {fix}"
+            )
 
 
 def check_engine_length(cfg, task, codec, positions: int | None) -> None:
@@ -419,6 +487,8 @@ def check_engine_length(cfg, task, codec, positions: int | None) -> None:
     longest, worst = max(((len(codec.encode_prompt(p)), p) for p in prompts), key=lambda x: x[0], default=(0, None))
     if longest + new > limit:
         cap = f" (at most the model's {positions} positions)" if positions else ""
-        raise UserError(f"prompt {worst.id!r} has {longest} tokens, and with sampling.max_new_tokens = {new} it exceeds the vLLM "
-                        f"engine's max_model_len = {limit} (model.vllm.max_model_len); raise model.vllm.max_model_len "
-                        f"to {longest + new} or more{cap}, or lower sampling.max_new_tokens")
+        raise UserError(
+            f"prompt {worst.id!r} has {longest} tokens, and with sampling.max_new_tokens = {new} it exceeds the vLLM "
+            f"engine's max_model_len = {limit} (model.vllm.max_model_len); raise model.vllm.max_model_len "
+            f"to {longest + new} or more{cap}, or lower sampling.max_new_tokens"
+        )

@@ -12,15 +12,15 @@ model is loaded.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from rollwise import tasks
 from rollwise.compat import _registries, build_filters, objective_options, resolve  # noqa: F401 (here since #27)
 from rollwise.registry import UserError
 from rollwise.types import Sampling, Services
-
 
 build_task = tasks.build  # the task stage (rollwise.tasks.build; Ray workers call it too)
 
@@ -51,9 +51,13 @@ def build_strategies(cfg, task) -> Strategies:
     if cfg.control.dynamic_sampling.enabled:  # DAPO refill rounds around any stream-based controller
         controller = DynamicSampling(controller, filters, cfg.control)
     return Strategies(
-        controller=controller, filters=filters, replay=rep_cls(cfg.replay, rep_opts, seed),
-        advantage=adv, advantage_options=adv_opts if adv_opts is not None else adv.Options(),
-        objective=obj, objective_options=objective_options(cfg),
+        controller=controller,
+        filters=filters,
+        replay=rep_cls(cfg.replay, rep_opts, seed),
+        advantage=adv,
+        advantage_options=adv_opts if adv_opts is not None else adv.Options(),
+        objective=obj,
+        objective_options=objective_options(cfg),
         keep_at_most=target_groups(cfg.control),
     )
 
@@ -75,8 +79,10 @@ def prepare_run_dir(cfg, resume: bool) -> Path:
                 if child.name != LOCK:
                     shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
         elif any(p.name != LOCK for p in run_dir.iterdir()):
-            raise UserError(f"run directory {run_dir} already exists; use --resume {run_dir}, "
-                            "another run.name, or run.overwrite=true")
+            raise UserError(
+                f"run directory {run_dir} already exists; use --resume {run_dir}, "
+                "another run.name, or run.overwrite=true"
+            )
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         probe = run_dir / ".write-test"
@@ -105,7 +111,9 @@ def build_policy(cfg, task, log=print):
     if builtin:
         model, tok = tiny.build_tiny(name, seed=ws.seed)
         codec = Codec(tok, use_chat=False)
-        warnings = fit_warnings(task, codec, cfg.sampling.max_new_tokens, model.config.max_position_embeddings, builtin=True)
+        warnings = fit_warnings(
+            task, codec, cfg.sampling.max_new_tokens, model.config.max_position_embeddings, builtin=True
+        )
     else:
         from rollwise.trainer.hf_models import load_pretrained
 
@@ -118,13 +126,24 @@ def build_policy(cfg, task, log=print):
 
     check_engine_length(cfg, task, codec, getattr(model.config, "max_position_embeddings", None))  # vLLM: prompts fit
     engine = cfg.model.vllm.gpu_memory_utilization if cfg.model.backend == "vllm" else 0.0
-    check_model_fits(model, device, dtype_bytes=2 if cfg.model.dtype == "bfloat16" else 4, lora=cfg.model.lora.enabled,
-                     reference=cfg.reward.kl.coef > 0, engine_share=engine)  # before the weights move there
+    check_model_fits(
+        model,
+        device,
+        dtype_bytes=2 if cfg.model.dtype == "bfloat16" else 4,
+        lora=cfg.model.lora.enabled,
+        reference=cfg.reward.kl.coef > 0,
+        engine_share=engine,
+    )  # before the weights move there
     model = model.to(device)  # the warm start, the reference copy, the sampler and the trainer follow it
     if builtin or (ws.pretrained and ws.steps > 0):  # a pretrained model only on request (model.warm_start.pretrained)
-        reward_only = getattr(task, "REWARD_ONLY_OPTIONS", ())  # options that leave the SFT examples unchanged share a cache
-        key = {"model": tiny.canonical(name) if builtin else name, "task": cfg.task.name,
-               "task_options": {k: v for k, v in cfg.task.options.items() if k not in reward_only}}
+        reward_only = getattr(
+            task, "REWARD_ONLY_OPTIONS", ()
+        )  # options that leave the SFT examples unchanged share a cache
+        key = {
+            "model": tiny.canonical(name) if builtin else name,
+            "task": cfg.task.name,
+            "task_options": {k: v for k, v in cfg.task.options.items() if k not in reward_only},
+        }
         if device.type != "cpu":  # a warm start trained on a GPU is another model (CPU cache keys unchanged)
             key["device"] = device.type
         how = warm_start(model, codec, task, ws, ws.seed, key, log=log)
@@ -184,8 +203,15 @@ def build_pool(cfg, backend, codec, task, sampling, tree, model, log=print, dp=N
         from rollwise.distributed.ray_pool import RayPool
 
         return RayPool(cfg, model, codec, sampling, log=log)
-    pool = LocalPool(backend, codec, task.verify, sampling, max_batch=cfg.model.max_batch, tree=tree,
-                     verify_workers=getattr(task, "verify_workers", 1))
+    pool = LocalPool(
+        backend,
+        codec,
+        task.verify,
+        sampling,
+        max_batch=cfg.model.max_batch,
+        tree=tree,
+        verify_workers=getattr(task, "verify_workers", 1),
+    )
     if dp is not None:
         from rollwise.distributed.data_parallel import DataParallelPool
 
@@ -323,8 +349,9 @@ def _precision(cfg, model, log):
     from rollwise.trainer.precision import decide_compute_dtype
 
     weights = next(model.parameters())
-    precision = decide_compute_dtype(cfg.model.compute_dtype, weights.device, model.config, weights_dtype=weights.dtype,
-                                     log=log)
+    precision = decide_compute_dtype(
+        cfg.model.compute_dtype, weights.device, model.config, weights_dtype=weights.dtype, log=log
+    )
     log(precision.describe())
     return precision
 
@@ -335,8 +362,9 @@ def _record_entropy(cfg, backend, parts: Strategies) -> None:
     from rollwise.types import EntropyRecorder
 
     d3s = cfg.batch.d3s
-    wanted = (d3s.enabled and d3s.token_level and d3s.entropy == "sampler") or \
-        getattr(parts.advantage_options, "entropy", None) == "sampler"
+    wanted = (d3s.enabled and d3s.token_level and d3s.entropy == "sampler") or getattr(
+        parts.advantage_options, "entropy", None
+    ) == "sampler"
     if wanted and isinstance(backend, EntropyRecorder):
         backend.record_entropy = True
 
@@ -359,9 +387,16 @@ def build_trainer(cfg, a: Assembly):
     from rollwise.trainer.trainer import Trainer
 
     parts = a.parts
-    return Trainer(a.model, parts.objective, parts.objective_options, cfg.train, cfg.sampling.temperature,
-                   reference=cfg.reward.kl.coef > 0 or getattr(parts.advantage, "needs_reference", False),
-                   compute_dtype=a.compute_dtype, data_parallel=a.dp)
+    return Trainer(
+        a.model,
+        parts.objective,
+        parts.objective_options,
+        cfg.train,
+        cfg.sampling.temperature,
+        reference=cfg.reward.kl.coef > 0 or getattr(parts.advantage, "needs_reference", False),
+        compute_dtype=a.compute_dtype,
+        data_parallel=a.dp,
+    )
 
 
 # ---------------------------------------------------------------- rollout wrappers, in the order they wrap
@@ -381,8 +416,9 @@ def _wrap_async(cfg, a: Assembly, w: Wiring):
     ctrl = parts.controller
     consume = (lambda groups: a.trainer.consume(groups)) if cfg.train.async_.periodic else None
     draw = lambda: ctrl.plan(ctrl.select(w.state()), w.state())  # noqa: E731  (the generator's next plan)
-    a.async_pool = async_pool.build(cfg, a.pool, a.backend, a.model, draw, w.run_dir / "timeline.jsonl", consume, april,
-                                    log=w.log)
+    a.async_pool = async_pool.build(
+        cfg, a.pool, a.backend, a.model, draw, w.run_dir / "timeline.jsonl", consume, april, log=w.log
+    )
     return a.async_pool
 
 

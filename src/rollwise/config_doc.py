@@ -30,7 +30,7 @@ def _compact(v: Any) -> str:
         return "{" + ", ".join(f"{_key(str(k))} = {_compact(x)}" for k, x in v.items()) + "}"
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(_compact(x) for x in v) + "]"
-    return tomli_w.dumps({"v": v}).strip()[len("v = "):]
+    return tomli_w.dumps({"v": v}).strip()[len("v = ") :]
 
 
 def _key(k: str) -> str:
@@ -76,7 +76,9 @@ def _options_lines(model: type[BaseModel] | None, given: dict, name: str) -> lis
             if isinstance(default, BaseModel):
                 default = default.model_dump(mode="json")
             shown = "(unset)" if default is None else _value(key, default).split(" = ", 1)[1]
-            out.append(f"# {key} = {shown}" + (f"  -- {' '.join(field.description.split())}" if field.description else ""))
+            out.append(
+                f"# {key} = {shown}" + (f"  -- {' '.join(field.description.split())}" if field.description else "")
+            )
     extra = [k for k in given if k not in model.model_fields]
     out += [_value(k, given[k]) for k in extra]
     return out
@@ -119,11 +121,15 @@ def annotated_toml(cfg) -> str:
                     model_, name = _strategy_options(cfg, f"filter.{fname}")
                     present, given = fname in values[key], values[key].get(fname, {})
                     lines.append(f"[{sub}.{_key(fname)}]" if present else f"# [{sub}.{_key(fname)}]")
-                    lines.extend(ln if ln.startswith("#") or present else "# " + ln for ln in _options_lines(model_, given, name))
+                    lines.extend(
+                        ln if ln.startswith("#") or present else "# " + ln for ln in _options_lines(model_, given, name)
+                    )
             elif key == "options":
                 model_, name = _strategy_options(cfg, path)
                 lines.append("")
-                lines.extend(_comment(f"Options of {path} {name!r} (rollwise config options {path} {name.split(':')[0]})."))
+                lines.extend(
+                    _comment(f"Options of {path} {name!r} (rollwise config options {path} {name.split(':')[0]}).")
+                )
                 lines.append(f"[{sub}]")
                 lines.extend(_options_lines(model_, values[key], name))
             else:
@@ -148,7 +154,9 @@ def options_text(section: str, name: str | None = None) -> str:
         raise UserError(f"unknown section {section!r}; sections with named strategies: {', '.join(sorted(regs))}")
     reg = regs[section]
     if name is None:
-        return f"{section} names: {', '.join(reg.names())}\n(rollwise config options {section} NAME lists one's options)"
+        return (
+            f"{section} names: {', '.join(reg.names())}\n(rollwise config options {section} NAME lists one's options)"
+        )
     if ":" not in name and f"{name}:<arg>" in reg.names():  # 'jsonl', 'reasoning_gym': the options need no argument
         name = f"{name}:_"
     obj = reg.resolve(name).obj
@@ -157,7 +165,9 @@ def options_text(section: str, name: str | None = None) -> str:
     head = f"{section} {name!r}"
     if model is None:
         return f"{head} takes no options"
-    out = [f"{head} options (set as {section}.options.KEY=VALUE{'' if section != 'filter' else ' under filter.options.' + name})"]
+    out = [
+        f"{head} options (set as {section}.options.KEY=VALUE{'' if section != 'filter' else ' under filter.options.' + name})"
+    ]
     for key, field in model.model_fields.items():
         default = field.get_default(call_default_factory=True)
         if isinstance(default, BaseModel):

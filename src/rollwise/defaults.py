@@ -75,8 +75,15 @@ PROFILES = {
     "tiny": Profile("tiny"),
     # a pretrained chat model on a CPU: 4 x 8 rollouts, 40 steps, a 32-prompt held-out evaluation
     # (the group size stays the schema's 8: benchmarks/regime_smollm2.toml relies on it)
-    "pretrained": Profile("pretrained", {"control.prompts_per_step": 4, "train.steps": 40, "eval.n_prompts": 32, "eval.every": 20},
-                          min_new_tokens=128, room=2.0, extra=64, max_new_tokens_cap=512, truncation_stop=True),
+    "pretrained": Profile(
+        "pretrained",
+        {"control.prompts_per_step": 4, "train.steps": 40, "eval.n_prompts": 32, "eval.every": 20},
+        min_new_tokens=128,
+        room=2.0,
+        extra=64,
+        max_new_tokens_cap=512,
+        truncation_stop=True,
+    ),
 }
 
 
@@ -114,14 +121,21 @@ def derive(cfg, task) -> dict[str, tuple[object, str]]:
     for key, value in prof.settings.items():
         if not is_set(cfg, key) and _get(cfg, key) != value:
             out[key] = (value, f"the {prof.name} model profile")
-    if prof.name == "pretrained" and not is_set(cfg, "train.lr"):  # a full fine-tune at 2e-4 breaks the model in one step
+    if prof.name == "pretrained" and not is_set(
+        cfg, "train.lr"
+    ):  # a full fine-tune at 2e-4 breaks the model in one step
         if not is_set(cfg, "model.lora.enabled") and _has_peft():
             if not cfg.model.lora.enabled:
-                out["model.lora.enabled"] = (True, "the pretrained profile: LoRA (r 16) at train.lr 2e-4, as "
-                                                   "configs/smollm2_arithmetic.toml")
+                out["model.lora.enabled"] = (
+                    True,
+                    "the pretrained profile: LoRA (r 16) at train.lr 2e-4, as configs/smollm2_arithmetic.toml",
+                )
         elif not cfg.model.lora.enabled:
-            out["train.lr"] = (PRETRAINED_FULL_LR, "the pretrained profile: a full fine-tune (no LoRA) of a pretrained "
-                                                   "model at the default 2e-4 breaks it in one step")
+            out["train.lr"] = (
+                PRETRAINED_FULL_LR,
+                "the pretrained profile: a full fine-tune (no LoRA) of a pretrained "
+                "model at the default 2e-4 breaks it in one step",
+            )
     base = getattr(task, "_task", task)  # the warm start uses the whole train split (task.max_train_prompts)
     if not is_set(cfg, "sampling.max_new_tokens"):
         refs = references(base)
@@ -133,10 +147,17 @@ def derive(cfg, task) -> dict[str, tuple[object, str]]:
             n = max(prof.min_new_tokens, n)
             if prof.max_new_tokens_cap is not None:
                 n = min(prof.max_new_tokens_cap, n)
-            unit = "characters = tokens" if builtin else f"characters, ~{need - 1} tokens at {CHARS_PER_TOKEN:g} characters a token"
-            why = (f"the task's longest reference completion ({longest} {unit}) + 1 end token, x {prof.room:g}"
-                   + (f" + {prof.extra} for reasoning" if prof.extra else "") + f", in [{prof.min_new_tokens}, "
-                   + f"{prof.max_new_tokens_cap or 'no cap'}] ({prof.name} profile)")
+            unit = (
+                "characters = tokens"
+                if builtin
+                else f"characters, ~{need - 1} tokens at {CHARS_PER_TOKEN:g} characters a token"
+            )
+            why = (
+                f"the task's longest reference completion ({longest} {unit}) + 1 end token, x {prof.room:g}"
+                + (f" + {prof.extra} for reasoning" if prof.extra else "")
+                + f", in [{prof.min_new_tokens}, "
+                + f"{prof.max_new_tokens_cap or 'no cap'}] ({prof.name} profile)"
+            )
         else:
             n, why = prof.min_new_tokens, f"the {prof.name} profile (the task has no reference completions)"
         if n != cfg.sampling.max_new_tokens:
@@ -153,8 +174,10 @@ def derive(cfg, task) -> dict[str, tuple[object, str]]:
     if warm and not is_set(cfg, "model.warm_start.steps") and ws.steps > 0:
         steps = min(ws.steps, math.ceil(WARM_EPOCHS * rows / batch))
         if steps != ws.steps:
-            out["model.warm_start.steps"] = (steps, f"{WARM_EPOCHS} passes over the train split's {rows} rows "
-                                                    f"at {batch} a step (at most {ws.steps:,})")
+            out["model.warm_start.steps"] = (
+                steps,
+                f"{WARM_EPOCHS} passes over the train split's {rows} rows at {batch} a step (at most {ws.steps:,})",
+            )
     return out
 
 
@@ -185,8 +208,11 @@ def resolve(cfg, log=print):
         node[last] = value
     out = Config.model_validate(data)
     out._derived = {k: f"{v!r} from {why}" for k, (v, why) in derived.items()}
-    log("defaults for " + f"{cfg.model.name} / {cfg.task.name} (keys you did not set; --set KEY=VALUE overrides): "
-        + "; ".join(f"{k} = {v!r} ({why})" for k, (v, why) in derived.items()))
+    log(
+        "defaults for "
+        + f"{cfg.model.name} / {cfg.task.name} (keys you did not set; --set KEY=VALUE overrides): "
+        + "; ".join(f"{k} = {v!r} ({why})" for k, (v, why) in derived.items())
+    )
     return out
 
 
@@ -199,25 +225,36 @@ def probe(run, line: dict, seconds: float) -> None:
     force = cfg.run.force
     cut = line.get("length/truncated_frac", 0.0)
     if cut > TRUNCATION_STOP:
-        msg = (f"{100 * cut:.0f}% of step {run.state.step}'s completions were cut at sampling.max_new_tokens = "
-               f"{cfg.sampling.max_new_tokens}: the run cannot learn the task's answers. Raise sampling.max_new_tokens "
-               f"(--set sampling.max_new_tokens=N)")
+        msg = (
+            f"{100 * cut:.0f}% of step {run.state.step}'s completions were cut at sampling.max_new_tokens = "
+            f"{cfg.sampling.max_new_tokens}: the run cannot learn the task's answers. Raise sampling.max_new_tokens "
+            f"(--set sampling.max_new_tokens=N)"
+        )
         if profile(cfg.model.name).truncation_stop and not force:
             raise UserError(msg + ", or set run.force=true to train anyway")
         log("warning: " + msg)
     left = cfg.train.steps - run.state.step - 1
     hours = seconds * left / 3600
     if hours > MAX_HOURS:
-        msg = (f"step {run.state.step} took {seconds:.0f} s, so the {left:,} steps left would take about {hours:.0f} h: "
-               f"lower train.steps, control.prompts_per_step x control.rollouts_per_prompt = "
-               f"{cfg.control.prompts_per_step} x {cfg.control.rollouts_per_prompt}, or sampling.max_new_tokens = "
-               f"{cfg.sampling.max_new_tokens}")
+        msg = (
+            f"step {run.state.step} took {seconds:.0f} s, so the {left:,} steps left would take about {hours:.0f} h: "
+            f"lower train.steps, control.prompts_per_step x control.rollouts_per_prompt = "
+            f"{cfg.control.prompts_per_step} x {cfg.control.rollouts_per_prompt}, or sampling.max_new_tokens = "
+            f"{cfg.sampling.max_new_tokens}"
+        )
         if not force:
             raise UserError(msg + " (or set run.force=true to train anyway)")
         log("warning: " + msg)
     first = run.evals[0] if run.evals else None
     reward = line.get("reward/mean", 0.0)
-    if first is not None and first.get("step") == run.state.step and reward > 0.5 and first.get("eval/pass@1", 1.0) < 0.05:
-        log(f"warning: training reward {reward:.2f} but held-out pass@1 {first['eval/pass@1']:.3f} at the start: the model "
+    if (
+        first is not None
+        and first.get("step") == run.state.step
+        and reward > 0.5
+        and first.get("eval/pass@1", 1.0) < 0.05
+    ):
+        log(
+            f"warning: training reward {reward:.2f} but held-out pass@1 {first['eval/pass@1']:.3f} at the start: the model "
             f"has memorised its train split (the warm start: model.warm_start.steps = {cfg.model.warm_start.steps}, "
-            f"model.warm_start.batch_size = {cfg.model.warm_start.batch_size}; fewer steps, or more data)")
+            f"model.warm_start.batch_size = {cfg.model.warm_start.batch_size}; fewer steps, or more data)"
+        )

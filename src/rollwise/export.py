@@ -68,7 +68,7 @@ def write_hf(model, tokenizer, out_dir: str | Path, adapter: bool = False, overw
             model.save_pretrained(str(tmp))
             source = getattr(model.get_base_model().config, "_name_or_path", "")
             if source and Path(source).expanduser().is_dir():  # a local model directory: named by its absolute path,
-                base = Path(source).expanduser().resolve()      # so the adapter loads from any working directory
+                base = Path(source).expanduser().resolve()  # so the adapter loads from any working directory
             else:  # built-in model: its base weights go beside the adapter
                 _plain(model, merged=False).save_pretrained(str(tmp / "base"))
                 tokenizer.save_pretrained(str(tmp / "base"))
@@ -100,12 +100,17 @@ def _plain(model, merged: bool):
     if merged:
         state = merged_state_dict(model)
     else:
-        state = {k.replace(".base_layer.", "."): v.detach().clone() for k, v in base.state_dict().items()
-                 if not any(p.startswith("lora_") for p in k.split("."))}
+        state = {
+            k.replace(".base_layer.", "."): v.detach().clone()
+            for k, v in base.state_dict().items()
+            if not any(p.startswith("lora_") for p in k.split("."))
+        }
     plain = type(base)(base.config)
     missing, unexpected = plain.load_state_dict(state, strict=False)
     if unexpected or [k for k in missing if k != "lm_head.weight"]:  # a tied lm_head is the embedding
-        raise RuntimeError(f"LoRA export: weights do not fit the base model (missing {missing}, unexpected {unexpected})")
+        raise RuntimeError(
+            f"LoRA export: weights do not fit the base model (missing {missing}, unexpected {unexpected})"
+        )
     return plain.to(next(base.parameters()).dtype)
 
 
@@ -139,8 +144,14 @@ def resolve_checkpoint(run_dir: Path, step: int | None, log=print) -> Path:
     return path
 
 
-def export_run(run_dir: str | Path, out_dir: str | Path, step: int | None = None, adapter: bool = False,
-               gguf: bool = False, log=print) -> Path:
+def export_run(
+    run_dir: str | Path,
+    out_dir: str | Path,
+    step: int | None = None,
+    adapter: bool = False,
+    gguf: bool = False,
+    log=print,
+) -> Path:
     """``rollwise export``: see the module docstring. Returns the output directory."""
     from safetensors.torch import load_model
 
@@ -189,8 +200,10 @@ def _gguf_module():
     try:
         import gguf
     except ImportError:
-        raise UserError("--gguf needs the gguf package (not installed here): pip install 'rollwise[hf]' "
-                        "(or pip install gguf), then rerun the export") from None
+        raise UserError(
+            "--gguf needs the gguf package (not installed here): pip install 'rollwise[hf]' "
+            "(or pip install gguf), then rerun the export"
+        ) from None
     return gguf
 
 
@@ -236,8 +249,12 @@ def write_gguf(model, tokenizer, path: str | Path) -> Path:
     w.add_token_list(tokens)
     w.add_token_types(types)
     w.add_token_merges([])
-    for attr, add in (("bos_token_id", w.add_bos_token_id), ("eos_token_id", w.add_eos_token_id),
-                      ("pad_token_id", w.add_pad_token_id), ("unk_token_id", w.add_unk_token_id)):
+    for attr, add in (
+        ("bos_token_id", w.add_bos_token_id),
+        ("eos_token_id", w.add_eos_token_id),
+        ("pad_token_id", w.add_pad_token_id),
+        ("unk_token_id", w.add_unk_token_id),
+    ):
         if getattr(tokenizer, attr, None) is not None:
             add(getattr(tokenizer, attr))
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, n_layers)

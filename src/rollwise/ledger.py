@@ -73,8 +73,13 @@ class Ledger:
         return line
 
     def record_eval(self, step: int, metrics: dict) -> dict:
-        line = {"step": step, "cost/generated_tokens": self.totals["generated_tokens"],
-                "cost/rollouts": self.totals["rollouts"], "wall_s": round(self.wall_s(), 4), **metrics}
+        line = {
+            "step": step,
+            "cost/generated_tokens": self.totals["generated_tokens"],
+            "cost/rollouts": self.totals["rollouts"],
+            "wall_s": round(self.wall_s(), 4),
+            **metrics,
+        }
         self._append(self.eval_path, line)
         for sink in self.sinks:
             sink("eval", line)
@@ -119,4 +124,3 @@ class Ledger:
         from rollwise.eval.plots import plot_run
 
         plot_run(self.dir)
-

@@ -15,14 +15,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from rollwise import defaults, storage
-from rollwise.config import Config, load_config
 from rollwise.batch.build import apply_filters, make_batch
+from rollwise.config import Config, load_config
 from rollwise.session import Run, RunResult, now, step_metrics
 from rollwise.trainer import checkpoint
 
 
 def train(cfg: Config, *, resume: bool = False, backend=None, log=print) -> RunResult:
-    with storage.guard(None, (cfg if resume else cfg.with_run_name()).run_dir()):  # set-up writes: the lock, the saved config
+    with storage.guard(
+        None, (cfg if resume else cfg.with_run_name()).run_dir()
+    ):  # set-up writes: the lock, the saved config
         run = Run(cfg, resume=resume, backend=backend, log=log)
     st, parts = run.state, run.parts
     ctrl = parts.controller
@@ -31,31 +33,32 @@ def train(cfg: Config, *, resume: bool = False, backend=None, log=print) -> RunR
         if st.step == 0 and cfg.eval.at_start and not run.evals:
             run.evaluate()
             show()
-        while st.step < cfg.train.steps and run.within_budget():     # steps cap, compute budget
+        while st.step < cfg.train.steps and run.within_budget():  # steps cap, compute budget
             t_step = now()
-            prompts = ctrl.select(st)                                    # which prompts
-            plan = ctrl.plan(prompts, st)                                # how many rollouts each
+            prompts = ctrl.select(st)  # which prompts
+            plan = ctrl.plan(prompts, st)  # how many rollouts each
             groups, planned = [], []
-            while plan:                                                  # a controller may top up
+            while plan:  # a controller may top up
                 planned.append(plan.total)
                 groups = run.pool.generate(plan, groups, st.policy_version)
                 plan = ctrl.next_round(groups, st)
             kept, dropped = apply_filters(parts.filters, groups, parts.keep_at_most, ctrl)  # keep/drop with reasons
-            ctrl.observe(groups, st)                                     # per-prompt statistics (all groups)
-            batch_groups = parts.replay.mix(kept, st)                    # fresh + replayed data
+            ctrl.observe(groups, st)  # per-prompt statistics (all groups)
+            batch_groups = parts.replay.mix(kept, st)  # fresh + replayed data
             parts.replay.add(kept)
-            rows, batch, shaping, advs = make_batch(run, batch_groups)   # shaped rewards, advantages, tensors
-            t0 = now()                                                   # train time includes D3S (entropy forward)
-            batch, picked = run.downsample(batch, rows)                 # D3S rows / tokens (off by default)
-            metrics = run.trainer.optimize(batch)                        # objective + optimizer step
-            ctrl.after_update(batch, rows, metrics, advs)                # GDRO's bin losses, MSSR's KL window
+            rows, batch, shaping, advs = make_batch(run, batch_groups)  # shaped rewards, advantages, tensors
+            t0 = now()  # train time includes D3S (entropy forward)
+            batch, picked = run.downsample(batch, rows)  # D3S rows / tokens (off by default)
+            metrics = run.trainer.optimize(batch)  # objective + optimizer step
+            ctrl.after_update(batch, rows, metrics, advs)  # GDRO's bin losses, MSSR's KL window
             metrics["time/train_s"] = now() - t0
             st.policy_version += 1
-            metrics["time/weight_sync_s"] = run.sync_weights()           # publish to vLLM / Ray workers (0 for hf)
-            metrics.update(step_metrics(groups, dropped, planned), **shaping, **ctrl.metrics, **picked,
-                           **parts.replay.metrics)                       # e.g. SAPO's received rollouts
+            metrics["time/weight_sync_s"] = run.sync_weights()  # publish to vLLM / Ray workers (0 for hf)
+            metrics.update(
+                step_metrics(groups, dropped, planned), **shaping, **ctrl.metrics, **picked, **parts.replay.metrics
+            )  # e.g. SAPO's received rollouts
             line = run.ledger.record(st.step, st.policy_version, run.pool.take_cost(), batch.num_loss_tokens, metrics)
-            if st.step == run.start_step:                                # step-0 probe: truncation, time, memorisation
+            if st.step == run.start_step:  # step-0 probe: truncation, time, memorisation
                 defaults.probe(run, line, now() - t_step)
             st.step += 1
             if run.due(cfg.eval.every):
@@ -66,8 +69,14 @@ def train(cfg: Config, *, resume: bool = False, backend=None, log=print) -> RunR
         return run.finish()
 
 
-def evaluate_run(run_dir: str | Path, step: int | None = None, temperature: float | None = None, samples: int | None = None,
-                 n_prompts: int | None = None, log=print) -> dict:
+def evaluate_run(
+    run_dir: str | Path,
+    step: int | None = None,
+    temperature: float | None = None,
+    samples: int | None = None,
+    n_prompts: int | None = None,
+    log=print,
+) -> dict:
     """Evaluate a run's checkpoint on its held-out split (``rollwise eval``): the newest that
     verifies, or ``step``; ``temperature``, ``samples`` (pass@k keeps the run's k values that are
     at most ``samples``) and ``n_prompts`` replace the run's ``eval.*`` values. Read-only: the run
@@ -84,8 +93,13 @@ def evaluate_run(run_dir: str | Path, step: int | None = None, temperature: floa
     ckpt = resolve_checkpoint(run_dir, step, log)  # names the steps there when `step` is not one of them
     saved = tomllib.loads((run_dir / "config.resolved.toml").read_text())
     # one process generates here: no Ray workers (their request-seeded sampling kept), no torchrun ranks
-    sets = ["model.warm_start.steps=0", "run.progress=false", "run.report_to=[]", "distributed.workers=0",
-            "distributed.data_parallel=false"]
+    sets = [
+        "model.warm_start.steps=0",
+        "run.progress=false",
+        "run.report_to=[]",
+        "distributed.workers=0",
+        "distributed.data_parallel=false",
+    ]
     if saved.get("distributed", {}).get("workers", 0) > 0:
         sets.append("distributed.request_seeds=true")
     if temperature is not None:
@@ -97,14 +111,18 @@ def evaluate_run(run_dir: str | Path, step: int | None = None, temperature: floa
         sets.append(f"eval.n_prompts={n_prompts}")
     cfg = load_config(run_dir / "config.resolved.toml", sets)
     task = components.build_task(cfg)
-    model, codec = components.build_policy(cfg, task, log=lambda m: None)  # no warm start: weights come from the checkpoint
+    model, codec = components.build_policy(
+        cfg, task, log=lambda m: None
+    )  # no warm start: weights come from the checkpoint
     state = checkpoint.load(ckpt, model)["run_state"]
     s = cfg.sampling
     sampling = Sampling(s.temperature, s.top_p, s.max_new_tokens)
     backend = components.build_backend(cfg, model, codec, cfg.run.seed)
     pool = components.build_pool(cfg, backend, codec, task, sampling, None, model, log=log)
     try:
-        m = evaluate(pool, task.heldout_prompts(), cfg.eval, sampling, cfg.run.seed, state["step"], state["policy_version"])
+        m = evaluate(
+            pool, task.heldout_prompts(), cfg.eval, sampling, cfg.run.seed, state["step"], state["policy_version"]
+        )
     finally:
         pool.close()
     return {"step": state["step"], "checkpoint": ckpt.name, **m}

@@ -9,8 +9,9 @@ any ``"package.module:attr"`` string that is not a registered name loads a user 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 
 class UserError(Exception):
@@ -147,7 +148,9 @@ def validate_options(family: str, name: str, obj: Any, options: dict) -> Any:
     try:
         return model.model_validate(options)
     except ValidationError as e:
-        raise UserError(f"invalid options for {family} {name!r}:\n" + format_validation(e, f"{family}.options", model)) from None
+        raise UserError(
+            f"invalid options for {family} {name!r}:\n" + format_validation(e, f"{family}.options", model)
+        ) from None
 
 
 def format_validation(err: Any, prefix: str = "", model: Any = None) -> str:
@@ -161,7 +164,10 @@ def format_validation(err: Any, prefix: str = "", model: Any = None) -> str:
         if e.get("type") == "extra_forbidden" and model is not None:
             lines.append(f"  {key}: unknown key; {suggest(model, [str(p) for p in e['loc']], prefix)}")
             continue
-        lines.append(f"  {key}: {e['msg']}" + (f" (got {e['input']!r})" if "input" in e and not isinstance(e["input"], dict) else ""))
+        lines.append(
+            f"  {key}: {e['msg']}"
+            + (f" (got {e['input']!r})" if "input" in e and not isinstance(e["input"], dict) else "")
+        )
     return "\n".join(lines)
 
 

@@ -19,16 +19,27 @@ from __future__ import annotations
 
 import json
 import time
-import tomllib
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 from rollwise.registry import UserError
 
 CHANGES = "changes.jsonl"
-IGNORED = frozenset({"run.dir", "run.name", "run.progress", "run.threads", "run.overwrite", "run.force", "eval.at_start"})
-SAFE = frozenset({"train.steps", "train.budget_generated_tokens", "train.budget_rollouts", "eval.every",
-                  "run.checkpoint_every", "run.keep_checkpoints"})
+IGNORED = frozenset(
+    {"run.dir", "run.name", "run.progress", "run.threads", "run.overwrite", "run.force", "eval.at_start"}
+)
+SAFE = frozenset(
+    {
+        "train.steps",
+        "train.budget_generated_tokens",
+        "train.budget_rollouts",
+        "eval.every",
+        "run.checkpoint_every",
+        "run.keep_checkpoints",
+    }
+)
 
 
 def flat(cfg) -> dict[str, Any]:
@@ -79,16 +90,21 @@ def check(requested, run_dir: Path) -> dict[str, tuple[Any, Any]]:
     refused = {k: v for k, v in diff.items() if k not in SAFE}
     if refused:
         shown = "; ".join(f"{k}: {_show(old)} -> {_show(new)}" for k, (old, new) in refused.items())
-        raise UserError(f"cannot resume {run_dir} with a changed {', '.join(refused)} ({shown}): the run's history "
-                        f"was made with the saved values. Start a new run for that (another run.name), or resume "
-                        f"changing only {', '.join(sorted(SAFE))}")
+        raise UserError(
+            f"cannot resume {run_dir} with a changed {', '.join(refused)} ({shown}): the run's history "
+            f"was made with the saved values. Start a new run for that (another run.name), or resume "
+            f"changing only {', '.join(sorted(SAFE))}"
+        )
     return diff
 
 
 def record(run_dir: Path, step: int, changes: dict[str, tuple[Any, Any]]) -> dict:
     """Append ``{"step", "time", "changes": {key: [old, new]}}`` to ``changes.jsonl``."""
-    line = {"step": step, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "changes": {k: [old, new] for k, (old, new) in changes.items()}}
+    line = {
+        "step": step,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "changes": {k: [old, new] for k, (old, new) in changes.items()},
+    }
     with open(Path(run_dir) / CHANGES, "a") as f:
         f.write(json.dumps(line) + "\n")
     return line

@@ -12,8 +12,9 @@ steps or a budget reached and ``final/`` written), else ``stopped`` (resumable w
 from __future__ import annotations
 
 import json
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 from rollwise.registry import UserError
 
@@ -62,8 +63,16 @@ def list_runs(root: str | Path) -> list[dict]:
         last, ev = _last_line(d / "metrics.jsonl"), _last_line(d / "eval.jsonl")
         steps = last["step"] + 1 if last else 0
         state = "running" if _locked(d) else ("done" if (d / "final").is_dir() else "stopped")
-        rows.append({"name": str(d.relative_to(root)), "steps": steps, "max_steps": cfg.get("train", {}).get("steps"),
-                     "tokens": last.get("cost/generated_tokens", 0) if last else 0,
-                     "pass@1": ev.get("eval/pass@1") if ev else None, "eval_step": ev.get("step") if ev else None,
-                     "checkpoint": latest_step(d), "state": state})
+        rows.append(
+            {
+                "name": str(d.relative_to(root)),
+                "steps": steps,
+                "max_steps": cfg.get("train", {}).get("steps"),
+                "tokens": last.get("cost/generated_tokens", 0) if last else 0,
+                "pass@1": ev.get("eval/pass@1") if ev else None,
+                "eval_step": ev.get("step") if ev else None,
+                "checkpoint": latest_step(d),
+                "state": state,
+            }
+        )
     return rows

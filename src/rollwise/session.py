@@ -22,10 +22,10 @@ import torch
 
 from rollwise import components, defaults, reward
 from rollwise import resume as resume_check
+from rollwise.batch.build import apply_filters, make_batch
 from rollwise.config import Config, to_toml
 from rollwise.eval.evaluate import evaluate
 from rollwise.ledger import Ledger
-from rollwise.batch.build import apply_filters, make_batch
 from rollwise.trainer import checkpoint
 from rollwise.types import RunState, Stateful
 
@@ -40,17 +40,25 @@ class RunResult:
 
     def summary(self) -> str:
         a, b = self.first_eval.get("eval/pass@1"), self.last_eval.get("eval/pass@1")
-        acc = f"held-out pass@1 {a:.3f} -> {b:.3f} ({100 * (b - a):+.1f} pts)" if a is not None and b is not None else "no evaluation"
-        return (f"{self.steps} steps, {acc}, {self.totals.get('generated_tokens', 0):,} generated tokens, "
-                f"{self.totals.get('rollouts', 0):,} rollouts")
+        acc = (
+            f"held-out pass@1 {a:.3f} -> {b:.3f} ({100 * (b - a):+.1f} pts)"
+            if a is not None and b is not None
+            else "no evaluation"
+        )
+        return (
+            f"{self.steps} steps, {acc}, {self.totals.get('generated_tokens', 0):,} generated tokens, "
+            f"{self.totals.get('rollouts', 0):,} rollouts"
+        )
 
 
 def warn_eval_prompts(cfg, task, log) -> None:
     """Evaluation takes the first ``eval.n_prompts`` held-out prompts: say so when the split has fewer."""
     held = len(task.heldout_prompts())
     if held < cfg.eval.n_prompts:
-        log(f"warning: evaluation uses {held} held-out prompts, not eval.n_prompts = {cfg.eval.n_prompts}: the task's "
-            f"held-out split has only {held} (pass@1 is then coarse: steps of {1 / max(1, held):.3f})")
+        log(
+            f"warning: evaluation uses {held} held-out prompts, not eval.n_prompts = {cfg.eval.n_prompts}: the task's "
+            f"held-out split has only {held} (pass@1 is then coarse: steps of {1 / max(1, held):.3f})"
+        )
 
 
 def without_warm_start(cfg: Config) -> Config:
@@ -77,8 +85,9 @@ class Run:
         wiring = components.Wiring(lambda: self.state, self.dir, self._stream_batch, log)
         built = cfg if ckpt is None else without_warm_start(cfg)  # weights from the checkpoint: no warm start
         vars(self).update(vars(components.assemble(built, task, parts, wiring, dp, backend)))  # parts: run attributes
-        self.ledger = Ledger(self.dir, write=self.main, facts=self.precision.ledger_fields(),
-                             device=next(self.model.parameters()).device)  # precision/* and device/* on every line
+        self.ledger = Ledger(
+            self.dir, write=self.main, facts=self.precision.ledger_fields(), device=next(self.model.parameters()).device
+        )  # precision/* and device/* on every line
         self.state = RunState(seed=cfg.run.seed)
         self.evals: list[dict] = []
         self.saved_step: int | None = None  # the newest checkpoint this run wrote or resumed from
@@ -97,8 +106,15 @@ class Run:
         from rollwise.trackers import Trackers
 
         cfg = self.cfg
-        trackers = Trackers(cfg.run.report_to, self.dir, cfg.model_dump(mode="json"), to_toml(cfg), self.state.step,
-                            self.ledger.totals["generated_tokens"], log=self.log)
+        trackers = Trackers(
+            cfg.run.report_to,
+            self.dir,
+            cfg.model_dump(mode="json"),
+            to_toml(cfg),
+            self.state.step,
+            self.ledger.totals["generated_tokens"],
+            log=self.log,
+        )
         self.ledger.sinks.append(trackers)
         for line in self.evals:  # kept evaluations at the resumed step (tensorboard purged them)
             if line["step"] >= self.state.step:
@@ -164,8 +180,15 @@ class Run:
     # -------------------------------------------------------------- checkpoints
     def _stateful(self) -> dict:
         p = self.parts
-        return {"controller": p.controller, "replay": p.replay, "trainer": self.trainer, "ledger": self.ledger,
-                "backend": self.backend, "arrol": self.arrol, "async_pool": self.async_pool}
+        return {
+            "controller": p.controller,
+            "replay": p.replay,
+            "trainer": self.trainer,
+            "ledger": self.ledger,
+            "backend": self.backend,
+            "arrol": self.arrol,
+            "async_pool": self.async_pool,
+        }
 
     def _frozen(self) -> dict:
         """Frozen models saved with the policy (the KL reference: it is the warm-started model,
@@ -187,8 +210,15 @@ class Run:
         history = self.parts.controller.history
         if history is not None:  # per-prompt statistics, for inspection
             (self.dir / "prompt_stats.json").write_text(json.dumps(history.dump(), indent=1))
-        path = checkpoint.save(self.dir, self.state.step, self.model, state, self.cfg.run.keep_checkpoints, self._frozen(),
-                               previous=self.saved_step)
+        path = checkpoint.save(
+            self.dir,
+            self.state.step,
+            self.model,
+            state,
+            self.cfg.run.keep_checkpoints,
+            self._frozen(),
+            previous=self.saved_step,
+        )
         self.saved_step = self.state.step
         return path
 
@@ -197,8 +227,11 @@ class Run:
         if changes and self.main:  # allowed mid-run changes (steps, budgets, cadences): recorded at the step they start
             resume_check.record(self.dir, self.state.step, changes)
             self._write_config()
-            self.log("changed on resume at step {}: {}".format(self.state.step, ", ".join(
-                f"{k} {old!r} -> {new!r}" for k, (old, new) in changes.items())))
+            self.log(
+                "changed on resume at step {}: {}".format(
+                    self.state.step, ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changes.items())
+                )
+            )
 
     def _restore(self, ckpt: Path | None) -> None:
         if ckpt is None:
@@ -221,8 +254,15 @@ class Run:
 
     # -------------------------------------------------------------- evaluation
     def evaluate(self, record: bool = True) -> dict:
-        m = evaluate(self.pool, self.task.heldout_prompts(), self.cfg.eval, self.sampling, self.cfg.run.seed,
-                     self.state.step, self.state.policy_version)
+        m = evaluate(
+            self.pool,
+            self.task.heldout_prompts(),
+            self.cfg.eval,
+            self.sampling,
+            self.cfg.run.seed,
+            self.state.step,
+            self.state.policy_version,
+        )
         if not record:  # `rollwise eval` of a finished run leaves its ledger as it is
             return {"step": self.state.step, **m}
         line = self.ledger.record_eval(self.state.step, m)
@@ -247,8 +287,10 @@ class Run:
         or ``train.budget_rollouts`` (the step that crosses a budget completes, so a run may end
         up to one step's cost above it; evaluation is never charged)."""
         t, c = self.ledger.totals, self.cfg.train
-        return not ((c.budget_generated_tokens is not None and t["generated_tokens"] >= c.budget_generated_tokens)
-                    or (c.budget_rollouts is not None and t["rollouts"] >= c.budget_rollouts))
+        return not (
+            (c.budget_generated_tokens is not None and t["generated_tokens"] >= c.budget_generated_tokens)
+            or (c.budget_rollouts is not None and t["rollouts"] >= c.budget_rollouts)
+        )
 
     def due(self, every: int) -> bool:
         step = self.state.step
@@ -264,14 +306,21 @@ class Run:
         from rollwise.export import write_hf  # final/: the trained model as a Hugging Face directory
 
         if self.state.step == self.start_step and (self.dir / "final").is_dir():  # resumed, nothing left to train
-            self.log(f"run {self.dir} is already complete at step {self.state.step}: nothing trained, final/ left as it is "
-                     f"(to train on, resume with a larger train.steps or budget: --set train.steps=N)")
+            self.log(
+                f"run {self.dir} is already complete at step {self.state.step}: nothing trained, final/ left as it is "
+                f"(to train on, resume with a larger train.steps or budget: --set train.steps=N)"
+            )
         elif self.main:
             with storage.guard(f"the exported model {self.dir / 'final'}", self.dir):
                 write_hf(self.model, self.codec.tokenizer, self.dir / "final", overwrite=True)
         self._plot(final=True)  # after final/: the model first, the plots can be redrawn from the ledger
-        return RunResult(self.dir, self.state.step, self.evals[0] if self.evals else {}, self.evals[-1] if self.evals else {},
-                         dict(self.ledger.totals))
+        return RunResult(
+            self.dir,
+            self.state.step,
+            self.evals[0] if self.evals else {},
+            self.evals[-1] if self.evals else {},
+            dict(self.ledger.totals),
+        )
 
     # -------------------------------------------------------------- progress
     @contextmanager
@@ -323,21 +372,34 @@ class Run:
                 unit, spent, total = self._budget()
                 tokens = f"tokens {self.ledger.totals['generated_tokens']:,}"
                 if unit != "steps":  # the budget's progress (tokens or rollouts)
-                    tokens = (tokens + "  " if unit != "tokens" else "") + f"{unit} {spent:,}/{total:,} ({100 * spent / max(1, total):.0f}%)"
-                self.log(f"step {step - 1} ({step}/{self.cfg.train.steps} done)  reward {kw.get('reward', '-')}  pass@1 {self._acc()}  "
-                         f"{tokens}  {time.perf_counter() - t0:.0f}s")
+                    tokens = (
+                        tokens + "  " if unit != "tokens" else ""
+                    ) + f"{unit} {spent:,}/{total:,} ({100 * spent / max(1, total):.0f}%)"
+                self.log(
+                    f"step {step - 1} ({step}/{self.cfg.train.steps} done)  reward {kw.get('reward', '-')}  pass@1 {self._acc()}  "
+                    f"{tokens}  {time.perf_counter() - t0:.0f}s"
+                )
 
             yield line
             return
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         unit, spent, total = self._budget()
-        cols = (TextColumn(unit), MofNCompleteColumn(), BarColumn(), TextColumn("step {task.fields[step]}"),
-                TextColumn("reward {task.fields[reward]}"), TextColumn("pass@1 {task.fields[acc]}"),
-                TextColumn("tokens {task.fields[tokens]}"), TimeElapsedColumn())
+        cols = (
+            TextColumn(unit),
+            MofNCompleteColumn(),
+            BarColumn(),
+            TextColumn("step {task.fields[step]}"),
+            TextColumn("reward {task.fields[reward]}"),
+            TextColumn("pass@1 {task.fields[acc]}"),
+            TextColumn("tokens {task.fields[tokens]}"),
+            TimeElapsedColumn(),
+        )
         with Progress(*cols) as bar:
             last = lambda: self.state.step - 1 if self.state.step else "-"  # noqa: E731  the step just trained
-            tid = bar.add_task("train", total=total, completed=spent, reward="-", acc=self._acc(), tokens="0", step=last())
+            tid = bar.add_task(
+                "train", total=total, completed=spent, reward="-", acc=self._acc(), tokens="0", step=last()
+            )
 
             def update(**kw):
                 bar.update(tid, completed=min(self._budget()[1], total), acc=self._acc(), step=last(), **kw)
@@ -353,18 +415,25 @@ def step_metrics(groups, dropped: dict[str, int], plan_sizes: list[int]) -> dict
     scores = [s for g in groups for s in g.rewards() if s is not None]
     degenerate = sum(1 for g in groups if len({s for s in g.rewards() if s is not None}) <= 1)
     sizes = [g.size for g in groups] or [0]
-    out = {"reward/mean": sum(scores) / len(scores) if scores else 0.0,
-           "groups/count": len(groups), "groups/degenerate_frac": degenerate / max(1, len(groups)),
-           "control/rollouts_per_prompt_mean": sum(sizes) / len(sizes),
-           "control/rollouts_per_prompt_min": min(sizes), "control/rollouts_per_prompt_max": max(sizes),
-           "control/rollouts_per_prompt_p90": percentile(sizes, 0.9),
-           "control/budget_used": sum(plan_sizes), "control/rounds": len(plan_sizes)}
+    out = {
+        "reward/mean": sum(scores) / len(scores) if scores else 0.0,
+        "groups/count": len(groups),
+        "groups/degenerate_frac": degenerate / max(1, len(groups)),
+        "control/rollouts_per_prompt_mean": sum(sizes) / len(sizes),
+        "control/rollouts_per_prompt_min": min(sizes),
+        "control/rollouts_per_prompt_max": max(sizes),
+        "control/rollouts_per_prompt_p90": percentile(sizes, 0.9),
+        "control/budget_used": sum(plan_sizes),
+        "control/rounds": len(plan_sizes),
+    }
     out.update({f"filter/{reason}": n for reason, n in dropped.items()})
     out.update(regime_metrics(groups))
     named: dict[str, list[float]] = {}  # named reward components (Verdict.rewards): their means as reward/<name>
     for g in groups:
         for r in g.rollouts:
-            for k, v in ((r.verdict.rewards or {}) if r.verdict is not None and r.verdict.score is not None else {}).items():
+            for k, v in (
+                (r.verdict.rewards or {}) if r.verdict is not None and r.verdict.score is not None else {}
+            ).items():
                 named.setdefault(k, []).append(float(v))
     out.update({f"reward/{k}": sum(v) / len(v) for k, v in named.items()})
     return out
@@ -381,11 +450,15 @@ def regime_metrics(groups) -> dict:
     n = max(1, len(verified))
     lengths = [len(r.completion_ids) for g in groups for r in g.rollouts] or [0]
     cut = sum(r.finish == "length" for g in groups for r in g.rollouts)
-    return {"groups/all_correct_frac": sum(min(v) >= CORRECT for v in verified) / n,
-            "groups/all_wrong_frac": sum(max(v) < CORRECT for v in verified) / n,
-            "length/p50": percentile(lengths, 0.5), "length/p90": percentile(lengths, 0.9),
-            "length/p99": percentile(lengths, 0.99), "length/max": max(lengths),
-            "length/truncated_frac": cut / max(1, sum(g.size for g in groups))}
+    return {
+        "groups/all_correct_frac": sum(min(v) >= CORRECT for v in verified) / n,
+        "groups/all_wrong_frac": sum(max(v) < CORRECT for v in verified) / n,
+        "length/p50": percentile(lengths, 0.5),
+        "length/p90": percentile(lengths, 0.9),
+        "length/p99": percentile(lengths, 0.99),
+        "length/max": max(lengths),
+        "length/truncated_frac": cut / max(1, sum(g.size for g in groups)),
+    }
 
 
 def percentile(values: list[int], q: float) -> int:

@@ -87,8 +87,11 @@ def list_steps(run_dir: Path) -> list[int]:
     root = ckpt_dir(run_dir)
     if not root.exists():
         return []
-    return sorted(int(p.name.split("-")[1]) for p in root.iterdir()
-                  if p.name.startswith("step-") and p.name[5:].isdigit() and (p / "state.pt").exists())
+    return sorted(
+        int(p.name.split("-")[1])
+        for p in root.iterdir()
+        if p.name.startswith("step-") and p.name[5:].isdigit() and (p / "state.pt").exists()
+    )
 
 
 def latest_step(run_dir: Path) -> int | None:
@@ -108,8 +111,10 @@ def message(code: int, what: str, run_dir: Path | None, then: str | None = None)
     resume = f"rollwise train --resume {where}"
     if prev is not None:
         return f"{head}; the run stopped. Checkpoint step-{prev} is intact: {fix.format(dir=where)}, then continue with: {resume}"
-    return (f"{head}; the run stopped. No checkpoint is left in {ckpts}: "
-            f"{fix.format(dir=where)}, then start again with: {resume}")
+    return (
+        f"{head}; the run stopped. No checkpoint is left in {ckpts}: "
+        f"{fix.format(dir=where)}, then start again with: {resume}"
+    )
 
 
 @contextmanager
@@ -163,7 +168,7 @@ def append_line(path: Path, text: str) -> None:
         data = text.encode()
         try:
             while data:
-                data = data[os.write(fd, data):]
+                data = data[os.write(fd, data) :]
         except OSError:
             try:
                 os.ftruncate(fd, start)

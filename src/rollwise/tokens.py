@@ -7,8 +7,9 @@ the tokenizer has a template. Backends only ever see token ids.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from rollwise.types import Prompt
 
@@ -29,7 +30,9 @@ class Codec:
         if ids is None:
             tok = self.tokenizer
             if self.use_chat and prompt.messages and getattr(tok, "chat_template", None):
-                out = tok.apply_chat_template(list(map(dict, prompt.messages)), add_generation_prompt=True, tokenize=True)
+                out = tok.apply_chat_template(
+                    list(map(dict, prompt.messages)), add_generation_prompt=True, tokenize=True
+                )
                 ids = tuple(out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out)
             else:
                 bos = [tok.bos_token_id] if tok.bos_token_id is not None else []

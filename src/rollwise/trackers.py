@@ -53,8 +53,10 @@ def check(names) -> None:
     """UserError naming ``run.report_to`` if a named tracker's package is not installed."""
     for name in names:
         if importlib.util.find_spec(PACKAGES[name]) is None:
-            raise UserError(f"run.report_to names {name!r}, but its package {PACKAGES[name]!r} is not installed: "
-                            f"pip install 'rollwise[track]' (or pip install {PACKAGES[name]})")
+            raise UserError(
+                f"run.report_to names {name!r}, but its package {PACKAGES[name]!r} is not installed: "
+                f"pip install 'rollwise[track]' (or pip install {PACKAGES[name]})"
+            )
 
 
 def scalars(kind: str, line: dict) -> dict[str, float]:
@@ -85,7 +87,9 @@ def flatten(d: dict, prefix: str = "") -> dict[str, str]:
 class Trackers:
     """The run's trackers behind one call: ``trackers(kind, line)`` (a ``Ledger`` sink)."""
 
-    def __init__(self, names, run_dir: Path, config: dict, config_toml: str, start_step: int, start_tokens: int, log=print):
+    def __init__(
+        self, names, run_dir: Path, config: dict, config_toml: str, start_step: int, start_tokens: int, log=print
+    ):
         self.log, self.active = log, []
         self.dir = Path(run_dir)
         ids_path = self.dir / "trackers.json"
@@ -167,7 +171,7 @@ class MLflow:
             run_id = self.client.create_run(exp_id, run_name=Path(run_dir).name).info.run_id
             params = [Param(k, v[:6000]) for k, v in flatten(config).items()]
             for i in range(0, len(params), 100):
-                self.client.log_batch(run_id, params=params[i:i + 100])
+                self.client.log_batch(run_id, params=params[i : i + 100])
             ids["mlflow"] = run_id
         self.run_id = run_id
 
@@ -180,7 +184,7 @@ class MLflow:
         metrics = [Metric(mlflow_key(k), v, ts, step) for k, v in values.items()]
         metrics += [Metric("by_tokens/" + mlflow_key(k), v, ts, tokens) for k, v in values.items()]
         for i in range(0, len(metrics), 500):
-            self.client.log_batch(self.run_id, metrics=metrics[i:i + 500])
+            self.client.log_batch(self.run_id, metrics=metrics[i : i + 500])
 
     def close(self):
         self.client.set_terminated(self.run_id)
@@ -192,8 +196,16 @@ class WandB:
 
         mode = os.environ.get("WANDB_MODE") or ("online" if os.environ.get("WANDB_API_KEY") else "offline")
         ids.setdefault("wandb", uuid.uuid4().hex[:12])
-        self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "rollwise"), name=Path(run_dir).name, id=ids["wandb"],
-                              dir=str(run_dir), config=config, mode=mode, resume="allow", reinit="create_new")
+        self.run = wandb.init(
+            project=os.environ.get("WANDB_PROJECT", "rollwise"),
+            name=Path(run_dir).name,
+            id=ids["wandb"],
+            dir=str(run_dir),
+            config=config,
+            mode=mode,
+            resume="allow",
+            reinit="create_new",
+        )
         self.run.define_metric("cost/generated_tokens")
         self.run.define_metric("by_tokens/*", step_metric="cost/generated_tokens")
 
@@ -211,9 +223,15 @@ class Trackio:
         import trackio
 
         self.trackio = trackio
-        self.run = trackio.init(project=os.environ.get("TRACKIO_PROJECT", "rollwise"), name=Path(run_dir).name,
-                                config=config, resume="allow", embed=False,
-                                auto_log_cpu=False, auto_log_gpu=False)
+        self.run = trackio.init(
+            project=os.environ.get("TRACKIO_PROJECT", "rollwise"),
+            name=Path(run_dir).name,
+            config=config,
+            resume="allow",
+            embed=False,
+            auto_log_cpu=False,
+            auto_log_gpu=False,
+        )
 
     def log(self, values, step, tokens):
         self.run.log(dict(values, **{"cost/generated_tokens": float(tokens)}), step=step)

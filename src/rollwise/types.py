@@ -8,8 +8,9 @@ stay hashable and cheap to copy.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import torch
 
@@ -51,7 +52,9 @@ class Completion:
     token_ids: tuple[int, ...]  # newly generated ids (excludes the input); EOS included if hit
     logprobs: tuple[float, ...]  # sampler log-prob of each new id, len == len(token_ids)
     finish: Finish  # "stop" (EOS), "length" (max_new_tokens), "partial" (aborted), "error"
-    entropies: tuple[float, ...] | None = None  # sampler entropy at each new id (HFBackend.record_entropy); None = not recorded
+    entropies: tuple[float, ...] | None = (
+        None  # sampler entropy at each new id (HFBackend.record_entropy); None = not recorded
+    )
 
 
 @dataclass(frozen=True)
@@ -186,26 +189,39 @@ class Batch:
     num_sequences: int  # global number of sequences with >= 1 loss token
     ref_logprobs: torch.Tensor | None = None  # (B, T) frozen reference log-probs, if KL is on
     prox_logprobs: torch.Tensor | None = None  # (B, T) proximal policy log-probs (decoupled PPO)
-    token_advantages: torch.Tensor | None = None  # (B, T) per-token advantages (tree advantage); replaces ``advantages`` in token-level objectives
-    num_rows: int | None = None  # global number of rows of the optimizer step, empty ones included (objective option count_empty_rows)
+    token_advantages: torch.Tensor | None = (
+        None  # (B, T) per-token advantages (tree advantage); replaces ``advantages`` in token-level objectives
+    )
+    num_rows: int | None = (
+        None  # global number of rows of the optimizer step, empty ones included (objective option count_empty_rows)
+    )
 
     @property
     def size(self) -> int:
         return int(self.input_ids.shape[0])
 
-    def to(self, device) -> "Batch":
-        return dataclasses.replace(self, **{f.name: getattr(self, f.name).to(device) for f in dataclasses.fields(self)
-                                            if isinstance(getattr(self, f.name), torch.Tensor)})
+    def to(self, device) -> Batch:
+        return dataclasses.replace(
+            self,
+            **{
+                f.name: getattr(self, f.name).to(device)
+                for f in dataclasses.fields(self)
+                if isinstance(getattr(self, f.name), torch.Tensor)
+            },
+        )
 
-    def rows(self, idx: slice | torch.Tensor) -> "Batch":
+    def rows(self, idx: slice | torch.Tensor) -> Batch:
         """A micro-batch: the selected rows, trimmed to their longest sequence, global counts kept."""
         mask = self.attention_mask[idx]
         length = int(mask.sum(dim=1).max().item()) if mask.numel() else 0
         cut = lambda t: None if t is None else (t[idx][:, :length] if t.dim() == 2 else t[idx])  # noqa: E731
         return dataclasses.replace(
             self,
-            **{f.name: cut(getattr(self, f.name)) for f in dataclasses.fields(self)
-               if isinstance(getattr(self, f.name), torch.Tensor)},
+            **{
+                f.name: cut(getattr(self, f.name))
+                for f in dataclasses.fields(self)
+                if isinstance(getattr(self, f.name), torch.Tensor)
+            },
         )
 
 
@@ -256,13 +272,13 @@ class Controller(Protocol):
     ``rollwise.control.base.Controller``, which declares the optional hooks with their defaults.
     """
 
-    def select(self, state: "RunState") -> list[Prompt]: ...
+    def select(self, state: RunState) -> list[Prompt]: ...
 
-    def plan(self, prompts: list[Prompt], state: "RunState") -> Plan: ...
+    def plan(self, prompts: list[Prompt], state: RunState) -> Plan: ...
 
-    def next_round(self, groups: list[Group], state: "RunState") -> Plan: ...
+    def next_round(self, groups: list[Group], state: RunState) -> Plan: ...
 
-    def observe(self, groups: list[Group], state: "RunState") -> None: ...
+    def observe(self, groups: list[Group], state: RunState) -> None: ...
 
     def state_dict(self) -> dict: ...
 
@@ -317,11 +333,11 @@ class ReplaySourceProtocol(Protocol):
     metrics: Mapping[str, float]
     schedules_generation: bool
 
-    def bind(self, services: "Services") -> None: ...
+    def bind(self, services: Services) -> None: ...
 
     def add(self, groups: list[Group]) -> None: ...
 
-    def mix(self, fresh: list[Group], state: "RunState") -> list[Group]: ...
+    def mix(self, fresh: list[Group], state: RunState) -> list[Group]: ...
 
     def state_dict(self) -> dict: ...
 

@@ -22,12 +22,13 @@ def _run(tmp_path, name, **extra):
 
 
 def test_every_part_on_the_gpu_and_in_the_ledger(tmp_path):
-    from rollwise.session import Run
     import rollwise
     from conftest import as_sets, tiny_overrides
+    from rollwise.session import Run
 
-    cfg = rollwise.load_config(overrides=as_sets(tiny_overrides(tmp_path, name="placed", **{"model.device": "cuda",
-                                                                                          "reward.kl.coef": 0.01})))
+    cfg = rollwise.load_config(
+        overrides=as_sets(tiny_overrides(tmp_path, name="placed", **{"model.device": "cuda", "reward.kl.coef": 0.01}))
+    )
     run = Run(cfg, log=lambda m: None)
     assert next(run.model.parameters()).device.type == "cuda"
     assert next(run.trainer.ref_model.parameters()).device.type == "cuda"
@@ -48,6 +49,9 @@ def test_a_seed_reproduces_on_one_gpu(tmp_path):
 
 def test_lora_and_activation_checkpointing_on_the_gpu(tmp_path):
     pytest.importorskip("peft")
-    _, lines, _ = _run(tmp_path, "lora", **{"model.lora.enabled": True, "train.activation_checkpointing": True,
-                                            "model.warm_start.steps": 0})
+    _, lines, _ = _run(
+        tmp_path,
+        "lora",
+        **{"model.lora.enabled": True, "train.activation_checkpointing": True, "model.warm_start.steps": 0},
+    )
     assert len(lines) == 3 and all(x["device/type"] == "cuda" for x in lines)

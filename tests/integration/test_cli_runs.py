@@ -14,8 +14,10 @@ def _fake_run(root, name, steps, evals, ckpt=None, final=False):
     d = root / name
     d.mkdir(parents=True)
     (d / "config.resolved.toml").write_text("[train]\nsteps = 10\n")
-    (d / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "cost/generated_tokens": 100 * (s + 1)}) + "\n" for s in range(steps))
-                                     + '{"step": 99, "cost/gen')  # a line cut short by a kill is ignored
+    (d / "metrics.jsonl").write_text(
+        "".join(json.dumps({"step": s, "cost/generated_tokens": 100 * (s + 1)}) + "\n" for s in range(steps))
+        + '{"step": 99, "cost/gen'
+    )  # a line cut short by a kill is ignored
     (d / "eval.jsonl").write_text("".join(json.dumps({"step": s, "eval/pass@1": p}) + "\n" for s, p in evals))
     if ckpt is not None:
         (d / "checkpoints" / f"step-{ckpt}").mkdir(parents=True)
@@ -35,9 +37,21 @@ def test_runs_lists_steps_tokens_last_pass_at_1_and_state(tmp_path, capsys):
     finally:
         checkpoint.unlock_run_dir(b)
     # a: 10 lines (steps 0..9) -> 10 steps, tokens 100 * 10, last eval 0.625 at step 10
-    assert rows["a"] == {"name": "a", "steps": 10, "max_steps": 10, "tokens": 1000, "pass@1": 0.625, "eval_step": 10,
-                         "checkpoint": 10, "state": "done"}
-    assert (rows["sweep/b-s0"]["steps"], rows["sweep/b-s0"]["tokens"], rows["sweep/b-s0"]["state"]) == (4, 400, "running")
+    assert rows["a"] == {
+        "name": "a",
+        "steps": 10,
+        "max_steps": 10,
+        "tokens": 1000,
+        "pass@1": 0.625,
+        "eval_step": 10,
+        "checkpoint": 10,
+        "state": "done",
+    }
+    assert (rows["sweep/b-s0"]["steps"], rows["sweep/b-s0"]["tokens"], rows["sweep/b-s0"]["state"]) == (
+        4,
+        400,
+        "running",
+    )
     assert rows["c"]["pass@1"] is None and rows["c"]["checkpoint"] is None and rows["c"]["state"] == "stopped"
     main(["runs", str(tmp_path)])
     out = capsys.readouterr().out
@@ -46,10 +60,14 @@ def test_runs_lists_steps_tokens_last_pass_at_1_and_state(tmp_path, capsys):
 
 def test_shell_completion_completes_commands():
     env = dict(os.environ, _ROLLWISE_COMPLETE="complete_bash", COMP_WORDS="rollwise ex", COMP_CWORD="1")
-    out = subprocess.run([sys.executable, "-c", "from rollwise.cli import main; main()"], env=env, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-c", "from rollwise.cli import main; main()"], env=env, capture_output=True, text=True
+    )
     assert out.stdout.split() == ["export"]
     env.update(COMP_WORDS="rollwise ru", COMP_CWORD="1")
-    out = subprocess.run([sys.executable, "-c", "from rollwise.cli import main; main()"], env=env, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-c", "from rollwise.cli import main; main()"], env=env, capture_output=True, text=True
+    )
     assert out.stdout.split() == ["runs"]
 
 

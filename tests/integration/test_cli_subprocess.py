@@ -14,12 +14,19 @@ from pathlib import Path
 import pytest
 
 EXE = Path(sys.executable).parent / "rollwise"
-pytestmark = pytest.mark.skipif(not EXE.is_file(), reason="the rollwise console script is not installed in this environment")
+pytestmark = pytest.mark.skipif(
+    not EXE.is_file(), reason="the rollwise console script is not installed in this environment"
+)
 
 
 def _env(tmp_path):
-    return {**os.environ, "HF_HUB_OFFLINE": "1", "ROLLWISE_CACHE": str(tmp_path / "cache"), "PYTHONUNBUFFERED": "1",
-            "COLUMNS": "200"}
+    return {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "ROLLWISE_CACHE": str(tmp_path / "cache"),
+        "PYTHONUNBUFFERED": "1",
+        "COLUMNS": "200",
+    }
 
 
 def _cli(tmp_path, *args):
@@ -34,12 +41,15 @@ def test_version(tmp_path):
     assert rc == 0 and f"rollwise {rollwise.__version__}" in out
 
 
-@pytest.mark.parametrize("args, says", [
-    (["trian"], "No such command 'trian'"),
-    (["train", "--bogus"], "No such option: --bogus"),
-    (["eval"], "Missing argument"),
-    (["config", "show", "--bogus"], "No such option: --bogus"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["trian"], "No such command 'trian'"),
+        (["train", "--bogus"], "No such option: --bogus"),
+        (["eval"], "Missing argument"),
+        (["config", "show", "--bogus"], "No such option: --bogus"),
+    ],
+)
 def test_usage_errors_are_one_line_with_status_2(tmp_path, args, says):
     rc, out = _cli(tmp_path, *args)
     assert rc == 2, out
@@ -63,8 +73,15 @@ def _interrupt(tmp_path, args, ready: str, timeout=120.0, sig=signal.SIGINT):
     """Start the CLI, wait until a line containing ``ready`` appears, send ``sig``; (rc, output)."""
     # SIGINT back to its default in the child: a shell without job control starts background jobs
     # (and so pytest and its children) with SIGINT ignored, and Python then installs no handler
-    p = subprocess.Popen([str(EXE), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         env=_env(tmp_path), cwd=tmp_path, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    p = subprocess.Popen(
+        [str(EXE), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=_env(tmp_path),
+        cwd=tmp_path,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     lines, t0 = [], time.time()
     try:
         for line in p.stdout:
@@ -82,8 +99,18 @@ def _interrupt(tmp_path, args, ready: str, timeout=120.0, sig=signal.SIGINT):
     return p.returncode, "".join(lines) + rest
 
 
-TRAIN = ["--set", "run.progress=false", "--set", "model.name=tiny-s", "--set", "model.warm_start.steps=100000",
-         "--set", "model.warm_start.batch_size=4", "--set", 'task.options={n_train = 50, n_heldout = 10}']
+TRAIN = [
+    "--set",
+    "run.progress=false",
+    "--set",
+    "model.name=tiny-s",
+    "--set",
+    "model.warm_start.steps=100000",
+    "--set",
+    "model.warm_start.batch_size=4",
+    "--set",
+    "task.options={n_train = 50, n_heldout = 10}",
+]
 
 
 @pytest.mark.slow
@@ -93,14 +120,17 @@ def test_ctrl_c_on_train_exits_130_with_aborted(tmp_path):
     assert "aborted" in out and "Traceback" not in out
     # no checkpoint exists during the warm start: the message says what a resume does, and promises none
     flat = " ".join(out.split())
-    assert "warm start interrupted" in flat and "before the first checkpoint" in flat and "latest checkpoint" not in flat
+    assert (
+        "warm start interrupted" in flat and "before the first checkpoint" in flat and "latest checkpoint" not in flat
+    )
 
 
 @pytest.mark.slow
 def test_sigterm_on_train_is_handled_like_ctrl_c(tmp_path):
     """kill / a scheduler's SIGTERM: the same clean-up and message as Ctrl-C, exit status 143."""
-    rc, out = _interrupt(tmp_path, ["train", "--set", f"run.dir={tmp_path / 'runs'}", *TRAIN], "warm start: step",
-                         sig=signal.SIGTERM)
+    rc, out = _interrupt(
+        tmp_path, ["train", "--set", f"run.dir={tmp_path / 'runs'}", *TRAIN], "warm start: step", sig=signal.SIGTERM
+    )
     flat = " ".join(out.split())
     assert rc == 143, out
     assert "aborted (terminated: SIGTERM)" in flat and "Traceback" not in out
@@ -110,11 +140,15 @@ def test_sigterm_on_train_is_handled_like_ctrl_c(tmp_path):
 @pytest.mark.slow
 def test_ctrl_c_on_compare_exits_130_with_aborted(tmp_path):
     sweep = tmp_path / "sweep.toml"
-    sweep.write_text('seeds = [0]\nbudget = { generated_tokens = 100000 }\n[base]\n"model.name" = "tiny-s"\n'
-                     '"model.warm_start.steps" = 100000\n"model.warm_start.batch_size" = 4\n"run.progress" = false\n'
-                     '"task.options" = { n_train = 50, n_heldout = 10 }\n'
-                     '[[arms]]\nname = "a"\n[[arms]]\nname = "b"\nset = { "control.name" = "dars" }\n')
-    rc, out = _interrupt(tmp_path, ["compare", "--config", str(sweep), "--out-dir", str(tmp_path / "cmp")], "warm start: step")
+    sweep.write_text(
+        'seeds = [0]\nbudget = { generated_tokens = 100000 }\n[base]\n"model.name" = "tiny-s"\n'
+        '"model.warm_start.steps" = 100000\n"model.warm_start.batch_size" = 4\n"run.progress" = false\n'
+        '"task.options" = { n_train = 50, n_heldout = 10 }\n'
+        '[[arms]]\nname = "a"\n[[arms]]\nname = "b"\nset = { "control.name" = "dars" }\n'
+    )
+    rc, out = _interrupt(
+        tmp_path, ["compare", "--config", str(sweep), "--out-dir", str(tmp_path / "cmp")], "warm start: step"
+    )
     assert rc == 130, out
     assert "aborted" in out and "Traceback" not in out
     assert not (tmp_path / "cmp" / "compare.json").exists()
@@ -125,12 +159,18 @@ def test_sigterm_on_compare_with_parallel_jobs_stops_the_child_runs(tmp_path):
     """compare -j 2 trains in child processes, which a SIGTERM to rollwise alone would not reach:
     they are interrupted too, and rollwise exits 143 at once (not when the runs would have ended)."""
     sweep = tmp_path / "sweep.toml"
-    sweep.write_text('seeds = [0]\njobs = 2\nbudget = { generated_tokens = 100000 }\n[base]\n"model.name" = "tiny-s"\n'
-                     '"model.warm_start.steps" = 100000\n"model.warm_start.batch_size" = 4\n"run.progress" = false\n'
-                     '"task.options" = { n_train = 50, n_heldout = 10 }\n'
-                     '[[arms]]\nname = "a"\n[[arms]]\nname = "b"\nset = { "control.name" = "dars" }\n')
-    rc, out = _interrupt(tmp_path, ["compare", "--config", str(sweep), "--out-dir", str(tmp_path / "cmp")], "warm start: step",
-                         sig=signal.SIGTERM)
+    sweep.write_text(
+        'seeds = [0]\njobs = 2\nbudget = { generated_tokens = 100000 }\n[base]\n"model.name" = "tiny-s"\n'
+        '"model.warm_start.steps" = 100000\n"model.warm_start.batch_size" = 4\n"run.progress" = false\n'
+        '"task.options" = { n_train = 50, n_heldout = 10 }\n'
+        '[[arms]]\nname = "a"\n[[arms]]\nname = "b"\nset = { "control.name" = "dars" }\n'
+    )
+    rc, out = _interrupt(
+        tmp_path,
+        ["compare", "--config", str(sweep), "--out-dir", str(tmp_path / "cmp")],
+        "warm start: step",
+        sig=signal.SIGTERM,
+    )
     assert rc == 143, out
     assert "aborted (terminated: SIGTERM)" in out
     assert not (tmp_path / "cmp" / "compare.json").exists()

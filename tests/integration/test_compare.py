@@ -7,19 +7,18 @@ import json
 import re
 import shutil
 import subprocess
-import tomllib
 from pathlib import Path
 
 import pytest
 import tomli_w
+import tomllib
 
 import rollwise
+from conftest import as_sets, tiny_overrides
 from rollwise import cli
 from rollwise.bench import runner
 from rollwise.config import load_config
 from rollwise.ledger import read_jsonl
-
-from conftest import as_sets, tiny_overrides
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "benchmarks" / "example_sweep.toml"
 ARMS = ["grpo", "dapo-refill"]
@@ -39,8 +38,11 @@ def test_rollout_budget_stops_the_loop(tmp_path):
 
 
 def test_token_budget_stops_at_the_first_step_that_reaches_it(tmp_path):
-    cfg = load_config(overrides=as_sets(tiny_overrides(tmp_path, steps=20, **{"train.budget_generated_tokens": 100,
-                                                                              "eval.at_start": False})))
+    cfg = load_config(
+        overrides=as_sets(
+            tiny_overrides(tmp_path, steps=20, **{"train.budget_generated_tokens": 100, "eval.at_start": False})
+        )
+    )
     result = rollwise.train(cfg, log=lambda m: None)
     gen = [m["cost/generated_tokens"] for m in read_jsonl(result.run_dir / "metrics.jsonl")]
     assert gen[-1] >= 100 and all(g < 100 for g in gen[:-1]) and len(gen) < 20
@@ -74,7 +76,9 @@ def test_compare_writes_compare_json(swept):
             gen = [m["cost/generated_tokens"] for m in read_jsonl(Path(run["dir"]) / "metrics.jsonl")]
             assert run["stopped_by"] == "budget" and gen[-1] == run["generated_tokens"] >= 400 > gen[-2]
             assert Path(run["dir"]) == swept / f"{arm}-s{seed}"
-            assert run["reused_tokens"] == run["verify_tokens"] == 0  # no SPEC-RL arm; present, budgeted beside generation
+            assert (
+                run["reused_tokens"] == run["verify_tokens"] == 0
+            )  # no SPEC-RL arm; present, budgeted beside generation
             assert run["final_pass@1"] == a["metrics"]["final_pass@1"]["per_seed"][seed]
     # the sweep file's target; runs one after another had the machine to themselves
     base = c["arms"]["grpo"]
@@ -97,11 +101,17 @@ def test_a_sweep_sharing_runs_dir_reuses_runs_and_old_configs_gain_new_defaults(
     del data["train"]["epochs"]
     saved.write_text(tomli_w.dumps(data))
     other = tomllib.loads(EXAMPLE.read_text())
-    other.update(name="other", runs_dir=str(swept), base=str(EXAMPLE.parent / other["base"]) if isinstance(other.get("base"), str) else other.get("base", {}))
+    other.update(
+        name="other",
+        runs_dir=str(swept),
+        base=str(EXAMPLE.parent / other["base"]) if isinstance(other.get("base"), str) else other.get("base", {}),
+    )
     other_path = tmp_path / "other.toml"
     other_path.write_text(tomli_w.dumps(other))
     calls = []
-    c = runner.compare(other_path, out_dir=tmp_path / "report", log=lambda m: None, train_fn=lambda *a, **k: calls.append(a))
+    c = runner.compare(
+        other_path, out_dir=tmp_path / "report", log=lambda m: None, train_fn=lambda *a, **k: calls.append(a)
+    )
     assert calls == [] and list(c["arms"]) == ARMS  # every run reused from the shared directory
     assert (tmp_path / "report" / "compare.json").is_file() and not (swept / "other").exists()
     assert c["arms"][ARMS[0]]["runs"]["0"]["dir"].startswith(swept.as_posix())
@@ -180,9 +190,24 @@ def test_report_renders_every_arm_in_headless_chromium(swept, tmp_path):
     if exe is None:
         pytest.skip("no chromium binary (Debian: apt-get install -y chromium)")
     page = swept / "report.html"
-    proc = subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                           "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
-                           "--dump-dom", page.resolve().as_uri()], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            exe,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--dump-dom",
+            page.resolve().as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     dom = proc.stdout
     assert "<h1>rollwise compare: example</h1>" in dom
@@ -199,6 +224,8 @@ def test_a_target_reached_at_step_0_is_warned_once_everywhere(swept, tmp_path, c
     cli.main(["compare", "--config", str(sweep), "--out-dir", str(swept)])
     out = " ".join(capsys.readouterr().out.split())
     c = json.loads((swept / "compare.json").read_text())
-    assert len(c["warnings"]) == 1 and c["warnings"][0].startswith("target reached at step 0 by every arm: choose a higher target")
+    assert len(c["warnings"]) == 1 and c["warnings"][0].startswith(
+        "target reached at step 0 by every arm: choose a higher target"
+    )
     assert out.count("warning: target reached at step 0 by every arm") == 1
     assert (swept / "report.html").read_text().count(html.escape(c["warnings"][0])) == 1

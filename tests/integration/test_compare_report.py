@@ -7,8 +7,6 @@ import json
 import re
 from pathlib import Path
 
-import pytest
-
 from rollwise import cli
 from rollwise.bench import analysis, runner
 from rollwise.bench.sweep import load_sweep, plan
@@ -21,7 +19,9 @@ def _finished_sweep(tmp_path, pass1, sessions, target=None, jobs=1):
     """The example sweep's runs as if they had run: ``pass1[arm]`` = (start, end) pass@1 of every
     seed, ``sessions(i)`` = (start, end) unix seconds of the i-th run."""
     # the sweep's own target, replaced (None: the default, the baseline's final pass@1)
-    text = re.sub(r"^target = .*$", "" if target is None else f"target = {target}", EXAMPLE.read_text(), count=1, flags=re.M)
+    text = re.sub(
+        r"^target = .*$", "" if target is None else f"target = {target}", EXAMPLE.read_text(), count=1, flags=re.M
+    )
     sweep_path = tmp_path / "example.toml"
     sweep_path.write_text(text)
     out = tmp_path / "out"
@@ -29,14 +29,34 @@ def _finished_sweep(tmp_path, pass1, sessions, target=None, jobs=1):
         s.dir.mkdir(parents=True)
         (s.dir / "config.resolved.toml").write_text(to_toml(s.cfg))
         p0, p1 = pass1[s.arm]
-        evals = [{"step": st, "cost/generated_tokens": tok, "wall_s": w, "time/eval_s": 0.0, "eval/pass@1": p, "eval/pass@2": p}
-                 for st, tok, w, p in ((0, 0, 0.0, p0), (5, 420 + 10 * s.seed, 10.0 + s.seed, p1))]
+        evals = [
+            {
+                "step": st,
+                "cost/generated_tokens": tok,
+                "wall_s": w,
+                "time/eval_s": 0.0,
+                "eval/pass@1": p,
+                "eval/pass@2": p,
+            }
+            for st, tok, w, p in ((0, 0, 0.0, p0), (5, 420 + 10 * s.seed, 10.0 + s.seed, p1))
+        ]
         (s.dir / "eval.jsonl").write_text("".join(json.dumps(e) + "\n" for e in evals))
         start, end = sessions(i)
-        (s.dir / runner.DONE).write_text(json.dumps({
-            "steps": 5, "totals": {"generated_tokens": evals[-1]["cost/generated_tokens"], "rollouts": 80},
-            "stopped_by": "budget", "final_eval": evals[-1], "session_s": end - start, "started_unix": start,
-            "finished_unix": end, "jobs": jobs, "finished_at": "2026-01-01T00:00:00+0000"}))
+        (s.dir / runner.DONE).write_text(
+            json.dumps(
+                {
+                    "steps": 5,
+                    "totals": {"generated_tokens": evals[-1]["cost/generated_tokens"], "rollouts": 80},
+                    "stopped_by": "budget",
+                    "final_eval": evals[-1],
+                    "session_s": end - start,
+                    "started_unix": start,
+                    "finished_unix": end,
+                    "jobs": jobs,
+                    "finished_at": "2026-01-01T00:00:00+0000",
+                }
+            )
+        )
     return sweep_path, out
 
 
@@ -60,7 +80,9 @@ def test_wall_clock_of_runs_that_shared_the_machine_is_confounded(tmp_path, caps
     assert arm["ratios"]["seconds_to_target"] is None and arm["separation"]["seconds_to_target"] is None
     assert arm["ratios"]["tokens_to_target"] is not None  # tokens are not confounded
     # the report's seconds cells: marked, uncoloured, neither better nor worse (faster nor slower)
-    rows = re.findall(r"<tr><th class=arm>.*?</tr>", page.split("<h2>Per arm</h2>")[1].split("<tbody>")[1].split("</tbody>")[0], re.S)
+    rows = re.findall(
+        r"<tr><th class=arm>.*?</tr>", page.split("<h2>Per arm</h2>")[1].split("<tbody>")[1].split("</tbody>")[0], re.S
+    )
     sec_cells = [re.findall(r"<td.*?</td>", r, re.S)[1] for r in rows]
     for cell in sec_cells:
         assert "confounded (runs shared the machine)" in cell
@@ -71,18 +93,26 @@ def test_wall_clock_of_runs_that_shared_the_machine_is_confounded(tmp_path, caps
 
 
 def test_runs_one_after_another_are_compared_in_seconds(tmp_path, capsys):
-    sweep_path, out = _finished_sweep(tmp_path, {"grpo": (0.1, 0.3), "dapo-refill": (0.1, 0.9)}, ONE_AFTER_ANOTHER,
-                                      target=0.25)
+    sweep_path, out = _finished_sweep(
+        tmp_path, {"grpo": (0.1, 0.3), "dapo-refill": (0.1, 0.9)}, ONE_AFTER_ANOTHER, target=0.25
+    )
     _, c, page = _run_cli(sweep_path, out, capsys)
     assert c["wall_clock"] == {"confounded": False, "reason": None} and c["warnings"] == []
-    assert c["arms"]["dapo-refill"]["ratios"]["seconds_to_target"] is not None and "confounded (runs" not in page.split("<h2>Runs")[0].split("<tbody>")[1]
+    assert (
+        c["arms"]["dapo-refill"]["ratios"]["seconds_to_target"] is not None
+        and "confounded (runs" not in page.split("<h2>Runs")[0].split("<tbody>")[1]
+    )
 
 
 def test_jobs_above_one_is_shared_even_without_overlap():
     sessions = {"a-s0": {"start": 0.0, "end": 1.0, "jobs": 2}, "a-s1": {"start": 5.0, "end": 6.0, "jobs": 2}}
     assert "jobs > 1" in analysis.shared_machine(sessions)
-    assert analysis.shared_machine({"a": {"start": 0.0, "end": 10.0}, "b": {"start": 1.0, "end": 2.0},
-                                    "c": {"start": 20.0, "end": 30.0}}) == "runs a and b ran at the same time"
+    assert (
+        analysis.shared_machine(
+            {"a": {"start": 0.0, "end": 10.0}, "b": {"start": 1.0, "end": 2.0}, "c": {"start": 20.0, "end": 30.0}}
+        )
+        == "runs a and b ran at the same time"
+    )
     assert analysis.shared_machine({"a": {"start": 0.0, "end": 1.0}, "b": {"start": 1.0, "end": 2.0}}) is None
     # an older done.json: the interval from finished_at and session_s
     s = runner.session({"finished_at": "2026-01-01T00:01:40+0000", "session_s": 40.0})
@@ -102,8 +132,9 @@ def test_every_warning_is_printed_once_and_written_to_compare_json_and_the_repor
 
 
 def test_a_target_every_arm_reaches_at_step_0_is_said_to_be_one(tmp_path, capsys):
-    sweep_path, out = _finished_sweep(tmp_path, {"grpo": (0.2, 0.3), "dapo-refill": (0.2, 0.9)}, ONE_AFTER_ANOTHER,
-                                      target=0.1)
+    sweep_path, out = _finished_sweep(
+        tmp_path, {"grpo": (0.2, 0.3), "dapo-refill": (0.2, 0.9)}, ONE_AFTER_ANOTHER, target=0.1
+    )
     terminal, c, page = _run_cli(sweep_path, out, capsys)
     msg = "target reached at step 0 by every arm: choose a higher target"
     assert c["target"]["reached_at_start_by_every_arm"] is True
@@ -115,7 +146,9 @@ def test_a_target_every_arm_reaches_at_step_0_is_said_to_be_one(tmp_path, capsys
 
 
 def test_rollwise_report_redraws_the_same_files_from_compare_json(tmp_path, capsys):
-    sweep_path, out = _finished_sweep(tmp_path, {"grpo": (0.1, 0.3), "dapo-refill": (0.1, 0.9)}, ONE_AFTER_ANOTHER, target=0.25)
+    sweep_path, out = _finished_sweep(
+        tmp_path, {"grpo": (0.1, 0.3), "dapo-refill": (0.1, 0.9)}, ONE_AFTER_ANOTHER, target=0.25
+    )
     _run_cli(sweep_path, out, capsys)
     page, png = (out / "report.html").read_bytes(), (out / "pass_at_1_vs_tokens.png").read_bytes()
     (out / "report.html").unlink()

@@ -19,8 +19,11 @@ N_NEW = 10
 
 
 def _train(tmp_path, name, **extra):
-    cfg = load_config(overrides=as_sets(tiny_overrides(tmp_path, name=name, steps=2, **{"run.checkpoint_every": 1,
-                                                                                        "train.lr": 1e-2, **extra})))
+    cfg = load_config(
+        overrides=as_sets(
+            tiny_overrides(tmp_path, name=name, steps=2, **{"run.checkpoint_every": 1, "train.lr": 1e-2, **extra})
+        )
+    )
     rollwise.train(cfg, log=lambda m: None)
     return tmp_path / name
 
@@ -43,7 +46,9 @@ def _rollwise_greedy(run_dir, step=None):
 def _hf_greedy(model, seqs, eos):
     out = []
     for s in seqs:  # one prompt at a time: no padding
-        ids = model.generate(torch.tensor([list(s)]), do_sample=False, max_new_tokens=N_NEW, eos_token_id=eos)[0, len(s):].tolist()
+        ids = model.generate(torch.tensor([list(s)]), do_sample=False, max_new_tokens=N_NEW, eos_token_id=eos)[
+            0, len(s) :
+        ].tolist()
         out.append(ids)
     return out
 
@@ -83,11 +88,14 @@ def test_export_full_run_loads_and_generates_rollwise_greedy_tokens(tmp_path):
 def test_export_step_and_refusals(tmp_path):
     run = _train(tmp_path, "s", **{"run.keep_checkpoints": 3})
     seqs, want1, codec = _rollwise_greedy(run, step=1)
-    from rollwise.export import export_run
     from transformers import AutoModelForCausalLM
 
+    from rollwise.export import export_run
+
     export_run(run, tmp_path / "s1", step=1, log=lambda m: None)
-    assert _hf_greedy(AutoModelForCausalLM.from_pretrained(tmp_path / "s1"), seqs, codec.tokenizer.eos_token_id) == want1
+    assert (
+        _hf_greedy(AutoModelForCausalLM.from_pretrained(tmp_path / "s1"), seqs, codec.tokenizer.eos_token_id) == want1
+    )
     with pytest.raises(UserError, match=r"no checkpoint step-9; it has steps \[1, 2\]"):
         export_run(run, tmp_path / "s9", step=9)
     with pytest.raises(UserError, match="exists and is not empty"):
@@ -137,7 +145,9 @@ def test_export_lora_run_merged_and_adapter(tmp_path):
     assert _hf_greedy(with_adapter, seqs, eos) == want
     # the adapter did change the model: the bare base differs somewhere in its logits
     ids = torch.tensor([list(seqs[0])])
-    assert not torch.allclose(AutoModelForCausalLM.from_pretrained(acfg["base_model_name_or_path"])(ids).logits, merged(ids).logits)
+    assert not torch.allclose(
+        AutoModelForCausalLM.from_pretrained(acfg["base_model_name_or_path"])(ids).logits, merged(ids).logits
+    )
 
 
 def test_export_gguf_without_the_package_writes_nothing_and_the_rerun_works(tmp_path, monkeypatch, capsys):
@@ -181,7 +191,9 @@ def test_adapter_names_a_local_base_model_by_its_absolute_path(tmp_path, monkeyp
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
-    loaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(acfg["base_model_name_or_path"]), tmp_path / "adapter")
+    loaded = PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(acfg["base_model_name_or_path"]), tmp_path / "adapter"
+    )
     ids = torch.tensor([[1, 5, 7, 9]])
     assert torch.allclose(loaded(ids).logits, lora(ids).logits, atol=1e-6)
 

@@ -5,14 +5,24 @@ import json
 import pytest
 
 import rollwise
+from conftest import as_sets, tiny_overrides
 from rollwise.backends.scripted import ScriptedBackend
 from rollwise.config import load_config
 
-from conftest import as_sets, tiny_overrides
-
-METRIC_KEYS = {"step", "policy_version", "wall_s", "cost/generated_tokens", "cost/trained_tokens", "cost/rollouts",
-               "cost/verifier_calls", "time/generate_s", "time/verify_s", "time/train_s", "reward/mean",
-               "groups/degenerate_frac"}
+METRIC_KEYS = {
+    "step",
+    "policy_version",
+    "wall_s",
+    "cost/generated_tokens",
+    "cost/trained_tokens",
+    "cost/rollouts",
+    "cost/verifier_calls",
+    "time/generate_s",
+    "time/verify_s",
+    "time/train_s",
+    "reward/mean",
+    "groups/degenerate_frac",
+}
 EVAL_KEYS = {"step", "cost/generated_tokens", "eval/pass@1", "eval/pass@2", "eval/maj@2", "eval/n_prompts"}
 
 

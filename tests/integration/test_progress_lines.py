@@ -4,14 +4,15 @@ per step through its log, with the budget's progress when a budget ends the run.
 from __future__ import annotations
 
 import rollwise
-from rollwise.config import load_config
-
 from conftest import as_sets, tiny_overrides
+from rollwise.config import load_config
 
 
 def test_plain_line_per_step_with_budget_progress(tmp_path):
     # 4 prompts x 4 rollouts = 16 rollouts per step; a budget of 48 rollouts ends the run after step 3
-    cfg = load_config(overrides=as_sets(tiny_overrides(tmp_path, steps=10, **{"run.progress": True, "train.budget_rollouts": 48})))
+    cfg = load_config(
+        overrides=as_sets(tiny_overrides(tmp_path, steps=10, **{"run.progress": True, "train.budget_rollouts": 48}))
+    )
     logs = []
     rollwise.train(cfg, log=logs.append)
     steps = [m for m in logs if m.startswith("step ")]

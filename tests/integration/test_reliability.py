@@ -13,10 +13,9 @@ import textwrap
 import time
 
 import pytest
-
-import rollwise
 import torch
 
+import rollwise
 from conftest import as_sets, tiny_overrides
 from rollwise.config import load_config
 from rollwise.trainer import checkpoint
@@ -33,7 +32,9 @@ def _cfg(tmp_path, name, **extra):
 
 
 def _stable(path):
-    return [{k: v for k, v in json.loads(ln).items() if not k.startswith(VOLATILE)} for ln in path.read_text().splitlines()]
+    return [
+        {k: v for k, v in json.loads(ln).items() if not k.startswith(VOLATILE)} for ln in path.read_text().splitlines()
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +56,13 @@ def _same_as(run_dir, ref):
 
 def _cli(*args):
     """``rollwise`` in a child process (the user's view: its output and exit status)."""
-    return subprocess.run([sys.executable, "-m", "rollwise.cli", *args], env=dict(os.environ, HF_HUB_OFFLINE="1"),
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "rollwise.cli", *args],
+        env=dict(os.environ, HF_HUB_OFFLINE="1"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_real_full_disk_at_a_checkpoint_stops_the_cli_with_one_line_then_resume_matches(disk, uninterrupted, capsys):
@@ -78,7 +84,9 @@ def test_real_full_disk_at_a_checkpoint_stops_the_cli_with_one_line_then_resume_
     assert len(errors) == 1 and re.fullmatch(
         rf"error: disk full \(No space left on device\) while writing checkpoint step-4 in {run}/checkpoints; the run "
         rf"stopped\. Checkpoint step-2 is intact: free space on the disk of {run}, then continue with: rollwise train "
-        rf"--resume {run}", errors[0]), errors
+        rf"--resume {run}",
+        errors[0],
+    ), errors
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-2"]  # no .tmp-step-4
     assert checkpoint.verify(run / "checkpoints" / "step-2") is None
     disk.resize(root, "64m")  # room made
@@ -112,9 +120,11 @@ def test_real_full_disk_at_a_ledger_append_or_the_final_export(disk, uninterrupt
     real = _after_checkpoint(monkeypatch, when, lambda: filler.append(disk.fill(root)))
     with pytest.raises(checkpoint.CheckpointError) as e:
         rollwise.train(_cfg(root, "d"), log=lambda m: None)
-    assert str(e.value).startswith(f"disk full (No space left on device) while writing {failing.format(run=run)}; "
-                                   f"the run stopped. Checkpoint step-{when} is intact: free space on the disk of {run}, "
-                                   f"then continue with: rollwise train --resume {run}"), str(e.value)
+    assert str(e.value).startswith(
+        f"disk full (No space left on device) while writing {failing.format(run=run)}; "
+        f"the run stopped. Checkpoint step-{when} is intact: free space on the disk of {run}, "
+        f"then continue with: rollwise train --resume {run}"
+    ), str(e.value)
     text = (run / "metrics.jsonl").read_text()  # whole lines only (one may still fit in the file's last page)
     steps = [json.loads(x)["step"] for x in text.splitlines()]
     assert text.endswith("\n") and steps == list(range(len(steps)))
@@ -129,12 +139,18 @@ def test_real_full_disk_at_a_ledger_append_or_the_final_export(disk, uninterrupt
 def test_run_directory_made_read_only_mid_run(disk, uninterrupted, tmp_path, monkeypatch):
     run = tmp_path / "ro"
     real = _after_checkpoint(monkeypatch, 2, lambda: disk.read_only(run))
-    with pytest.raises(checkpoint.CheckpointError, match=rf"^read-only file system \(Read-only file system\) while writing "
-                       rf"metrics.jsonl in {run}; the run stopped. Checkpoint step-2 is intact: make {run} writable, then "
-                       rf"continue with: rollwise train --resume {run}$"):
+    with pytest.raises(
+        checkpoint.CheckpointError,
+        match=rf"^read-only file system \(Read-only file system\) while writing "
+        rf"metrics.jsonl in {run}; the run stopped. Checkpoint step-2 is intact: make {run} writable, then "
+        rf"continue with: rollwise train --resume {run}$",
+    ):
         rollwise.train(_cfg(tmp_path, "ro"), log=lambda m: None)
-    with pytest.raises(checkpoint.CheckpointError, match=rf"^read-only file system .* while writing {run}/.lock; the run "
-                       rf"stopped. Checkpoint step-2 is intact: make {run} writable"):  # a resume while still read-only
+    with pytest.raises(
+        checkpoint.CheckpointError,
+        match=rf"^read-only file system .* while writing {run}/.lock; the run "
+        rf"stopped. Checkpoint step-2 is intact: make {run} writable",
+    ):  # a resume while still read-only
         rollwise.train(_cfg(tmp_path, "ro"), resume=True, log=lambda m: None)
     disk.unmount(run)  # writable again
     monkeypatch.setattr(checkpoint, "save", real)
@@ -150,9 +166,12 @@ def test_checkpoint_directory_deleted_mid_run(uninterrupted, tmp_path, monkeypat
 
     run = tmp_path / "gone"
     real = _after_checkpoint(monkeypatch, 2, lambda: shutil.rmtree(run / "checkpoints"))
-    with pytest.raises(checkpoint.CheckpointError, match=rf"^directory vanished \(No such file or directory\) while writing "
-                       rf"checkpoint step-4 in {run}/checkpoints; the run stopped. No checkpoint is left in {run}/checkpoints: "
-                       rf"restore {run}, then start again with: rollwise train --resume {run}$"):
+    with pytest.raises(
+        checkpoint.CheckpointError,
+        match=rf"^directory vanished \(No such file or directory\) while writing "
+        rf"checkpoint step-4 in {run}/checkpoints; the run stopped. No checkpoint is left in {run}/checkpoints: "
+        rf"restore {run}, then start again with: rollwise train --resume {run}$",
+    ):
         rollwise.train(_cfg(tmp_path, "gone"), log=lambda m: None)
     assert not (run / "checkpoints").exists()
     monkeypatch.setattr(checkpoint, "save", real)
@@ -169,8 +188,10 @@ def test_corrupted_newest_checkpoint_resumes_from_the_previous_with_a_message(tm
     newest.write_bytes(bytes(blob))
     messages = []
     result = rollwise.train(cfg, resume=True, log=messages.append)
-    assert any("checkpoint step-4 is corrupted or incomplete (model.safetensors does not match its SHA-256 checksum)" in m
-               for m in messages), messages
+    assert any(
+        "checkpoint step-4 is corrupted or incomplete (model.safetensors does not match its SHA-256 checksum)" in m
+        for m in messages
+    ), messages
     assert any("resumed from" in m and "step-2" in m for m in messages)
     assert result.steps == 4 and checkpoint.list_steps(tmp_path / "c")[-1] == 4  # steps 3-4 redone, saved again
     assert (tmp_path / "c" / "checkpoints" / "corrupt-step-4").is_dir()
@@ -182,15 +203,21 @@ def test_compare_killed_mid_sweep_resumes_with_finished_runs_skipped(tmp_path):
     sweep = tmp_path / "sweep.toml"
     base = tiny_overrides(tmp_path, steps=3)
     base.pop("run.dir"), base.pop("run.name")
-    sets = "\n".join(f"{json.dumps(k)} = {json.dumps(v) if not isinstance(v, dict) else '{' + ', '.join(f'{a} = {json.dumps(b)}' for a, b in v.items()) + '}'}"
-                     for k, v in base.items())
-    sweep.write_text(textwrap.dedent(f"""\
+    sets = "\n".join(
+        f"{json.dumps(k)} = {json.dumps(v) if not isinstance(v, dict) else '{' + ', '.join(f'{a} = {json.dumps(b)}' for a, b in v.items()) + '}'}"
+        for k, v in base.items()
+    )
+    sweep.write_text(
+        textwrap.dedent(f"""\
         name = "killsweep"
-        out_dir = "{tmp_path / 'out'}"
+        out_dir = "{tmp_path / "out"}"
         seeds = [0, 1]
         budget = {{ generated_tokens = 100000 }}
         [base]
-        """) + sets + '\n[[arms]]\nname = "uniform"\n[[arms]]\nname = "drgrpo"\nset = { "advantage.name" = "dr_grpo" }\n')
+        """)
+        + sets
+        + '\n[[arms]]\nname = "uniform"\n[[arms]]\nname = "drgrpo"\nset = { "advantage.name" = "dr_grpo" }\n'
+    )
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     cmd = [sys.executable, "-m", "rollwise.cli", "compare", "--config", str(sweep), "--jobs", "1"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -227,9 +254,11 @@ def test_real_full_disk_at_compare_json(disk, tmp_path, monkeypatch, capsys):
     base = tiny_overrides(tmp_path, steps=2, **{"run.threads": 1})
     base.pop("run.dir"), base.pop("run.name")
     sweep = tmp_path / "sweep.toml"
-    sweep.write_text('name = "full"\nseeds = [0]\nbudget = { generated_tokens = 100000 }\n[base]\n'
-                     + "\n".join(f"{json.dumps(k)} = {v}" for k, v in (x.split("=", 1) for x in as_sets(base)))
-                     + '\n[[arms]]\nname = "uniform"\n')
+    sweep.write_text(
+        'name = "full"\nseeds = [0]\nbudget = { generated_tokens = 100000 }\n[base]\n'
+        + "\n".join(f"{json.dumps(k)} = {v}" for k, v in (x.split("=", 1) for x in as_sets(base)))
+        + '\n[[arms]]\nname = "uniform"\n'
+    )
     real, filler = runner.collect, []
 
     def collect(specs):  # the runs are done; then the disk is full
@@ -242,8 +271,10 @@ def test_real_full_disk_at_compare_json(disk, tmp_path, monkeypatch, capsys):
     printed = capsys.readouterr().out
     errors = [ln for ln in printed.splitlines() if ln.startswith("error:")]
     assert e.value.code == 2 and "Traceback" not in printed
-    assert errors == [f"error: disk full (No space left on device) while writing compare.json in {out}: free space on the disk "
-                      f"of {out}, then run the same rollwise compare again (finished runs are skipped)"], printed[-2000:]
+    assert errors == [
+        f"error: disk full (No space left on device) while writing compare.json in {out}: free space on the disk "
+        f"of {out}, then run the same rollwise compare again (finished runs are skipped)"
+    ], printed[-2000:]
     assert not (out / "compare.json").exists() and not (out / "compare.json.tmp").exists()
     filler[0].unlink()
     monkeypatch.setattr(runner, "collect", real)

@@ -9,11 +9,10 @@ import json
 import pytest
 
 import rollwise
+from conftest import as_sets, tiny_overrides
 from rollwise import cli
 from rollwise.config import load_config
 from rollwise.registry import UserError
-
-from conftest import as_sets, tiny_overrides
 
 
 def _snapshot(d):
@@ -42,14 +41,17 @@ def _resume_overrides(run_dir, *extra):
     return [f'run.dir="{run_dir.parent.as_posix()}"', f'run.name="{run_dir.name}"', *extra]
 
 
-@pytest.mark.parametrize("change, key", [
-    ("task.name=reasoning_gym:chain_sum;task.options={}", "task.name"),
-    ("train.lr=1e-5", "train.lr"),
-    ("control.name=dars", "control.name"),
-    ("run.seed=3", "run.seed"),
-    ('model.name="tiny-m"', "model.name"),
-    ("task.options.n_train=100", "task.options.n_train"),
-])
+@pytest.mark.parametrize(
+    "change, key",
+    [
+        ("task.name=reasoning_gym:chain_sum;task.options={}", "task.name"),
+        ("train.lr=1e-5", "train.lr"),
+        ("control.name=dars", "control.name"),
+        ("run.seed=3", "run.seed"),
+        ('model.name="tiny-m"', "model.name"),
+        ("task.options.n_train=100", "task.options.n_train"),
+    ],
+)
 def test_incoherent_change_is_refused_and_the_run_directory_is_untouched(finished, tmp_path, change, key):
     run = _copy(finished, tmp_path)
     before = _snapshot(run)
@@ -64,7 +66,9 @@ def test_cli_resume_with_another_task_exits_2_and_eval_still_scores_the_saved_ta
     run = _copy(finished, tmp_path)
     before = _snapshot(run)
     with pytest.raises(SystemExit) as exc:
-        cli.main(["train", "--resume", str(run), "--set", "task.name=reasoning_gym:chain_sum", "--set", "task.options={}"])
+        cli.main(
+            ["train", "--resume", str(run), "--set", "task.name=reasoning_gym:chain_sum", "--set", "task.options={}"]
+        )
     out = " ".join(capsys.readouterr().out.split())
     assert exc.value.code == 2 and "task.name" in out and "Traceback" not in out
     assert _snapshot(run) == before

@@ -7,10 +7,9 @@ import json
 import pytest
 
 import rollwise
+from conftest import as_sets, tiny_overrides
 from rollwise.config import load_config
 from rollwise.tasks.arithmetic import trace
-
-from conftest import as_sets, tiny_overrides
 
 
 def lines(path):
@@ -51,7 +50,7 @@ def scripted(cot, kinds):
             elif kind != "right":
                 steps[-1] = f"={ans + 1}"
             out = ",".join(steps)
-        rest = out[len(done):] if out.startswith(done) else out
+        rest = out[len(done) :] if out.startswith(done) else out
         return tok.encode(rest)
 
     return ScriptedBackend(respond, tok.eos_token_id)
@@ -82,37 +81,59 @@ def test_shaped_advantages_train(tmp_path, adv):
 
 
 def test_minpro_second_epoch_damps(tmp_path):
-    m = run(tmp_path, "minpro", scripted(False, lambda i: "right" if i % 2 else "wrong"),
-            **{"objective.name": "minpro", "train.epochs": 2})
+    m = run(
+        tmp_path,
+        "minpro",
+        scripted(False, lambda i: "right" if i % 2 else "wrong"),
+        **{"objective.name": "minpro", "train.epochs": 2},
+    )
     assert all("train/minpro_damped_frac" in x for x in m)
 
 
 def test_r3l_retries_from_the_pivot(tmp_path):
     # base rollouts alternate right / late (false second step); every retry continues and is right
-    m = run(tmp_path, "r3l", scripted(True, lambda i: "late" if i % 2 else "right"), **COT,
-            **{"control.name": "r3l", "advantage.name": "r3l", "objective.name": "opmd"})
+    m = run(
+        tmp_path,
+        "r3l",
+        scripted(True, lambda i: "late" if i % 2 else "right"),
+        **COT,
+        **{"control.name": "r3l", "advantage.name": "r3l", "objective.name": "opmd"},
+    )
     assert all(x["control/r3l_retries"] > 0 and x["control/r3l_pivot_mean"] == 1.0 for x in m)
     assert all(x["control/rounds"] == 2 for x in m)
 
 
 def test_scope_rectifies_late_errors(tmp_path):
-    m = run(tmp_path, "scope", scripted(True, lambda i: "late" if i % 2 else "right"), **COT,
-            **{"control.name": "scope", "control.options": {"kappa": 0.3}})
+    m = run(
+        tmp_path,
+        "scope",
+        scripted(True, lambda i: "late" if i % 2 else "right"),
+        **COT,
+        **{"control.name": "scope", "control.options": {"kappa": 0.3}},
+    )
     assert all(x["control/scope_rectified"] > 0 for x in m)
     # replaced failures: the trained rewards are higher than the generated ones would be
     assert all(x["cost/rollouts"] - (m[i - 1]["cost/rollouts"] if i else 0) == 16 for i, x in enumerate(m))
 
 
 def test_adhint_hints_hard_prompts(tmp_path):
-    m = run(tmp_path, "adhint", scripted(False, lambda i: "wrong" if i % 4 else "right"),
-            **{"control.name": "adhint", "advantage.name": "adhint"})
+    m = run(
+        tmp_path,
+        "adhint",
+        scripted(False, lambda i: "wrong" if i % 4 else "right"),
+        **{"control.name": "adhint", "advantage.name": "adhint"},
+    )
     assert all(x["control/adhint_diff_naive_mean"] > 0.4 and x["control/adhint_hint_ratio_mean"] > 0.3 for x in m)
     assert all(x["control/rounds"] == 2 for x in m)
 
 
 def test_v05_escalates_when_the_prior_is_off(tmp_path):
     # prior 0.5 at step 0 (no history); all-right groups reject it (z = 2 at n = 4) and get 4 more
-    m = run(tmp_path, "v05", scripted(False, lambda i: "right"),
-            **{"control.name": "v05", "advantage.name": "v05", "control.options": {"cap": 8}})
+    m = run(
+        tmp_path,
+        "v05",
+        scripted(False, lambda i: "right"),
+        **{"control.name": "v05", "advantage.name": "v05", "control.options": {"cap": 8}},
+    )
     assert m[0]["control/v05_rejected_frac"] == 1.0 and m[0]["control/v05_extra_rollouts"] == 16
     assert m[0]["cost/rollouts"] == 32

@@ -23,9 +23,18 @@ from rollwise.registry import UserError
 
 
 def _sets(tmp_path, **extra):
-    o = tiny_overrides(tmp_path, name="sw", steps=2, **{"eval.at_start": False, "run.threads": 1,
-                                                        "replay.name": "sapo", "replay.options": {"drop_zero_advantage": False}},
-                       **extra)
+    o = tiny_overrides(
+        tmp_path,
+        name="sw",
+        steps=2,
+        **{
+            "eval.at_start": False,
+            "run.threads": 1,
+            "replay.name": "sapo",
+            "replay.options": {"drop_zero_advantage": False},
+        },
+        **extra,
+    )
     return [x for s in as_sets(o) for x in ("--set", s)]
 
 
@@ -36,8 +45,14 @@ def test_two_peers_share_rollouts(tmp_path, launch):
     if launch and importlib.util.find_spec("ray") is None:
         pytest.skip("ray not installed (rollwise[ray])")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "ROLLWISE_CACHE": str(tmp_path / "cache"), "COLUMNS": "200"}
-    p = subprocess.run([sys.executable, "-m", "rollwise.cli", "swarm", "--peers", "2", *launch, *_sets(tmp_path)],
-                       capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    p = subprocess.run(
+        [sys.executable, "-m", "rollwise.cli", "swarm", "--peers", "2", *launch, *_sets(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
     out = p.stdout + p.stderr
     assert p.returncode == 0, out
     root = tmp_path / "sw"

@@ -33,10 +33,10 @@ def _wandb_records(path):
         if 32768 - pos % 32768 < 7:
             pos += 32768 - pos % 32768
             continue
-        _, n, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        _, n, kind = struct.unpack("<IHB", data[pos : pos + 7])
         if kind == 0 and n == 0:
             break
-        buf, pos = buf + data[pos + 7:pos + 7 + n], pos + 7 + n
+        buf, pos = buf + data[pos + 7 : pos + 7 + n], pos + 7 + n
         if kind in (1, 4):
             r = pb.Record()
             r.ParseFromString(buf)
@@ -48,11 +48,20 @@ def _wandb_records(path):
 @pytest.fixture(scope="module")
 def tracked(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("trackers")
-    o = tiny_overrides(tmp, name="tr", steps=3, **{"eval.every": 2, "run.report_to": ["tensorboard", "wandb", "mlflow", "trackio"]})
-    env = dict(os.environ, WANDB_MODE="offline", WANDB_SILENT="true", TRACKIO_DIR=str(tmp / "trackio"), HF_HUB_OFFLINE="1")
+    o = tiny_overrides(
+        tmp, name="tr", steps=3, **{"eval.every": 2, "run.report_to": ["tensorboard", "wandb", "mlflow", "trackio"]}
+    )
+    env = dict(
+        os.environ, WANDB_MODE="offline", WANDB_SILENT="true", TRACKIO_DIR=str(tmp / "trackio"), HF_HUB_OFFLINE="1"
+    )
     env.pop("MLFLOW_TRACKING_URI", None)
-    proc = subprocess.run([sys.executable, "-m", "rollwise.cli", "train", *sum((["--set", s] for s in as_sets(o)), [])],
-                          env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "rollwise.cli", "train", *sum((["--set", s] for s in as_sets(o)), [])],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "failed at" not in proc.stdout, proc.stdout  # no tracker reported a failure
     run = tmp / "tr"
@@ -68,10 +77,14 @@ def test_tensorboard_event_files_read_back(tracked):
     got = [(e.step, pytest.approx(e.value)) for e in by_step.Scalars("reward/mean")]
     assert got == [(m["step"], m["reward/mean"]) for m in metrics]
     assert [e.step for e in by_tokens.Scalars("reward/mean")] == [m["cost/generated_tokens"] for m in metrics]
-    assert [(e.step, pytest.approx(e.value)) for e in by_step.Scalars("eval/pass@1")] == [(e["step"], e["eval/pass@1"]) for e in evals]
+    assert [(e.step, pytest.approx(e.value)) for e in by_step.Scalars("eval/pass@1")] == [
+        (e["step"], e["eval/pass@1"]) for e in evals
+    ]
     assert [e.step for e in by_tokens.Scalars("eval/pass@1")] == [e["cost/generated_tokens"] for e in evals]
     # every number is a scalar; flags and the run's text facts (device/name, precision/reason) are not
-    assert set(metrics[0]) - {"step"} <= set(by_step.Tags()["scalars"]) | {k for k, v in metrics[0].items() if isinstance(v, (bool, str))}
+    assert set(metrics[0]) - {"step"} <= set(by_step.Tags()["scalars"]) | {
+        k for k, v in metrics[0].items() if isinstance(v, (bool, str))
+    }
     assert {"device/name", "precision/compute_dtype"} <= {k for k, v in metrics[0].items() if isinstance(v, str)}
     assert "train" in by_step.Tags()["tensors"][0] or "config" in str(by_step.Tags()["tensors"])
 
@@ -103,7 +116,9 @@ def test_wandb_offline_run_read_back(tracked):
         elif kind == "run":
             config.update({i.key: json.loads(i.value_json) for i in r.run.config.update})
     train = [h for h in history if "reward/mean" in h]
-    assert [(h["_step"], pytest.approx(h["reward/mean"])) for h in train] == [(m["step"], m["reward/mean"]) for m in metrics]
+    assert [(h["_step"], pytest.approx(h["reward/mean"])) for h in train] == [
+        (m["step"], m["reward/mean"]) for m in metrics
+    ]
     assert [h["cost/generated_tokens"] for h in train] == [m["cost/generated_tokens"] for m in metrics]
     got_eval = [h["eval/pass@1"] for h in history if "eval/pass@1" in h]
     assert got_eval == [pytest.approx(e["eval/pass@1"]) for e in evals]
@@ -122,7 +137,9 @@ def test_trackio_local_read_back(tracked):
     logged = [(s, json.loads(m)) for s, m in rows]
     train = [(s, m["reward/mean"]) for s, m in logged if "reward/mean" in m]
     assert train == [(m["step"], pytest.approx(m["reward/mean"])) for m in metrics]
-    assert [m["eval/pass@1"] for _, m in logged if "eval/pass@1" in m] == [pytest.approx(e["eval/pass@1"]) for e in evals]
+    assert [m["eval/pass@1"] for _, m in logged if "eval/pass@1" in m] == [
+        pytest.approx(e["eval/pass@1"]) for e in evals
+    ]
 
 
 def test_a_tracker_failing_mid_run_is_reported_once_and_training_goes_on(tmp_path, monkeypatch):

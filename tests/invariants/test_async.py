@@ -21,14 +21,20 @@ IGNORED = ("wall_s",)
 
 
 def _run(tmp_path, name, steps=3, **extra):
-    o = tiny_overrides(tmp_path, name=name, steps=steps, **{"run.threads": 1, "run.checkpoint_every": steps,
-                                                             "eval.every": steps, **extra})
+    o = tiny_overrides(
+        tmp_path,
+        name=name,
+        steps=steps,
+        **{"run.threads": 1, "run.checkpoint_every": steps, "eval.every": steps, **extra},
+    )
     return train(load_config(overrides=as_sets(o)), log=lambda *a: None)
 
 
 def _lines(path, drop=("async/", "util/")):
-    return [{k: v for k, v in json.loads(x).items() if k not in IGNORED and not k.startswith(("time/", *drop))}
-            for x in path.read_text().splitlines()]
+    return [
+        {k: v for k, v in json.loads(x).items() if k not in IGNORED and not k.startswith(("time/", *drop))}
+        for x in path.read_text().splitlines()
+    ]
 
 
 def _weights(run_dir):
@@ -97,7 +103,12 @@ def test_kill_and_resume_trains_every_plan_once_and_keeps_accepted_rollouts(tmp_
     equals an uninterrupted run's, and its cost/rollouts too (nothing charged twice or lost)."""
     from rollwise.trainer.trainer import Trainer
 
-    extra = {"train.async.max_staleness": 1, "objective.name": "decoupled_ppo", "run.checkpoint_every": 2, "eval.every": 0}
+    extra = {
+        "train.async.max_staleness": 1,
+        "objective.name": "decoupled_ppo",
+        "run.checkpoint_every": 2,
+        "eval.every": 0,
+    }
     seen_full = _trained_prompts(monkeypatch)
     full = _run(tmp_path, "full", steps=6, **extra)
     full_lines = [json.loads(x) for x in (full.run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -150,13 +161,22 @@ def test_kill_and_resume_trains_every_plan_once_and_keeps_accepted_rollouts(tmp_
 def test_two_ray_workers_async_eta_one(tmp_path):
     """The engine is 2 Ray rollout workers: plans are generated ahead at most one version behind,
     and the timeline shows each worker's spans."""
-    import importlib.util
     import gc
+    import importlib.util
 
     if importlib.util.find_spec("ray") is None:
         pytest.skip("ray not installed (rollwise[ray])")
-    res = _run(tmp_path, "ray", steps=3, **{"train.async.max_staleness": 1, "objective.name": "decoupled_ppo",
-                                             "distributed.workers": 2, "distributed.cpus_per_worker": 1})
+    res = _run(
+        tmp_path,
+        "ray",
+        steps=3,
+        **{
+            "train.async.max_staleness": 1,
+            "objective.name": "decoupled_ppo",
+            "distributed.workers": 2,
+            "distributed.cpus_per_worker": 1,
+        },
+    )
     gc.collect()
     lines = [json.loads(x) for x in (res.run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [ln["async/max_staleness"] <= 1 for ln in lines] == [True] * 3
@@ -172,7 +192,9 @@ def test_periodic_asynchrony_streams_groups_and_equals_the_synchronous_step(tmp_
     sync = _run(tmp_path, "sync")
     per = _run(tmp_path, "periodic", **{"train.async.periodic": True, "train.async.periodic_chunks": 4})
     lines = [json.loads(x) for x in (per.run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [(ln["periodic/streamed_rows"], ln["periodic/recomputed"], ln["async/staleness_0"]) for ln in lines] == [(16, 0, 16)] * 3
+    assert [(ln["periodic/streamed_rows"], ln["periodic/recomputed"], ln["async/staleness_0"]) for ln in lines] == [
+        (16, 0, 16)
+    ] * 3
     a = _lines(sync.run_dir / "metrics.jsonl", drop=("async/", "util/", "periodic/", "train/", "mismatch/"))
     b = _lines(per.run_dir / "metrics.jsonl", drop=("async/", "util/", "periodic/", "train/", "mismatch/"))
     assert a == b  # same tokens, rewards, costs
@@ -188,9 +210,18 @@ def test_april_partial_rollouts_under_async(tmp_path):
     """APRIL inside the generator (η = 2, over-provision 2): unfinished rollouts are kept and
     continued in a later plan with their per-token versions (off-policy tokens are trained), and
     nothing older than η is admitted."""
-    res = _run(tmp_path, "april", steps=6, **{"train.async.max_staleness": 2, "objective.name": "decoupled_ppo",
-                                              "replay.name": "april", "replay.options": {"over_provision": 2.0},
-                                              "run.checkpoint_every": 3})
+    res = _run(
+        tmp_path,
+        "april",
+        steps=6,
+        **{
+            "train.async.max_staleness": 2,
+            "objective.name": "decoupled_ppo",
+            "replay.name": "april",
+            "replay.options": {"over_provision": 2.0},
+            "run.checkpoint_every": 3,
+        },
+    )
     lines = [json.loads(x) for x in (res.run_dir / "metrics.jsonl").read_text().splitlines()]
     assert len(lines) == 6 and all(ln["async/max_staleness"] <= 2 for ln in lines)
     assert sum(ln.get("april/resumed_rollouts", 0) for ln in lines) > 0

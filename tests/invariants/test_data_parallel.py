@@ -48,7 +48,9 @@ def _spawn(fn, *args, world=2, timeout=300):
     (the others are then terminated) or if they are not done within ``timeout`` seconds."""
     import torch.multiprocessing as mp
 
-    ctx = mp.start_processes(_rank_main, args=(world, _free_port(), fn, args), nprocs=world, join=False, start_method="spawn")
+    ctx = mp.start_processes(
+        _rank_main, args=(world, _free_port(), fn, args), nprocs=world, join=False, start_method="spawn"
+    )
     deadline = time.monotonic() + timeout
     while not ctx.join(timeout=1):
         if time.monotonic() > deadline:
@@ -63,7 +65,9 @@ def _rank_main(rank, world, port, fn, args):
 
     from rollwise.distributed import data_parallel
 
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(
+        RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+    )
     torch.set_num_threads(1)
     try:
         fn(rank, *args)
@@ -117,8 +121,19 @@ def _hand_batch(rows=2):
     attn = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]], dtype=torch.bool)
     mask = torch.tensor([[0, 1, 1, 1], [0, 1, 0, 0]], dtype=torch.float32)
     old = mask * math.log(0.5)
-    b = Batch(ids, attn, mask, old, torch.tensor([1.0, -1.0]), torch.tensor([1.0, 0.0]), torch.tensor([0, 0]),
-              torch.zeros((2, 4), dtype=torch.long), num_loss_tokens=4, num_sequences=2, num_rows=2)
+    b = Batch(
+        ids,
+        attn,
+        mask,
+        old,
+        torch.tensor([1.0, -1.0]),
+        torch.tensor([1.0, 0.0]),
+        torch.tensor([0, 0]),
+        torch.zeros((2, 4), dtype=torch.long),
+        num_loss_tokens=4,
+        num_sequences=2,
+        num_rows=2,
+    )
     return b if rows == 2 else dataclasses.replace(b.rows(slice(0, 1)), num_loss_tokens=3, num_sequences=1, num_rows=1)
 
 
@@ -149,7 +164,9 @@ def _fixed_batch():
 
     g = torch.Generator().manual_seed(7)
     model, tok = build_tiny("tiny-s", seed=3)
-    lens = [(int(torch.randint(3, 6, (1,), generator=g)), int(torch.randint(2, 10, (1,), generator=g))) for _ in range(6)]
+    lens = [
+        (int(torch.randint(3, 6, (1,), generator=g)), int(torch.randint(2, 10, (1,), generator=g))) for _ in range(6)
+    ]
     width = max(p + c for p, c in lens)
     ids = torch.full((6, width), tok.pad_token_id, dtype=torch.long)
     attn = torch.zeros((6, width), dtype=torch.bool)
@@ -159,8 +176,19 @@ def _fixed_batch():
         attn[i, : p + c] = True
         mask[i, p : p + c] = 1.0
     n = int(mask.sum())
-    b = Batch(ids, attn, mask, torch.zeros_like(mask), torch.randn(6, generator=g), torch.zeros(6), torch.arange(6) // 3,
-              torch.zeros((6, width), dtype=torch.long), num_loss_tokens=n, num_sequences=6, num_rows=6)
+    b = Batch(
+        ids,
+        attn,
+        mask,
+        torch.zeros_like(mask),
+        torch.randn(6, generator=g),
+        torch.zeros(6),
+        torch.arange(6) // 3,
+        torch.zeros((6, width), dtype=torch.long),
+        num_loss_tokens=n,
+        num_sequences=6,
+        num_rows=6,
+    )
     with torch.no_grad():
         lp, _ = token_logprobs(model, b, 1.0, where=mask)
     b = dataclasses.replace(b, old_logprobs=(lp + 0.05 * torch.randn(lp.shape, generator=g)) * mask)
@@ -191,8 +219,15 @@ def _fixed_steps(dp, micro_batch, sgd=False):
 def _rank(rank, out_dir, run_dir):
     """One rank of the spawned pair: the trainer cases, then the loop run (``_loop_rank``)."""
     dp = _dp()
-    torch.save({"hand": _hand_step(dp), "hand_one_row": _hand_step(dp, rows=1), "adam": _fixed_steps(dp, micro_batch=6),
-                "sgd": _fixed_steps(dp, micro_batch=6, sgd=True)}, f"{out_dir}/rank{rank}.pt")
+    torch.save(
+        {
+            "hand": _hand_step(dp),
+            "hand_one_row": _hand_step(dp, rows=1),
+            "adam": _fixed_steps(dp, micro_batch=6),
+            "sgd": _fixed_steps(dp, micro_batch=6, sgd=True),
+        },
+        f"{out_dir}/rank{rank}.pt",
+    )
     _loop_rank(run_dir)
 
 
@@ -280,12 +315,21 @@ def test_two_ranks_equal_one_process_within_tolerance_when_the_shards_differ(tra
 
 
 def _overrides(tmp_path, name, **extra):
-    return tiny_overrides(tmp_path, name=name, steps=2, **{
-        "run.threads": 1, "run.checkpoint_every": 1, "eval.every": 1, "train.micro_batch": 8,
-        # the 20-step warm start answers almost nothing right; DAPO's length penalty over 1-5 tokens
-        # gives groups of varied rewards, so both steps have a gradient
-        "reward.overlong_penalty": {"enabled": True, "max_len": 5, "cache_len": 4},
-        **extra})
+    return tiny_overrides(
+        tmp_path,
+        name=name,
+        steps=2,
+        **{
+            "run.threads": 1,
+            "run.checkpoint_every": 1,
+            "eval.every": 1,
+            "train.micro_batch": 8,
+            # the 20-step warm start answers almost nothing right; DAPO's length penalty over 1-5 tokens
+            # gives groups of varied rewards, so both steps have a gradient
+            "reward.overlong_penalty": {"enabled": True, "max_len": 5, "cache_len": 4},
+            **extra,
+        },
+    )
 
 
 def _loop_rank(run_dir):
@@ -299,8 +343,10 @@ def _loop_rank(run_dir):
 
 
 def _lines(path):
-    return [{k: v for k, v in json.loads(x).items() if k != "wall_s" and not k.startswith("time/")}
-            for x in path.read_text().splitlines()]
+    return [
+        {k: v for k, v in json.loads(x).items() if k != "wall_s" and not k.startswith("time/")}
+        for x in path.read_text().splitlines()
+    ]
 
 
 def _weights(run_dir, step):
@@ -315,8 +361,10 @@ def test_two_rank_run_interrupted_and_resumed_equals_the_one_process_run(dp_dir,
 
     threads = torch.get_num_threads()
     try:
-        one = train(load_config(overrides=as_sets(_overrides(tmp_path, "one", **{"distributed.request_seeds": True}))),
-                    log=lambda *a: None).run_dir
+        one = train(
+            load_config(overrides=as_sets(_overrides(tmp_path, "one", **{"distributed.request_seeds": True}))),
+            log=lambda *a: None,
+        ).run_dir
     finally:
         torch.set_num_threads(threads)
     dp = dp_dir / "runs" / "dp"

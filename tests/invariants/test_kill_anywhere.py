@@ -16,7 +16,6 @@ import random
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
@@ -75,7 +74,9 @@ main(sys.argv[1:])
 
 
 def _stable(path):
-    return [{k: v for k, v in json.loads(ln).items() if not k.startswith(VOLATILE)} for ln in path.read_text().splitlines()]
+    return [
+        {k: v for k, v in json.loads(ln).items() if not k.startswith(VOLATILE)} for ln in path.read_text().splitlines()
+    ]
 
 
 def _weights(path):
@@ -90,7 +91,9 @@ def _kill_and_resume(tmp_path, common, seed: int, n_kills: int, phases) -> tuple
     env = dict(os.environ, ROLLWISE_TEST_KILL="none:0:before")
 
     def launch(args):
-        return subprocess.Popen([sys.executable, "-c", CHILD, *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        return subprocess.Popen(
+            [sys.executable, "-c", CHILD, *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
 
     ref = launch(["train", *sets(dict(common, **{"run.name": "full"}))])
     assert ref.wait(timeout=600) == 0, ref.stderr.read().decode()[-3000:]
@@ -124,15 +127,24 @@ def _kill_and_resume(tmp_path, common, seed: int, n_kills: int, phases) -> tuple
         kills += 1
         log.append(f"kill {kills}: {phase}:{n}:{when} with {steps} metrics lines on disk")
         print(log[-1], flush=True)
-    final = subprocess.run([sys.executable, "-m", "rollwise.cli", "train", "--resume", str(run_dir)], env=dict(os.environ),
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=600)
+    final = subprocess.run(
+        [sys.executable, "-m", "rollwise.cli", "train", "--resume", str(run_dir)],
+        env=dict(os.environ),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        timeout=600,
+    )
     assert final.returncode == 0, final.stderr.decode()[-3000:]
     return run_dir, log
 
 
 def test_twenty_random_kills_each_resumed_equal_uninterrupted(tmp_path):
-    common = tiny_overrides(tmp_path, steps=8, **{"run.checkpoint_every": 2, "run.keep_checkpoints": 2, "eval.every": 3})
-    run_dir, log = _kill_and_resume(tmp_path, common, 17, N_KILLS, ["generate", "optimize", "checkpoint", "evaluate", "timed"])
+    common = tiny_overrides(
+        tmp_path, steps=8, **{"run.checkpoint_every": 2, "run.keep_checkpoints": 2, "eval.every": 3}
+    )
+    run_dir, log = _kill_and_resume(
+        tmp_path, common, 17, N_KILLS, ["generate", "optimize", "checkpoint", "evaluate", "timed"]
+    )
     print("\n".join(log))
 
     full = tmp_path / "full"
@@ -151,13 +163,25 @@ def test_async_run_killed_and_resumed_trains_every_plan_once(tmp_path):
     its own plan (``async/plan`` = step: none lost, none twice), every rollout charged once
     (``cost/rollouts``), and each prompt visited as often as in the uninterrupted run (the plans
     drawn ahead are in the checkpoint, so the controller's draws are not repeated or skipped)."""
-    common = tiny_overrides(tmp_path, steps=8, **{"run.checkpoint_every": 2, "run.keep_checkpoints": 2, "eval.every": 3,
-                                                   "train.async.max_staleness": 1, "objective.name": "decoupled_ppo"})
+    common = tiny_overrides(
+        tmp_path,
+        steps=8,
+        **{
+            "run.checkpoint_every": 2,
+            "run.keep_checkpoints": 2,
+            "eval.every": 3,
+            "train.async.max_staleness": 1,
+            "objective.name": "decoupled_ppo",
+        },
+    )
     run_dir, _ = _kill_and_resume(tmp_path, common, 5, 6, ["optimize", "checkpoint", "timed"])
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [d["step"] for d in lines] == list(range(8)) and [d["async/plan"] for d in lines] == list(range(8))
     assert all(d["async/max_staleness"] <= 1 for d in lines)
     full = [json.loads(x) for x in (tmp_path / "full" / "metrics.jsonl").read_text().splitlines()]
     assert lines[-1]["cost/rollouts"] == full[-1]["cost/rollouts"] == 8 * 16
-    visits = lambda d: {p: (s["visits"], s["rollouts"]) for p, s in json.loads((d / "prompt_stats.json").read_text()).items()}  # noqa: E731
+
+    def visits(d):
+        return {p: (s["visits"], s["rollouts"]) for p, s in json.loads((d / "prompt_stats.json").read_text()).items()}  # noqa: E731
+
     assert visits(run_dir) == visits(tmp_path / "full")

@@ -6,9 +6,9 @@ import copy
 import pytest
 import torch
 
+from rollwise.batch.collate import collate
 from rollwise.config import load_config
 from rollwise.objectives import ADVANTAGES, OBJECTIVES
-from rollwise.batch.collate import collate
 from rollwise.trainer.tiny import build_tiny
 from rollwise.trainer.trainer import Trainer
 from rollwise.types import Rollout
@@ -16,8 +16,16 @@ from rollwise.types import Rollout
 
 def _rows(tok):
     # 2 groups of 4, completions of different lengths so token counts differ per row
-    texts = [("3+4=", "7"), ("3+4=", "8"), ("3+4=", "71"), ("3+4=", "7"),
-             ("9+9=", "18"), ("9+9=", "1"), ("9+9=", "180"), ("9+9=", "99")]
+    texts = [
+        ("3+4=", "7"),
+        ("3+4=", "8"),
+        ("3+4=", "71"),
+        ("3+4=", "7"),
+        ("9+9=", "18"),
+        ("9+9=", "1"),
+        ("9+9=", "180"),
+        ("9+9=", "99"),
+    ]
     rows = []
     for i, (p, c) in enumerate(texts):
         pids = tuple([tok.bos_token_id] + tok.encode(p))

@@ -23,16 +23,22 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason=
 
 
 def _run(tmp_path, name, **extra):
-    o = tiny_overrides(tmp_path, name=name, steps=3, **{"run.threads": 1, "distributed.cpus_per_worker": 1,
-                                                         "run.checkpoint_every": 3, "eval.every": 3, **extra})
+    o = tiny_overrides(
+        tmp_path,
+        name=name,
+        steps=3,
+        **{"run.threads": 1, "distributed.cpus_per_worker": 1, "run.checkpoint_every": 3, "eval.every": 3, **extra},
+    )
     res = train(load_config(overrides=as_sets(o)), log=lambda *a: None)
     gc.collect()  # the run's Ray actors go with its pool
     return res
 
 
 def _lines(path):
-    return [{k: v for k, v in json.loads(x).items() if k != "wall_s" and not k.startswith("time/")}
-            for x in path.read_text().splitlines()]
+    return [
+        {k: v for k, v in json.loads(x).items() if k != "wall_s" and not k.startswith("time/")}
+        for x in path.read_text().splitlines()
+    ]
 
 
 def _weights(run_dir):
@@ -103,7 +109,10 @@ def test_a_worker_killed_while_generating_charges_its_tokens_once_and_trains_not
 
     from rollwise.distributed.ray_pool import RayPool
 
-    long = {"model.warm_start.steps": 0, "sampling.max_new_tokens": 48}  # an untrained model rarely stops: long generations
+    long = {
+        "model.warm_start.steps": 0,
+        "sampling.max_new_tokens": 48,
+    }  # an untrained model rarely stops: long generations
     local = _run(tmp_path, "local", **{"distributed.request_seeds": True, **long})
     seen = {"calls": 0, "restarts": None, "reported": None}
     real = RayPool.rollouts
@@ -134,15 +143,25 @@ def test_a_worker_killed_while_generating_charges_its_tokens_once_and_trains_not
     b = [json.loads(x) for x in (killed.run_dir / "metrics.jsonl").read_text().splitlines()]
     lost = [ln.get("ray/lost_tokens", 0) for ln in b]
     assert lost[0] == lost[2] == 0 and lost[1] >= seen["reported"]  # charged in the step it happened, once
-    assert [x["cost/generated_tokens"] + sum(lost[:i + 1]) for i, x in enumerate(a)] == [x["cost/generated_tokens"] for x in b]
+    assert [x["cost/generated_tokens"] + sum(lost[: i + 1]) for i, x in enumerate(a)] == [
+        x["cost/generated_tokens"] for x in b
+    ]
 
     def trained(lines):
-        return [{k: v for k, v in ln.items() if k != "wall_s" and not k.startswith(("time/", "ray/", "cost/generated_tokens"))}
-                for ln in lines]
+        return [
+            {
+                k: v
+                for k, v in ln.items()
+                if k != "wall_s" and not k.startswith(("time/", "ray/", "cost/generated_tokens"))
+            }
+            for ln in lines
+        ]
 
     assert trained(a) == trained(b)  # same rewards, rollouts, verifier calls, trained tokens
     ea, eb = _lines(local.run_dir / "eval.jsonl"), _lines(killed.run_dir / "eval.jsonl")
-    assert [e.pop("cost/generated_tokens") + sum(lost[:e["step"]]) for e in ea] == [e.pop("cost/generated_tokens") for e in eb]
+    assert [e.pop("cost/generated_tokens") + sum(lost[: e["step"]]) for e in ea] == [
+        e.pop("cost/generated_tokens") for e in eb
+    ]
     assert ea == eb  # evaluation is never charged, and sees the same weights
     wa, wb = _weights(local.run_dir), _weights(killed.run_dir)
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)

@@ -25,8 +25,16 @@ def _stable(path):
 
 
 def test_sigkill_then_resume_matches_uninterrupted(tmp_path):
-    common = tiny_overrides(tmp_path, steps=10, **{"run.checkpoint_every": 3, "eval.every": 5,
-                                                   "control.prompts_per_step": 8, "task.options": {"n_train": 400, "n_heldout": 20}})
+    common = tiny_overrides(
+        tmp_path,
+        steps=10,
+        **{
+            "run.checkpoint_every": 3,
+            "eval.every": 5,
+            "control.prompts_per_step": 8,
+            "task.options": {"n_train": 400, "n_heldout": 20},
+        },
+    )
     full = dict(common, **{"run.name": "full"})
     killed = dict(common, **{"run.name": "killed"})
     sets = lambda o: sum((["--set", s] for s in as_sets(o)), [])  # noqa: E731

@@ -110,8 +110,9 @@ def verl_actor_config(verl_core):
     from verl.workers.config import ActorConfig
 
     def make(global_batch_info: dict, **kw):
-        return ActorConfig(strategy="fsdp", rollout_n=1, ppo_micro_batch_size_per_gpu=1,
-                           global_batch_info=global_batch_info, **kw)
+        return ActorConfig(
+            strategy="fsdp", rollout_n=1, ppo_micro_batch_size_per_gpu=1, global_batch_info=global_batch_info, **kw
+        )
 
     return make
 
@@ -129,8 +130,9 @@ def trl_grpo():
 
 
 def _accelerator() -> SimpleNamespace:
-    return SimpleNamespace(num_processes=1, gather=lambda x: x, gather_for_metrics=lambda x: x,
-                           reduce=lambda x, reduction="sum": x)
+    return SimpleNamespace(
+        num_processes=1, gather=lambda x: x, gather_for_metrics=lambda x: x, reduce=lambda x, reduction="sum": x
+    )
 
 
 @pytest.fixture(scope="session")
@@ -168,8 +170,22 @@ def trl_loss(trl_grpo):
     """``trl_loss(new, old, mask, advantages, loss_type=..., **settings) -> loss``: runs TRL's real
     ``GRPOTrainer._compute_loss`` on these tensors (one process, no gradient accumulation)."""
 
-    def run(new, old, mask, advantages, *, loss_type="dapo", epsilon=0.2, epsilon_high=None, beta=0.0, ref=None,
-            use_bias_correction_kl=False, importance_sampling_level="token", max_completion_length=512, delta=None):
+    def run(
+        new,
+        old,
+        mask,
+        advantages,
+        *,
+        loss_type="dapo",
+        epsilon=0.2,
+        epsilon_high=None,
+        beta=0.0,
+        ref=None,
+        use_bias_correction_kl=False,
+        importance_sampling_level="token",
+        max_completion_length=512,
+        delta=None,
+    ):
         B, T = new.shape
         accelerator = _accelerator()
         trainer = SimpleNamespace(

@@ -48,8 +48,9 @@ class Ragged:
         )
 
 
-def ragged(seed: int, *, min_len: int = 1, max_len: int = 9, drift: float = 0.3, singletons: bool = False,
-           binary: bool = False) -> Ragged:
+def ragged(
+    seed: int, *, min_len: int = 1, max_len: int = 9, drift: float = 0.3, singletons: bool = False, binary: bool = False
+) -> Ragged:
     """Groups of 2..5 rows (plus one-row groups with ``singletons``), lengths in [min_len, max_len]
     (with ``min_len = 0`` row 0 is empty),
     ``new = old + drift * N(0, 1)`` on loss tokens (ratios around 1, some clipped), ref likewise."""

@@ -11,9 +11,9 @@ peerfixtures docstring); their conventions (eps 1e-4, scale_rewards="batch") are
 from __future__ import annotations
 
 import pytest
-
 from peerfixtures import trl_grpo, trl_loss, trl_rloo_loss  # noqa: F401 (pytest fixtures)
 from peerutil import SEEDS, close, leaf, ragged
+
 from rollwise.objectives import cispo, grpo, gspo
 
 MAX_COMPLETION = 12  # TRL's max_completion_length, rollwise's norm_constant for Dr. GRPO
@@ -70,8 +70,9 @@ def test_convention_sequence_losses_count_empty_rows(trl_loss, seed, loss_type):
     base = LOSS_TYPES[loss_type]
     default, theirs = _pair(trl_loss, r, grpo, grpo.Options(**base), loss_type=loss_type)
     assert not close(default[0], theirs[0])
-    matched, theirs = _pair(trl_loss, r, grpo, grpo.Options(count_empty_rows=True, **base), num_rows=True,
-                            loss_type=loss_type)
+    matched, theirs = _pair(
+        trl_loss, r, grpo, grpo.Options(count_empty_rows=True, **base), num_rows=True, loss_type=loss_type
+    )
     assert _same(matched, theirs)
 
 
@@ -88,8 +89,9 @@ def test_exact_kl_term(trl_loss, seed, bias_correction):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_convention_kl_bias_correction(trl_loss, seed):
     r = ragged(seed, drift=0.6)
-    default, theirs = _pair(trl_loss, r, grpo, grpo.Options(kl_coef=0.04), loss_type="dapo", beta=0.04,
-                            use_bias_correction_kl=True)
+    default, theirs = _pair(
+        trl_loss, r, grpo, grpo.Options(kl_coef=0.04), loss_type="dapo", beta=0.04, use_bias_correction_kl=True
+    )
     assert not close(default[1], theirs[1])
 
 
@@ -98,8 +100,16 @@ def test_convention_kl_bias_correction(trl_loss, seed):
 def test_exact_gspo_sequence_level(trl_loss, seed, loss_type, aggregation):
     # TRL's GSPO: importance_sampling_level="sequence"; with epsilon 3e-4 / 4e-4 it is rollwise gspo.
     r = ragged(seed, drift=0.002)
-    ours, theirs = _pair(trl_loss, r, gspo, gspo.Options(aggregation=aggregation), loss_type=loss_type,
-                         importance_sampling_level="sequence", epsilon=3e-4, epsilon_high=4e-4)
+    ours, theirs = _pair(
+        trl_loss,
+        r,
+        gspo,
+        gspo.Options(aggregation=aggregation),
+        loss_type=loss_type,
+        importance_sampling_level="sequence",
+        epsilon=3e-4,
+        epsilon_high=4e-4,
+    )
     assert _same(ours, theirs)
 
 
@@ -107,8 +117,18 @@ def test_exact_gspo_sequence_level(trl_loss, seed, loss_type, aggregation):
 def test_exact_gspo_kl_bias_correction_uses_the_sequence_ratio(trl_loss, seed):
     r = ragged(seed, drift=0.002)
     opts = gspo.Options(aggregation="token_mean", kl_coef=0.04, kl_bias_correction=True)
-    ours, theirs = _pair(trl_loss, r, gspo, opts, loss_type="dapo", importance_sampling_level="sequence",
-                         epsilon=3e-4, epsilon_high=4e-4, beta=0.04, use_bias_correction_kl=True)
+    ours, theirs = _pair(
+        trl_loss,
+        r,
+        gspo,
+        opts,
+        loss_type="dapo",
+        importance_sampling_level="sequence",
+        epsilon=3e-4,
+        epsilon_high=4e-4,
+        beta=0.04,
+        use_bias_correction_kl=True,
+    )
     assert _same(ours, theirs)
 
 

@@ -14,15 +14,18 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-
 from peerfixtures import verl_actor_config, verl_core, verl_rollout_corr  # noqa: F401 (pytest fixtures)
 from peerutil import SEEDS, close, leaf, ragged
+
 from rollwise.objectives import advantages as adv
 from rollwise.objectives import cispo, dapo, grpo, gspo
 from rollwise.objectives.common import aggregate, kl_penalty
 
-MODES = {"token_mean": "token-mean", "seq_mean_token_mean": "seq-mean-token-mean",
-         "seq_mean_token_sum_norm": "seq-mean-token-sum-norm"}
+MODES = {
+    "token_mean": "token-mean",
+    "seq_mean_token_mean": "seq-mean-token-mean",
+    "seq_mean_token_sum_norm": "seq-mean-token-sum-norm",
+}
 NORM = 16.0  # norm_constant / verl's loss_scale_factor for the *_norm mode
 
 
@@ -40,8 +43,12 @@ def _rows(per_token: torch.Tensor) -> torch.Tensor:
 
 def _batch_info(r, mode):
     b = r.batch()
-    return {"dp_size": 1, "batch_num_tokens": b.num_loss_tokens, "global_batch_size": b.num_sequences,
-            "loss_scale_factor": NORM if mode == "seq_mean_token_sum_norm" else None}
+    return {
+        "dp_size": 1,
+        "batch_num_tokens": b.num_loss_tokens,
+        "global_batch_size": b.num_sequences,
+        "loss_scale_factor": NORM if mode == "seq_mean_token_sum_norm" else None,
+    }
 
 
 # ---------------------------------------------------------------------------- advantages
@@ -53,7 +60,8 @@ def test_exact_grpo_and_dr_grpo_advantage(verl_core, seed, norm_by_std):
     r = ragged(seed)
     ours = (adv.grpo(r.rewards, r.groups) if norm_by_std else adv.dr_grpo(r.rewards, r.groups)).values
     theirs, _ = verl_core.compute_grpo_outcome_advantage(
-        _token_rewards(r), r.mask, np.array(r.groups.tolist()), epsilon=1e-6, norm_adv_by_std_in_grpo=norm_by_std)
+        _token_rewards(r), r.mask, np.array(r.groups.tolist()), epsilon=1e-6, norm_adv_by_std_in_grpo=norm_by_std
+    )
     assert close(ours, _rows(theirs))
 
 
@@ -77,7 +85,8 @@ def test_convention_reinforce_pp_token_whitening(verl_core, seed):
     # verl whitens over tokens (masked_whiten): a row weighs by its length. rollwise: whiten="token".
     r = ragged(seed)
     theirs, _ = verl_core.compute_reinforce_plus_plus_baseline_outcome_advantage(
-        _token_rewards(r), r.mask, np.array(r.groups.tolist()))
+        _token_rewards(r), r.mask, np.array(r.groups.tolist())
+    )
     lengths = r.mask.sum(dim=1)
     default = adv.reinforce_pp_baseline(r.rewards, r.groups).values
     assert not close(default, _rows(theirs))
@@ -291,7 +300,8 @@ def test_exact_rollout_correction_weights(verl_rollout_corr, seed, level, thresh
     r = ragged(seed, drift=0.3 if level == "token" else 0.1)
     prox = r.ref  # the trainer's recompute (verl: old_log_prob); r.old is the sampler's
     theirs, _ = verl_rollout_corr.compute_rollout_correction_weights(
-        (prox - r.old) * r.mask, r.mask, rollout_is=level, rollout_is_threshold=threshold)
+        (prox - r.old) * r.mask, r.mask, rollout_is=level, rollout_is_threshold=threshold
+    )
     low = 0.5 if action == "mask" else 0.0
     ours, _ = behaviour_weight(prox, r.old, r.mask, level, low=low, cap=2.0, action=action)
     assert close(ours * r.mask, theirs)
@@ -307,9 +317,9 @@ def test_exact_tis_weighted_ppo_loss(verl_core, verl_rollout_corr, verl_actor_co
     cfg = verl_actor_config(_batch_info(r, "token_mean"))
     weights, _ = verl_rollout_corr.compute_rollout_correction_weights((prox - r.old) * r.mask, r.mask)
     new_t = leaf(r.new)
-    theirs, _ = verl_core.compute_policy_loss_vanilla(prox, new_t, r.adv[:, None] * r.mask, r.mask,
-                                                      loss_agg_mode="token-mean", config=cfg,
-                                                      rollout_is_weights=weights)
+    theirs, _ = verl_core.compute_policy_loss_vanilla(
+        prox, new_t, r.adv[:, None] * r.mask, r.mask, loss_agg_mode="token-mean", config=cfg, rollout_is_weights=weights
+    )
     theirs.backward()
     new_o = leaf(r.new)
     batch = dataclasses.replace(r.batch(), prox_logprobs=prox, ref_logprobs=None)

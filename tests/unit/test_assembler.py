@@ -4,11 +4,10 @@ run's services (issue #27)."""
 
 import pytest
 
+from conftest import as_sets, tiny_overrides
 from rollwise import components
 from rollwise.config import load_config
 from rollwise.types import RunState
-
-from conftest import as_sets, tiny_overrides
 
 
 def _assemble(tmp_path, **extra):

@@ -9,8 +9,8 @@ def test_config_show_prints_resolved_toml(capsys):
 
 def test_eval_command_on_a_finished_run(tmp_path, capsys):
     import rollwise
-    from rollwise.config import load_config
     from conftest import as_sets, tiny_overrides
+    from rollwise.config import load_config
 
     cfg = load_config(overrides=as_sets(tiny_overrides(tmp_path, steps=1)))
     res = rollwise.train(cfg, log=lambda m: None)
@@ -42,10 +42,12 @@ def test_eval_at_a_step_with_its_own_temperature_and_samples(tmp_path, capsys):
     import pytest
 
     import rollwise
-    from rollwise.config import load_config
     from conftest import as_sets, tiny_overrides
+    from rollwise.config import load_config
 
-    cfg = load_config(overrides=as_sets(tiny_overrides(tmp_path, steps=2, **{"run.checkpoint_every": 1, "run.keep_checkpoints": 3})))
+    cfg = load_config(
+        overrides=as_sets(tiny_overrides(tmp_path, steps=2, **{"run.checkpoint_every": 1, "run.keep_checkpoints": 3}))
+    )
     run = rollwise.train(cfg, log=lambda m: None).run_dir
     ledger = {f: (run / f).read_bytes() for f in ("metrics.jsonl", "eval.jsonl")}
     m = rollwise.evaluate(run, step=1, temperature=0.0, samples=1, log=lambda s: None)
@@ -61,7 +63,9 @@ def test_eval_at_a_step_with_its_own_temperature_and_samples(tmp_path, capsys):
     last = json.loads((run / "eval.jsonl").read_text().splitlines()[-1])
     mine = rollwise.evaluate(run, log=lambda s: None)
     assert mine["step"] == last["step"] == 2
-    assert {k: v for k, v in mine.items() if k.startswith("eval/")} == {k: v for k, v in last.items() if k.startswith("eval/")}
+    assert {k: v for k, v in mine.items() if k.startswith("eval/")} == {
+        k: v for k, v in last.items() if k.startswith("eval/")
+    }
     # read-only: the run's ledger is untouched; a step that is not there names the ones that are
     assert {f: (run / f).read_bytes() for f in ledger} == ledger
     with pytest.raises(SystemExit) as exc:
@@ -78,9 +82,15 @@ def test_ctrl_c_in_the_warm_start_is_said_as_it_is_and_resume_continues_it(tmp_p
     from conftest import as_sets, tiny_overrides
     from rollwise.trainer import warm_start
 
-    sets = [x for o in as_sets(tiny_overrides(tmp_path, name="ws", steps=1, **{"model.warm_start.steps": 40,
-                                                                              "model.warm_start.batch_size": 2}))
-            for x in ("--set", o)]
+    sets = [
+        x
+        for o in as_sets(
+            tiny_overrides(
+                tmp_path, name="ws", steps=1, **{"model.warm_start.steps": 40, "model.warm_start.batch_size": 2}
+            )
+        )
+        for x in ("--set", o)
+    ]
     real = warm_start.Progress.__call__
 
     def interrupt_at_5(self, step, loss):
@@ -121,6 +131,6 @@ def test_rank_other_than_0_prints_no_header_or_closing_lines(tmp_path, capsys, m
     out = capsys.readouterr().out
     assert "rollwise run" not in out and "done" not in out and "files:" not in out
     monkeypatch.setenv("RANK", "0")
-    cli.main(["train", *[s.replace("run.name=\"r1\"", "run.name=\"r0\"") for s in sets]])
+    cli.main(["train", *[s.replace('run.name="r1"', 'run.name="r0"') for s in sets]])
     out = capsys.readouterr().out
     assert "rollwise run" in out and "done" in out

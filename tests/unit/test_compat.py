@@ -6,6 +6,7 @@ a prompt longer than vLLM's max_model_len)."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 import subprocess
 import sys
@@ -40,7 +41,7 @@ def test_every_backend_pool_and_wrapper_declares_a_frozen_record():
     for part in parts:
         rec = compat.record(part)
         assert isinstance(rec, Compat) and rec is not compat.NEUTRAL, part
-        with pytest.raises(Exception):
+        with pytest.raises(dataclasses.FrozenInstanceError):
             rec.decode_hooks = not rec.decode_hooks  # frozen
 
 
@@ -80,20 +81,33 @@ def test_in_process_strategies_are_read_from_the_records():
 # ---------------------------------------------------------------- refusals derived from them
 
 
-@pytest.mark.parametrize("overrides, keys", [
-    (["sampling.arrol.enabled=true", "sampling.latr.enabled=true", "sampling.max_new_tokens=16"],
-     ["sampling.arrol.enabled", "sampling.latr.enabled"]),
-    (["sampling.latr.enabled=true", "replay.name=april"], ["sampling.latr.enabled", "replay 'april'"]),
-    (["sampling.arrol.enabled=true", "replay.name=spec_rl", "sampling.max_new_tokens=16"],
-     ["sampling.arrol.enabled", "replay 'spec_rl'"]),
-])
+@pytest.mark.parametrize(
+    "overrides, keys",
+    [
+        (
+            ["sampling.arrol.enabled=true", "sampling.latr.enabled=true", "sampling.max_new_tokens=16"],
+            ["sampling.arrol.enabled", "sampling.latr.enabled"],
+        ),
+        (["sampling.latr.enabled=true", "replay.name=april"], ["sampling.latr.enabled", "replay 'april'"]),
+        (
+            ["sampling.arrol.enabled=true", "replay.name=spec_rl", "sampling.max_new_tokens=16"],
+            ["sampling.arrol.enabled", "replay 'spec_rl'"],
+        ),
+    ],
+)
 def test_only_one_part_makes_the_training_rollouts(overrides, keys):
     msg = refused(overrides)
     assert all(k in msg for k in keys), msg
 
 
-@pytest.mark.parametrize("wrapper", [["sampling.latr.enabled=true"], ["replay.name=april"],
-                                     ["sampling.arrol.enabled=true", "sampling.max_new_tokens=16"]])
+@pytest.mark.parametrize(
+    "wrapper",
+    [
+        ["sampling.latr.enabled=true"],
+        ["replay.name=april"],
+        ["sampling.arrol.enabled=true", "sampling.max_new_tokens=16"],
+    ],
+)
 def test_a_wrapper_that_drives_the_hf_backend_is_refused_by_engines_without_decode_hooks(wrapper):
     msg = refused([*wrapper, "model.backend=vllm"])
     assert "model.backend = 'vllm'" in msg and "decode hooks" in msg
@@ -107,10 +121,22 @@ def test_asynchrony_refuses_a_wrapper_that_drives_the_trainers_backend():
 
 
 def test_interrupting_generation_needs_the_in_process_hf_engine():
-    msg = refused(["train.async.max_staleness=1", "objective.name=decoupled_ppo", "train.async.on_new_weights=interrupt",
-                   "model.backend=vllm"])
+    msg = refused(
+        [
+            "train.async.max_staleness=1",
+            "objective.name=decoupled_ppo",
+            "train.async.on_new_weights=interrupt",
+            "model.backend=vllm",
+        ]
+    )
     assert "train.async.on_new_weights = 'interrupt'" in msg
-    load_config(overrides=["train.async.max_staleness=1", "objective.name=decoupled_ppo", "train.async.on_new_weights=interrupt"])
+    load_config(
+        overrides=[
+            "train.async.max_staleness=1",
+            "objective.name=decoupled_ppo",
+            "train.async.on_new_weights=interrupt",
+        ]
+    )
 
 
 def test_dynamic_sampling_needs_its_filter():
@@ -119,33 +145,58 @@ def test_dynamic_sampling_needs_its_filter():
 
 
 def test_data_parallel_refuses_parts_that_are_not_per_rank(monkeypatch):
-    for k, v in {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "localhost", "MASTER_PORT": "29500"}.items():
+    for k, v in {
+        "WORLD_SIZE": "2",
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "MASTER_ADDR": "localhost",
+        "MASTER_PORT": "29500",
+    }.items():
         monkeypatch.setenv(k, v)
     assert "train.async" in refused(["train.async.max_staleness=1", "objective.name=decoupled_ppo"])
     assert "train.async" in refused(["train.async.periodic=true"])
     assert "model.backend = 'vllm'" in refused(["model.backend=vllm"])
 
 
-@pytest.mark.parametrize("overrides, keys", [
-    (["control.name=adhint"], ["control.name = 'adhint' needs advantage.name = 'adhint' (got 'grpo')"]),
-    (["control.name=mssr"], ["control.name = 'mssr' needs advantage.name = 'mssr'"]),
-    (["advantage.name=v05"], ["advantage.name = 'v05' needs control.name = 'v05' (got 'uniform')"]),
-    (["replay.name=april", "control.name=greso"], ["replay.name = 'april' needs control.name = 'uniform' (got 'greso')"]),
-    (["control.name=speed"], ["control.name = 'speed' needs 'speed_complete' in filter.names (got [])"]),
-    (["control.name=scope", "control.dynamic_sampling.enabled=true", "filter.names=['zero_variance']"],
-     ["control.name = 'scope' does not run with control.dynamic_sampling.enabled"]),
-    (["control.name=greso", "control.dynamic_sampling.enabled=true", "control.dynamic_sampling.type=replace",
-      "filter.names=['zero_variance']"], ["control.name = 'greso' does not run with control.dynamic_sampling.type = 'replace' (only 'refill')"]),
-    (["control.name=r3l", "advantage.name=r3l", "sampling.latr.enabled=true"],
-     ["control.name = 'r3l' continues its own prefixes; it does not combine with sampling.latr.enabled"]),
-])
+@pytest.mark.parametrize(
+    "overrides, keys",
+    [
+        (["control.name=adhint"], ["control.name = 'adhint' needs advantage.name = 'adhint' (got 'grpo')"]),
+        (["control.name=mssr"], ["control.name = 'mssr' needs advantage.name = 'mssr'"]),
+        (["advantage.name=v05"], ["advantage.name = 'v05' needs control.name = 'v05' (got 'uniform')"]),
+        (
+            ["replay.name=april", "control.name=greso"],
+            ["replay.name = 'april' needs control.name = 'uniform' (got 'greso')"],
+        ),
+        (["control.name=speed"], ["control.name = 'speed' needs 'speed_complete' in filter.names (got [])"]),
+        (
+            ["control.name=scope", "control.dynamic_sampling.enabled=true", "filter.names=['zero_variance']"],
+            ["control.name = 'scope' does not run with control.dynamic_sampling.enabled"],
+        ),
+        (
+            [
+                "control.name=greso",
+                "control.dynamic_sampling.enabled=true",
+                "control.dynamic_sampling.type=replace",
+                "filter.names=['zero_variance']",
+            ],
+            ["control.name = 'greso' does not run with control.dynamic_sampling.type = 'replace' (only 'refill')"],
+        ),
+        (
+            ["control.name=r3l", "advantage.name=r3l", "sampling.latr.enabled=true"],
+            ["control.name = 'r3l' continues its own prefixes; it does not combine with sampling.latr.enabled"],
+        ),
+    ],
+)
 def test_what_a_strategy_needs_of_the_other_sections(overrides, keys):
     msg = refused(overrides)
     assert all(k in msg for k in keys), msg
 
 
 def test_what_a_strategy_needs_is_accepted_when_present():
-    load_config(overrides=["control.name=greso", "control.dynamic_sampling.enabled=true", "filter.names=['zero_variance']"])
+    load_config(
+        overrides=["control.name=greso", "control.dynamic_sampling.enabled=true", "filter.names=['zero_variance']"]
+    )
     load_config(overrides=["control.name=speed", "filter.names=['speed_complete']"])
     load_config(overrides=["control.name=v05", "advantage.name=v05"])
 
@@ -153,11 +204,14 @@ def test_what_a_strategy_needs_is_accepted_when_present():
 # ---------------------------------------------------------------- late failure 1: sampler entropies
 
 
-@pytest.mark.parametrize("engine, key", [
-    (["model.backend=vllm"], "model.backend = 'vllm'"),
-    (["distributed.workers=2"], "distributed.workers = 2"),
-    (["sampling.latr.enabled=true"], "sampling.latr.enabled"),
-])
+@pytest.mark.parametrize(
+    "engine, key",
+    [
+        (["model.backend=vllm"], "model.backend = 'vllm'"),
+        (["distributed.workers=2"], "distributed.workers = 2"),
+        (["sampling.latr.enabled=true"], "sampling.latr.enabled"),
+    ],
+)
 def test_sampler_entropy_is_refused_where_no_engine_records_it(engine, key):
     msg = refused(engine, CONFIGS / "ettrl.toml")  # advantage.options.entropy = "sampler"
     assert "advantage.options.entropy = 'sampler'" in msg and key in msg and "advantage.name = 'ettrl'" in msg
@@ -179,21 +233,26 @@ def test_a_proxy_entropy_or_the_hf_engine_is_accepted():
 
 
 def test_d3s_keeps_its_documented_fallback_to_the_trainer():
-    load_config(CONFIGS / "d3s.toml", ["model.backend=vllm"])  # batch.d3s.entropy = 'sampler': a trainer forward where missing
+    load_config(
+        CONFIGS / "d3s.toml", ["model.backend=vllm"]
+    )  # batch.d3s.entropy = 'sampler': a trainer forward where missing
 
 
 # ---------------------------------------------------------------- late failure 2: periodic asynchrony
 
 
-@pytest.mark.parametrize("config, key", [
-    ("gdpo.toml", "advantage.name = 'gdpo' with advantage.options.batch_norm = true"),
-    ("mssr.toml", "advantage.name = 'mssr'"),
-    ("echo.toml", "advantage.name = 'echo'"),
-    ("gdro.toml", "control.name = 'gdro'"),
-    ("adhint.toml", "control.name = 'adhint'"),
-    ("r3l_retry.toml", "control.name = 'r3l'"),
-    ("scope.toml", "control.name = 'scope'"),
-])
+@pytest.mark.parametrize(
+    "config, key",
+    [
+        ("gdpo.toml", "advantage.name = 'gdpo' with advantage.options.batch_norm = true"),
+        ("mssr.toml", "advantage.name = 'mssr'"),
+        ("echo.toml", "advantage.name = 'echo'"),
+        ("gdro.toml", "control.name = 'gdro'"),
+        ("adhint.toml", "control.name = 'adhint'"),
+        ("r3l_retry.toml", "control.name = 'r3l'"),
+        ("scope.toml", "control.name = 'scope'"),
+    ],
+)
 def test_periodic_asynchrony_refuses_parts_that_read_the_whole_batch(config, key):
     msg = refused(["train.async.periodic=true"], CONFIGS / config)
     assert msg.startswith("train.async.periodic = true cannot stream with") and key in msg, msg
@@ -217,7 +276,9 @@ def task(train_lengths, heldout_lengths=(4,)):
     def prompts(tag, lengths):
         return [SimpleNamespace(id=f"{tag}{i}", text="x" * n) for i, n in enumerate(lengths)]
 
-    return SimpleNamespace(train_prompts=lambda: prompts("t", train_lengths), heldout_prompts=lambda: prompts("h", heldout_lengths))
+    return SimpleNamespace(
+        train_prompts=lambda: prompts("t", train_lengths), heldout_prompts=lambda: prompts("h", heldout_lengths)
+    )
 
 
 def test_a_prompt_longer_than_the_engine_is_refused_before_the_engine_starts():
@@ -233,7 +294,9 @@ def test_a_prompt_longer_than_the_engine_is_refused_before_the_engine_starts():
 def test_the_default_engine_length_is_the_models_positions_capped_at_4096():
     cfg = load_config(overrides=["model.backend=vllm", "sampling.max_new_tokens=8", "eval.n_prompts=1"])
     with pytest.raises(UserError, match=r"max_model_len = 36 .*model's 36 positions"):
-        compat.check_engine_length(cfg, task([10], [29, 100]), Codec(), 36)  # the evaluated held-out prompt: 29 + 8 > 36
+        compat.check_engine_length(
+            cfg, task([10], [29, 100]), Codec(), 36
+        )  # the evaluated held-out prompt: 29 + 8 > 36
     compat.check_engine_length(cfg, task([4090 - 8]), Codec(), 10_000)  # capped at 4096
     with pytest.raises(UserError, match="max_model_len = 4096"):
         compat.check_engine_length(cfg, task([4089]), Codec(), 10_000)
@@ -248,13 +311,29 @@ def test_the_hf_backend_has_no_engine_length():
 
 def test_config_imports_no_strategy_module():
     tree = ast.parse((ROOT / "src/rollwise/config.py").read_text())
-    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("rollwise.")}
-    imported |= {f"rollwise.{a.name}" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "rollwise"
-                 for a in n.names}
+    imported = {
+        n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("rollwise.")
+    }
+    imported |= {
+        f"rollwise.{a.name}"
+        for n in ast.walk(tree)
+        if isinstance(n, ast.ImportFrom) and n.module == "rollwise"
+        for a in n.names
+    }
     assert imported <= {"rollwise.registry", "rollwise.compat"}, imported
-    out = subprocess.run([sys.executable, "-c", "import sys, rollwise.config; print(sorted(m for m in sys.modules if m.startswith('rollwise.')))"],
-                         capture_output=True, text=True, check=True).stdout
-    assert set(re.findall(r"'([\w.]+)'", out)) <= {"rollwise.config", "rollwise.registry", "rollwise.train"}, out  # train: the
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, rollwise.config; print(sorted(m for m in sys.modules if m.startswith('rollwise.')))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert set(re.findall(r"'([\w.]+)'", out)) <= {"rollwise.config", "rollwise.registry", "rollwise.train"}, (
+        out
+    )  # train: the
     # empty package rollwise/__init__.py makes callable
 
 
@@ -266,7 +345,12 @@ def test_strategy_modules_take_their_option_schemas_from_config():
     from rollwise.reward import ttrl
 
     assert (d3s.Options, arrol.Options, ess.Options, otr.OtrOptions, ttrl.Options) == (
-        config.D3SOptions, config.ArrolOptions, config.EssOptions, config.OtrOptions, config.TtrlOptions)
+        config.D3SOptions,
+        config.ArrolOptions,
+        config.EssOptions,
+        config.OtrOptions,
+        config.TtrlOptions,
+    )
     assert issubclass(config.D3SConfig, d3s.Options) and issubclass(config.ArrolConfig, arrol.Options)
 
 
@@ -288,8 +372,16 @@ def test_build_policy_refuses_the_long_prompt_before_the_warm_start():
         pytest.skip("model.backend = 'vllm' is refused at load without vLLM")
     from rollwise import components
 
-    cfg = load_config(overrides=["model.backend=vllm", "model.vllm.max_model_len=16", "sampling.max_new_tokens=15",
-                                 "model.warm_start.steps=5", "model.warm_start.cache=false", "model.device=cpu"])
+    cfg = load_config(
+        overrides=[
+            "model.backend=vllm",
+            "model.vllm.max_model_len=16",
+            "sampling.max_new_tokens=15",
+            "model.warm_start.steps=5",
+            "model.warm_start.cache=false",
+            "model.device=cpu",
+        ]
+    )
     logged = []
     with pytest.raises(UserError, match=r"model\.vllm\.max_model_len"):
         components.build_policy(cfg, components.build_task(cfg), log=logged.append)

@@ -30,18 +30,21 @@ def test_toml_file_and_roundtrip(tmp_path):
     assert load_config(again) == cfg
 
 
-@pytest.mark.parametrize("override, needle", [
-    ("train.stepz=3", "train.stepz"),
-    ("train.steps=-1", "train.steps"),
-    ("train.steps=abc", "train.steps"),
-    ("sampling.top_p=1.5", "sampling.top_p"),
-    ("model.dtype=float8", "model.dtype"),
-    ("control.name=nope", "known: "),
-    ("objective.name=nope", "unknown objective"),
-    ("advantage.name=nope", "unknown advantage"),
-    ("replay.name=nope", "unknown replay"),
-    ("eval.k=[9]", "eval.k"),
-])
+@pytest.mark.parametrize(
+    "override, needle",
+    [
+        ("train.stepz=3", "train.stepz"),
+        ("train.steps=-1", "train.steps"),
+        ("train.steps=abc", "train.steps"),
+        ("sampling.top_p=1.5", "sampling.top_p"),
+        ("model.dtype=float8", "model.dtype"),
+        ("control.name=nope", "known: "),
+        ("objective.name=nope", "unknown objective"),
+        ("advantage.name=nope", "unknown advantage"),
+        ("replay.name=nope", "unknown replay"),
+        ("eval.k=[9]", "eval.k"),
+    ],
+)
 def test_bad_values_name_the_key(override, needle):
     with pytest.raises(UserError, match=needle.replace(".", r"\.")):
         load_config(overrides=[override])
@@ -54,4 +57,5 @@ def test_every_field_has_a_description():
             ann = f.annotation
             if isinstance(ann, type) and issubclass(ann, Config.__mro__[1]):
                 walk(ann)
+
     walk(Config)

@@ -12,11 +12,14 @@ def test_renamed_table():
     assert RENAMED == {"sampling.tree": "sampling.latr", "filter.d3s": "batch.d3s"}  # old name
 
 
-@pytest.mark.parametrize("override, new", [
-    ("sampling.tree.enabled=true", "sampling.latr"),  # old name
-    ("filter.d3s.enabled=true", "batch.d3s"),  # old name
-    ("filter.d3s={ramp_steps = 3}", "batch.d3s"),  # old name
-])
+@pytest.mark.parametrize(
+    "override, new",
+    [
+        ("sampling.tree.enabled=true", "sampling.latr"),  # old name
+        ("filter.d3s.enabled=true", "batch.d3s"),  # old name
+        ("filter.d3s={ramp_steps = 3}", "batch.d3s"),  # old name
+    ],
+)
 def test_old_key_in_an_override_names_the_new_key(override, new):
     with pytest.raises(UserError, match=rf"was renamed {new}"):
         load_config(overrides=[override])

@@ -5,9 +5,8 @@ options with defaults; a string field takes any text."""
 
 from __future__ import annotations
 
-import tomllib
-
 import pytest
+import tomllib
 
 from rollwise import cli
 from rollwise.config import Config, load_config, to_toml
@@ -39,7 +38,7 @@ def test_every_key_appears_with_its_description_unset_ones_too(capsys):
     lines = out.splitlines()
     section = None
     seen = set()
-    for i, ln in enumerate(lines):
+    for _i, ln in enumerate(lines):
         if ln.startswith("[") and ln.endswith("]"):
             section = ln[1:-1]
         elif section is not None and " = " in ln:
@@ -50,16 +49,31 @@ def test_every_key_appears_with_its_description_unset_ones_too(capsys):
             continue  # rendered as tables of their own
         assert key in seen, f"{key} missing from config show"
         assert description and " ".join(description.split())[:40] in " ".join(out.split()), key
-    for unset in ("train.budget_generated_tokens", "train.budget_rollouts", "control.budget_rollouts",
-                  "control.budget_tokens", "run.name", "run.threads"):
+    for unset in (
+        "train.budget_generated_tokens",
+        "train.budget_rollouts",
+        "control.budget_rollouts",
+        "control.budget_tokens",
+        "run.name",
+        "run.threads",
+    ):
         assert unset in seen
 
 
-@pytest.mark.parametrize("sets", [
-    [],
-    ['filter.names=["zero_variance","overlong"]', "filter.options={overlong={}}", "train.budget_rollouts=100",
-     "task.options={n_train=50, levels=[1]}", "sampling.latr.enabled=true", 'eval.k=[1,2]'],
-])
+@pytest.mark.parametrize(
+    "sets",
+    [
+        [],
+        [
+            'filter.names=["zero_variance","overlong"]',
+            "filter.options={overlong={}}",
+            "train.budget_rollouts=100",
+            "task.options={n_train=50, levels=[1]}",
+            "sampling.latr.enabled=true",
+            "eval.k=[1,2]",
+        ],
+    ],
+)
 def test_output_parses_to_the_resolved_config(sets):
     cfg = load_config(overrides=sets)
     assert tomllib.loads(annotated_toml(cfg)) == tomllib.loads(to_toml(cfg))
@@ -67,7 +81,7 @@ def test_output_parses_to_the_resolved_config(sets):
 
 def test_strategy_options_are_listed_with_defaults(capsys):
     out = _show(capsys, "task.options={n_train=50}")
-    table = out[out.index("[task.options]"):].split("\n\n")[0]
+    table = out[out.index("[task.options]") :].split("\n\n")[0]
     assert "n_train = 50" in table  # set: a key
     assert "# n_heldout = 200" in table and "held-out" in table  # unset: commented default and description
 
@@ -100,7 +114,15 @@ def test_config_show_rejects_what_train_rejects(capsys):
 def test_config_options_lists_a_tasks_options(capsys):
     cli.main(["config", "options", "task", "jsonl"])
     out = capsys.readouterr().out
-    for opt in ("question_field", "answer_field", "solution_field", "heldout_path", "heldout_fraction", "chat", "verifier"):
+    for opt in (
+        "question_field",
+        "answer_field",
+        "solution_field",
+        "heldout_path",
+        "heldout_fraction",
+        "chat",
+        "verifier",
+    ):
         assert opt in out
     assert 'default "question"' in out and "default 0.1" in out
 
@@ -132,5 +154,6 @@ def test_presets_exist_for_the_strategies_the_readme_names(preset):
 
     path = Path(__file__).resolve().parents[2] / "configs" / f"{preset}.toml"
     cfg = load_config(path)
-    assert cfg.control.name == preset or (preset == "dapo" and cfg.control.dynamic_sampling.enabled
-                                          and cfg.filter.names == ["zero_variance"])
+    assert cfg.control.name == preset or (
+        preset == "dapo" and cfg.control.dynamic_sampling.enabled and cfg.filter.names == ["zero_variance"]
+    )

@@ -9,18 +9,40 @@ from collections import Counter
 import pytest
 import torch
 
-from rollwise import backends, control, filter as filters, replay
+from rollwise import backends, control, replay
+from rollwise import filter as filters
 from rollwise.batch.build import apply_filters, apply_row_weights
 from rollwise.control.base import Controller
 from rollwise.control.uniform import Uniform
 from rollwise.objectives import ADVANTAGES, OBJECTIVES
 from rollwise.objectives.inputs import _CONTEXT_INPUTS, _INPUTS, advantage_context, advantage_inputs
 from rollwise.replay.base import ReplaySource
-from rollwise.types import (Backend, Decision, Group, Prompt, ReplaySourceProtocol, Rollout, RunState, Verdict,
-                            WeightReceiver)
+from rollwise.types import (
+    Backend,
+    Decision,
+    Group,
+    Prompt,
+    ReplaySourceProtocol,
+    Rollout,
+    RunState,
+    Verdict,
+    WeightReceiver,
+)
 
-HOOKS = ("select", "plan", "next_round", "finish_batch", "observe", "bind", "row_weights", "priors", "baselines",
-         "after_update", "state_dict", "load_state_dict")
+HOOKS = (
+    "select",
+    "plan",
+    "next_round",
+    "finish_batch",
+    "observe",
+    "bind",
+    "row_weights",
+    "priors",
+    "baselines",
+    "after_update",
+    "state_dict",
+    "load_state_dict",
+)
 
 
 def _entries(registry):
@@ -33,7 +55,12 @@ def test_every_controller_inherits_the_hook_contract(name, cls):
     for hook in HOOKS:
         assert callable(getattr(cls, hook)), hook
     assert isinstance(cls.plans_ahead, bool)
-    for required in ("select", "plan", "state_dict", "load_state_dict"):  # no controller falls back on the base's refusal
+    for required in (
+        "select",
+        "plan",
+        "state_dict",
+        "load_state_dict",
+    ):  # no controller falls back on the base's refusal
         assert getattr(cls, required) is not getattr(Controller, required), required
 
 
@@ -42,7 +69,9 @@ def _prompts(n=4):
 
 
 def _group(prompt, rewards):
-    return Group(prompt, tuple(Rollout(prompt.id, (1,), (2, 3), (-0.5, -0.5), "stop", 0, "t", Verdict(r)) for r in rewards))
+    return Group(
+        prompt, tuple(Rollout(prompt.id, (1,), (2, 3), (-0.5, -0.5), "stop", 0, "t", Verdict(r)) for r in rewards)
+    )
 
 
 def test_the_optional_hooks_change_nothing_by_default():
@@ -114,7 +143,12 @@ def test_advantages_are_a_function_of_rewards_group_ids_and_the_context():
             return torch.tensor([2.0, 1.0, 1.0, 3.0], dtype=torch.float64)
 
     context = advantage_context(fn, [], None, Weights())
-    advs = fn(torch.tensor([1.0, 0.0, 1.0, 1.0]), torch.tensor([0, 0, 1, 1]), fn.Options(), **advantage_inputs(fn, [], context))
+    advs = fn(
+        torch.tensor([1.0, 0.0, 1.0, 1.0]),
+        torch.tensor([0, 0, 1, 1]),
+        fn.Options(),
+        **advantage_inputs(fn, [], context),
+    )
     out = apply_row_weights(advs, context.weights)
     assert out.values.tolist() == pytest.approx([1.4142, -0.7071, 0.0, 0.0], abs=1e-4)
     assert apply_row_weights(advs, None) is advs
@@ -151,10 +185,17 @@ def test_the_backend_is_built_through_the_registry():
     assert not isinstance(b, WeightReceiver)  # the hf sampler shares the trainer's module: nothing to publish to
 
 
-POOLS = ["rollwise.distributed.local:LocalPool", "rollwise.distributed.ray_pool:RayPool",
-         "rollwise.distributed.ray_pool:SeededPool", "rollwise.distributed.data_parallel:DataParallelPool",
-         "rollwise.distributed.async_pool:AsyncPool", "rollwise.generate.arrol:ArrolPool",
-         "rollwise.generate.april:AprilPool", "rollwise.generate.spec_rl:SpeculativePool", "rollwise.reward.ttrl:TtrlPool"]
+POOLS = [
+    "rollwise.distributed.local:LocalPool",
+    "rollwise.distributed.ray_pool:RayPool",
+    "rollwise.distributed.ray_pool:SeededPool",
+    "rollwise.distributed.data_parallel:DataParallelPool",
+    "rollwise.distributed.async_pool:AsyncPool",
+    "rollwise.generate.arrol:ArrolPool",
+    "rollwise.generate.april:AprilPool",
+    "rollwise.generate.spec_rl:SpeculativePool",
+    "rollwise.reward.ttrl:TtrlPool",
+]
 
 
 @pytest.mark.parametrize("path", POOLS)
@@ -176,5 +217,7 @@ def test_a_local_pool_satisfies_the_pool_protocol():
     class Codec:
         eos_ids, pad_id = (2,), 0
 
-    pool = LocalPool(ScriptedBackend(lambda seq, i: [5], eos_id=2), Codec(), lambda p, c: Verdict(1.0), Sampling(1.0, 1.0, 4))
+    pool = LocalPool(
+        ScriptedBackend(lambda seq, i: [5], eos_id=2), Codec(), lambda p, c: Verdict(1.0), Sampling(1.0, 1.0, 4)
+    )
     assert isinstance(pool, Pool) and isinstance(SeededPool(pool, 0), Pool) and pool.close() is None

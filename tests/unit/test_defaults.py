@@ -1,21 +1,22 @@
 """Defaults that follow the model and the task (rollwise.defaults, issue #32)."""
 
 import json
-import tomllib
 
 import pytest
+import tomllib
 
+from conftest import as_sets, tiny_overrides
 from rollwise import defaults
 from rollwise.config import load_config, to_toml
 from rollwise.registry import UserError
 
-from conftest import as_sets, tiny_overrides
-
 
 def _jsonl(tmp_path, n, solution=None):
     p = tmp_path / "d.jsonl"
-    rows = [{"question": f"What is {i} + 1?", "answer": str(i + 1), **({"solution": solution} if solution else {})}
-            for i in range(n)]
+    rows = [
+        {"question": f"What is {i} + 1?", "answer": str(i + 1), **({"solution": solution} if solution else {})}
+        for i in range(n)
+    ]
     p.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return p
 
@@ -36,7 +37,9 @@ def test_presets_and_test_overrides_are_unchanged(tmp_path):
 def test_chat_model_on_jsonl_gets_profile_and_token_room(tmp_path):
     p = _jsonl(tmp_path, 40)
     logs = []
-    cfg = defaults.resolve(load_config(overrides=[f'task.name="jsonl:{p}"', "model.name=smollm2-135m"]), log=logs.append)
+    cfg = defaults.resolve(
+        load_config(overrides=[f'task.name="jsonl:{p}"', "model.name=smollm2-135m"]), log=logs.append
+    )
     assert cfg.sampling.max_new_tokens == 128  # short answers: the profile's floor, room for reasoning
     assert (cfg.control.prompts_per_step, cfg.control.rollouts_per_prompt, cfg.train.steps) == (4, 8, 40)
     assert cfg.model.warm_start.steps == 1150  # not warm-started (pretrained = false): left as it is
@@ -50,17 +53,22 @@ def test_chat_model_on_jsonl_gets_profile_and_token_room(tmp_path):
 
 def test_long_references_raise_max_new_tokens(tmp_path):
     p = _jsonl(tmp_path, 20, solution="x" * 300)
-    cfg = load_config(overrides=[f'task.name="jsonl:{p}"', "model.name=smollm2-135m", "task.options.solution_field=solution"])
+    cfg = load_config(
+        overrides=[f'task.name="jsonl:{p}"', "model.name=smollm2-135m", "task.options.solution_field=solution"]
+    )
     out = defaults.resolve(cfg, log=lambda m: None)
     assert out.sampling.max_new_tokens == 8 * -(-((100 + 1) * 2 + 64) // 8)  # 300 chars / 3 = 100 tokens + end, x2 + 64
-    tiny = defaults.resolve(load_config(overrides=[f'task.name="jsonl:{p}"', "task.options.solution_field=solution"]),
-                            log=lambda m: None)
+    tiny = defaults.resolve(
+        load_config(overrides=[f'task.name="jsonl:{p}"', "task.options.solution_field=solution"]), log=lambda m: None
+    )
     assert tiny.sampling.max_new_tokens == 8 * -(-(301 * 1.25) // 8)  # characters are the tiny model's tokens
 
 
 def test_reasoning_gym_on_tiny_fits_answer_tags():
     pytest.importorskip("reasoning_gym")
-    cfg = load_config(overrides=['task.name="reasoning_gym:chain_sum"', "task.options.size=50", "task.options.heldout_size=10"])
+    cfg = load_config(
+        overrides=['task.name="reasoning_gym:chain_sum"', "task.options.size=50", "task.options.heldout_size=10"]
+    )
     out = defaults.resolve(cfg, log=lambda m: None)
     from rollwise import components
 
@@ -70,11 +78,21 @@ def test_reasoning_gym_on_tiny_fits_answer_tags():
 
 def test_explicit_settings_win(tmp_path):
     p = _jsonl(tmp_path, 16)
-    sets = [f'task.name="jsonl:{p}"', "model.name=smollm2-135m", "sampling.max_new_tokens=8", "train.steps=600",
-            "control.prompts_per_step=32", "eval.n_prompts=200", "eval.every=50", "train.lr=2e-4"]
+    sets = [
+        f'task.name="jsonl:{p}"',
+        "model.name=smollm2-135m",
+        "sampling.max_new_tokens=8",
+        "train.steps=600",
+        "control.prompts_per_step=32",
+        "eval.n_prompts=200",
+        "eval.every=50",
+        "train.lr=2e-4",
+    ]
     cfg = load_config(overrides=sets)
     assert defaults.resolve(cfg, log=lambda m: None) is cfg
-    cfg = load_config(overrides=[f'task.name="jsonl:{p}"', "model.warm_start.steps=1150", "model.warm_start.batch_size=64"])
+    cfg = load_config(
+        overrides=[f'task.name="jsonl:{p}"', "model.warm_start.steps=1150", "model.warm_start.batch_size=64"]
+    )
     out = defaults.resolve(cfg, log=lambda m: None)
     assert (out.model.warm_start.steps, out.model.warm_start.batch_size) == (1150, 64)
 
@@ -92,7 +110,9 @@ def test_warm_start_sized_to_a_16_row_file(tmp_path):
 
 def test_resolved_config_reloads_as_set(tmp_path):
     p = _jsonl(tmp_path, 20)
-    out = defaults.resolve(load_config(overrides=[f'task.name="jsonl:{p}"', "model.name=smollm2-135m"]), log=lambda m: None)
+    out = defaults.resolve(
+        load_config(overrides=[f'task.name="jsonl:{p}"', "model.name=smollm2-135m"]), log=lambda m: None
+    )
     f = tmp_path / "config.resolved.toml"
     f.write_text(to_toml(out))
     again = load_config(f)
@@ -101,7 +121,9 @@ def test_resolved_config_reloads_as_set(tmp_path):
 
 class _Run:
     def __init__(self, model="smollm2-135m", force=False, steps=40, evals=()):
-        self.cfg = load_config(overrides=[f"model.name={model}", f"run.force={str(force).lower()}", f"train.steps={steps}"])
+        self.cfg = load_config(
+            overrides=[f"model.name={model}", f"run.force={str(force).lower()}", f"train.steps={steps}"]
+        )
         self.logs, self.evals = [], list(evals)
         self.log = self.logs.append
         self.state = type("S", (), {"step": 0})()
@@ -142,8 +164,9 @@ def test_truncation_stop_in_a_run(tmp_path, monkeypatch):
     o = tiny_overrides(tmp_path, **{"sampling.max_new_tokens": 1, "model.warm_start.steps": 0})
     with pytest.raises(UserError, match="sampling.max_new_tokens = 1"):
         rollwise.train(load_config(overrides=as_sets(o)), log=lambda m: None)
-    o = tiny_overrides(tmp_path, name="f", steps=1, **{"sampling.max_new_tokens": 1, "model.warm_start.steps": 0,
-                                                       "run.force": True})
+    o = tiny_overrides(
+        tmp_path, name="f", steps=1, **{"sampling.max_new_tokens": 1, "model.warm_start.steps": 0, "run.force": True}
+    )
     assert rollwise.train(load_config(overrides=as_sets(o)), log=lambda m: None).steps == 1
 
 
@@ -168,6 +191,8 @@ def test_arithmetic_with_few_rows_keeps_the_warm_start():
 
 def test_pretrained_full_fine_tune_gets_a_small_lr(tmp_path):
     p = _jsonl(tmp_path, 20)
-    out = defaults.resolve(load_config(overrides=[f'task.name="jsonl:{p}"', "model.name=smollm2-135m",
-                                                  "model.lora.enabled=false"]), log=lambda m: None)
+    out = defaults.resolve(
+        load_config(overrides=[f'task.name="jsonl:{p}"', "model.name=smollm2-135m", "model.lora.enabled=false"]),
+        log=lambda m: None,
+    )
     assert (out.model.lora.enabled, out.train.lr) == (False, defaults.PRETRAINED_FULL_LR)

@@ -44,8 +44,14 @@ def test_importing_every_module_sets_no_environment_variable():
     assert "rollwise" in names and "rollwise.cli" in names and len(names) > 100
     env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}  # the one the CLI would set
     env["PYTHONPATH"] = os.pathsep.join([str(SRC), env.get("PYTHONPATH", "")])
-    out = subprocess.run([sys.executable, "-c", IMPORT_ALL, json.dumps(names)], env=env, capture_output=True,
-                         text=True, timeout=600, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", IMPORT_ALL, json.dumps(names)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["package"] is True
     assert result["changed"] == [], result
@@ -86,9 +92,20 @@ def test_sources_cite_only_paths_inside_the_repository():
 
 
 def test_the_scan_sees_each_kind_of_out_of_repo_citation():
-    for text in ("../shared/notes/regime.md", "DESIGN.md §7", "/work/shared/specs", "specs/allocation.md §4",
-                 "notes/regime.md", "/home/someone/x.py"):
+    for text in (
+        "../shared/notes/regime.md",
+        "DESIGN.md §7",
+        "/work/shared/specs",
+        "specs/allocation.md §4",
+        "notes/regime.md",
+        "/home/someone/x.py",
+    ):
         assert OUT_OF_REPO.search(text), text
-    for text in ("docs/specs/allocation.md §4", "docs/regime.md", "docs/architecture.md §8", "~/.cache/rollwise",
-                 "/tmp/rollwise_pwned_tmp"):
+    for text in (
+        "docs/specs/allocation.md §4",
+        "docs/regime.md",
+        "docs/architecture.md §8",
+        "~/.cache/rollwise",
+        "/tmp/rollwise_pwned_tmp",
+    ):
         assert not OUT_OF_REPO.search(text), text

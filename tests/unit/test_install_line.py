@@ -17,7 +17,15 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make is no
 
 def _dry_run(tmp_path, path_dirs, **variables):
     venv = tmp_path / "v"
-    args = ["make", "-n", "-C", str(ROOT), f"VENV={venv}", f"{venv}/.installed", *(f"{k}={v}" for k, v in variables.items())]
+    args = [
+        "make",
+        "-n",
+        "-C",
+        str(ROOT),
+        f"VENV={venv}",
+        f"{venv}/.installed",
+        *(f"{k}={v}" for k, v in variables.items()),
+    ]
     env = {**os.environ, "PATH": os.pathsep.join(map(str, path_dirs))}
     return subprocess.run(args, capture_output=True, text=True, env=env, check=True).stdout
 

@@ -6,9 +6,13 @@ from rollwise.ledger import Ledger, read_jsonl
 
 def test_costs_are_cumulative_and_eval_is_not_charged(tmp_path):
     led = Ledger(tmp_path)
-    led.record(0, 1, StepCost(generated_tokens=10, rollouts=4, verifier_calls=4), trained_tokens=8, extra={"reward/mean": 0.5})
+    led.record(
+        0, 1, StepCost(generated_tokens=10, rollouts=4, verifier_calls=4), trained_tokens=8, extra={"reward/mean": 0.5}
+    )
     led.record_eval(1, {"eval/pass@1": 0.25})
-    led.record(1, 2, StepCost(generated_tokens=5, rollouts=4, verifier_calls=4, unverified=1), trained_tokens=3, extra={})
+    led.record(
+        1, 2, StepCost(generated_tokens=5, rollouts=4, verifier_calls=4, unverified=1), trained_tokens=3, extra={}
+    )
     m = read_jsonl(tmp_path / "metrics.jsonl")
     assert [x["cost/generated_tokens"] for x in m] == [10, 15]
     assert [x["cost/trained_tokens"] for x in m] == [8, 11]

@@ -12,11 +12,12 @@ def _group(i, scores, lengths, finish="stop"):
 
 
 def test_all_correct_all_wrong_and_lengths_by_hand():
-    groups = [_group(0, [1.0, 1.0], [2, 4]),            # all correct
-              _group(1, [0.0, 0.0], [6, 8]),            # all wrong
-              _group(2, [1.0, 0.0], [10, 12]),          # mixed
-              _group(3, [0.0, None], [14, 16], "length"),  # one verified reward: not counted
-              ]
+    groups = [
+        _group(0, [1.0, 1.0], [2, 4]),  # all correct
+        _group(1, [0.0, 0.0], [6, 8]),  # all wrong
+        _group(2, [1.0, 0.0], [10, 12]),  # mixed
+        _group(3, [0.0, None], [14, 16], "length"),  # one verified reward: not counted
+    ]
     m = regime_metrics(groups)
     assert m["groups/all_correct_frac"] == 1 / 3 and m["groups/all_wrong_frac"] == 1 / 3
     # lengths 2..16 (8 values): p50 = 4th = 8, p90 = ceil(7.2) = 8th = 16, max 16; 2 of 8 cut

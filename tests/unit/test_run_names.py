@@ -18,8 +18,12 @@ def test_default_name_spells_out_task_model_controller_objective_seed():
 
 
 def test_reasoning_gym_datasets_and_models_get_distinct_names():
-    names = {_name("task.name=reasoning_gym:chain_sum"), _name("task.name=reasoning_gym:leg_counting"),
-             _name("task.name=reasoning_gym:chain_sum", 'model.name="tiny-m"'), _name()}
+    names = {
+        _name("task.name=reasoning_gym:chain_sum"),
+        _name("task.name=reasoning_gym:leg_counting"),
+        _name("task.name=reasoning_gym:chain_sum", 'model.name="tiny-m"'),
+        _name(),
+    }
     assert len(names) == 4
     assert "rg.chain_sum-tiny-uniform-grpo-s0" in names
 

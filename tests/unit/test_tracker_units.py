@@ -17,7 +17,11 @@ def test_mlflow_names_and_flattened_config():
     assert trackers.mlflow_key("eval/pass@1") == "eval/pass_at_1"
     assert trackers.mlflow_key("filter/zero:var") == "filter/zero_var"
     assert trackers.flatten({"run": {"seed": 0, "report_to": ["wandb"]}, "task": {"name": "x", "options": {}}}) == {
-        "run.seed": "0", "run.report_to": '["wandb"]', "task.name": "x", "task.options": "{}"}
+        "run.seed": "0",
+        "run.report_to": '["wandb"]',
+        "task.name": "x",
+        "task.options": "{}",
+    }
 
 
 def test_resumed_run_purges_tensorboard_points_after_the_checkpoint(tmp_path):
@@ -38,7 +42,13 @@ def test_resumed_run_purges_tensorboard_points_after_the_checkpoint(tmp_path):
     # token axis: resumed at 300 tokens, so points at 400 and 500 tokens were purged and re-logged
     tok = EventAccumulator(str(tmp_path / "tensorboard" / "tokens")).Reload()
     assert [(e.step, round(e.value, 2)) for e in tok.Scalars("reward/mean")] == [
-        (100, 0.0), (200, 0.1), (300, 0.2), (400, 0.35), (500, 0.45), (600, 0.55)]
+        (100, 0.0),
+        (200, 0.1),
+        (300, 0.2),
+        (400, 0.35),
+        (500, 0.45),
+        (600, 0.55),
+    ]
 
 
 def test_a_tracker_that_cannot_start_is_reported_and_skipped(tmp_path, monkeypatch):
@@ -51,4 +61,8 @@ def test_a_tracker_that_cannot_start_is_reported_and_skipped(tmp_path, monkeypat
     t = trackers.Trackers(["wandb"], tmp_path, {}, "", 0, 0, log=messages.append)
     t("train", {"step": 0, "reward/mean": 1.0})
     t.close()
-    assert t.active == [] and len(messages) == 1 and "tracker 'wandb' failed at start (ConnectionError: no server)" in messages[0]
+    assert (
+        t.active == []
+        and len(messages) == 1
+        and "tracker 'wandb' failed at start (ConnectionError: no server)" in messages[0]
+    )

@@ -39,7 +39,7 @@ Optional extras (off by default, so the default path is unchanged):
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -55,19 +55,27 @@ class HFBackend:
     on_tokens = None  # callable(n) told the tokens of every decode step (a Ray worker reports progress)
 
     @classmethod
-    def for_run(cls, cfg, codec, model, config=None, compute_dtype: torch.dtype | None = None) -> "HFBackend":
+    def for_run(cls, cfg, codec, model, config=None, compute_dtype: torch.dtype | None = None) -> HFBackend:
         """The sampler on ``model`` (``rollwise.backends.build``); ``compute_dtype`` None: ``model.compute_dtype``
         resolved for the device of the model's weights."""
         if compute_dtype is None:
             from rollwise.trainer.precision import resolve_compute_dtype
 
             weights = next(model.parameters())
-            compute_dtype = resolve_compute_dtype(cfg.model.compute_dtype, weights.device, model.config,
-                                                  weights_dtype=weights.dtype)
+            compute_dtype = resolve_compute_dtype(
+                cfg.model.compute_dtype, weights.device, model.config, weights_dtype=weights.dtype
+            )
         return cls(model, codec.eos_ids, codec.pad_id, cfg.model.max_batch, cfg.run.seed, compute_dtype=compute_dtype)
 
-    def __init__(self, model, eos_ids: Sequence[int], pad_id: int, max_batch: int = 256, seed: int = 0,
-                 compute_dtype: torch.dtype | None = None):
+    def __init__(
+        self,
+        model,
+        eos_ids: Sequence[int],
+        pad_id: int,
+        max_batch: int = 256,
+        seed: int = 0,
+        compute_dtype: torch.dtype | None = None,
+    ):
         self.model = model
         self.compute_dtype = compute_dtype  # autocast dtype of the forwards (None / float32: none)
         self._keeps_logits = _accepts_logits_to_keep(model)
@@ -84,8 +92,15 @@ class HFBackend:
         self.generator.set_state(state["generator"])
 
     @torch.no_grad()
-    def generate(self, sequences: Sequence[Sequence[int]], sampling: Sampling, generator: torch.Generator | None = None,
-                 max_new_tokens: Sequence[int] | None = None, stop_when=None, decode_hook=None) -> list[Completion]:
+    def generate(
+        self,
+        sequences: Sequence[Sequence[int]],
+        sampling: Sampling,
+        generator: torch.Generator | None = None,
+        max_new_tokens: Sequence[int] | None = None,
+        stop_when=None,
+        decode_hook=None,
+    ) -> list[Completion]:
         """``max_new_tokens`` (optional, one per sequence) overrides ``sampling.max_new_tokens``
         row by row (a resumed rollout's remaining budget). ``stop_when(done) -> bool`` (optional)
         is called after every decode step with one flag per input sequence (True = finished,
@@ -99,25 +114,30 @@ class HFBackend:
         halted = False  # stop_when fired: later chunks do not start
         try:
             for start in range(0, len(sequences), self.max_batch):
-                chunk = sequences[start:start + self.max_batch]
+                chunk = sequences[start : start + self.max_batch]
                 if halted:
                     out.extend(Completion((), (), "partial") for _ in chunk)
                     continue
-                limits = None if max_new_tokens is None else max_new_tokens[start:start + len(chunk)]
+                limits = None if max_new_tokens is None else max_new_tokens[start : start + len(chunk)]
                 stop = None
                 if stop_when is not None:
                     before, after = [True] * start, [False] * (len(sequences) - start - len(chunk))
-                    stop = (lambda b, a: (lambda done: stop_when(b + done + a)))(before, after)
+                    stop = (lambda b, a: lambda done: stop_when(b + done + a))(before, after)
                 done = self._generate_chunk(chunk, sampling, gen, limits, stop, hook=decode_hook, offset=start)
-                halted = stop is not None and len(sequences) > start + len(chunk) and stop([c.finish != "partial" for c in done])
+                halted = (
+                    stop is not None
+                    and len(sequences) > start + len(chunk)
+                    and stop([c.finish != "partial" for c in done])
+                )
                 out.extend(done)
         finally:
             self.model.train(was_training)
         return out
 
     @torch.no_grad()
-    def score(self, sequences: Sequence[Sequence[int]], starts: Sequence[int], sampling: Sampling,
-              full: bool = False) -> list:
+    def score(
+        self, sequences: Sequence[Sequence[int]], starts: Sequence[int], sampling: Sampling, full: bool = False
+    ) -> list:
         """One forward pass (in chunks of ``max_batch``) scoring given tokens under the current
         weights: for sequence i, the log-prob of every id at positions ``starts[i]..`` given the ids
         before it, under the same distribution ``generate`` samples from (temperature-scaled, top-p
@@ -130,18 +150,18 @@ class HFBackend:
         dev = next(self.model.parameters()).device
         try:
             for start in range(0, len(sequences), self.max_batch):
-                seqs, st = sequences[start:start + self.max_batch], starts[start:start + self.max_batch]
+                seqs, st = sequences[start : start + self.max_batch], starts[start : start + self.max_batch]
                 width = max(len(s) for s in seqs)
                 ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)
                 mask = torch.zeros((len(seqs), width), dtype=torch.long)
                 for i, s in enumerate(seqs):
-                    ids[i, :len(s)] = torch.tensor(list(s), dtype=torch.long)
-                    mask[i, :len(s)] = 1
+                    ids[i, : len(s)] = torch.tensor(list(s), dtype=torch.long)
+                    mask[i, : len(s)] = 1
                 with autocast(self.compute_dtype, dev):
                     logits = self.model(input_ids=ids.to(dev), attention_mask=mask.to(dev)).logits.float()
                 for i, s in enumerate(seqs):
                     lo, hi = max(1, st[i]), len(s)
-                    lp = sampling_logprobs(logits[i, lo - 1:hi - 1], sampling)
+                    lp = sampling_logprobs(logits[i, lo - 1 : hi - 1], sampling)
                     if full:
                         out.append(lp.cpu())
                     else:
@@ -157,19 +177,31 @@ class HFBackend:
         if self._keeps_logits:
             kw["logits_to_keep"] = 1  # the LM head only where a token is sampled (prefill included)
         with autocast(self.compute_dtype, inp.device):
-            return self.model(input_ids=inp, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True, **kw)
+            return self.model(
+                input_ids=inp, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True, **kw
+            )
 
-    def _generate_chunk(self, seqs, sampling: Sampling, gen, limits=None, stop=None, hook=None, offset=0) -> list[Completion]:
+    def _generate_chunk(
+        self, seqs, sampling: Sampling, gen, limits=None, stop=None, hook=None, offset=0
+    ) -> list[Completion]:
         b = len(seqs)
         if b == 0:
             return []
         ids, mask, pos = self.left_pad(seqs)
         dev = ids.device
         steps = sampling.max_new_tokens if limits is None else max(list(limits) + [0])
-        lim = torch.full((b,), steps, dtype=torch.long, device=dev) if limits is None else torch.tensor(list(limits), dtype=torch.long, device=dev)
+        lim = (
+            torch.full((b,), steps, dtype=torch.long, device=dev)
+            if limits is None
+            else torch.tensor(list(limits), dtype=torch.long, device=dev)
+        )
         # one uniform per (row, step), drawn up front: row i's t-th token reads u[i, t] whatever
         # rows have left the batch, so compaction cannot change a row's tokens (module docstring)
-        u = torch.rand((b, steps), generator=gen, dtype=torch.float64, device=gen.device) if sampling.temperature > 0 and steps else None
+        u = (
+            torch.rand((b, steps), generator=gen, dtype=torch.float64, device=gen.device)
+            if sampling.temperature > 0 and steps
+            else None
+        )
         new_ids = torch.full((b, steps), self.pad_id, dtype=torch.long, device=dev)
         new_lp = torch.zeros((b, steps), device=dev)
         done = lim <= 0
@@ -235,7 +267,10 @@ class HFBackend:
                 finish = "partial"
             result.append(Completion(toks, tuple(new_lp[i, :n].tolist()), finish))
         if new_ent is not None:
-            result = [dataclasses.replace(c, entropies=tuple(new_ent[i, :len(c.token_ids)].tolist())) for i, c in enumerate(result)]
+            result = [
+                dataclasses.replace(c, entropies=tuple(new_ent[i, : len(c.token_ids)].tolist()))
+                for i, c in enumerate(result)
+            ]
         return result
 
     # ---------------------------------------------------------------- reusable pieces (tree samplers)
@@ -246,8 +281,8 @@ class HFBackend:
         ids = torch.full((b, width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((b, width), dtype=torch.long)
         for i, s in enumerate(seqs):
-            ids[i, width - len(s):] = torch.tensor(list(s), dtype=torch.long)
-            mask[i, width - len(s):] = 1
+            ids[i, width - len(s) :] = torch.tensor(list(s), dtype=torch.long)
+            mask[i, width - len(s) :] = 1
         dev = next(self.model.parameters()).device
         ids, mask = ids.to(dev), mask.to(dev)
         return ids, mask, (mask.cumsum(1) - 1).clamp(min=0)
@@ -270,7 +305,9 @@ def _accepts_logits_to_keep(model) -> bool:
     return "logits_to_keep" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
-def sample_rows(logits: torch.Tensor, sampling: Sampling, logp: torch.Tensor, u: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_rows(
+    logits: torch.Tensor, sampling: Sampling, logp: torch.Tensor, u: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Draw one token per row by inverse CDF: row i takes the first token whose cumulative
     probability under ``logp`` (the sampled distribution, fp32) exceeds ``u[i]`` times the row's
     total (so rounding of the total cannot push past the end); a token of probability 0 (top-p
@@ -285,8 +322,9 @@ def sample_rows(logits: torch.Tensor, sampling: Sampling, logp: torch.Tensor, u:
     return tok, logp.gather(1, tok[:, None])[:, 0]
 
 
-def sample_next(logits: torch.Tensor, sampling: Sampling, gen: torch.Generator,
-                logp: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_next(
+    logits: torch.Tensor, sampling: Sampling, gen: torch.Generator, logp: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Draw one token per row; return (ids (B,), log-probs (B,)) under the sampled distribution
     (``logp``, default ``sampling_logprobs(logits, sampling)``; temperature <= 0 is greedy)."""
     if logp is None:

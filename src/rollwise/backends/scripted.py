@@ -7,7 +7,7 @@ the new ids (without EOS) for one input; the backend appends EOS, truncates at
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from rollwise.registry import Compat
 from rollwise.types import Completion, Sampling
@@ -17,11 +17,12 @@ class ScriptedBackend:
     compat = Compat(decode_hooks=False, sampler_entropy=False)  # tests only: no decode hooks, no entropies
 
     @classmethod
-    def for_run(cls, cfg, codec, model=None, config=None, compute_dtype=None) -> "ScriptedBackend":
+    def for_run(cls, cfg, codec, model=None, config=None, compute_dtype=None) -> ScriptedBackend:
         from rollwise.registry import UserError
 
-        raise UserError("the scripted backend answers from a script, not a model: hand it to the run "
-                        "(Run(cfg, backend=...))")
+        raise UserError(
+            "the scripted backend answers from a script, not a model: hand it to the run (Run(cfg, backend=...))"
+        )
 
     def __init__(self, respond: Callable[[list[int], int], list[int]], eos_id: int, logprob: float = -0.5):
         self.respond = respond
@@ -35,8 +36,14 @@ class ScriptedBackend:
     def load_state_dict(self, state: dict) -> None:
         self.calls = state["calls"]
 
-    def generate(self, sequences: Sequence[Sequence[int]], sampling: Sampling, generator=None,
-                 max_new_tokens: Sequence[int] | None = None, stop_when=None) -> list[Completion]:
+    def generate(
+        self,
+        sequences: Sequence[Sequence[int]],
+        sampling: Sampling,
+        generator=None,
+        max_new_tokens: Sequence[int] | None = None,
+        stop_when=None,
+    ) -> list[Completion]:
         """As ``HFBackend.generate``: optional per-sequence ``max_new_tokens``; ``stop_when(done)``
         is checked after each simulated decode step t = 1, 2, ... (a row is done at the step that
         emits its last id), and rows unfinished when it returns True are cut to t ids, "partial"."""
@@ -52,11 +59,16 @@ class ScriptedBackend:
         if stop_when is not None and out:
             for t in range(1, max(len(c.token_ids) for c in out)):
                 if stop_when([len(c.token_ids) <= t for c in out]):
-                    out = [c if len(c.token_ids) <= t else Completion(c.token_ids[:t], c.logprobs[:t], "partial") for c in out]
+                    out = [
+                        c if len(c.token_ids) <= t else Completion(c.token_ids[:t], c.logprobs[:t], "partial")
+                        for c in out
+                    ]
                     break
         return out
 
-    def score(self, sequences: Sequence[Sequence[int]], starts: Sequence[int], sampling: Sampling, full: bool = False) -> list:
+    def score(
+        self, sequences: Sequence[Sequence[int]], starts: Sequence[int], sampling: Sampling, full: bool = False
+    ) -> list:
         """Log-prob ``logprob`` for every id at positions ``starts[i]..`` (the scripted policy
         never changes, so a speculative draft is always accepted)."""
         if full:

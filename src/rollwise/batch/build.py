@@ -11,8 +11,8 @@ from collections import Counter
 
 import torch
 
-from rollwise.objectives.inputs import advantage_context, advantage_inputs
 from rollwise.batch.collate import collate, flatten
+from rollwise.objectives.inputs import advantage_context, advantage_inputs
 from rollwise.types import Advantages
 
 

@@ -49,5 +49,17 @@ def collate(rows: list[Rollout], rewards: torch.Tensor, gidx: torch.Tensor, advs
                 tok_adv[i, p : p + c] = advs.token_values[i, :c].float()
     n_tokens = int(loss_mask.sum().item())
     n_seqs = int((loss_mask.sum(dim=1) > 0).sum().item())
-    return Batch(ids, attn, loss_mask, old_lp, advs.values.float(), rewards, gidx, versions,
-                 num_loss_tokens=n_tokens, num_sequences=n_seqs, token_advantages=tok_adv, num_rows=len(rows))
+    return Batch(
+        ids,
+        attn,
+        loss_mask,
+        old_lp,
+        advs.values.float(),
+        rewards,
+        gidx,
+        versions,
+        num_loss_tokens=n_tokens,
+        num_sequences=n_seqs,
+        token_advantages=tok_adv,
+        num_rows=len(rows),
+    )

@@ -51,13 +51,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
 from rollwise.config import D3SOptions as Options  # noqa: F401 (the schema lives in config.py)
 from rollwise.types import Batch, Rollout
-
 
 # ---------------------------------------------------------------------------- schedule
 
@@ -115,16 +114,17 @@ def max_variance_subset(values: torch.Tensor, m: int) -> torch.Tensor:
     v = values.double()[order]
     best_j, best_var = 0, -1.0
     for j in range(m + 1):
-        pick = torch.cat([v[: m - j], v[n - j:]]) if j else v[:m]
+        pick = torch.cat([v[: m - j], v[n - j :]]) if j else v[:m]
         var = float(((pick - pick.mean()) ** 2).mean())
         if var > best_var + 1e-12:
             best_j, best_var = j, var
-    idx = torch.cat([order[: m - best_j], order[n - best_j:]]) if best_j else order[:m]
+    idx = torch.cat([order[: m - best_j], order[n - best_j :]]) if best_j else order[:m]
     return torch.sort(idx).values
 
 
-def select_rows(advantages: torch.Tensor, group_index: torch.Tensor, candidates: torch.Tensor, rho: float,
-                scope: str = "group") -> torch.Tensor:
+def select_rows(
+    advantages: torch.Tensor, group_index: torch.Tensor, candidates: torch.Tensor, rho: float, scope: str = "group"
+) -> torch.Tensor:
     """(B,) bool: the candidate rows kept by the max-variance rule, ``ceil(rho * G)`` per group
     (``scope="group"``) or ``ceil(rho * B)`` over all candidates (``"batch"``)."""
     keep = torch.zeros_like(candidates, dtype=torch.bool)
@@ -181,7 +181,7 @@ def sampler_entropy(rows: Sequence[Rollout], batch: Batch) -> torch.Tensor | Non
         if r.entropies is None or len(r.entropies) != c:
             return None
         p = len(r.prompt_ids)
-        out[i, p: p + c] = torch.tensor(r.entropies, dtype=out.dtype)
+        out[i, p : p + c] = torch.tensor(r.entropies, dtype=out.dtype)
     return out
 
 
@@ -195,7 +195,11 @@ def apply(batch: Batch, entropy: torch.Tensor | None, step: int, train_steps: in
     (B, T) is needed only while ``rho_k < 1`` (:func:`needs_entropy`); it is not read otherwise."""
     rho_s, rho_k = ratios(step, train_steps, opts)
     candidates = batch.loss_mask.sum(dim=1) > 0
-    metrics = {"d3s/rho_s": rho_s, "d3s/rho_k": rho_k, "d3s/adv_var_before": _var(batch.advantages[candidates].double())}
+    metrics = {
+        "d3s/rho_s": rho_s,
+        "d3s/rho_k": rho_k,
+        "d3s/adv_var_before": _var(batch.advantages[candidates].double()),
+    }
     keep = candidates
     if opts.sample_level and rho_s < 1.0:
         keep = select_rows(batch.advantages, batch.group_index, candidates, rho_s, opts.sample_scope)

@@ -32,7 +32,7 @@ last one (the run's final model is what it has once it stops). Conventions:
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -111,12 +111,21 @@ def on_grid(curves: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray
 
 def mean_curve(curves: Sequence[tuple[np.ndarray, np.ndarray]]) -> dict[str, list[float]]:
     grid, vals = on_grid(curves)
-    return {"x": grid.tolist(), "mean": vals.mean(axis=0).tolist(), "lo": vals.min(axis=0).tolist(),
-            "hi": vals.max(axis=0).tolist()}
+    return {
+        "x": grid.tolist(),
+        "mean": vals.mean(axis=0).tolist(),
+        "lo": vals.min(axis=0).tolist(),
+        "hi": vals.max(axis=0).tolist(),
+    }
 
 
-def bootstrap_ci(n: int, stat: Callable[[np.ndarray], float | None], resamples: int = BOOTSTRAP["resamples"],
-                 level: float = BOOTSTRAP["level"], seed: int = BOOTSTRAP["rng_seed"]) -> list[float | None]:
+def bootstrap_ci(
+    n: int,
+    stat: Callable[[np.ndarray], float | None],
+    resamples: int = BOOTSTRAP["resamples"],
+    level: float = BOOTSTRAP["level"],
+    seed: int = BOOTSTRAP["rng_seed"],
+) -> list[float | None]:
     """[lo, hi] percentile interval of ``stat(indices)`` over ``resamples`` draws of n seed indices
     with replacement (``numpy.random.default_rng(seed)``). ``stat`` returning None counts as +inf;
     an infinite bound comes back as None. Order statistics, no interpolation:
@@ -133,17 +142,23 @@ def bootstrap_ci(n: int, stat: Callable[[np.ndarray], float | None], resamples: 
 def mean_stat(values: Sequence[float]) -> dict:
     """A seed-mean figure: value, per-seed values (aligned with the seeds given by the caller) and CI."""
     arr = np.array(values, dtype=float)
-    return {"value": float(arr.mean()), "per_seed": [float(v) for v in arr],
-            "ci": bootstrap_ci(len(arr), lambda idx: float(arr[idx].mean()))}
+    return {
+        "value": float(arr.mean()),
+        "per_seed": [float(v) for v in arr],
+        "ci": bootstrap_ci(len(arr), lambda idx: float(arr[idx].mean())),
+    }
 
 
 def to_target_stat(curves: Sequence[tuple[np.ndarray, np.ndarray]], target: float) -> dict:
     """To-target figure: crossing of the mean curve, each seed's own crossing, bootstrap CI."""
     grid, vals = on_grid(curves)
     per_seed = [crossing(cx, cy, target) for cx, cy in curves]
-    return {"value": crossing(grid, vals.mean(axis=0), target), "per_seed": per_seed,
-            "seeds_reached": sum(v is not None for v in per_seed),
-            "ci": bootstrap_ci(len(curves), lambda idx: crossing(grid, vals[idx].mean(axis=0), target))}
+    return {
+        "value": crossing(grid, vals.mean(axis=0), target),
+        "per_seed": per_seed,
+        "seeds_reached": sum(v is not None for v in per_seed),
+        "ci": bootstrap_ci(len(curves), lambda idx: crossing(grid, vals[idx].mean(axis=0), target)),
+    }
 
 
 def separation(a: dict, b: dict) -> int:
@@ -174,10 +189,16 @@ def shared_machine(sessions: dict[str, dict]) -> str | None:
     names = sorted(sessions)
     multi = [n for n in names if (sessions[n].get("jobs") or 1) > 1]
     if multi:
-        return f"{len(multi)} run{'s' * (len(multi) != 1)} trained several at a time (jobs > 1): {', '.join(multi[:4])}" + (", ..." if len(multi) > 4 else "")
-    known = sorted((sessions[n]["start"], sessions[n]["end"], n) for n in names
-                   if sessions[n].get("start") is not None and sessions[n].get("end") is not None)
-    for (s0, e0, a), (s1, e1, b) in zip(known, known[1:]):
+        return (
+            f"{len(multi)} run{'s' * (len(multi) != 1)} trained several at a time (jobs > 1): {', '.join(multi[:4])}"
+            + (", ..." if len(multi) > 4 else "")
+        )
+    known = sorted(
+        (sessions[n]["start"], sessions[n]["end"], n)
+        for n in names
+        if sessions[n].get("start") is not None and sessions[n].get("end") is not None
+    )
+    for (_s0, e0, a), (s1, _e1, b) in zip(known, known[1:]):
         if s1 < e0:  # sorted by start: if runs i < j overlap, so do i and i + 1 (s[i+1] <= s[j] < e[i])
             return f"runs {a} and {b} ran at the same time"
     return None
@@ -186,8 +207,14 @@ def shared_machine(sessions: dict[str, dict]) -> str | None:
 # ---------------------------------------------------------------- the whole comparison
 
 
-def analyse(evals: dict[str, dict[int, list[dict]]], baseline: str, auc_x_max: float, ks: Sequence[int],
-            target: float | None = None, shared: str | None = None) -> dict:
+def analyse(
+    evals: dict[str, dict[int, list[dict]]],
+    baseline: str,
+    auc_x_max: float,
+    ks: Sequence[int],
+    target: float | None = None,
+    shared: str | None = None,
+) -> dict:
     """Per-arm figures of a sweep from each run's eval lines (``evals[arm][seed]``).
 
     Returns {"target": {"value", "source", "reached_at_start_by_every_arm"}, "auc_tokens": auc_x_max,
@@ -203,20 +230,25 @@ def analyse(evals: dict[str, dict[int, list[dict]]], baseline: str, auc_x_max: f
     sec = {arm: [curve(runs[s], x="seconds") for s in sorted(runs)] for arm, runs in evals.items()}
     source = "sweep file"
     if target is None:
-        target, source = mean_curve(tok[baseline])["mean"][-1], f"final pass@1 of the mean curve of baseline arm {baseline!r}"
+        target, source = (
+            mean_curve(tok[baseline])["mean"][-1],
+            f"final pass@1 of the mean curve of baseline arm {baseline!r}",
+        )
     arms: dict[str, dict] = {}
     for arm, runs in evals.items():
         seeds = sorted(runs)
         finals = [sorted(runs[s], key=lambda e: e["step"])[-1] for s in seeds]
-        m = {"tokens_to_target": to_target_stat(tok[arm], target),
-             "seconds_to_target": to_target_stat(sec[arm], target),
-             "auc": mean_stat([auc(cx, cy, auc_x_max) for cx, cy in tok[arm]])}
+        m = {
+            "tokens_to_target": to_target_stat(tok[arm], target),
+            "seconds_to_target": to_target_stat(sec[arm], target),
+            "auc": mean_stat([auc(cx, cy, auc_x_max) for cx, cy in tok[arm]]),
+        }
         for k in sorted({1, *ks}):
             m[f"final_pass@{k}"] = mean_stat([f[f"eval/pass@{k}"] for f in finals])
         for fig in m.values():
             fig["per_seed"] = {str(s): v for s, v in zip(seeds, fig["per_seed"])}
         arms[arm] = {"seeds": seeds, "metrics": m, "curve": mean_curve(tok[arm])}
-    for arm, a in arms.items():
+    for a in arms.values():
         base = arms[baseline]["metrics"]
         a["ratios"] = {name: ratio(fig["value"], base[name]["value"]) for name, fig in a["metrics"].items()}
         a["separation"] = {name: separation(fig, base[name]) for name, fig in a["metrics"].items()}
@@ -228,15 +260,25 @@ def analyse(evals: dict[str, dict[int, list[dict]]], baseline: str, auc_x_max: f
     warnings = []
     at_start = all(a["metrics"]["tokens_to_target"]["value"] == 0 for a in arms.values())
     if at_start:
-        warnings.append(f"target reached at step 0 by every arm: choose a higher target (every arm's first evaluation, "
-                        f"before training, already has pass@1 >= {target:.3f}, so tokens to target compares nothing)")
+        warnings.append(
+            f"target reached at step 0 by every arm: choose a higher target (every arm's first evaluation, "
+            f"before training, already has pass@1 >= {target:.3f}, so tokens to target compares nothing)"
+        )
     elif arms[baseline]["metrics"]["tokens_to_target"]["value"] == 0:
-        warnings.append(f"the baseline {baseline!r} reaches the target pass@1 {target:.3f} at 0 generated tokens (at its "
-                        "first evaluation, before training): nothing was learned, so tokens to target compares nothing; "
-                        "raise the budget or set a higher target")
+        warnings.append(
+            f"the baseline {baseline!r} reaches the target pass@1 {target:.3f} at 0 generated tokens (at its "
+            "first evaluation, before training): nothing was learned, so tokens to target compares nothing; "
+            "raise the budget or set a higher target"
+        )
     if shared:
-        warnings.append(f"wall-clock figures are {CONFOUNDED}: {shared}; seconds are compared only between runs that had "
-                        "the machine to themselves (train with jobs = 1 and nothing else running)")
-    return {"target": {"value": float(target), "source": source, "reached_at_start_by_every_arm": at_start},
-            "auc_tokens": float(auc_x_max), "wall_clock": {"confounded": bool(shared), "reason": shared},
-            "warnings": warnings, "arms": arms}
+        warnings.append(
+            f"wall-clock figures are {CONFOUNDED}: {shared}; seconds are compared only between runs that had "
+            "the machine to themselves (train with jobs = 1 and nothing else running)"
+        )
+    return {
+        "target": {"value": float(target), "source": source, "reached_at_start_by_every_arm": at_start},
+        "auc_tokens": float(auc_x_max),
+        "wall_clock": {"confounded": bool(shared), "reason": shared},
+        "warnings": warnings,
+        "arms": arms,
+    }

@@ -85,7 +85,11 @@ def _ratio(name: str, r, sep: int | None, confounded: str | None = None) -> str:
 def html(compare: dict, png: bytes, configs: dict[str, str]) -> str:
     sw, arms = compare["sweep"], compare["arms"]
     names = list(next(iter(arms.values()))["metrics"])
-    labels = {"tokens_to_target": "tokens to target", "seconds_to_target": "train seconds to target", "auc": "AUC (mean pass@1 over budget)"}
+    labels = {
+        "tokens_to_target": "tokens to target",
+        "seconds_to_target": "train seconds to target",
+        "auc": "AUC (mean pass@1 over budget)",
+    }
     head = "".join(f"<th>{H.escape(labels.get(n, n.replace('_', ' ')))}</th>" for n in names)
     at_start = compare["target"].get("reached_at_start_by_every_arm")
 
@@ -97,38 +101,56 @@ def html(compare: dict, png: bytes, configs: dict[str, str]) -> str:
             shown = "—" if ratio is None else f"<span class=same>×{ratio:.2f}</span>"
         else:
             shown = _ratio(n, ratio, a["separation"].get(n), a.get("confounded", {}).get(n))
-        return (f"<td>{_fig(a['metrics'][n], 0 if n == 'tokens_to_target' else 1 if n == 'seconds_to_target' else 3)}"
-                f"<br>{shown}</td>")
+        return (
+            f"<td>{_fig(a['metrics'][n], 0 if n == 'tokens_to_target' else 1 if n == 'seconds_to_target' else 3)}"
+            f"<br>{shown}</td>"
+        )
 
     rows = []
     for arm, a in arms.items():
         base = " <span class=tag>baseline</span>" if arm == sw["baseline"] else ""
         cells = "".join(cell(a, n) for n in names)
         reached = a["metrics"]["tokens_to_target"]["seeds_reached"]
-        rows.append(f"<tr><th class=arm>{H.escape(arm)}{base}<div class=desc>{H.escape(a.get('description') or '')}</div>"
-                    f"<div class=desc>seeds reaching target on their own: {reached}/{len(a['runs'])}</div></th>{cells}</tr>")
+        rows.append(
+            f"<tr><th class=arm>{H.escape(arm)}{base}<div class=desc>{H.escape(a.get('description') or '')}</div>"
+            f"<div class=desc>seeds reaching target on their own: {reached}/{len(a['runs'])}</div></th>{cells}</tr>"
+        )
     run_rows = []
     for arm, a in arms.items():
         for seed, r in a["runs"].items():
             warn = " class=warn" if r["stopped_by"] != "budget" else ""
-            run_rows.append(f"<tr><td>{H.escape(arm)}</td><td>{H.escape(seed)}</td><td>{_num(r['steps'])}</td>"
-                            f"<td{warn}>{H.escape(r['stopped_by'])}</td><td>{_num(r['generated_tokens'])}</td><td>{_num(r['rollouts'])}</td><td>{_num(r['train_s'], 1)}</td>"
-                            f"<td>{_num(r['wall_s'], 1)}</td><td>{_num(r['final_pass@1'])}</td>"
-                            f"<td><code>{H.escape(r['dir'])}</code></td></tr>")
-    cfgs = "".join(f"<details><summary>{H.escape(arm)} <code>{H.escape(json.dumps(arms[arm]['set']))}</code></summary>"
-                   f"<pre>{H.escape(text)}</pre></details>" for arm, text in configs.items())
+            run_rows.append(
+                f"<tr><td>{H.escape(arm)}</td><td>{H.escape(seed)}</td><td>{_num(r['steps'])}</td>"
+                f"<td{warn}>{H.escape(r['stopped_by'])}</td><td>{_num(r['generated_tokens'])}</td><td>{_num(r['rollouts'])}</td><td>{_num(r['train_s'], 1)}</td>"
+                f"<td>{_num(r['wall_s'], 1)}</td><td>{_num(r['final_pass@1'])}</td>"
+                f"<td><code>{H.escape(r['dir'])}</code></td></tr>"
+            )
+    cfgs = "".join(
+        f"<details><summary>{H.escape(arm)} <code>{H.escape(json.dumps(arms[arm]['set']))}</code></summary>"
+        f"<pre>{H.escape(text)}</pre></details>"
+        for arm, text in configs.items()
+    )
     m, g = compare["machine"], compare.get("git") or {}
-    machine = (f"{m.get('cpu')}, {m.get('cores')} cores, torch {m.get('torch')} (threads: {m.get('torch_threads')})"
-               + (f", GPU {m['gpu']}" if m.get("gpu") else "") + f"; {m.get('platform')}")
+    machine = (
+        f"{m.get('cpu')}, {m.get('cores')} cores, torch {m.get('torch')} (threads: {m.get('torch_threads')})"
+        + (f", GPU {m['gpu']}" if m.get("gpu") else "")
+        + f"; {m.get('platform')}"
+    )
     ci = compare["ci"]
     budget = ", ".join(f"{v:,} {k.replace('_', ' ')}" for k, v in sw["budget"].items())
     img = base64.b64encode(png).decode("ascii")
     short = any(r["stopped_by"] != "budget" for a in arms.values() for r in a["runs"].values())
-    warnings = "".join(f"<p class=warn><strong>warning:</strong> {H.escape(w)}</p>" for w in compare.get("warnings", []))
-    steps_note = ("<p class=warn>Some runs stopped at train.steps before spending the budget: their arms did not get an equal "
-                  "budget (raise train.steps).</p>" if short else "")
+    warnings = "".join(
+        f"<p class=warn><strong>warning:</strong> {H.escape(w)}</p>" for w in compare.get("warnings", [])
+    )
+    steps_note = (
+        "<p class=warn>Some runs stopped at train.steps before spending the budget: their arms did not get an equal "
+        "budget (raise train.steps).</p>"
+        if short
+        else ""
+    )
     return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>rollwise compare: {H.escape(sw['name'])}</title>
+<html lang="en"><head><meta charset="utf-8"><title>rollwise compare: {H.escape(sw["name"])}</title>
 <style>
 body {{ font-family: system-ui, sans-serif; margin: 2em auto; max-width: 75em; padding: 0 1em; color: #222; }}
 table {{ border-collapse: collapse; margin: 1em 0; font-size: 0.92em; }}
@@ -142,18 +164,18 @@ thead th {{ background: #f3f3f3; }}
 img {{ max-width: 100%; border: 1px solid #ddd; }} dl {{ display: grid; grid-template-columns: max-content auto; gap: 0.2em 1em; }}
 dt {{ font-weight: 600; }} dd {{ margin: 0; }}
 </style></head><body>
-<h1>rollwise compare: {H.escape(sw['name'])}</h1>
+<h1>rollwise compare: {H.escape(sw["name"])}</h1>
 {warnings}
 <dl>
-<dt>arms</dt><dd>{', '.join(H.escape(a) for a in arms)} (baseline: {H.escape(sw['baseline'])})</dd>
-<dt>seeds</dt><dd>{', '.join(str(s) for s in sw['seeds'])}</dd>
+<dt>arms</dt><dd>{", ".join(H.escape(a) for a in arms)} (baseline: {H.escape(sw["baseline"])})</dd>
+<dt>seeds</dt><dd>{", ".join(str(s) for s in sw["seeds"])}</dd>
 <dt>budget per run</dt><dd>{budget}</dd>
-<dt>target pass@1</dt><dd>{compare['target']['value']:.4f} ({H.escape(compare['target']['source'])})</dd>
-<dt>AUC range</dt><dd>0 – {compare['auc_tokens']:,.0f} generated tokens</dd>
-<dt>intervals</dt><dd>{int(ci['level'] * 100)}% {H.escape(ci['method'])}, {ci['resamples']} resamples, RNG seed {ci['rng_seed']}</dd>
+<dt>target pass@1</dt><dd>{compare["target"]["value"]:.4f} ({H.escape(compare["target"]["source"])})</dd>
+<dt>AUC range</dt><dd>0 – {compare["auc_tokens"]:,.0f} generated tokens</dd>
+<dt>intervals</dt><dd>{int(ci["level"] * 100)}% {H.escape(ci["method"])}, {ci["resamples"]} resamples, RNG seed {ci["rng_seed"]}</dd>
 <dt>machine</dt><dd>{H.escape(machine)}</dd>
-<dt>git</dt><dd>{H.escape(g.get('commit') or 'unknown')}{' (with uncommitted changes)' if g.get('dirty') else ''}</dd>
-<dt>created</dt><dd>{H.escape(compare['created'])}</dd>
+<dt>git</dt><dd>{H.escape(g.get("commit") or "unknown")}{" (with uncommitted changes)" if g.get("dirty") else ""}</dd>
+<dt>created</dt><dd>{H.escape(compare["created"])}</dd>
 </dl>
 <h2>Held-out pass@1 against generated tokens</h2>
 <img alt="held-out pass@1 against training generated tokens, per arm" src="data:image/png;base64,{img}">
@@ -164,15 +186,15 @@ the arm's mean curve first reaches the target (linear between eval points); “n
 Seconds are compared only between runs that had the machine to themselves: where runs ran at the same time they are
 marked “{H.escape(CONFOUNDED)}”.</p>
 <table><thead><tr><th class=arm>arm</th>{head}</tr></thead><tbody>
-{''.join(rows)}
+{"".join(rows)}
 </tbody></table>
 <h2>Runs</h2>{steps_note}
 <table><thead><tr><th>arm</th><th>seed</th><th>steps</th><th>stopped by</th><th>generated tokens</th><th>rollouts</th>
 <th>train s</th><th>wall s</th><th>final pass@1</th><th>directory</th></tr></thead><tbody>
-{''.join(run_rows)}
+{"".join(run_rows)}
 </tbody></table>
 <h2>Resolved configs</h2>
-<p>Seed {sw['seeds'][0]} of each arm; other seeds differ only in run.seed and run.name.</p>
+<p>Seed {sw["seeds"][0]} of each arm; other seeds differ only in run.seed and run.name.</p>
 {cfgs}
 </body></html>
 """
@@ -186,8 +208,11 @@ def run_configs(out_dir: Path, compare: dict) -> dict[str, str]:
     out = {}
     for arm, a in compare["arms"].items():
         run_dir = Path(a["runs"][seed]["dir"])
-        found = [d / "config.resolved.toml" for d in (run_dir, Path(out_dir) / run_dir.name)
-                 if (d / "config.resolved.toml").is_file()]
+        found = [
+            d / "config.resolved.toml"
+            for d in (run_dir, Path(out_dir) / run_dir.name)
+            if (d / "config.resolved.toml").is_file()
+        ]
         missing = f"(not shown: {run_dir.as_posix()}/config.resolved.toml is not here)"
         out[arm] = found[0].read_text() if found else missing
     return out

@@ -22,10 +22,11 @@ import os
 import platform
 import subprocess
 import time
-import tomllib
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Callable
+
+import tomllib
 
 from rollwise import storage
 from rollwise.bench.sweep import RunSpec, flatten, load_sweep, plan
@@ -76,11 +77,16 @@ def status(spec: RunSpec) -> str:
         return "new"
     from rollwise import defaults  # the saved config holds the derived defaults (issue #32): compare like with like
 
-    old, new = flatten(saved_fingerprint(saved)), flatten(config_fingerprint(defaults.resolve(spec.cfg, log=lambda m: None)))
+    old, new = (
+        flatten(saved_fingerprint(saved)),
+        flatten(config_fingerprint(defaults.resolve(spec.cfg, log=lambda m: None))),
+    )
     if old != new:
         keys = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
-        raise UserError(f"{d} holds a run made with a different config than this sweep asks for (differs in "
-                        f"{', '.join(keys[:6])}{', ...' if len(keys) > 6 else ''}); delete it (or choose another out_dir) to run it again")
+        raise UserError(
+            f"{d} holds a run made with a different config than this sweep asks for (differs in "
+            f"{', '.join(keys[:6])}{', ...' if len(keys) > 6 else ''}); delete it (or choose another out_dir) to run it again"
+        )
     return "done" if (d / DONE).is_file() else "resume"
 
 
@@ -118,8 +124,15 @@ def machine_info() -> dict:
         pass
     import torch
 
-    info = {"platform": platform.platform(), "python": platform.python_version(), "cpu": cpu or platform.processor() or None,
-            "cores": os.cpu_count(), "torch": torch.__version__, "torch_threads": torch.get_num_threads(), "gpu": None}
+    info = {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu": cpu or platform.processor() or None,
+        "cores": os.cpu_count(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "gpu": None,
+    }
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
     return info
@@ -157,11 +170,19 @@ def execute(cfg, resume: bool, train_fn: Callable | None = None, log=print, jobs
     budget = tc.budget_generated_tokens or tc.budget_rollouts
     spent = result.totals.get("generated_tokens" if tc.budget_generated_tokens else "rollouts", 0)
     # the reuse totals (SPEC-RL) are 0, not absent, for other strategies and for runs of no step
-    record = {"steps": result.steps, "totals": {**{k: 0 for k in REUSE_KEYS}, **result.totals},
-              "stopped_by": "budget" if budget is not None and spent >= budget else "steps",
-              "final_eval": result.last_eval, "session_s": round(time.time() - t0, 3),
-              "started_unix": round(t0, 3), "finished_unix": round(time.time(), 3), "jobs": jobs,
-              "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine_info(), "git": git_info()}
+    record = {
+        "steps": result.steps,
+        "totals": {**{k: 0 for k in REUSE_KEYS}, **result.totals},
+        "stopped_by": "budget" if budget is not None and spent >= budget else "steps",
+        "final_eval": result.last_eval,
+        "session_s": round(time.time() - t0, 3),
+        "started_unix": round(t0, 3),
+        "finished_unix": round(time.time(), 3),
+        "jobs": jobs,
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": machine_info(),
+        "git": git_info(),
+    }
     tmp = Path(result.run_dir) / (DONE + ".tmp")
     with storage.guard(f"{DONE} in {result.run_dir}", result.run_dir, cleanup=[tmp]):
         tmp.write_text(json.dumps(record, indent=1))
@@ -204,8 +225,14 @@ def run_all(specs: list[RunSpec], jobs: int = 1, log=print, train_fn: Callable |
     with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
         futures = {}
         for s in todo:
-            cfg = s.cfg if s.cfg.run.threads else s.cfg.model_copy(update={"run": s.cfg.run.model_copy(update={"threads": threads})})
-            futures[s.name] = pool.submit(_execute_in_child, cfg.model_dump(mode="json"), states[s.name] == "resume", jobs)
+            cfg = (
+                s.cfg
+                if s.cfg.run.threads
+                else s.cfg.model_copy(update={"run": s.cfg.run.model_copy(update={"threads": threads})})
+            )
+            futures[s.name] = pool.submit(
+                _execute_in_child, cfg.model_dump(mode="json"), states[s.name] == "resume", jobs
+            )
         for name, fut in futures.items():
             fut.result()  # re-raises a run's error
             outcome[name] = "resumed" if states[name] == "resume" else "trained"
@@ -228,8 +255,14 @@ def collect(specs: list[RunSpec]) -> dict[str, dict[int, list[dict]]]:
     return out
 
 
-def compare(sweep_path: str | Path, overrides: list[str] | None = None, out_dir: str | Path | None = None,
-            jobs: int | None = None, log=print, train_fn: Callable | None = None) -> dict:
+def compare(
+    sweep_path: str | Path,
+    overrides: list[str] | None = None,
+    out_dir: str | Path | None = None,
+    jobs: int | None = None,
+    log=print,
+    train_fn: Callable | None = None,
+) -> dict:
     """``rollwise compare``: validate the sweep and every run's config, run what is not done, write
     ``compare.json``, the plot and ``report.html`` under the output directory; returns compare.json's dict."""
     from rollwise.bench import analysis, report
@@ -241,8 +274,10 @@ def compare(sweep_path: str | Path, overrides: list[str] | None = None, out_dir:
     for s in specs:
         status(s)
     out.mkdir(parents=True, exist_ok=True)
-    log(f"sweep {sweep.sweep_name()!r}: {len(sweep.arms)} arms x {len(sweep.seeds)} seeds, budget "
-        f"{sweep.budget.amount:,} {sweep.budget.unit.replace('_', ' ')}, runs in {out}")
+    log(
+        f"sweep {sweep.sweep_name()!r}: {len(sweep.arms)} arms x {len(sweep.seeds)} seeds, budget "
+        f"{sweep.budget.amount:,} {sweep.budget.unit.replace('_', ' ')}, runs in {out}"
+    )
     run_all(specs, jobs if jobs is not None else sweep.jobs, log=log, train_fn=train_fn)
 
     evals = collect(specs)
@@ -262,30 +297,65 @@ def compare(sweep_path: str | Path, overrides: list[str] | None = None, out_dir:
         for s in (s for s in specs if s.arm == arm.name):
             d = done[s.name]
             fe = d.get("final_eval", {})
-            run = {"dir": s.dir.as_posix(), "steps": d["steps"], "stopped_by": d["stopped_by"],
-                   "generated_tokens": d["totals"].get("generated_tokens"), "rollouts": d["totals"].get("rollouts"),
-                   # rollout-stage work besides generation (SPEC-RL's reuse and verification pass)
-                   **{k: d["totals"].get(k, 0) for k in REUSE_KEYS},
-                   "wall_s": fe.get("wall_s"), "train_s": analysis.train_seconds(sorted(evals[s.arm][s.seed], key=lambda e: e["step"]))[-1],
-                   "final_pass@1": fe.get("eval/pass@1"), "finished_at": d.get("finished_at"), "git": d.get("git")}
-            if {k: d.get("machine", {}).get(k) for k in ("cpu", "torch", "gpu")} != {k: machine[k] for k in ("cpu", "torch", "gpu")}:
+            run = {
+                "dir": s.dir.as_posix(),
+                "steps": d["steps"],
+                "stopped_by": d["stopped_by"],
+                "generated_tokens": d["totals"].get("generated_tokens"),
+                "rollouts": d["totals"].get("rollouts"),
+                # rollout-stage work besides generation (SPEC-RL's reuse and verification pass)
+                **{k: d["totals"].get(k, 0) for k in REUSE_KEYS},
+                "wall_s": fe.get("wall_s"),
+                "train_s": analysis.train_seconds(sorted(evals[s.arm][s.seed], key=lambda e: e["step"]))[-1],
+                "final_pass@1": fe.get("eval/pass@1"),
+                "finished_at": d.get("finished_at"),
+                "git": d.get("git"),
+            }
+            if {k: d.get("machine", {}).get(k) for k in ("cpu", "torch", "gpu")} != {
+                k: machine[k] for k in ("cpu", "torch", "gpu")
+            }:
                 run["machine"] = d.get("machine")
             runs[str(s.seed)] = run
-        arms[arm.name] = {"description": arm.description, "set": arm.set, "runs": runs, "metrics": a["metrics"],
-                          "ratios": a["ratios"], "separation": a["separation"], "confounded": a["confounded"],
-                          "curve": a["curve"]}
+        arms[arm.name] = {
+            "description": arm.description,
+            "set": arm.set,
+            "runs": runs,
+            "metrics": a["metrics"],
+            "ratios": a["ratios"],
+            "separation": a["separation"],
+            "confounded": a["confounded"],
+            "curve": a["curve"],
+        }
     compare_json = {
-        "schema": 1, "sweep": {"name": sweep.sweep_name(), "file": Path(sweep_path).as_posix(), "out_dir": out.as_posix(),
-                               "arms": [a.name for a in sweep.arms], "baseline": sweep.baseline_arm, "seeds": sweep.seeds,
-                               "budget": {sweep.budget.unit: sweep.budget.amount}, "jobs": jobs if jobs is not None else sweep.jobs},
-        "target": result["target"], "auc_tokens": result["auc_tokens"], "wall_clock": result["wall_clock"], "ci": analysis.BOOTSTRAP,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine, "git": git_info(), "arms": arms,
+        "schema": 1,
+        "sweep": {
+            "name": sweep.sweep_name(),
+            "file": Path(sweep_path).as_posix(),
+            "out_dir": out.as_posix(),
+            "arms": [a.name for a in sweep.arms],
+            "baseline": sweep.baseline_arm,
+            "seeds": sweep.seeds,
+            "budget": {sweep.budget.unit: sweep.budget.amount},
+            "jobs": jobs if jobs is not None else sweep.jobs,
+        },
+        "target": result["target"],
+        "auc_tokens": result["auc_tokens"],
+        "wall_clock": result["wall_clock"],
+        "ci": analysis.BOOTSTRAP,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": machine,
+        "git": git_info(),
+        "arms": arms,
         "warnings": result["warnings"],
     }
     configs = {arm.name: to_toml(next(s.cfg for s in specs if s.arm == arm.name)) for arm in sweep.arms}
     tmp = out / "compare.json.tmp"  # atomic: a failed write leaves the previous compare.json or none
-    with storage.guard(f"compare.json in {out}", out, then="run the same rollwise compare again (finished runs are skipped)",
-                       cleanup=[tmp]):
+    with storage.guard(
+        f"compare.json in {out}",
+        out,
+        then="run the same rollwise compare again (finished runs are skipped)",
+        cleanup=[tmp],
+    ):
         tmp.write_text(json.dumps(compare_json, indent=1))
         tmp.replace(out / "compare.json")
         paths = report.write(out, compare_json, configs)

@@ -41,7 +41,14 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from rollwise.registry import UserError, format_validation
 
-RESERVED = ("run.dir", "run.name", "run.seed", "run.overwrite", "train.budget_generated_tokens", "train.budget_rollouts")
+RESERVED = (
+    "run.dir",
+    "run.name",
+    "run.seed",
+    "run.overwrite",
+    "train.budget_generated_tokens",
+    "train.budget_rollouts",
+)
 SHARED_SECTIONS = ("task", "eval")  # every arm is evaluated on the same held-out prompts the same way
 
 
@@ -50,9 +57,14 @@ class _Model(BaseModel):
 
 
 class Budget(_Model):
-    generated_tokens: int | None = Field(None, ge=1, description="Training generated tokens per run (cost/generated_tokens); "
-                                         "sets train.budget_generated_tokens.")
-    rollouts: int | None = Field(None, ge=1, description="Training rollouts per run (cost/rollouts); sets train.budget_rollouts.")
+    generated_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Training generated tokens per run (cost/generated_tokens); sets train.budget_generated_tokens.",
+    )
+    rollouts: int | None = Field(
+        None, ge=1, description="Training rollouts per run (cost/rollouts); sets train.budget_rollouts."
+    )
 
     @model_validator(mode="after")
     def _exactly_one(self):
@@ -73,30 +85,59 @@ class Budget(_Model):
 
 
 class Arm(_Model):
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64,
-                      description="Arm name (letters, digits, '_', '.', '-'); its runs are <out_dir>/<name>-s<seed>.")
-    set: dict[str, Any] = Field(default_factory=dict, description="Dotted config overrides of this arm, e.g. {\"control.name\" = \"uniform\"}.")
+    name: str = Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+        max_length=64,
+        description="Arm name (letters, digits, '_', '.', '-'); its runs are <out_dir>/<name>-s<seed>.",
+    )
+    set: dict[str, Any] = Field(
+        default_factory=dict, description='Dotted config overrides of this arm, e.g. {"control.name" = "uniform"}.'
+    )
     description: str = Field("", description="One line shown in the report.")
 
 
 class Sweep(_Model):
-    name: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="Sweep name (default: the file's stem).")
-    base: str | dict[str, Any] = Field(default_factory=dict, description="Base config: a TOML config file path relative to the sweep "
-                                       "file, or an inline table of dotted overrides of the defaults.")
-    set: dict[str, Any] = Field(default_factory=dict, description="Dotted overrides applied to every arm, after the base.")
+    name: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="Sweep name (default: the file's stem)."
+    )
+    base: str | dict[str, Any] = Field(
+        default_factory=dict,
+        description="Base config: a TOML config file path relative to the sweep "
+        "file, or an inline table of dotted overrides of the defaults.",
+    )
+    set: dict[str, Any] = Field(
+        default_factory=dict, description="Dotted overrides applied to every arm, after the base."
+    )
     arms: list[Arm] = Field(min_length=1, description="The strategies compared ([[arms]] tables).")
-    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1, description="run.seed values; every arm runs every seed.")
+    seeds: list[int] = Field(
+        default_factory=lambda: [0], min_length=1, description="run.seed values; every arm runs every seed."
+    )
     budget: Budget = Field(description="The one budget shared by all arms: {generated_tokens = N} or {rollouts = N}.")
     baseline: str | None = Field(None, description="Arm that ratios are relative to (default: the first arm).")
-    target: float | None = Field(None, ge=0.0, le=1.0, description="Held-out pass@1 target for tokens/seconds-to-target "
-                                 "(default: the final pass@1 of the baseline arm's mean curve).")
-    out_dir: str | None = Field(None, description="Directory of the runs and the report (default runs/compare/<name>; "
-                                "relative to the working directory).")
-    runs_dir: str | None = Field(None, description="Directory of the runs (default: out_dir). Sweeps that share it share "
-                                 "their runs: a run whose arm name, seed and resolved config match is reused, not trained again (whatever "
-                                 "commit made it: compare.json lists each run's commit).")
-    jobs: int = Field(1, ge=1, description="Runs trained at once in separate processes (1 = one after another; wall-clock "
-                      "figures are only comparable between runs that shared the machine the same way).")
+    target: float | None = Field(
+        None,
+        ge=0.0,
+        le=1.0,
+        description="Held-out pass@1 target for tokens/seconds-to-target "
+        "(default: the final pass@1 of the baseline arm's mean curve).",
+    )
+    out_dir: str | None = Field(
+        None,
+        description="Directory of the runs and the report (default runs/compare/<name>; "
+        "relative to the working directory).",
+    )
+    runs_dir: str | None = Field(
+        None,
+        description="Directory of the runs (default: out_dir). Sweeps that share it share "
+        "their runs: a run whose arm name, seed and resolved config match is reused, not trained again (whatever "
+        "commit made it: compare.json lists each run's commit).",
+    )
+    jobs: int = Field(
+        1,
+        ge=1,
+        description="Runs trained at once in separate processes (1 = one after another; wall-clock "
+        "figures are only comparable between runs that shared the machine the same way).",
+    )
 
     _source: Path | None = PrivateAttr(None)
 
@@ -208,7 +249,9 @@ def plan(sweep: Sweep, out_dir: Path | None = None) -> list[RunSpec]:
         for where, table in (("set", common), (f"arms[{arm.name!r}].set", arm_set)):
             bad = sorted(k for k in table if any(k == r or r.startswith(k + ".") for r in RESERVED))
             if bad:
-                raise UserError(f"sweep {where}: {bad} are set by rollwise compare (run directory, seed, budget); remove them")
+                raise UserError(
+                    f"sweep {where}: {bad} are set by rollwise compare (run directory, seed, budget); remove them"
+                )
         for seed in sweep.seeds:
             data = copy.deepcopy(base)
             for key, value in {**common, **arm_set}.items():
@@ -216,8 +259,13 @@ def plan(sweep: Sweep, out_dir: Path | None = None) -> list[RunSpec]:
             train = data.setdefault("train", {})
             if isinstance(train, dict):  # a base file's own budget gives way to the sweep's
                 train.pop("budget_generated_tokens", None), train.pop("budget_rollouts", None)
-            runner_keys = {"run.dir": runs_dir.as_posix(), "run.name": f"{arm.name}-s{seed}", "run.seed": seed,
-                           "run.overwrite": False, **sweep.budget.overrides()}
+            runner_keys = {
+                "run.dir": runs_dir.as_posix(),
+                "run.name": f"{arm.name}-s{seed}",
+                "run.seed": seed,
+                "run.overwrite": False,
+                **sweep.budget.overrides(),
+            }
             for key, value in runner_keys.items():
                 set_path(data, key, value)
             try:
@@ -233,10 +281,14 @@ def _check_comparable(specs: list[RunSpec]) -> None:
     ref = specs[0]
     for s in specs:
         if not s.cfg.eval.at_start:
-            raise UserError(f"sweep arm {s.arm!r}: eval.at_start must be true (every curve starts at 0 generated tokens)")
+            raise UserError(
+                f"sweep arm {s.arm!r}: eval.at_start must be true (every curve starts at 0 generated tokens)"
+            )
         for section in SHARED_SECTIONS:
             a, b = getattr(ref.cfg, section).model_dump(), getattr(s.cfg, section).model_dump()
             if a != b:
                 keys = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
-                raise UserError(f"sweep arms {ref.arm!r} and {s.arm!r} differ in {', '.join(f'{section}.{k}' for k in keys)}; "
-                                f"all arms must share the [{section}] section to be comparable")
+                raise UserError(
+                    f"sweep arms {ref.arm!r} and {s.arm!r} differ in {', '.join(f'{section}.{k}' for k in keys)}; "
+                    f"all arms must share the [{section}] section to be comparable"
+                )

@@ -35,7 +35,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
-from typing import Sequence
+from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -47,11 +47,16 @@ from rollwise.types import Group, Plan, Prompt, Request
 class Options(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    n_hinted: int | None = Field(None, ge=1, description="Hinted rollouts per prompt (default rollouts_per_prompt // 2, spec [RECON]); "
-                                 "the rest are naive.")
+    n_hinted: int | None = Field(
+        None,
+        ge=1,
+        description="Hinted rollouts per prompt (default rollouts_per_prompt // 2, spec [RECON]); the rest are naive.",
+    )
     w_min: float = Field(0.0, ge=0.0, le=1.0, description="Hint ratio at Diff_N = 0 (spec [RECON] 0).")
     w_max: float = Field(0.8, ge=0.0, le=1.0, description="Hint ratio at Diff_N = 1, and its cap (spec [RECON] 0.8).")
-    noise: float = Field(0.05, ge=0.0, description="Half-width of the uniform noise added to the hint ratio (spec [RECON] 0.05).")
+    noise: float = Field(
+        0.05, ge=0.0, description="Half-width of the uniform noise added to the hint ratio (spec [RECON] 0.05)."
+    )
 
     @model_validator(mode="after")
     def _order(self):
@@ -74,15 +79,19 @@ class ADHint(Uniform):
     Options = Options
     # finish_batch marks the hinted rollouts of the kept groups; naive and hinted rollouts are normalised separately by its
     # advantage (plain GRPO would pool them); hinted rounds continue prefixes of their own
-    compat = Compat(batch_statistics=True, pairs_with=("advantage", "adhint"), dynamic_sampling=False, continues_prefixes=True)
+    compat = Compat(
+        batch_statistics=True, pairs_with=("advantage", "adhint"), dynamic_sampling=False, continues_prefixes=True
+    )
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: Options | None, seed: int):
         super().__init__(prompts, cfg, options, seed)
         self.opts = options or Options()
         self.n_hinted = self.opts.n_hinted or cfg.rollouts_per_prompt // 2
         if not 1 <= self.n_hinted < cfg.rollouts_per_prompt:
-            raise UserError(f"control.options.n_hinted ({self.n_hinted}) must be between 1 and control.rollouts_per_prompt - 1 "
-                            f"({cfg.rollouts_per_prompt - 1}); adhint needs naive and hinted rollouts of each prompt")
+            raise UserError(
+                f"control.options.n_hinted ({self.n_hinted}) must be between 1 and control.rollouts_per_prompt - 1 "
+                f"({cfg.rollouts_per_prompt - 1}); adhint needs naive and hinted rollouts of each prompt"
+            )
         self.rng = random.Random(seed + 7919)
         self.task = self.codec = None
         self._round = 0
@@ -93,7 +102,9 @@ class ADHint(Uniform):
         """The run's task (reference solutions, ``task.target``) and token codec (hint token ids)."""
         task, codec = services.task, services.codec
         if not hasattr(task, "target"):
-            raise UserError(f"control.name = 'adhint' needs reference solutions: task {getattr(task, 'name', task)!r} has no target()")
+            raise UserError(
+                f"control.name = 'adhint' needs reference solutions: task {getattr(task, 'name', task)!r} has no target()"
+            )
         self.task, self.codec = task, codec
 
     def plan(self, prompts: list[Prompt], state) -> Plan:
@@ -122,11 +133,21 @@ class ADHint(Uniform):
                 continue
             hint = ref[:k]
             self._hints[g.prompt.id] = hint
-            requests.append(Request(g.prompt, self.n_hinted, prefix=hint, prefix_logprobs=(0.0,) * k,
-                                    prefix_versions=(state.policy_version,) * k))
+            requests.append(
+                Request(
+                    g.prompt,
+                    self.n_hinted,
+                    prefix=hint,
+                    prefix_logprobs=(0.0,) * k,
+                    prefix_versions=(state.policy_version,) * k,
+                )
+            )
         n = max(len(ratios), 1)
-        self.metrics = {"control/adhint_hint_ratio_mean": sum(ratios) / n, "control/adhint_hint_tokens_mean": sum(lengths) / n,
-                        "control/adhint_diff_naive_mean": sum(diffs) / n}
+        self.metrics = {
+            "control/adhint_hint_ratio_mean": sum(ratios) / n,
+            "control/adhint_hint_tokens_mean": sum(lengths) / n,
+            "control/adhint_diff_naive_mean": sum(diffs) / n,
+        }
         return self.source.cap(requests, groups)  # the naive round's groups count against the budget
 
     def finish_batch(self, groups: list[Group], kept: list[Group], dropped) -> list[Group]:
@@ -139,9 +160,11 @@ class ADHint(Uniform):
                 continue
             rows = []
             for r in g.rollouts:
-                if r.token_versions is not None and r.completion_ids[:len(hint)] == hint and r.verdict is not None:
-                    r = dataclasses.replace(r, verdict=dataclasses.replace(
-                        r.verdict, details={**r.verdict.details, "hint_tokens": len(hint)}))
+                if r.token_versions is not None and r.completion_ids[: len(hint)] == hint and r.verdict is not None:
+                    r = dataclasses.replace(
+                        r,
+                        verdict=dataclasses.replace(r.verdict, details={**r.verdict.details, "hint_tokens": len(hint)}),
+                    )
                 rows.append(r)
             out.append(Group(g.prompt, tuple(rows)))
         return out

@@ -77,7 +77,7 @@ records); the stage counters and the reused set are per step and empty between s
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -85,7 +85,6 @@ from rollwise.control.base import Controller
 from rollwise.control.history import CORRECT
 from rollwise.control.source import PromptSource, SourcePart
 from rollwise.types import Group, Plan, Prompt, Request, Rollout
-
 
 
 def expected_fresh_responses(p: float, k: int, stages: int) -> float:
@@ -104,16 +103,28 @@ def has_correct(group: Group) -> bool:
 
 class AR3POOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    stages: int = Field(2, ge=1, description="S: most generation stages per prompt; each stage gives a prompt with no "
-                        "correct response yet control.rollouts_per_prompt (k) more rollouts [RECON default 2].")
-    reuse: bool = Field(True, description="Append one stored correct response to a group still all wrong after its "
-                        "stages (false = adaptive rollout only).")
-    max_staleness: int | None = Field(None, ge=0, description="Reuse only stored responses at most this many policy "
-                                      "versions old (None = no expiry, the spec's [RECON] default).")
+    stages: int = Field(
+        2,
+        ge=1,
+        description="S: most generation stages per prompt; each stage gives a prompt with no "
+        "correct response yet control.rollouts_per_prompt (k) more rollouts [RECON default 2].",
+    )
+    reuse: bool = Field(
+        True,
+        description="Append one stored correct response to a group still all wrong after its "
+        "stages (false = adaptive rollout only).",
+    )
+    max_staleness: int | None = Field(
+        None,
+        ge=0,
+        description="Reuse only stored responses at most this many policy "
+        "versions old (None = no expiry, the spec's [RECON] default).",
+    )
 
 
 class AR3PO(Controller):
     """AR3PO (arXiv 2509.25808), reconstructed: stages until the first success, then response reuse."""
+
     Options = AR3POOptions
     plans_ahead = False  # select() clears, plan() fills the stages that next_round reads
 
@@ -167,8 +178,13 @@ class AR3PO(Controller):
         """``group`` plus the stored correct response of its prompt, when there is one, reuse is
         on, the group has a verified rollout and was not rescued yet; else ``group`` unchanged."""
         stored = self.store.get(group.prompt.id)
-        if (not self.opts.reuse or stored is None or group.prompt.id in self._reused
-                or has_correct(group) or not group.verified_rewards()):
+        if (
+            not self.opts.reuse
+            or stored is None
+            or group.prompt.id in self._reused
+            or has_correct(group)
+            or not group.verified_rewards()
+        ):
             return group
         age = getattr(state, "policy_version", 0) - stored.policy_version
         if self.opts.max_staleness is not None and age > self.opts.max_staleness:
@@ -198,8 +214,9 @@ class AR3PO(Controller):
             "control/ar3po_reused": float(len(reused)),
             "control/ar3po_reused_frac": len(reused) / max(1, n_fresh + len(reused)),
             "control/ar3po_reuse_staleness": sum(version - r.policy_version for r in reused) / max(1, len(reused)),
-            "control/ar3po_unrescued": float(sum(1 for g in fresh if g.verified_rewards() and not has_correct(g)
-                                                 and g.prompt.id not in self._reused)),
+            "control/ar3po_unrescued": float(
+                sum(1 for g in fresh if g.verified_rewards() and not has_correct(g) and g.prompt.id not in self._reused)
+            ),
             "control/ar3po_store_size": float(len(self.store)),
         }
         self._stages, self._reused = {}, {}

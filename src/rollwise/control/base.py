@@ -11,8 +11,9 @@ their defaults: ``next_round`` (no further round), ``finish_batch`` (the kept gr
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
 
 from rollwise.types import Plan
 
@@ -56,8 +57,10 @@ class Controller:
 
     def baselines(self, rows):
         """(B,) per-prompt value baseline of each row (the ``prompt_baseline`` advantage input)."""
-        raise ValueError(f"this advantage needs a controller with a per-prompt baseline (control.name = 'mssr'), "
-                         f"got {type(self).__name__}")
+        raise ValueError(
+            f"this advantage needs a controller with a per-prompt baseline (control.name = 'mssr'), "
+            f"got {type(self).__name__}"
+        )
 
     def after_update(self, batch, rows, metrics: dict, advantages) -> None:
         """After the optimizer step: the trained ``batch`` and ``rows``, the step's ``metrics`` and the

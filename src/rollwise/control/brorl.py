@@ -38,7 +38,7 @@ State (checkpointed): the prompt stream and the per-prompt history.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -50,13 +50,17 @@ from rollwise.types import Group, Plan, Prompt, Request
 class BroRLOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
     n: int = Field(512, ge=1, description="Rollouts per prompt (the paper raises N from 16 to 512).")
-    keep_samples_per_step: bool = Field(True, description="Draw max(1, budget // n) prompts so the rollouts per step equal "
-                                        "the step budget (default prompts_per_step * rollouts_per_prompt); false: "
-                                        "prompts_per_step prompts of n rollouts each.")
+    keep_samples_per_step: bool = Field(
+        True,
+        description="Draw max(1, budget // n) prompts so the rollouts per step equal "
+        "the step budget (default prompts_per_step * rollouts_per_prompt); false: "
+        "prompts_per_step prompts of n rollouts each.",
+    )
 
 
 class BroRL(Controller):
     """BroRL (arXiv 2510.01180): a uniform, very large number of rollouts per prompt."""
+
     Options = BroRLOptions
 
     stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)

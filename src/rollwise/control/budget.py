@@ -33,8 +33,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Literal, Sequence
+from typing import Literal
 
 from rollwise.types import Group, Plan, Request
 
@@ -101,11 +102,14 @@ class StepBudget:
     prior_tokens: int
 
     @classmethod
-    def from_config(cls, control_cfg, default_rollouts: int | None) -> "StepBudget":
+    def from_config(cls, control_cfg, default_rollouts: int | None) -> StepBudget:
         """``control.budget_rollouts`` (else the controller's ``default_rollouts``; None = no
         rollout cap) and ``control.budget_tokens``."""
-        return cls(getattr(control_cfg, "budget_rollouts", None) or default_rollouts,
-                   getattr(control_cfg, "budget_tokens", None), max_new_tokens_prior(control_cfg))
+        return cls(
+            getattr(control_cfg, "budget_rollouts", None) or default_rollouts,
+            getattr(control_cfg, "budget_tokens", None),
+            max_new_tokens_prior(control_cfg),
+        )
 
     def tokens_per_rollout(self, history=None, groups: Sequence[Group] = ()) -> float:
         """Mean completion length L of the history's last ``LENGTH_WINDOW`` steps and ``groups``;
@@ -126,8 +130,13 @@ class StepBudget:
             limits.append(math.floor((self.tokens - used_t) / per + 1e-9))
         return max(0, min(limits)) if limits else None
 
-    def cap(self, requests: Sequence[Request], history=None, groups: Sequence[Group] = (),
-            how: Literal["trim", "scale"] = "trim") -> Plan:
+    def cap(
+        self,
+        requests: Sequence[Request],
+        history=None,
+        groups: Sequence[Group] = (),
+        how: Literal["trim", "scale"] = "trim",
+    ) -> Plan:
         """The requests fitted into the remaining allowance (``how``: see the module docstring)."""
         left = self.remaining(history, groups)
         if left is None:

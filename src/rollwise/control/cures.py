@@ -52,7 +52,8 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Literal, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -111,11 +112,17 @@ def proportional_quota(total: int, weights: Sequence[float]) -> list[int]:
 class CuresOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    probe_rollouts: int = Field(4, ge=0, description="n_min: probe rollouts per selected prompt before the quotas "
-                                "(code: num_rollout_min = 4); 0 = no probe, sigma from the posterior.")
+    probe_rollouts: int = Field(
+        4,
+        ge=0,
+        description="n_min: probe rollouts per selected prompt before the quotas "
+        "(code: num_rollout_min = 4); 0 = no probe, sigma from the posterior.",
+    )
     sampler: Literal["code", "paper", "uniform"] = Field(
-        "code", description="Prompt sampler weights exp(sqrt(p(1-p))/tau): 'code' tau_i = 100(c_i+1) as released "
-                            "(almost uniform), 'paper' one tau [RECON], 'uniform' all equal.")
+        "code",
+        description="Prompt sampler weights exp(sqrt(p(1-p))/tau): 'code' tau_i = 100(c_i+1) as released "
+        "(almost uniform), 'paper' one tau [RECON], 'uniform' all equal.",
+    )
     tau: float = Field(0.1, gt=0.0, description="tau of the 'paper' sampler (spec suggests 0.05-0.2) [RECON].")
 
 
@@ -206,8 +213,10 @@ class CurES(Controller):
         if left is None:
             left = self.budget - sum(self.ctx["alloc"].values())
         quota = proportional_quota(left, sigma)
-        self.metrics = {"control/cures_skipped": float(sum(s == 0 for s in sigma)),
-                        "control/cures_sigma_mean": sum(sigma) / max(1, len(sigma))}
+        self.metrics = {
+            "control/cures_skipped": float(sum(s == 0 for s in sigma)),
+            "control/cures_sigma_mean": sum(sigma) / max(1, len(sigma)),
+        }
         return Plan(tuple(Request(p, m) for p, m in zip(prompts, quota) if m > 0))
 
     # -------------------------------------------------------------- online Bayesian update
@@ -219,8 +228,11 @@ class CurES(Controller):
 
     # -------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict:
-        return {"rng": self.rng.getstate(), "history": self.history.state_dict(),
-                "ctx": {"ids": list(self.ctx["ids"]), "alloc": dict(self.ctx["alloc"]), "phase": self.ctx["phase"]}}
+        return {
+            "rng": self.rng.getstate(),
+            "history": self.history.state_dict(),
+            "ctx": {"ids": list(self.ctx["ids"]), "alloc": dict(self.ctx["alloc"]), "phase": self.ctx["phase"]},
+        }
 
     def load_state_dict(self, s: dict) -> None:
         v, internal, gauss = s["rng"]

@@ -64,7 +64,8 @@ is per step and empty between steps, where checkpoints are taken.
 from __future__ import annotations
 
 import math
-from typing import Literal, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -107,19 +108,34 @@ def accuracy(group: Group) -> float | None:
 
 class DARSOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    schedule: Literal["et", "hw"] = Field("et", description="Top-up schedule: 'et' (equal treatment: lift every prompt with "
-                                           "p_hat < 0.5 to the cumulative advantage of p = 0.5) or 'hw' (hardness weighted: "
-                                           "target 2(1-p_hat) times that).")
-    n_max: int | None = Field(None, ge=1, description="Most rollouts per prompt over both stages, N_max "
-                              "(default 32 for 'et', 64 for 'hw', as the released scripts).")
-    std: bool = Field(False, description="Schedule for std-normalised advantages (advantage 'grpo'); false matches the "
-                      "released scripts' mean-only advantage (advantage 'dr_grpo').")
-    breadth: int = Field(1, ge=1, description="Prompts per step = breadth * control.prompts_per_step (DARS-B's large "
-                         "breadth batch; 1 = plain DARS).")
+    schedule: Literal["et", "hw"] = Field(
+        "et",
+        description="Top-up schedule: 'et' (equal treatment: lift every prompt with "
+        "p_hat < 0.5 to the cumulative advantage of p = 0.5) or 'hw' (hardness weighted: "
+        "target 2(1-p_hat) times that).",
+    )
+    n_max: int | None = Field(
+        None,
+        ge=1,
+        description="Most rollouts per prompt over both stages, N_max "
+        "(default 32 for 'et', 64 for 'hw', as the released scripts).",
+    )
+    std: bool = Field(
+        False,
+        description="Schedule for std-normalised advantages (advantage 'grpo'); false matches the "
+        "released scripts' mean-only advantage (advantage 'dr_grpo').",
+    )
+    breadth: int = Field(
+        1,
+        ge=1,
+        description="Prompts per step = breadth * control.prompts_per_step (DARS-B's large "
+        "breadth batch; 1 = plain DARS).",
+    )
 
 
 class DARS(Controller):
     """DARS (arXiv 2508.13755): stage-1 rollouts, then ΔN top-ups for prompts with p_hat < 0.5."""
+
     Options = DARSOptions
     plans_ahead = False  # select()/plan() reset and fill the stage-1 prompts that next_round tops up
 
@@ -181,8 +197,12 @@ class DARS(Controller):
 
 
 class DARSBOptions(DARSOptions):
-    breadth: int = Field(4, ge=1, description="Prompts per step = breadth * control.prompts_per_step (the large breadth "
-                         "batch; default 4 is ours, the paper uses 3072 prompts).")
+    breadth: int = Field(
+        4,
+        ge=1,
+        description="Prompts per step = breadth * control.prompts_per_step (the large breadth "
+        "batch; default 4 is ours, the paper uses 3072 prompts).",
+    )
 
 
 class DARSB(DARS):

@@ -73,7 +73,7 @@ the number of rounds started, the remaining batches (prompt ids) and the per-pro
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -116,7 +116,7 @@ def ngram_embedding(text: str, dim: int = 256, ngram_max: int = 3) -> np.ndarray
                 break
             h = np.full(m, np.uint64(0xCBF29CE484222325) ^ np.uint64(n), dtype=np.uint64)  # FNV-1a, seeded by n
             for j in range(n):
-                h = (h ^ b[j:j + m]) * np.uint64(0x100000001B3)
+                h = (h ^ b[j : j + m]) * np.uint64(0x100000001B3)
             h ^= h >> np.uint64(33)  # murmur3 finaliser: spread the bits before bucketing
             h *= np.uint64(0xFF51AFD7ED558CCD)
             h ^= h >> np.uint64(33)
@@ -127,8 +127,14 @@ def ngram_embedding(text: str, dim: int = 256, ngram_max: int = 3) -> np.ndarray
     return vec / norm if norm > 0 else vec
 
 
-def predict(emb: np.ndarray, ref_idx: Sequence[int], labels: Sequence[float], temperature: float,
-            calibrate: bool = True, chunk: int = 4096) -> np.ndarray:
+def predict(
+    emb: np.ndarray,
+    ref_idx: Sequence[int],
+    labels: Sequence[float],
+    temperature: float,
+    calibrate: bool = True,
+    chunk: int = 4096,
+) -> np.ndarray:
     """(N,) predicted success rates of every row of ``emb`` (N, d; unit rows) from the reference
     rows ``ref_idx`` with measured ``labels``: closed-form attention, then the linear calibration.
 
@@ -138,10 +144,10 @@ def predict(emb: np.ndarray, ref_idx: Sequence[int], labels: Sequence[float], te
     v = np.asarray(labels, dtype=np.float64)
     out = np.empty(emb.shape[0], dtype=np.float64)
     for start in range(0, emb.shape[0], chunk):
-        s = emb[start:start + chunk] @ ref.T / temperature
+        s = emb[start : start + chunk] @ ref.T / temperature
         s -= s.max(axis=1, keepdims=True)
         w = np.exp(s)
-        out[start:start + chunk] = (w @ v) / w.sum(axis=1)
+        out[start : start + chunk] = (w @ v) / w.sum(axis=1)
     if calibrate:
         out = linear_calibration(out[list(ref_idx)], v)(out)
     return out
@@ -178,21 +184,38 @@ def select_round(p_hat: np.ndarray, count: int, alpha: float, tau: float, rng: n
 
 class DOTSOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    steps_per_round: int = Field(2, ge=1, description="mu: steps per selection round (reference rollouts once per round).")
-    ref_size: int | None = Field(None, ge=1, description="Reference prompts rolled out per round (default "
-                                 "control.prompts_per_step // 2, at least 1; the script: 256 for 512 prompts per step).")
-    ref_rollouts: int | None = Field(None, ge=1, description="Rollouts per reference prompt "
-                                     "(default control.rollouts_per_prompt).")
+    steps_per_round: int = Field(
+        2, ge=1, description="mu: steps per selection round (reference rollouts once per round)."
+    )
+    ref_size: int | None = Field(
+        None,
+        ge=1,
+        description="Reference prompts rolled out per round (default "
+        "control.prompts_per_step // 2, at least 1; the script: 256 for 512 prompts per step).",
+    )
+    ref_rollouts: int | None = Field(
+        None, ge=1, description="Rollouts per reference prompt (default control.rollouts_per_prompt)."
+    )
     alpha: float = Field(0.5, ge=0.0, le=1.0, description="Target success rate: score = -|p_hat - alpha|.")
     tau: float = Field(1e-3, gt=0, description="Selection temperature of softmax(score / tau) (small = almost greedy).")
-    replay_fraction: float = Field(0.5, ge=0.0, lt=1.0, description="Share of each batch that rollout replay supplies after "
-                                   "round 0: rounds after the first select round(B * (1 - replay_fraction)) prompts per "
-                                   "step; use the same value in replay.options.replay_fraction (0 = no replay).")
-    attention_temperature: float = Field(0.1, gt=0, description="Temperature of the attention softmax over cosine "
-                                         "similarities to the reference prompts [ours].")
+    replay_fraction: float = Field(
+        0.5,
+        ge=0.0,
+        lt=1.0,
+        description="Share of each batch that rollout replay supplies after "
+        "round 0: rounds after the first select round(B * (1 - replay_fraction)) prompts per "
+        "step; use the same value in replay.options.replay_fraction (0 = no replay).",
+    )
+    attention_temperature: float = Field(
+        0.1,
+        gt=0,
+        description="Temperature of the attention softmax over cosine similarities to the reference prompts [ours].",
+    )
     calibrate: bool = Field(True, description="Apply the least-squares linear calibration fitted on the reference set.")
     embed_dim: int = Field(256, ge=8, description="Buckets of the hashed character n-gram embedding [ours].")
-    ngram_max: int = Field(3, ge=1, le=8, description="Longest character (byte) n-gram hashed into the embedding [ours].")
+    ngram_max: int = Field(
+        3, ge=1, le=8, description="Longest character (byte) n-gram hashed into the embedding [ours]."
+    )
 
 
 class DOTS(Controller):
@@ -212,7 +235,8 @@ class DOTS(Controller):
         self.rng = np.random.Generator(np.random.PCG64(seed))
         self.history = PromptHistory()
         self.step_budget = StepBudget.from_config(
-            cfg, self.ref_size * self.ref_rollouts + cfg.prompts_per_step * cfg.rollouts_per_prompt)
+            cfg, self.ref_size * self.ref_rollouts + cfg.prompts_per_step * cfg.rollouts_per_prompt
+        )
         self.rounds = 0  # selection rounds started (the current round is number rounds - 1, from 0)
         self.queue: list[list[str]] = []  # the current round's remaining batches (prompt ids)
         self._emb: np.ndarray | None = None  # (N, embed_dim), computed on first use
@@ -227,8 +251,11 @@ class DOTS(Controller):
     def embeddings(self) -> np.ndarray:
         if self._emb is None:
             o = self.opts
-            self._emb = np.stack([ngram_embedding(p.text, o.embed_dim, o.ngram_max) for p in self.prompts]) \
-                if self.prompts else np.zeros((0, o.embed_dim))
+            self._emb = (
+                np.stack([ngram_embedding(p.text, o.embed_dim, o.ngram_max) for p in self.prompts])
+                if self.prompts
+                else np.zeros((0, o.embed_dim))
+            )
         return self._emb
 
     def per_step(self) -> int:
@@ -292,7 +319,7 @@ class DOTS(Controller):
         ids = [self.prompts[int(i)].id for i in top]
         refs = {g.prompt.id for g in ref_groups}
         ids = [pid for pid in ids if pid not in refs] + [pid for pid in ids if pid in refs]  # references last
-        self.queue = [ids[i:i + b] for i in range(0, len(ids), b)]
+        self.queue = [ids[i : i + b] for i in range(0, len(ids), b)]
         # References still in batch 0 (generated in this very step) give way to the next prompts
         # of the same draw (the ranking continues the sampling without replacement).
         spare = (self.prompts[int(i)].id for i in order[count:] if self.prompts[int(i)].id not in refs)
@@ -301,8 +328,12 @@ class DOTS(Controller):
 
     # -------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict:
-        return {"rng": self.rng.bit_generator.state, "rounds": self.rounds, "queue": [list(q) for q in self.queue],
-                "history": self.history.state_dict()}
+        return {
+            "rng": self.rng.bit_generator.state,
+            "rounds": self.rounds,
+            "queue": [list(q) for q in self.queue],
+            "history": self.history.state_dict(),
+        }
 
     def load_state_dict(self, s: dict) -> None:
         self.rng.bit_generator.state = s["rng"]

@@ -35,7 +35,7 @@ Logs: ``control/drive_stage`` (1 or 2), ``control/drive_pool`` (prompts in the a
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -47,14 +47,27 @@ from rollwise.types import Group, Plan, Prompt, Request
 class DRIVEOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    solved_rate: float = Field(1.0, gt=0.0, le=1.0, description="a prompt with at least min_rollouts verified rollouts and "
-                               "this pass rate or more is skipped as solved")
-    min_rollouts: int = Field(8, ge=1, description="verified rollouts (in the window) before a prompt can count as solved")
+    solved_rate: float = Field(
+        1.0,
+        gt=0.0,
+        le=1.0,
+        description="a prompt with at least min_rollouts verified rollouts and "
+        "this pass rate or more is skipped as solved",
+    )
+    min_rollouts: int = Field(
+        8, ge=1, description="verified rollouts (in the window) before a prompt can count as solved"
+    )
     window: int = Field(2, ge=1, description="pass rate over the prompt's last this-many visits")
-    stage2_step: int | None = Field(None, ge=0, description="step at which the hard-focus stage begins (None = stage 1 only)")
+    stage2_step: int | None = Field(
+        None, ge=0, description="step at which the hard-focus stage begins (None = stage 1 only)"
+    )
     stage2_pool: int = Field(64, ge=1, description="hardest train prompts kept when stage 2 begins")
-    stage2_rollouts: int | None = Field(None, ge=1, description="rollouts per prompt in stage 2 (default 2 x rollouts_per_prompt)")
-    retain: float = Field(0.75, gt=0.0, le=1.0, description="share of the stage-2 pool kept (the hardest) after each stage-2 epoch")
+    stage2_rollouts: int | None = Field(
+        None, ge=1, description="rollouts per prompt in stage 2 (default 2 x rollouts_per_prompt)"
+    )
+    retain: float = Field(
+        0.75, gt=0.0, le=1.0, description="share of the stage-2 pool kept (the hardest) after each stage-2 epoch"
+    )
     min_pool: int = Field(8, ge=1, description="the stage-2 pool never shrinks below this many prompts")
 
 
@@ -80,7 +93,7 @@ class DRIVE(Controller):
     # -------------------------------------------------------------- difficulty
     def counts(self, prompt_id: str) -> tuple[int, int]:
         """(verified, correct) rollouts over the prompt's last ``window`` visits."""
-        recs = self.history.of(prompt_id)[-self.opts.window:]
+        recs = self.history.of(prompt_id)[-self.opts.window :]
         return sum(r.n for r in recs), sum(r.k for r in recs)
 
     def pass_rate(self, prompt_id: str) -> float | None:
@@ -122,8 +135,11 @@ class DRIVE(Controller):
             p = self.stream.take(1)[0]
             (skipped if self.solved(p.id) else out).append(p)
         out += skipped[: want - len(out)]  # a solved pool still yields a batch
-        self.metrics = {"control/drive_stage": float(self.stage), "control/drive_pool": float(len(self.stream.prompts)),
-                        "control/drive_skipped": float(len(skipped))}
+        self.metrics = {
+            "control/drive_stage": float(self.stage),
+            "control/drive_pool": float(len(self.stream.prompts)),
+            "control/drive_skipped": float(len(skipped)),
+        }
         return out
 
     def plan(self, prompts: list[Prompt], state) -> Plan:

@@ -80,7 +80,8 @@ from __future__ import annotations
 import bisect
 import math
 import random
-from typing import Literal, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -97,37 +98,69 @@ DEFAULT_EDGES = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
 class GdroOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
     # classifier
-    edges: list[float] = Field(default_factory=lambda: list(DEFAULT_EDGES), description="Bin edges inside (0, 1), increasing; "
-                               "len(edges) + 1 bins (paper: 10 equal bins; scripts also use [0.4, 0.75] and [0.1, 0.2, 0.4, 0.6, 0.8, 0.9]).")
-    window: int = Field(50, ge=0, description="H: p_hat is the mean of the last H any-correct indicators (0 = all visits; scripts 50 or 100).")
-    hysteresis: float = Field(0.03, ge=0.0, description="delta: margin a prompt's p_hat must cross a boundary by to change bin (scripts 0.03).")
+    edges: list[float] = Field(
+        default_factory=lambda: list(DEFAULT_EDGES),
+        description="Bin edges inside (0, 1), increasing; "
+        "len(edges) + 1 bins (paper: 10 equal bins; scripts also use [0.4, 0.75] and [0.1, 0.2, 0.4, 0.6, 0.8, 0.9]).",
+    )
+    window: int = Field(
+        50,
+        ge=0,
+        description="H: p_hat is the mean of the last H any-correct indicators (0 = all visits; scripts 50 or 100).",
+    )
+    hysteresis: float = Field(
+        0.03,
+        ge=0.0,
+        description="delta: margin a prompt's p_hat must cross a boundary by to change bin (scripts 0.03).",
+    )
     exclude_extremes: bool = Field(False, description="Prompts with p_hat 0 or 1 form one extra class (code option).")
     # Prompt-GDRO
     prompt_gdro: bool = Field(True, description="Prompt-GDRO: multiply advantages by EXP3P bin weights.")
     eta: float = Field(0.65, gt=0.0, description="eta_q of the exponential weights (also the arm eta; paper 0.65).")
     gamma: float = Field(0.01, ge=0.0, le=1.0, description="Uniform exploration mass (bins and arms; paper 0.01).")
-    ema: float = Field(0.12, gt=0.0, le=1.0, description="beta of the EMA of bin scores (paper 0.12; Rollout-GDRO scripts 0.4).")
-    scores: Literal["ema", "mean", "sum"] = Field("ema", description="Bin score: EMA (paper), cumulative 'mean', or cumulative "
-                                                  "'sum' (the frequency-biased baseline).")
-    share_normalise: bool = Field(True, description="Divide a bin's mean loss by its share of the batch's rows (Appendix A).")
-    weights: Literal["code", "paper"] = Field("code", description="'code': q(b) over present bins, rescaled to mean 1; "
-                                               "'paper': min(exp(eta clip(S, -C, C)), cap) (eq. 16).")
-    score_clip: float = Field(3.0, gt=0.0, description="C of the 'paper' weights (value not given by the paper) [RECON].")
+    ema: float = Field(
+        0.12, gt=0.0, le=1.0, description="beta of the EMA of bin scores (paper 0.12; Rollout-GDRO scripts 0.4)."
+    )
+    scores: Literal["ema", "mean", "sum"] = Field(
+        "ema",
+        description="Bin score: EMA (paper), cumulative 'mean', or cumulative 'sum' (the frequency-biased baseline).",
+    )
+    share_normalise: bool = Field(
+        True, description="Divide a bin's mean loss by its share of the batch's rows (Appendix A)."
+    )
+    weights: Literal["code", "paper"] = Field(
+        "code",
+        description="'code': q(b) over present bins, rescaled to mean 1; "
+        "'paper': min(exp(eta clip(S, -C, C)), cap) (eq. 16).",
+    )
+    score_clip: float = Field(
+        3.0, gt=0.0, description="C of the 'paper' weights (value not given by the paper) [RECON]."
+    )
     weight_cap: float = Field(15.0, gt=0.0, description="omega_max: largest advantage multiplier (paper 15).")
     # loss signal
-    loss_signal: Literal["surrogate", "surrogate_kl"] = Field("surrogate", description="Per-response loss: the clipped surrogate "
-                                                              "(code), or plus kl_coef x KL to the reference (paper; needs a reference).")
+    loss_signal: Literal["surrogate", "surrogate_kl"] = Field(
+        "surrogate",
+        description="Per-response loss: the clipped surrogate "
+        "(code), or plus kl_coef x KL to the reference (paper; needs a reference).",
+    )
     kl_coef: float = Field(0.001, ge=0.0, description="beta_KL of 'surrogate_kl' (paper 0.001).")
     eps_low: float = Field(0.2, gt=0.0, description="Lower clip of the loss signal's surrogate (paper 0.2).")
     eps_high: float = Field(0.28, gt=0.0, description="Upper clip of the loss signal's surrogate (paper 0.28).")
     # Rollout-GDRO
-    rollout_gdro: bool = Field(False, description="Rollout-GDRO: per-bin rollout counts with mean control.rollouts_per_prompt.")
+    rollout_gdro: bool = Field(
+        False, description="Rollout-GDRO: per-bin rollout counts with mean control.rollouts_per_prompt."
+    )
     n_min: int = Field(2, ge=1, description="Smallest arm (paper 2).")
     n_max: int = Field(12, ge=1, description="Largest arm (paper 12 = 3 x 4).")
-    allocation: Literal["exact", "soft", "sqrt"] = Field("exact", description="'exact' budget DP (paper), 'soft' sampled arms "
-                                                         "with a working shadow price [RECON], 'sqrt' square-root rule.")
-    arm_update: Literal["paper", "code"] = Field("paper", description="Arm score update: 'paper' EXP3 on L = -J + mu n with 1/p, "
-                                                 "'code' s += loss - mu (n - n_bar).")
+    allocation: Literal["exact", "soft", "sqrt"] = Field(
+        "exact",
+        description="'exact' budget DP (paper), 'soft' sampled arms "
+        "with a working shadow price [RECON], 'sqrt' square-root rule.",
+    )
+    arm_update: Literal["paper", "code"] = Field(
+        "paper",
+        description="Arm score update: 'paper' EXP3 on L = -J + mu n with 1/p, 'code' s += loss - mu (n - n_bar).",
+    )
     dual_lr: float = Field(0.05, ge=0.0, description="alpha_mu of the dual ascent on mu (paper 0.05).")
     mu_max: float = Field(1.0, ge=0.0, description="mu is projected onto [0, mu_max] (value not recovered) [RECON].")
 
@@ -170,7 +203,9 @@ def exp_weights(scores: Sequence[float], eta: float, gamma: float) -> list[float
     return [(1 - gamma) * v / tot + gamma / len(e) for v in e]
 
 
-def code_row_weights(row_bins: Sequence[int], scores: dict[int, float], eta: float, gamma: float, cap: float) -> list[float]:
+def code_row_weights(
+    row_bins: Sequence[int], scores: dict[int, float], eta: float, gamma: float, cap: float
+) -> list[float]:
     """Rows' Prompt-GDRO multipliers, code form: q over the present bins, mean-1 rescaled, capped."""
     present = sorted(set(row_bins))
     q = dict(zip(present, exp_weights([scores.get(b, 0.0) for b in present], eta, gamma)))
@@ -179,7 +214,9 @@ def code_row_weights(row_bins: Sequence[int], scores: dict[int, float], eta: flo
     return [min(x / mean, cap) for x in w]
 
 
-def paper_row_weights(row_bins: Sequence[int], scores: dict[int, float], eta: float, clip: float, cap: float) -> list[float]:
+def paper_row_weights(
+    row_bins: Sequence[int], scores: dict[int, float], eta: float, clip: float, cap: float
+) -> list[float]:
     """eq. 16: ``min(exp(eta clip(S, -C, C)), cap)`` per row."""
     return [min(math.exp(eta * max(-clip, min(clip, scores.get(b, 0.0)))), cap) for b in row_bins]
 
@@ -189,8 +226,16 @@ def ema_update(prev: float | None, value: float, beta: float) -> float:
     return value if prev is None else (1 - beta) * prev + beta * value
 
 
-def response_loss(new_lp: torch.Tensor, old_lp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, eps_low: float,
-                  eps_high: float, ref_lp: torch.Tensor | None = None, kl_coef: float = 0.0) -> torch.Tensor:
+def response_loss(
+    new_lp: torch.Tensor,
+    old_lp: torch.Tensor,
+    adv: torch.Tensor,
+    mask: torch.Tensor,
+    eps_low: float,
+    eps_high: float,
+    ref_lp: torch.Tensor | None = None,
+    kl_coef: float = 0.0,
+) -> torch.Tensor:
     """(B,) per-response loss: token mean of the clipped surrogate loss (+ kl_coef x k3 KL to the
     reference). With ``new == old`` it is ``-A`` per row, so GRPO groups sum to 0."""
     ratio = safe_exp(new_lp - old_lp)
@@ -245,6 +290,7 @@ def fit_total(n: list[int], total: int, lo: int, hi: int, up_key, down_key) -> l
 
 class GDRO(Controller):
     """Multi-Adversary GDRO (module docstring)."""
+
     Options = GdroOptions
     plans_ahead = False  # plan() sets the bins, arms and counts that row_weights and after_update credit
 
@@ -256,12 +302,18 @@ class GDRO(Controller):
         self.opts = o = options if options is not None else GdroOptions()
         self.n_bar = cfg.rollouts_per_prompt
         if o.rollout_gdro and not o.n_min <= self.n_bar <= o.n_max:
-            raise UserError(f"control.rollouts_per_prompt ({self.n_bar}) must lie in [n_min, n_max] = [{o.n_min}, {o.n_max}] "
-                            "for Rollout-GDRO (it is the mean budget n_bar)")
+            raise UserError(
+                f"control.rollouts_per_prompt ({self.n_bar}) must lie in [n_min, n_max] = [{o.n_min}, {o.n_max}] "
+                "for Rollout-GDRO (it is the mean budget n_bar)"
+            )
         self.arms = list(range(o.n_min, o.n_max + 1))
         self.excl = len(o.edges) + 1  # label of the excluded extremes
-        self.source = PromptSource(prompts, seed, cfg, cfg.prompts_per_step * (
-            o.n_max if o.rollout_gdro and o.allocation == "soft" else self.n_bar))
+        self.source = PromptSource(
+            prompts,
+            seed,
+            cfg,
+            cfg.prompts_per_step * (o.n_max if o.rollout_gdro and o.allocation == "soft" else self.n_bar),
+        )
         self.rng = random.Random(f"gdro-{seed}")
         self.prev_bin: dict[str, int] = {}
         self.scores: dict[int, float] = {}  # S(b)
@@ -276,12 +328,16 @@ class GDRO(Controller):
     @staticmethod
     def check_config(cfg, opts) -> None:
         if cfg.batch.d3s.enabled:
-            raise UserError("control.name = 'gdro' weighs and scores the step's rows, which batch.d3s down-samples; "
-                            "turn one of them off")
+            raise UserError(
+                "control.name = 'gdro' weighs and scores the step's rows, which batch.d3s down-samples; "
+                "turn one of them off"
+            )
         o = opts or GdroOptions()
         if o.loss_signal == "surrogate_kl" and not (cfg.objective.options.get("kl_coef") or cfg.reward.kl.coef):
-            raise UserError("control.options.loss_signal = 'surrogate_kl' needs a reference model: set "
-                            "objective.options.kl_coef > 0 or reward.kl.coef > 0 (or use loss_signal = 'surrogate')")
+            raise UserError(
+                "control.options.loss_signal = 'surrogate_kl' needs a reference model: set "
+                "objective.options.kl_coef > 0 or reward.kl.coef > 0 (or use loss_signal = 'surrogate')"
+            )
 
     @property
     def budget(self) -> int | None:
@@ -291,7 +347,7 @@ class GDRO(Controller):
     def p_hat(self, pid: str) -> float:
         recs = self.history.of(pid)
         if self.opts.window:
-            recs = recs[-self.opts.window:]
+            recs = recs[-self.opts.window :]
         return sum(r.k > 0 for r in recs) / len(recs) if recs else 0.0
 
     def bin_of(self, pid: str) -> int:
@@ -354,7 +410,9 @@ class GDRO(Controller):
         self.source.record(groups, state.step)
 
     def _row_bins(self, rows) -> list[int]:
-        return [self.ctx["bins"][r.prompt_id] if r.prompt_id in self.ctx["bins"] else self.bin_of(r.prompt_id) for r in rows]
+        return [
+            self.ctx["bins"][r.prompt_id] if r.prompt_id in self.ctx["bins"] else self.bin_of(r.prompt_id) for r in rows
+        ]
 
     def bind(self, services) -> None:
         """The trainer whose forward scores the step's per-response losses (``after_update``)."""
@@ -366,15 +424,21 @@ class GDRO(Controller):
         if not self.opts.prompt_gdro or not rows:
             return None
         o, row_bins = self.opts, self._row_bins(rows)
-        w = (code_row_weights(row_bins, self.scores, o.eta, o.gamma, o.weight_cap) if o.weights == "code"
-             else paper_row_weights(row_bins, self.scores, o.eta, o.score_clip, o.weight_cap))
+        w = (
+            code_row_weights(row_bins, self.scores, o.eta, o.gamma, o.weight_cap)
+            if o.weights == "code"
+            else paper_row_weights(row_bins, self.scores, o.eta, o.score_clip, o.weight_cap)
+        )
         share = {b: row_bins.count(b) / len(row_bins) for b in set(row_bins)}
         mass: dict[int, float] = {}
         for b, x in zip(row_bins, w):
             mass[b] = mass.get(b, 0.0) + x / sum(w)
-        self.metrics = {"control/gdro_weight_min": min(w), "control/gdro_weight_max": max(w),
-                        "control/gdro_bins": float(len(share)),
-                        "control/gdro_lead": sum(b * m for b, m in mass.items()) - sum(b * q for b, q in share.items())}
+        self.metrics = {
+            "control/gdro_weight_min": min(w),
+            "control/gdro_weight_max": max(w),
+            "control/gdro_bins": float(len(share)),
+            "control/gdro_lead": sum(b * m for b, m in mass.items()) - sum(b * q for b, q in share.items()),
+        }
         return torch.tensor(w, dtype=torch.float64)  # exact: converted to the advantages' dtype where applied
 
     @torch.no_grad()
@@ -393,8 +457,16 @@ class GDRO(Controller):
                 if trainer.ref_model is None:
                     raise ValueError("loss_signal 'surrogate_kl' needs the trainer's reference model")
                 ref = token_logprobs(trainer.ref_model, mb, trainer.temperature, compute_dtype=dtype)[0]
-            loss = response_loss(new, mb.old_logprobs.to(new.dtype), adv[rows].to(new.device, new.dtype),
-                                 mb.loss_mask.to(new.dtype), o.eps_low, o.eps_high, ref, o.kl_coef)
+            loss = response_loss(
+                new,
+                mb.old_logprobs.to(new.dtype),
+                adv[rows].to(new.device, new.dtype),
+                mb.loss_mask.to(new.dtype),
+                o.eps_low,
+                o.eps_high,
+                ref,
+                o.kl_coef,
+            )
             out[rows] = loss.float().cpu()
         return out
 
@@ -426,8 +498,13 @@ class GDRO(Controller):
             lt = loss / share[b] if o.share_normalise else loss
             acc = self.cum.setdefault(b, [0.0, 0])
             acc[0], acc[1] = acc[0] + lt, acc[1] + 1
-            self.scores[b] = (ema_update(self.scores.get(b), lt, o.ema) if o.scores == "ema"
-                              else acc[0] / acc[1] if o.scores == "mean" else acc[0])
+            self.scores[b] = (
+                ema_update(self.scores.get(b), lt, o.ema)
+                if o.scores == "ema"
+                else acc[0] / acc[1]
+                if o.scores == "mean"
+                else acc[0]
+            )
 
     def update_arms(self, mean_loss: dict[int, float]) -> None:
         o, idx = self.opts, {a: j for j, a in enumerate(self.arms)}
@@ -446,10 +523,16 @@ class GDRO(Controller):
 
     # -------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict:
-        return {**self.source.state_dict(), "rng": self.rng.getstate(),
-                "prev_bin": dict(self.prev_bin), "scores": dict(self.scores), "cum": {b: list(v) for b, v in self.cum.items()},
-                "arm_scores": {b: list(v) for b, v in self.arm_scores.items()}, "mu": self.mu,
-                "ctx": {"bins": dict(self.ctx["bins"]), "arms": dict(self.ctx["arms"]), "n": dict(self.ctx["n"])}}
+        return {
+            **self.source.state_dict(),
+            "rng": self.rng.getstate(),
+            "prev_bin": dict(self.prev_bin),
+            "scores": dict(self.scores),
+            "cum": {b: list(v) for b, v in self.cum.items()},
+            "arm_scores": {b: list(v) for b, v in self.arm_scores.items()},
+            "mu": self.mu,
+            "ctx": {"bins": dict(self.ctx["bins"]), "arms": dict(self.ctx["arms"]), "n": dict(self.ctx["n"])},
+        }
 
     def load_state_dict(self, s: dict) -> None:
         self.source.load_state_dict(s)

@@ -86,7 +86,7 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Sequence
+from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -95,7 +95,6 @@ from rollwise.control.rounds import target_groups
 from rollwise.control.source import PromptSource, PromptStream, SourcePart
 from rollwise.registry import Compat
 from rollwise.types import Group, Plan, Prompt, Request
-
 
 # ------------------------------------------------------------------------- the pure parts
 
@@ -120,7 +119,7 @@ def streaks(means: Sequence[float], easy_threshold: float = 1.0, hard_threshold:
 
 def keep_probability(p: float, z: int, floor: float = 0.01) -> float:
     """``max(p^z, floor)`` for ``z >= 1``; 1 for ``z = 0`` (a prompt without a streak is kept)."""
-    return 1.0 if z <= 0 else max(p ** z, floor)
+    return 1.0 if z <= 0 else max(p**z, floor)
 
 
 def skip_probability(p: float, z: int, floor: float = 0.01) -> float:
@@ -136,8 +135,9 @@ def tune(p: float, share: float, target: float, step: float = 0.01, lo: float = 
     return round(p, 10)
 
 
-def round_size(pool: int, target: int, n: int, zeta: float, s_max: int, s_min: int, safety: float = 1.25,
-               zeta_cap: float = 0.95) -> tuple[int, bool]:
+def round_size(
+    pool: int, target: int, n: int, zeta: float, s_max: int, s_min: int, safety: float = 1.25, zeta_cap: float = 0.95
+) -> tuple[int, bool]:
     """``(S_round, last)`` of the next round when the step holds ``pool`` of ``target`` groups and
     the round just finished had ZV share ``zeta``:
     ``S_next = int((target - pool) n / (1 - min(zeta, zeta_cap)) / n * safety)``,
@@ -157,38 +157,75 @@ def round_size(pool: int, target: int, n: int, zeta: float, s_max: int, s_min: i
 
 class GRESOOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    p_easy: float = Field(0.5, gt=0, le=1, description="Initial base probability p_easy: a prompt with z_easy consecutive "
-                          "all-correct visits is kept with probability max(p_easy^z, keep_floor) (code: 0.5).")
-    p_hard: float = Field(0.5, gt=0, le=1, description="Initial base probability p_hard, the same for all-wrong streaks "
-                          "(code: 0.5).")
-    target_zero_variance: float = Field(0.25, gt=0, lt=1, description="alpha: target ZV share of rolled-out prompts, split "
-                                        "alpha/3 (easy) and 2 alpha/3 (hard) (code: 0.25).")
-    adjust_step: float = Field(0.01, ge=0, description="Change of p_easy / p_hard per step of online tuning (code: 0.01).")
+    p_easy: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="Initial base probability p_easy: a prompt with z_easy consecutive "
+        "all-correct visits is kept with probability max(p_easy^z, keep_floor) (code: 0.5).",
+    )
+    p_hard: float = Field(
+        0.5, gt=0, le=1, description="Initial base probability p_hard, the same for all-wrong streaks (code: 0.5)."
+    )
+    target_zero_variance: float = Field(
+        0.25,
+        gt=0,
+        lt=1,
+        description="alpha: target ZV share of rolled-out prompts, split "
+        "alpha/3 (easy) and 2 alpha/3 (hard) (code: 0.25).",
+    )
+    adjust_step: float = Field(
+        0.01, ge=0, description="Change of p_easy / p_hard per step of online tuning (code: 0.01)."
+    )
     p_min: float = Field(0.05, gt=0, le=1, description="Lower bound of p_easy / p_hard (code: 0.05).")
     p_max: float = Field(0.95, gt=0, le=1, description="Upper bound of p_easy / p_hard (code: 0.95).")
-    keep_floor: float = Field(0.01, ge=0, le=1, description="Minimum keep probability of any prompt, the exploration floor "
-                              "(code: 0.01).")
-    easy_threshold: float = Field(1.0, description="A visit is 'easy' when its mean reward is >= this (1.0 for binary rewards; "
-                                  "the code's 0.98 is for its 1 / 0.1 / 0 reward scale).")
-    hard_threshold: float = Field(0.0, description="A visit is 'hard' when its mean reward is <= this (0.0 for binary rewards; "
-                                  "the code's 0.11 is for its 1 / 0.1 / 0 reward scale).")
-    tune_from_epoch: int = Field(1, ge=0, description="Online tuning runs from this epoch of the prompt stream on (code: "
-                                 "epoch > 0, i.e. 1).")
-    round_prompts: int | None = Field(None, ge=1, description="S_max, prompts rolled out in the first round and at most in any "
-                                      "round (sampling_batch_size; default ceil(1.5 B), the released scripts' ratio).")
-    min_round_prompts: int | None = Field(None, ge=1, description="Smallest later round (default max(1, B // 4); code: 64 "
-                                          "at B = 256).")
+    keep_floor: float = Field(
+        0.01, ge=0, le=1, description="Minimum keep probability of any prompt, the exploration floor (code: 0.01)."
+    )
+    easy_threshold: float = Field(
+        1.0,
+        description="A visit is 'easy' when its mean reward is >= this (1.0 for binary rewards; "
+        "the code's 0.98 is for its 1 / 0.1 / 0 reward scale).",
+    )
+    hard_threshold: float = Field(
+        0.0,
+        description="A visit is 'hard' when its mean reward is <= this (0.0 for binary rewards; "
+        "the code's 0.11 is for its 1 / 0.1 / 0 reward scale).",
+    )
+    tune_from_epoch: int = Field(
+        1, ge=0, description="Online tuning runs from this epoch of the prompt stream on (code: epoch > 0, i.e. 1)."
+    )
+    round_prompts: int | None = Field(
+        None,
+        ge=1,
+        description="S_max, prompts rolled out in the first round and at most in any "
+        "round (sampling_batch_size; default ceil(1.5 B), the released scripts' ratio).",
+    )
+    min_round_prompts: int | None = Field(
+        None, ge=1, description="Smallest later round (default max(1, B // 4); code: 64 at B = 256)."
+    )
     safety: float = Field(1.25, gt=0, description="Safety factor of the next round's size (code: 1.25).")
-    zeta_cap: float = Field(0.95, ge=0, lt=1, description="The previous round's ZV share is clamped to this before dividing "
-                            "by 1 - zeta [RECON: the code divides by zero at 1].")
+    zeta_cap: float = Field(
+        0.95,
+        ge=0,
+        lt=1,
+        description="The previous round's ZV share is clamped to this before dividing "
+        "by 1 - zeta [RECON: the code divides by zero at 1].",
+    )
 
     @model_validator(mode="after")
-    def _consistent(self) -> "GRESOOptions":
+    def _consistent(self) -> GRESOOptions:
         if self.p_min > self.p_max:
             raise ValueError(f"p_min ({self.p_min}) must not exceed p_max ({self.p_max})")
         if self.hard_threshold >= self.easy_threshold:
-            raise ValueError(f"hard_threshold ({self.hard_threshold}) must be below easy_threshold ({self.easy_threshold})")
-        if self.round_prompts is not None and self.min_round_prompts is not None and self.min_round_prompts > self.round_prompts:
+            raise ValueError(
+                f"hard_threshold ({self.hard_threshold}) must be below easy_threshold ({self.easy_threshold})"
+            )
+        if (
+            self.round_prompts is not None
+            and self.min_round_prompts is not None
+            and self.min_round_prompts > self.round_prompts
+        ):
             raise ValueError("min_round_prompts must not exceed round_prompts")
         return self
 
@@ -216,6 +253,7 @@ class GresoStream(PromptStream):
 class GRESO(Controller):
     """GRESO (arXiv 2506.02177): probabilistic pre-rollout skipping from ZV streaks, online
     tuning of (p_easy, p_hard), DS rounds of adaptive size."""
+
     Options = GRESOOptions
     plans_ahead = False  # select() starts the round context (round prompts, counters) that next_round reads
 
@@ -233,8 +271,9 @@ class GRESO(Controller):
         self.s_max = self.opts.round_prompts or math.ceil(1.5 * self.target)
         self.s_min = min(self.opts.min_round_prompts or max(1, self.target // 4), self.s_max)
         self.max_rounds = cfg.dynamic_sampling.max_rounds
-        self.source = PromptSource(prompts, seed, cfg, self.max_rounds * self.s_max * self.n,
-                                   stream=GresoStream(prompts, seed))
+        self.source = PromptSource(
+            prompts, seed, cfg, self.max_rounds * self.s_max * self.n, stream=GresoStream(prompts, seed)
+        )
         self.rng = random.Random(f"greso-{seed}")  # skip decisions; separate from the stream's shuffle
         self.p_easy, self.p_hard = self.opts.p_easy, self.opts.p_hard
         self.metrics: dict[str, float] = {}
@@ -254,10 +293,12 @@ class GRESO(Controller):
 
     # -------------------------------------------------------------- skip
     def streaks(self, prompt_id: str) -> tuple[int, int]:
-        return streaks([r.mean_reward for r in self.history.of(prompt_id)], self.opts.easy_threshold, self.opts.hard_threshold)
+        return streaks(
+            [r.mean_reward for r in self.history.of(prompt_id)], self.opts.easy_threshold, self.opts.hard_threshold
+        )
 
     def skip(self, prompt_id: str) -> str | None:
-        """"easy" / "hard" when the prompt is skipped this time, None when it is kept (§1.2)."""
+        """ "easy" / "hard" when the prompt is skipped this time, None when it is kept (§1.2)."""
         z_easy, z_hard = self.streaks(prompt_id)
         floor = self.opts.keep_floor
         for kind, p, z in (("easy", self.p_easy, z_easy), ("hard", self.p_hard, z_hard)):
@@ -314,8 +355,9 @@ class GRESO(Controller):
         pool = sum(not g.is_zero_variance() for g in groups)
         if pool >= self.target or self._last or self._rounds >= self.max_rounds:
             return self._stop()
-        size, self._last = round_size(pool, self.target, self.n, zeta, self.s_max, self.s_min, self.opts.safety,
-                                      self.opts.zeta_cap)
+        size, self._last = round_size(
+            pool, self.target, self.n, zeta, self.s_max, self.s_min, self.opts.safety, self.opts.zeta_cap
+        )
         return self._round(self.draw(size), groups)
 
     # -------------------------------------------------------------- online tuning
@@ -339,19 +381,22 @@ class GRESO(Controller):
         c = self._count
         skipped = c["skipped_easy"] + c["skipped_hard"]
         zv = sum(g.is_zero_variance() for g in groups)
-        self.metrics = {"control/greso_p_easy": self.p_easy, "control/greso_p_hard": self.p_hard,
-                        "control/greso_r_easy": r_easy, "control/greso_r_hard": r_hard,
-                        "control/greso_candidates": float(c["candidates"]),
-                        "control/greso_skipped_easy": float(c["skipped_easy"]),
-                        "control/greso_skipped_hard": float(c["skipped_hard"]),
-                        "control/greso_skip_frac": skipped / max(1, c["candidates"]),
-                        "control/greso_zv_frac": zv / max(1, len(groups)),
-                        "control/greso_pool": float(len(groups) - zv)}
+        self.metrics = {
+            "control/greso_p_easy": self.p_easy,
+            "control/greso_p_hard": self.p_hard,
+            "control/greso_r_easy": r_easy,
+            "control/greso_r_hard": r_hard,
+            "control/greso_candidates": float(c["candidates"]),
+            "control/greso_skipped_easy": float(c["skipped_easy"]),
+            "control/greso_skipped_hard": float(c["skipped_hard"]),
+            "control/greso_skip_frac": skipped / max(1, c["candidates"]),
+            "control/greso_zv_frac": zv / max(1, len(groups)),
+            "control/greso_pool": float(len(groups) - zv),
+        }
 
     # -------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict:
-        return {**self.source.state_dict(), "rng": self.rng.getstate(),
-                "p_easy": self.p_easy, "p_hard": self.p_hard}
+        return {**self.source.state_dict(), "rng": self.rng.getstate(), "p_easy": self.p_easy, "p_hard": self.p_hard}
 
     def load_state_dict(self, s: dict) -> None:
         self.source.load_state_dict(s)

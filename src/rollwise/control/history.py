@@ -43,8 +43,16 @@ class PromptHistory:
             scores = g.verified_rewards()
             if not scores:
                 continue
-            rec = Record(step, epoch, len(scores), sum(s >= CORRECT for s in scores), sum(scores) / len(scores), g.is_zero_variance(),
-                         g.size, sum(len(r.completion_ids) for r in g.rollouts))
+            rec = Record(
+                step,
+                epoch,
+                len(scores),
+                sum(s >= CORRECT for s in scores),
+                sum(scores) / len(scores),
+                g.is_zero_variance(),
+                g.size,
+                sum(len(r.completion_ids) for r in g.rollouts),
+            )
             self.records.setdefault(g.prompt.id, []).append(rec)
             self._count_lengths(rec)
 
@@ -94,6 +102,11 @@ class PromptHistory:
         out = {}
         for pid, recs in self.records.items():
             n, k = self.totals(pid)
-            out[pid] = {"visits": len(recs), "rollouts": n, "correct": k, "last_mean": recs[-1].mean_reward,
-                        "zv_streak": self.zv_streak(pid)}
+            out[pid] = {
+                "visits": len(recs),
+                "rollouts": n,
+                "correct": k,
+                "last_mean": recs[-1].mean_reward,
+                "zv_streak": self.zv_streak(pid),
+            }
         return out

@@ -33,7 +33,8 @@ the tracker, the KL window and the step's baselines.
 
 from __future__ import annotations
 
-from typing import Literal, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -45,13 +46,20 @@ from rollwise.types import Group, Prompt
 
 class MssrOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    rho_min: float = Field(0.875, gt=0.0, lt=1.0, description="Fastest forgetting; also sets N_0 = 1/(1 - rho_min) (code 0.875).")
+    rho_min: float = Field(
+        0.875, gt=0.0, lt=1.0, description="Fastest forgetting; also sets N_0 = 1/(1 - rho_min) (code 0.875)."
+    )
     rho_max: float = Field(0.96, gt=0.0, lt=1.0, description="Slowest forgetting (code 0.96).")
     kl_target: float = Field(0.01, gt=0.0, description="KL_target of the rho rule (code 0.01).")
     kl_window: int = Field(20, ge=1, description="Steps averaged into KL_s (paper 20; the code hard-codes 10).")
-    v_init: float = Field(0.5, ge=0.0, le=1.0, description="Prior value of an unseen prompt: alpha = N_0 v_init, beta = N_0 (1 - v_init).")
-    rule: Literal["as_written", "monotone"] = Field("as_written", description="rho rule: 'as_written' (code = paper, jumps back "
-                                                     "to rho_min above the target) or 'monotone' [RECON].")
+    v_init: float = Field(
+        0.5, ge=0.0, le=1.0, description="Prior value of an unseen prompt: alpha = N_0 v_init, beta = N_0 (1 - v_init)."
+    )
+    rule: Literal["as_written", "monotone"] = Field(
+        "as_written",
+        description="rho rule: 'as_written' (code = paper, jumps back "
+        "to rho_min above the target) or 'monotone' [RECON].",
+    )
 
     @model_validator(mode="after")
     def _order(self):
@@ -122,22 +130,27 @@ class MSSR(Uniform):
                 self.tracker.update(g.prompt.id, r, rho)
         self.metrics = {"control/mssr_rho": rho, "control/mssr_kl": sum(self.kl) / len(self.kl) if self.kl else 0.0}
 
-    def baselines(self, rows) -> "torch.Tensor":  # noqa: F821
+    def baselines(self, rows) -> torch.Tensor:  # noqa: F821
         """(B,) each row's baseline: its prompt's value before this step's update."""
         import torch
 
-        return torch.tensor([self.step_baselines.get(r.prompt_id, self.tracker.value(r.prompt_id)) for r in rows],
-                            dtype=torch.float32)
+        return torch.tensor(
+            [self.step_baselines.get(r.prompt_id, self.tracker.value(r.prompt_id)) for r in rows], dtype=torch.float32
+        )
 
     def after_update(self, batch, rows, metrics: dict, advantages) -> dict:
         """Record the step's KL to the reference (``train/kl``) for the rho rule."""
         if "train/kl" in metrics:
-            self.kl = (self.kl + [float(metrics["train/kl"])])[-self.opts.kl_window:]
+            self.kl = (self.kl + [float(metrics["train/kl"])])[-self.opts.kl_window :]
         return {}
 
     def state_dict(self) -> dict:
-        return {**super().state_dict(), "tracker": {k: list(v) for k, v in self.tracker.ab.items()}, "kl": list(self.kl),
-                "step_baselines": dict(self.step_baselines)}
+        return {
+            **super().state_dict(),
+            "tracker": {k: list(v) for k, v in self.tracker.ab.items()},
+            "kl": list(self.kl),
+            "step_baselines": dict(self.step_baselines),
+        }
 
     def load_state_dict(self, s: dict) -> None:
         super().load_state_dict(s)

@@ -42,14 +42,14 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rollwise.control.uniform import Uniform
 from rollwise.registry import Compat, Registry, UserError
-from rollwise.types import Group, Plan, Prompt, Request, Rollout
 from rollwise.reward.fapo import first_false_equation
+from rollwise.types import Group, Plan, Prompt, Request, Rollout
 
 REFLECTORS = Registry("reflector")
 REFLECTORS.register("rule", first_false_equation)
@@ -59,10 +59,17 @@ _STEP_END = re.compile(r"[,;\n]")
 class Options(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    n_base: int | None = Field(None, ge=1, description="Base rollouts per prompt (default rollouts_per_prompt // 2, the code's N/2); "
-                               "up to rollouts_per_prompt - n_base retries.")
-    reflector: str = Field("rule", description="Pivot finder: 'rule' (first false equation in the working) or 'package.module:attr', "
-                           "a callable (prompt, completion) -> pivot step index >= 0, or None / -1 for no retry.")
+    n_base: int | None = Field(
+        None,
+        ge=1,
+        description="Base rollouts per prompt (default rollouts_per_prompt // 2, the code's N/2); "
+        "up to rollouts_per_prompt - n_base retries.",
+    )
+    reflector: str = Field(
+        "rule",
+        description="Pivot finder: 'rule' (first false equation in the working) or 'package.module:attr', "
+        "a callable (prompt, completion) -> pivot step index >= 0, or None / -1 for no retry.",
+    )
     success_at: float = Field(1.0, description="A base rollout with reward >= this is a success and is not retried.")
 
     @field_validator("reflector")
@@ -103,8 +110,10 @@ class R3L(Uniform):
         self.n_base = self.opts.n_base or max(1, cfg.rollouts_per_prompt // 2)
         self.max_retries = cfg.rollouts_per_prompt - self.n_base
         if self.max_retries < 1:
-            raise UserError(f"control.options.n_base ({self.n_base}) leaves no retries: it must be below "
-                            f"control.rollouts_per_prompt ({cfg.rollouts_per_prompt})")
+            raise UserError(
+                f"control.options.n_base ({self.n_base}) leaves no retries: it must be below "
+                f"control.rollouts_per_prompt ({cfg.rollouts_per_prompt})"
+            )
         self.reflect = REFLECTORS.get(self.opts.reflector)
         self.codec = None
         self._round = 0
@@ -125,7 +134,10 @@ class R3L(Uniform):
             return Plan()
         if self.codec is None:
             raise RuntimeError("R3L.bind(services) was not called (the assembler binds it)")
-        requests, entries = [], []  # entries[i]: (prompt id, base count, base index, shared prefix, pivot) of requests[i]
+        requests, entries = (
+            [],
+            [],
+        )  # entries[i]: (prompt id, base count, base index, shared prefix, pivot) of requests[i]
         for g in groups:
             n_todo = 0
             for i, r in enumerate(g.rollouts):
@@ -147,15 +159,24 @@ class R3L(Uniform):
                     requests.append(Request(g.prompt, 1))
                 else:
                     versions = r.token_versions or (r.policy_version,) * len(r.completion_ids)
-                    requests.append(Request(g.prompt, 1, prefix=prefix, prefix_logprobs=tuple(r.logprobs[:j]),
-                                            prefix_versions=tuple(versions[:j])))
+                    requests.append(
+                        Request(
+                            g.prompt,
+                            1,
+                            prefix=prefix,
+                            prefix_logprobs=tuple(r.logprobs[:j]),
+                            prefix_versions=tuple(versions[:j]),
+                        )
+                    )
         # the base round's groups count against the step budget; cap_plan trims the last requests first
         plan = self.source.cap(requests, groups)
-        for pid, n_base, i, prefix, _ in entries[:plan.total]:
+        for pid, n_base, i, prefix, _ in entries[: plan.total]:
             self._retries.setdefault(pid, (n_base, []))[1].append((i, prefix))
-        pivots = [e[4] for e in entries[:plan.total]]
-        self.metrics = {"control/r3l_retries": float(plan.total),
-                        "control/r3l_pivot_mean": sum(pivots) / len(pivots) if pivots else 0.0}
+        pivots = [e[4] for e in entries[: plan.total]]
+        self.metrics = {
+            "control/r3l_retries": float(plan.total),
+            "control/r3l_pivot_mean": sum(pivots) / len(pivots) if pivots else 0.0,
+        }
         return plan
 
     def finish_batch(self, groups: list[Group], kept: list[Group], dropped) -> list[Group]:

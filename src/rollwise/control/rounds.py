@@ -68,7 +68,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from typing import Callable
+from collections.abc import Callable
 
 from rollwise.control.base import Controller
 from rollwise.control.source import PromptStream
@@ -103,8 +103,9 @@ class DynamicSampling(Controller):
     def __init__(self, inner, filters: list[tuple[str, Callable]], control_cfg):
         ds = control_cfg.dynamic_sampling
         if ds.type == "refill" and not isinstance(getattr(inner, "stream", None), PromptStream):
-            raise UserError(f"control.dynamic_sampling needs a controller with a prompt stream; "
-                            f"{type(inner).__name__!r} has none")
+            raise UserError(
+                f"control.dynamic_sampling needs a controller with a prompt stream; {type(inner).__name__!r} has none"
+            )
         self.inner = inner
         self.filters = filters
         self.type = ds.type
@@ -164,9 +165,11 @@ class DynamicSampling(Controller):
         self._discarded |= self._batch
         self._batch = set()
         if self.max_failed != -1 and self.failed >= self.max_failed:
-            raise RuntimeError(f"dynamic sampling 'replace': {self.failed} batches in a row had at most "
-                               f"{self.min_ratio} x B groups passing the filters (control.dynamic_sampling."
-                               "max_failed_batches); lower min_replace_ratio or raise max_failed_batches (-1 = unlimited)")
+            raise RuntimeError(
+                f"dynamic sampling 'replace': {self.failed} batches in a row had at most "
+                f"{self.min_ratio} x B groups passing the filters (control.dynamic_sampling."
+                "max_failed_batches); lower min_replace_ratio or raise max_failed_batches (-1 = unlimited)"
+            )
         seen = {g.prompt.id for g in groups}
         fresh = [p for p in self.inner.select(state) if p.id not in seen]
         plan = self.inner.plan(fresh, state) if fresh else Plan()
@@ -185,12 +188,19 @@ class DynamicSampling(Controller):
         kept_ids = {id(g) for g in kept}
         batch = [g for g in groups if g.prompt.id in self._batch]
         step, seed = getattr(self._state, "step", 0), getattr(self._state, "seed", 0)
-        res = replace_bad(batch, random.Random(f"replace:{seed}:{step}"), self.min_ratio, self.merge,
-                          is_good=lambda g: id(g) in kept_ids)
+        res = replace_bad(
+            batch,
+            random.Random(f"replace:{seed}:{step}"),
+            self.min_ratio,
+            self.merge,
+            is_good=lambda g: id(g) in kept_ids,
+        )
         out = [] if res.keep_sampling else res.groups  # a batch that failed the gate trains on nothing
-        self._metrics = {"control/replace_replaced": float(res.replaced),
-                         "control/replace_discarded_batches": float(self.failed),
-                         "control/replace_distinct_groups": float(len(out) if self.merge else len({g.prompt.id for g in out}))}
+        self._metrics = {
+            "control/replace_replaced": float(res.replaced),
+            "control/replace_discarded_batches": float(self.failed),
+            "control/replace_distinct_groups": float(len(out) if self.merge else len({g.prompt.id for g in out})),
+        }
         return out
 
     def observe(self, groups: list[Group], state) -> None:

@@ -39,15 +39,15 @@ Metrics: ``control/scope_candidates``, ``control/scope_rectified``, ``control/sc
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rollwise.control.r3l import _mask_prefix, pivot_offset, token_cut
 from rollwise.control.uniform import Uniform
 from rollwise.registry import Compat, UserError
-from rollwise.types import Group, Prompt, Rollout
 from rollwise.reward.fapo import DETECTORS
+from rollwise.types import Group, Prompt, Rollout
 
 _STEPS = re.compile(r"[^,;\n]*(?:[,;\n]|$)")
 
@@ -55,14 +55,28 @@ _STEPS = re.compile(r"[^,;\n]*(?:[,;\n]|$)")
 class Options(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    detector: str = Field("rule", description="Step verifier naming the first erroneous step: a flaw detector name ('rule') or "
-                          "'package.module:attr' (prompt, completion) -> step index, -1, or None.")
-    kappa: float = Field(0.5, ge=0.0, le=1.0, description="Gate: rectify only if (correct steps before the error) / (steps) >= kappa "
-                         "(spec [RECON] 0.5; 1 = never, plain GRPO).")
-    mode: str = Field("replace", pattern="^(replace|append)$", description="'replace' the failed rollout in its group (size kept) "
-                      "or 'append' the rectified one.")
-    mask_prefix: bool = Field(False, description="Take the shared prefix out of the loss of the rectified rollout (and of its "
-                              "source in 'append' mode) [RECON].")
+    detector: str = Field(
+        "rule",
+        description="Step verifier naming the first erroneous step: a flaw detector name ('rule') or "
+        "'package.module:attr' (prompt, completion) -> step index, -1, or None.",
+    )
+    kappa: float = Field(
+        0.5,
+        ge=0.0,
+        le=1.0,
+        description="Gate: rectify only if (correct steps before the error) / (steps) >= kappa "
+        "(spec [RECON] 0.5; 1 = never, plain GRPO).",
+    )
+    mode: str = Field(
+        "replace",
+        pattern="^(replace|append)$",
+        description="'replace' the failed rollout in its group (size kept) or 'append' the rectified one.",
+    )
+    mask_prefix: bool = Field(
+        False,
+        description="Take the shared prefix out of the loss of the rectified rollout (and of its "
+        "source in 'append' mode) [RECON].",
+    )
     success_at: float = Field(1.0, description="Rollouts with reward >= this are successes and are left alone.")
 
     @field_validator("detector")
@@ -92,8 +106,10 @@ class SCOPE(Uniform):
     def bind(self, services) -> None:
         task, codec = services.task, services.codec
         if not hasattr(task, "target"):
-            raise UserError(f"control.name = 'scope' needs reference solutions (the guide): task {getattr(task, 'name', task)!r} "
-                            "has no target()")
+            raise UserError(
+                f"control.name = 'scope' needs reference solutions (the guide): task {getattr(task, 'name', task)!r} "
+                "has no target()"
+            )
         self.task, self.codec = task, codec
 
     def rectify(self, prompt: Prompt, r: Rollout) -> tuple[Rollout | None, str, int]:
@@ -118,8 +134,17 @@ class SCOPE(Uniform):
         if verdict.score is None or verdict.score < self.opts.success_at:
             return None, "failed", j
         versions = tuple(r.token_versions or (r.policy_version,) * len(r.completion_ids))
-        out = Rollout(r.prompt_id, r.prompt_ids, ids, tuple(r.logprobs[:j]) + (0.0,) * len(suffix), "stop", r.policy_version,
-                      text, verdict, token_versions=versions[:j] + (r.policy_version,) * len(suffix))
+        out = Rollout(
+            r.prompt_id,
+            r.prompt_ids,
+            ids,
+            tuple(r.logprobs[:j]) + (0.0,) * len(suffix),
+            "stop",
+            r.policy_version,
+            text,
+            verdict,
+            token_versions=versions[:j] + (r.policy_version,) * len(suffix),
+        )
         if self.opts.mask_prefix and j:
             out = _mask_prefix(out, j)
         return out, "rectified", j
@@ -146,7 +171,10 @@ class SCOPE(Uniform):
                     if self.opts.mask_prefix and j:
                         rows[i] = _mask_prefix(r, j)
             out.append(Group(g.prompt, tuple(rows + extra)))
-        self.metrics = {"control/scope_candidates": float(sum(counts.values()) - counts["no_error"]),
-                        "control/scope_rectified": float(counts["rectified"]), "control/scope_gated_out": float(counts["gated"]),
-                        "control/scope_verifier_calls": float(self._verify_calls)}
+        self.metrics = {
+            "control/scope_candidates": float(sum(counts.values()) - counts["no_error"]),
+            "control/scope_rectified": float(counts["rectified"]),
+            "control/scope_gated_out": float(counts["gated"]),
+            "control/scope_verifier_calls": float(self._verify_calls),
+        }
         return out

@@ -65,8 +65,14 @@ class PromptSource:
     (``StepBudget.from_config``); ``stream`` replaces the plain ``PromptStream(prompts, seed)``
     (a subclass, or a stream over another pool)."""
 
-    def __init__(self, prompts: Sequence[Prompt], seed: int, control_cfg, default_rollouts: int | None,
-                 stream: PromptStream | None = None):
+    def __init__(
+        self,
+        prompts: Sequence[Prompt],
+        seed: int,
+        control_cfg,
+        default_rollouts: int | None,
+        stream: PromptStream | None = None,
+    ):
         self.stream = stream if stream is not None else PromptStream(prompts, seed)
         self.history = PromptHistory()
         self.step_budget = StepBudget.from_config(control_cfg, default_rollouts)
@@ -75,8 +81,9 @@ class PromptSource:
         """The next ``n`` prompts of the stream."""
         return self.stream.take(n)
 
-    def cap(self, requests: Sequence[Request], groups: Sequence[Group] = (),
-            how: Literal["trim", "scale"] = "trim") -> Plan:
+    def cap(
+        self, requests: Sequence[Request], groups: Sequence[Group] = (), how: Literal["trim", "scale"] = "trim"
+    ) -> Plan:
         """``requests`` fitted into what the step's budget has left after ``groups``."""
         return self.step_budget.cap(requests, self.history, groups, how=how)
 

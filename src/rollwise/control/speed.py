@@ -85,7 +85,7 @@ round context is per step and empty between steps.
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -109,7 +109,7 @@ def accepted(group: Group) -> bool:
 def mixed_probability(p: float, n: int) -> float:
     """``q_N(p) = 1 - p^N - (1 - p)^N``, the chance that N samples at pass rate p are mixed.
     N = 4: 0.875 at p = 0.5, 0.3438 at p = 0.1 or 0.9, 0.6797 at p = 0.25."""
-    return 1.0 - p ** n - (1.0 - p) ** n
+    return 1.0 - p**n - (1.0 - p) ** n
 
 
 def speed_cost(q: float, n_init: int, n_cont: int) -> float:
@@ -142,17 +142,35 @@ def complete_filter(group: Group, opts=None) -> Decision:
 
 class SPEEDOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    n_init: int = Field(4, ge=2, description="N_init: screening rollouts per new prompt (7B script: 4; 1.5B script: 8).")
-    n_cont: int | None = Field(None, ge=1, description="N_cont: continuation rollouts per accepted prompt (default "
-                               "control.rollouts_per_prompt - n_init, so a finished group has the baseline's size; "
-                               "7B script: 20).")
-    screen_prompts: int | None = Field(None, ge=1, description="New prompts screened per generation round (default "
-                                       "control.prompts_per_step; the code's gen_batch_size is 64 at B = 16). Fewer "
-                                       "means more rounds but fewer surplus screens (control/speed_surplus).")
-    max_calls: int = Field(50, ge=2, description="Most generation rounds per step (max_num_gen_batches; the code raises "
-                           "an error there, here the step trains on the finished groups).")
-    continue_multiple: int = Field(1, ge=1, description="Round the number of prompts continued per round down to a multiple "
-                                   "of this (the code's #GPUs; never down to 0); 1 = continue all that are needed.")
+    n_init: int = Field(
+        4, ge=2, description="N_init: screening rollouts per new prompt (7B script: 4; 1.5B script: 8)."
+    )
+    n_cont: int | None = Field(
+        None,
+        ge=1,
+        description="N_cont: continuation rollouts per accepted prompt (default "
+        "control.rollouts_per_prompt - n_init, so a finished group has the baseline's size; "
+        "7B script: 20).",
+    )
+    screen_prompts: int | None = Field(
+        None,
+        ge=1,
+        description="New prompts screened per generation round (default "
+        "control.prompts_per_step; the code's gen_batch_size is 64 at B = 16). Fewer "
+        "means more rounds but fewer surplus screens (control/speed_surplus).",
+    )
+    max_calls: int = Field(
+        50,
+        ge=2,
+        description="Most generation rounds per step (max_num_gen_batches; the code raises "
+        "an error there, here the step trains on the finished groups).",
+    )
+    continue_multiple: int = Field(
+        1,
+        ge=1,
+        description="Round the number of prompts continued per round down to a multiple "
+        "of this (the code's #GPUs; never down to 0); 1 = continue all that are needed.",
+    )
 
 
 # ------------------------------------------------------------------------- the controller
@@ -161,6 +179,7 @@ class SPEEDOptions(BaseModel):
 class SPEED(Controller):
     """SPEED-RL (arXiv 2506.09016): screen with n_init, continue mixed prompts with n_cont in the
     same call as the next screening, until B groups are finished."""
+
     Options = SPEEDOptions
     plans_ahead = False  # select() starts the screen/continue context next_round reads (wise inherits it)
 
@@ -177,14 +196,17 @@ class SPEED(Controller):
         self.n_init = o.n_init
         self.n_cont = o.n_cont if o.n_cont is not None else cfg.rollouts_per_prompt - o.n_init
         if self.n_cont < 1:
-            raise UserError(f"control 'speed': control.rollouts_per_prompt ({cfg.rollouts_per_prompt}) must exceed "
-                            f"control.options.n_init ({o.n_init}), or set control.options.n_cont")
+            raise UserError(
+                f"control 'speed': control.rollouts_per_prompt ({cfg.rollouts_per_prompt}) must exceed "
+                f"control.options.n_init ({o.n_init}), or set control.options.n_cont"
+            )
         self.group_size = self.n_init + self.n_cont
         self.target = cfg.prompts_per_step  # B
         self.screen_prompts = o.screen_prompts or self.target
         self.by_id = {p.id: p for p in prompts}
-        self.source = PromptSource(prompts, seed, cfg, o.max_calls * self.screen_prompts * self.n_init
-                                   + self.target * self.n_cont)
+        self.source = PromptSource(
+            prompts, seed, cfg, o.max_calls * self.screen_prompts * self.n_init + self.target * self.n_cont
+        )
         self.queue: list[str] = []  # surplus accepted prompts, screened first next step
         self.metrics: dict[str, float] = {}
         self._new_step()
@@ -299,14 +321,18 @@ class SPEED(Controller):
         self.source.record(groups, state.step)
         c = self._count
         verdicts = c["accepted"] + c["rejected"]
-        self.metrics = {"control/speed_screened": float(c["screened"]),
-                        "control/speed_screen_rollouts": float(c["screened"] * self.n_init),
-                        "control/speed_accepted": float(c["accepted"]), "control/speed_rejected": float(c["rejected"]),
-                        "control/speed_accept_rate": c["accepted"] / verdicts if verdicts else 0.0,
-                        "control/speed_continued": float(len(self._continued)),
-                        "control/speed_cont_rollouts": float(len(self._continued) * self.n_cont),
-                        "control/speed_surplus": float(c["surplus"]), "control/speed_calls": float(self._calls),
-                        "control/speed_queue": float(len(self.queue))}
+        self.metrics = {
+            "control/speed_screened": float(c["screened"]),
+            "control/speed_screen_rollouts": float(c["screened"] * self.n_init),
+            "control/speed_accepted": float(c["accepted"]),
+            "control/speed_rejected": float(c["rejected"]),
+            "control/speed_accept_rate": c["accepted"] / verdicts if verdicts else 0.0,
+            "control/speed_continued": float(len(self._continued)),
+            "control/speed_cont_rollouts": float(len(self._continued) * self.n_cont),
+            "control/speed_surplus": float(c["surplus"]),
+            "control/speed_calls": float(self._calls),
+            "control/speed_queue": float(len(self.queue)),
+        }
 
     # -------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict:

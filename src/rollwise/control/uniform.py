@@ -12,7 +12,7 @@ State: the data position (epoch, index), the shuffle RNG and the per-prompt hist
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from rollwise.control.base import Controller
 from rollwise.control.budget import cap_plan  # noqa: F401  (cap_plan: re-exported)

@@ -45,8 +45,8 @@ checkpoint, with the plans the async pool keeps. Dynamic sampling is refused: it
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from statistics import NormalDist
-from typing import Callable, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -63,15 +63,26 @@ PRIORS.register("metadata", None)  # read from Prompt.metadata
 class Options(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    prior: str = Field("history", description="Value prior: 'history' (ours: the prompt's recent mean reward, shrunk to the global "
-                       "mean), 'metadata' (Prompt.metadata['value_prior']), or 'package.module:attr' (prompt) -> float in [0, 1].")
-    alpha: float = Field(0.05, gt=0.0, lt=1.0, description="Level of the two-sided z-test of H0: p = v (spec [RECON] 0.05).")
+    prior: str = Field(
+        "history",
+        description="Value prior: 'history' (ours: the prompt's recent mean reward, shrunk to the global "
+        "mean), 'metadata' (Prompt.metadata['value_prior']), or 'package.module:attr' (prompt) -> float in [0, 1].",
+    )
+    alpha: float = Field(
+        0.05, gt=0.0, lt=1.0, description="Level of the two-sided z-test of H0: p = v (spec [RECON] 0.05)."
+    )
     delta_n: int = Field(4, ge=1, description="Extra rollouts per escalation (spec [RECON] 4).")
     cap: int = Field(16, ge=1, description="Most rollouts per prompt including escalations (spec [RECON] 16-32).")
-    extra_budget: int | None = Field(None, ge=0, description="Most extra rollouts per step over all prompts (default: prompts_per_step * "
-                                     "(cap - rollouts_per_prompt)).")
+    extra_budget: int | None = Field(
+        None,
+        ge=0,
+        description="Most extra rollouts per step over all prompts (default: prompts_per_step * "
+        "(cap - rollouts_per_prompt)).",
+    )
     history_window: int = Field(4, ge=1, description="'history' prior: steps of the prompt's own records averaged.")
-    history_strength: float = Field(4.0, ge=0.0, description="'history' prior: pseudo-rollouts of the global mean it is shrunk toward.")
+    history_strength: float = Field(
+        4.0, ge=0.0, description="'history' prior: pseudo-rollouts of the global mean it is shrunk toward."
+    )
 
     @field_validator("prior")
     @classmethod
@@ -103,19 +114,32 @@ class V05(Uniform):
         super().__init__(prompts, cfg, options, seed)
         self.opts = options or Options()
         if self.opts.cap < cfg.rollouts_per_prompt:
-            raise UserError(f"control.options.cap ({self.opts.cap}) is below control.rollouts_per_prompt ({cfg.rollouts_per_prompt})")
-        self.extra_budget = self.opts.extra_budget if self.opts.extra_budget is not None else \
-            cfg.prompts_per_step * (self.opts.cap - cfg.rollouts_per_prompt)
+            raise UserError(
+                f"control.options.cap ({self.opts.cap}) is below control.rollouts_per_prompt ({cfg.rollouts_per_prompt})"
+            )
+        self.extra_budget = (
+            self.opts.extra_budget
+            if self.opts.extra_budget is not None
+            else cfg.prompts_per_step * (self.opts.cap - cfg.rollouts_per_prompt)
+        )
         # the step budget (control.budget_rollouts / budget_tokens) caps every round; by default it
         # allows the first round plus the whole extra budget
-        self.step_budget = StepBudget.from_config(cfg, cfg.prompts_per_step * cfg.rollouts_per_prompt + self.extra_budget)
+        self.step_budget = StepBudget.from_config(
+            cfg, cfg.prompts_per_step * cfg.rollouts_per_prompt + self.extra_budget
+        )
         self._source: Callable[[Prompt], float] | None = None
         if self.opts.prior == "metadata":
-            missing = [p.id for p in prompts if not isinstance(p.metadata.get("value_prior"), (int, float))
-                       or not 0.0 <= float(p.metadata["value_prior"]) <= 1.0]
+            missing = [
+                p.id
+                for p in prompts
+                if not isinstance(p.metadata.get("value_prior"), (int, float))
+                or not 0.0 <= float(p.metadata["value_prior"]) <= 1.0
+            ]
             if missing:
-                raise UserError(f"control.options.prior = 'metadata' needs metadata['value_prior'] in [0, 1] on every train prompt; "
-                                f"missing or out of range on {len(missing)}, e.g. {missing[:3]}")
+                raise UserError(
+                    f"control.options.prior = 'metadata' needs metadata['value_prior'] in [0, 1] on every train prompt; "
+                    f"missing or out of range on {len(missing)}, e.g. {missing[:3]}"
+                )
             self._source = lambda p: float(p.metadata["value_prior"])
         elif self.opts.prior != "history":
             self._source = PRIORS.get(self.opts.prior)
@@ -132,7 +156,7 @@ class V05(Uniform):
         recs = [r for rs in self.history.records.values() for r in rs]
         total_n = sum(r.n for r in recs)
         m = sum(r.mean_reward * r.n for r in recs) / total_n if total_n else 0.5
-        own = self.history.of(prompt_id)[-self.opts.history_window:]
+        own = self.history.of(prompt_id)[-self.opts.history_window :]
         n = sum(r.n for r in own)
         s = self.opts.history_strength
         return (sum(r.mean_reward * r.n for r in own) + s * m) / (n + s) if n + s > 0 else m
@@ -155,8 +179,11 @@ class V05(Uniform):
         self._observed = None
         self._extra, self._first = 0, True  # this step's rounds all come after its plan call(s)
         trained = self._priors
-        self.metrics = {"control/v05_prior_mean": sum(trained.values()) / max(len(trained), 1),
-                        "control/v05_rejected_frac": 0.0, "control/v05_extra_rollouts": 0.0}
+        self.metrics = {
+            "control/v05_prior_mean": sum(trained.values()) / max(len(trained), 1),
+            "control/v05_rejected_frac": 0.0,
+            "control/v05_extra_rollouts": 0.0,
+        }
         return super().plan(prompts, state)
 
     def observe(self, groups: list[Group], state) -> None:
@@ -193,8 +220,10 @@ class V05(Uniform):
 
         missing = sorted({r.prompt_id for r in rows} - set(self._priors))
         if missing:
-            raise ValueError(f"no V0.5 prior for prompts {missing[:3]} (rows must come from this step's prompts; a replay "
-                             "that mixes in older groups does not combine with advantage 'v05')")
+            raise ValueError(
+                f"no V0.5 prior for prompts {missing[:3]} (rows must come from this step's prompts; a replay "
+                "that mixes in older groups does not combine with advantage 'v05')"
+            )
         return torch.tensor([self._priors[r.prompt_id] for r in rows], dtype=torch.float32)
 
     def state_dict(self) -> dict:

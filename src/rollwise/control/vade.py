@@ -57,7 +57,7 @@ RNG and the per-prompt history (from which every posterior is recomputed).
 from __future__ import annotations
 
 import random
-from typing import Sequence
+from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -71,12 +71,26 @@ class VADEOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
     alpha0: float = Field(1.0, gt=0, description="Prior Beta alpha (a0) [RECON].")
     beta0: float = Field(1.0, gt=0, description="Prior Beta beta (b0) [RECON].")
-    global_decay: float = Field(0.99, gt=0, le=1, description="Fast scale: every step every posterior shrinks towards the "
-                                "prior, a <- lg a + (1 - lg) a0 (1 = no decay) [RECON].")
-    visit_decay: float = Field(0.7, gt=0, le=1, description="Slow scale: a revisited prompt's a, b are multiplied by this "
-                               "before its new counts are added (1 = the 'time since last visit' reading) [RECON].")
-    pool_factor: int = Field(4, ge=1, description="Candidate pool M = pool_factor * control.prompts_per_step prompts per "
-                             "step, from which the top prompts_per_step by Thompson score are kept [RECON].")
+    global_decay: float = Field(
+        0.99,
+        gt=0,
+        le=1,
+        description="Fast scale: every step every posterior shrinks towards the "
+        "prior, a <- lg a + (1 - lg) a0 (1 = no decay) [RECON].",
+    )
+    visit_decay: float = Field(
+        0.7,
+        gt=0,
+        le=1,
+        description="Slow scale: a revisited prompt's a, b are multiplied by this "
+        "before its new counts are added (1 = the 'time since last visit' reading) [RECON].",
+    )
+    pool_factor: int = Field(
+        4,
+        ge=1,
+        description="Candidate pool M = pool_factor * control.prompts_per_step prompts per "
+        "step, from which the top prompts_per_step by Thompson score are kept [RECON].",
+    )
 
 
 def posterior(records: Sequence[Record], now: int, opts: VADEOptions) -> tuple[float, float]:
@@ -100,6 +114,7 @@ def posterior(records: Sequence[Record], now: int, opts: VADEOptions) -> tuple[f
 
 class VADE(Controller):
     """VADE (arXiv 2511.18902) [RECON]: Thompson-sampled top-B by p~(1 - p~) from a candidate pool."""
+
     Options = VADEOptions
 
     stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)

@@ -58,7 +58,7 @@ the bank (prompt ids, priorities, push order). The step's round counter is reset
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -94,7 +94,7 @@ class FilterOptions(BaseModel):
     kappa: float = Field(0.3, ge=0.0, le=1.0, description=KAPPA_HELP + " Use the same value as control.options.kappa.")
 
 
-def variance_filter(group: Group, opts: FilterOptions = FilterOptions()) -> Decision:
+def variance_filter(group: Group, opts: FilterOptions = FilterOptions()) -> Decision:  # noqa: B008  (frozen)
     """VCRL's dynamic sampling (filter ``vcrl``): keep the group iff ``p >= kappa``."""
     if group_score(group) >= opts.kappa:
         return Decision(True, "kept")
@@ -106,18 +106,30 @@ variance_filter.Options = FilterOptions
 
 class VCRLOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    kappa: float = Field(0.3, ge=0.0, le=1.0, description=KAPPA_HELP + " Groups below it are not counted as kept "
-                         "(refill) and evict their prompt from the bank; use the same value in filter.options.vcrl.kappa.")
-    bank_capacity: int | None = Field(None, ge=1, description="Most prompts in the memory bank (default 2 * "
-                                      "control.prompts_per_step) [RECON].")
-    momentum: float = Field(0.0, ge=0.0, lt=1.0, description="Priority update on a revisit: momentum * old + "
-                            "(1 - momentum) * p (0 = the latest p) [RECON].")
-    max_rounds: int = Field(2, ge=1, description="Most generation rounds per step, the first included (1 = no refill "
-                            "from the bank) [ours].")
+    kappa: float = Field(
+        0.3,
+        ge=0.0,
+        le=1.0,
+        description=KAPPA_HELP + " Groups below it are not counted as kept "
+        "(refill) and evict their prompt from the bank; use the same value in filter.options.vcrl.kappa.",
+    )
+    bank_capacity: int | None = Field(
+        None, ge=1, description="Most prompts in the memory bank (default 2 * control.prompts_per_step) [RECON]."
+    )
+    momentum: float = Field(
+        0.0,
+        ge=0.0,
+        lt=1.0,
+        description="Priority update on a revisit: momentum * old + (1 - momentum) * p (0 = the latest p) [RECON].",
+    )
+    max_rounds: int = Field(
+        2, ge=1, description="Most generation rounds per step, the first included (1 = no refill from the bank) [ours]."
+    )
 
 
 class VCRL(Controller):
     """VCRL (arXiv 2509.19803): fresh prompts, then bank refills for groups with p < kappa."""
+
     Options = VCRLOptions
 
     stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)
@@ -127,7 +139,9 @@ class VCRL(Controller):
         self.opts = options if options is not None else self.Options()
         self.by_id = {p.id: p for p in prompts}
         # Without budget_rollouts the cap is the most the refill can ask for (never binds).
-        self.source = PromptSource(prompts, seed, cfg, self.opts.max_rounds * cfg.prompts_per_step * cfg.rollouts_per_prompt)
+        self.source = PromptSource(
+            prompts, seed, cfg, self.opts.max_rounds * cfg.prompts_per_step * cfg.rollouts_per_prompt
+        )
         self.capacity = self.opts.bank_capacity or 2 * cfg.prompts_per_step
         self.bank: dict[str, tuple[float, int]] = {}  # prompt id -> (priority, push counter)
         self.pushes = 0  # monotone counter giving the push order
@@ -193,8 +207,11 @@ class VCRL(Controller):
 
     # -------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict:
-        return {**self.source.state_dict(),
-                "bank": [[pid, pr, seq] for pid, (pr, seq) in self.bank.items()], "pushes": self.pushes}
+        return {
+            **self.source.state_dict(),
+            "bank": [[pid, pr, seq] for pid, (pr, seq) in self.bank.items()],
+            "pushes": self.pushes,
+        }
 
     def load_state_dict(self, s: dict) -> None:
         self.source.load_state_dict(s)

@@ -41,7 +41,7 @@ and ``control/wise_skip_frac`` (skipped / candidates looked at).
 from __future__ import annotations
 
 import random
-from typing import Sequence
+from collections.abc import Sequence
 
 from pydantic import Field
 
@@ -51,12 +51,23 @@ from rollwise.types import Prompt
 
 
 class WiseOptions(SPEEDOptions):
-    p_easy: float = Field(0.5, gt=0, le=1, description="A prompt whose last z visits were all correct is kept with "
-                          "probability max(p_easy^z, keep_floor) (GRESO's base probability, fixed here).")
+    p_easy: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="A prompt whose last z visits were all correct is kept with "
+        "probability max(p_easy^z, keep_floor) (GRESO's base probability, fixed here).",
+    )
     p_hard: float = Field(0.5, gt=0, le=1, description="The same for all-wrong streaks.")
-    keep_floor: float = Field(0.05, ge=0, le=1, description="Smallest keep probability of any prompt (exploration floor).")
-    easy_threshold: float = Field(1.0, description="A visit is 'easy' when its mean reward is >= this (binary rewards: 1).")
-    hard_threshold: float = Field(0.0, description="A visit is 'hard' when its mean reward is <= this (binary rewards: 0).")
+    keep_floor: float = Field(
+        0.05, ge=0, le=1, description="Smallest keep probability of any prompt (exploration floor)."
+    )
+    easy_threshold: float = Field(
+        1.0, description="A visit is 'easy' when its mean reward is >= this (binary rewards: 1)."
+    )
+    hard_threshold: float = Field(
+        0.0, description="A visit is 'hard' when its mean reward is <= this (binary rewards: 0)."
+    )
 
 
 class Wise(SPEED):
@@ -65,7 +76,9 @@ class Wise(SPEED):
     Options = WiseOptions
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: WiseOptions | None, seed: int):
-        super().__init__(prompts, cfg, options if options is not None else WiseOptions(), seed)  # its _new_step sets _skips
+        super().__init__(
+            prompts, cfg, options if options is not None else WiseOptions(), seed
+        )  # its _new_step sets _skips
         self.rng = random.Random(f"wise-{seed}")  # skip decisions; separate from the stream's shuffle
 
     def _new_step(self) -> None:
@@ -73,9 +86,11 @@ class Wise(SPEED):
         self._skips = {"candidates": 0, "easy": 0, "hard": 0}
 
     def skip(self, prompt_id: str) -> str | None:
-        """"easy" / "hard" when the prompt is skipped this time, None when it is screened."""
+        """ "easy" / "hard" when the prompt is skipped this time, None when it is screened."""
         o = self.opts
-        z_easy, z_hard = streaks([r.mean_reward for r in self.history.of(prompt_id)], o.easy_threshold, o.hard_threshold)
+        z_easy, z_hard = streaks(
+            [r.mean_reward for r in self.history.of(prompt_id)], o.easy_threshold, o.hard_threshold
+        )
         for kind, p, z in (("easy", o.p_easy, z_easy), ("hard", o.p_hard, z_hard)):
             prob = skip_probability(p, z, o.keep_floor)
             if prob > 0 and self.rng.random() < prob:  # z = 0 draws nothing: never skipped
@@ -93,8 +108,13 @@ class Wise(SPEED):
     def observe(self, groups, state) -> None:
         super().observe(groups, state)
         s = self._skips
-        self.metrics.update({"control/wise_skipped_easy": float(s["easy"]), "control/wise_skipped_hard": float(s["hard"]),
-                             "control/wise_skip_frac": (s["easy"] + s["hard"]) / max(1, s["candidates"])})
+        self.metrics.update(
+            {
+                "control/wise_skipped_easy": float(s["easy"]),
+                "control/wise_skipped_hard": float(s["hard"]),
+                "control/wise_skip_frac": (s["easy"] + s["hard"]) / max(1, s["candidates"]),
+            }
+        )
 
     def state_dict(self) -> dict:
         return {**super().state_dict(), "rng": self.rng.getstate()}

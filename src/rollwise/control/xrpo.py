@@ -82,9 +82,10 @@ import json
 import math
 import re
 from collections import OrderedDict
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -199,29 +200,54 @@ class Exemplar(BaseModel):
 class XrpoOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    n_init: int = Field(4, ge=2, description="Phase-0 rollouts per selected prompt (allocation.md §2.1: e.g. 4) [RECON].")
-    rounds: int = Field(2, ge=1, description="Allocation rounds after phase 0; each hands out ceil(left / rounds_left) "
-                        "rollouts by priority [RECON].")
-    max_per_prompt: int = Field(32, ge=1, description="n_max: most rollouts one prompt gets in a step (spec: e.g. 32) [RECON].")
+    n_init: int = Field(
+        4, ge=2, description="Phase-0 rollouts per selected prompt (allocation.md §2.1: e.g. 4) [RECON]."
+    )
+    rounds: int = Field(
+        2,
+        ge=1,
+        description="Allocation rounds after phase 0; each hands out ceil(left / rounds_left) "
+        "rollouts by priority [RECON].",
+    )
+    max_per_prompt: int = Field(
+        32, ge=1, description="n_max: most rollouts one prompt gets in a step (spec: e.g. 32) [RECON]."
+    )
     alpha: float = Field(0.05, gt=0.0, lt=1.0, description="Significance of the Student-t interval t_{1-alpha/2, n-1}.")
-    explore: float = Field(0.1, ge=0.0, description="lambda of the exploration bonus lambda*sqrt(log(1+T)/n) "
-                           "(paper value not recovered; 0.1 as in the grpo-composer sampler).")
+    explore: float = Field(
+        0.1,
+        ge=0.0,
+        description="lambda of the exploration bonus lambda*sqrt(log(1+T)/n) "
+        "(paper value not recovered; 0.1 as in the grpo-composer sampler).",
+    )
     icl: bool = Field(True, description="In-context seeding of prompts whose phase-0 rollouts all fail (k = 0).")
-    icl_rollouts: int = Field(4, ge=1, description="Rollouts of the seeded prompt per zero-reward prompt (from the step budget) [RECON].")
-    icl_exemplars: int = Field(1, ge=1, description="m: solved exemplars prepended per seeded prompt (spec: 1-3) [RECON].")
+    icl_rollouts: int = Field(
+        4, ge=1, description="Rollouts of the seeded prompt per zero-reward prompt (from the step budget) [RECON]."
+    )
+    icl_exemplars: int = Field(
+        1, ge=1, description="m: solved exemplars prepended per seeded prompt (spec: 1-3) [RECON]."
+    )
     icl_sources: list[Literal["own", "solved", "pool"]] = Field(
         default_factory=lambda: ["own", "solved", "pool"],
         description="Where exemplars come from: 'own' (this prompt's earlier correct responses, preferred), 'solved' "
-                    "(other prompts' correct responses, most similar first), 'pool' (icl_pool / icl_pool_path).")
-    icl_template: str = Field("{problem}{solution}\n\n", description="How one exemplar is written before a text prompt "
-                              "(fields {problem}, {solution}); chat prompts get a user/assistant message pair instead.")
+        "(other prompts' correct responses, most similar first), 'pool' (icl_pool / icl_pool_path).",
+    )
+    icl_template: str = Field(
+        "{problem}{solution}\n\n",
+        description="How one exemplar is written before a text prompt "
+        "(fields {problem}, {solution}); chat prompts get a user/assistant message pair instead.",
+    )
     icl_max_chars: int = Field(4000, ge=1, description="Exemplars whose rendered text is longer are skipped.")
     icl_pool: list[Exemplar] = Field(default_factory=list, description="Curated (problem, solution) exemplars.")
-    icl_pool_path: str | None = Field(None, description="JSONL file of {\"problem\": ..., \"solution\": ...} exemplars "
-                                      "(added to icl_pool).")
+    icl_pool_path: str | None = Field(
+        None, description='JSONL file of {"problem": ..., "solution": ...} exemplars (added to icl_pool).'
+    )
     icl_store_per_prompt: int = Field(2, ge=1, description="Most recent correct responses kept per prompt for seeding.")
-    icl_store_max_prompts: int = Field(10000, ge=1, description="Prompts kept in the exemplar store (least recently "
-                                       "updated dropped first); bounds checkpoint size.")
+    icl_store_max_prompts: int = Field(
+        10000,
+        ge=1,
+        description="Prompts kept in the exemplar store (least recently "
+        "updated dropped first); bounds checkpoint size.",
+    )
 
     @field_validator("icl_template")
     @classmethod
@@ -244,7 +270,7 @@ def read_pool(path: str) -> list[Exemplar]:
         try:
             out.append(Exemplar.model_validate(json.loads(line)))
         except Exception as e:  # noqa: BLE001 - report the file position
-            raise UserError(f"{path}:{i}: not a {{\"problem\", \"solution\"}} object: {e}") from None
+            raise UserError(f'{path}:{i}: not a {{"problem", "solution"}} object: {e}') from None
     return out
 
 
@@ -258,7 +284,7 @@ class ExemplarStore:
     def add(self, prompt_id: str, problem: str, solution: str) -> None:
         e = self.items.pop(prompt_id, None) or {"problem": problem, "solutions": []}
         sols = [s for s in e["solutions"] if s != solution] + [solution]
-        e["solutions"] = sols[-self.per_prompt:]
+        e["solutions"] = sols[-self.per_prompt :]
         self.items[prompt_id] = e  # most recently updated last
         while len(self.items) > self.max_prompts:
             self.items.popitem(last=False)
@@ -270,8 +296,15 @@ class ExemplarStore:
         self.items = OrderedDict((k, {"problem": p, "solutions": list(sols)}) for k, p, sols in s["items"])
 
 
-def retrieve(prompt: Prompt, store: ExemplarStore, pool: Sequence[Exemplar], sources: Sequence[str], m: int,
-             render, max_chars: int) -> list[Exemplar]:
+def retrieve(
+    prompt: Prompt,
+    store: ExemplarStore,
+    pool: Sequence[Exemplar],
+    sources: Sequence[str],
+    m: int,
+    render,
+    max_chars: int,
+) -> list[Exemplar]:
     """Up to ``m`` exemplars for ``prompt``: its own solutions first (most recent first), then other
     solved prompts and pool entries by decreasing similarity (ties: store/pool order)."""
     x = problem_text(prompt)
@@ -283,7 +316,9 @@ def retrieve(prompt: Prompt, store: ExemplarStore, pool: Sequence[Exemplar], sou
     if "solved" in sources:
         for pid, e in store.items.items():
             if pid != prompt.id and e["solutions"]:
-                ranked.append((similarity(x, e["problem"]), order, Exemplar(problem=e["problem"], solution=e["solutions"][-1])))
+                ranked.append(
+                    (similarity(x, e["problem"]), order, Exemplar(problem=e["problem"], solution=e["solutions"][-1]))
+                )
                 order += 1
     if "pool" in sources:
         for ex in pool:
@@ -310,11 +345,20 @@ def seeded_prompt(prompt: Prompt, exemplars: Sequence[Exemplar], template: str) 
         head = 0
         while head < len(msgs) and msgs[head].get("role") == "system":
             head += 1
-        pairs = [m for e in exemplars for m in ({"role": "user", "content": e.problem},
-                                                {"role": "assistant", "content": e.solution})]
+        pairs = [
+            m
+            for e in exemplars
+            for m in ({"role": "user", "content": e.problem}, {"role": "assistant", "content": e.solution})
+        ]
         messages = tuple(msgs[:head] + pairs + msgs[head:])
-    return Prompt(id=f"{prompt.id}#icl-{key}", task=prompt.task, text=shots + prompt.text, answer=prompt.answer,
-                  messages=messages, metadata={**prompt.metadata, "icl_of": prompt.id, "icl_exemplars": len(exemplars)})
+    return Prompt(
+        id=f"{prompt.id}#icl-{key}",
+        task=prompt.task,
+        text=shots + prompt.text,
+        answer=prompt.answer,
+        messages=messages,
+        metadata={**prompt.metadata, "icl_of": prompt.id, "icl_exemplars": len(exemplars)},
+    )
 
 
 # ------------------------------------------------------------------ controller
@@ -389,8 +433,15 @@ class Xrpo(Controller):
                 rs = rewards[pid]
                 if not rs or any(r >= 0.5 for r in rs):
                     continue
-                ex = retrieve(self.by_id[pid], self.store, self.pool, o.icl_sources, o.icl_exemplars, self._render,
-                              o.icl_max_chars)
+                ex = retrieve(
+                    self.by_id[pid],
+                    self.store,
+                    self.pool,
+                    o.icl_sources,
+                    o.icl_exemplars,
+                    self._render,
+                    o.icl_max_chars,
+                )
                 if not ex:
                     continue
                 sp = seeded_prompt(self.by_id[pid], ex, o.icl_template)
@@ -441,17 +492,26 @@ class Xrpo(Controller):
                 if r.reward is not None and r.reward >= 0.5 and r.text:
                     self.store.add(orig_id, problem_text(orig), r.text)
         seeded = [g for g in groups if "icl_of" in g.prompt.metadata]
-        self.metrics = {"control/xrpo_icl_seeded": float(len(seeded)),
-                        "control/xrpo_icl_solved": float(sum(any((x or 0) >= 0.5 for x in g.rewards()) for g in seeded)),
-                        "control/xrpo_rounds": float(self.ctx["round"])}
+        self.metrics = {
+            "control/xrpo_icl_seeded": float(len(seeded)),
+            "control/xrpo_icl_solved": float(sum(any((x or 0) >= 0.5 for x in g.rewards()) for g in seeded)),
+            "control/xrpo_rounds": float(self.ctx["round"]),
+        }
         self.ctx = self._empty_ctx()
 
     # -------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict:
         ctx = self.ctx  # empty between steps (observe clears it), where checkpoints are taken
-        return {**self.source.state_dict(), "store": self.store.state_dict(),
-                "ctx": {"ids": list(ctx["ids"]), "alloc": dict(ctx["alloc"]), "round": ctx["round"],
-                        "seeded": dict(ctx["seeded"])}}
+        return {
+            **self.source.state_dict(),
+            "store": self.store.state_dict(),
+            "ctx": {
+                "ids": list(ctx["ids"]),
+                "alloc": dict(ctx["alloc"]),
+                "round": ctx["round"],
+                "seeded": dict(ctx["seeded"]),
+            },
+        }
 
     def load_state_dict(self, s: dict) -> None:
         self.source.load_state_dict(s)

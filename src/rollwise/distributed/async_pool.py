@@ -86,10 +86,10 @@ import json
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from rollwise.control.base import Controller
 from rollwise.distributed.local import StepCost, merge_groups
@@ -138,9 +138,20 @@ class AsyncPool:
     in-process backend for ``interrupt``/``discard`` (None otherwise); ``draw()``: the
     controller's next plan."""
 
-    def __init__(self, engine, receive: Callable, opts, draw: Callable[[], Plan], backend=None,
-                 timeline: Path | None = None, codec=None, sampling=None, consume: Callable | None = None,
-                 scheduler=None, steps: int | None = None):
+    def __init__(
+        self,
+        engine,
+        receive: Callable,
+        opts,
+        draw: Callable[[], Plan],
+        backend=None,
+        timeline: Path | None = None,
+        codec=None,
+        sampling=None,
+        consume: Callable | None = None,
+        scheduler=None,
+        steps: int | None = None,
+    ):
         self.engine, self.receive, self.draw, self.backend = engine, receive, draw, backend
         self.steps = steps  # train.steps: plans from this index on are never trained, so never generated
         self.scheduler = scheduler  # APRIL's pool around the engine: takes each training plan (module docstring)
@@ -201,7 +212,9 @@ class AsyncPool:
             job = self._submit_urgent(Job(None, plan))
         else:
             self._submit(plan)
-            ahead = self.next_index + self.eta if self.steps is None else min(self.next_index + self.eta, self.steps - 1)
+            ahead = (
+                self.next_index + self.eta if self.steps is None else min(self.next_index + self.eta, self.steps - 1)
+            )
             while self.drawn <= ahead:  # keep plans k .. k + eta drawn (none past the last step)
                 self._submit(self.draw())
             job = self.jobs[self.next_index]
@@ -244,7 +257,9 @@ class AsyncPool:
             lags[lag] += 1
             kept.append((prompt, r))
         self.cost.count(**{f"async/staleness_{d}": n for d, n in lags.items()})
-        self.cost.metrics["async/max_staleness"] = max(self.cost.metrics.get("async/max_staleness", 0), max(lags, default=0))
+        self.cost.metrics["async/max_staleness"] = max(
+            self.cost.metrics.get("async/max_staleness", 0), max(lags, default=0)
+        )
         return kept
 
     def _submit(self, plan: Plan) -> None:
@@ -269,7 +284,7 @@ class AsyncPool:
             with self.cond:
                 while not job.done and (consume is None or job.consumed >= len(job.chunks)):
                     self.cond.wait()
-                new, job.consumed = job.chunks[job.consumed:], len(job.chunks)
+                new, job.consumed = job.chunks[job.consumed :], len(job.chunks)
                 done = job.done
             if consume is not None and job.error is None:
                 for pairs in new:
@@ -302,7 +317,9 @@ class AsyncPool:
             return self.urgent[0]
         for k in sorted(self.jobs):
             job = self.jobs[k]
-            if self.steps is not None and k >= self.steps:  # the loop's plans of its last eta steps: no step trains them
+            if (
+                self.steps is not None and k >= self.steps
+            ):  # the loop's plans of its last eta steps: no step trains them
                 return None
             if job.pairs is None and not job.running:
                 return job if k <= self.version + self.eta else None  # AReaL's gate, in plans
@@ -341,7 +358,7 @@ class AsyncPool:
             size = -(-len(reqs) // self.chunks)
             for start in range(0, len(reqs), size):
                 t1 = now()
-                out = self.engine.rollouts(Plan(reqs[start:start + size]), self.held)
+                out = self.engine.rollouts(Plan(reqs[start : start + size]), self.held)
                 pairs += out
                 self._spans(job, t1)
                 with self.cond:
@@ -360,7 +377,7 @@ class AsyncPool:
     def _spans(self, job: Job, t0: float) -> None:
         """Timeline spans of the engine call that started at ``t0``: one per Ray worker, else one."""
         spans = getattr(self.engine, "last_spans", None)
-        for lane, a, b in (spans or [("generator", t0, now())]):
+        for lane, a, b in spans or [("generator", t0, now())]:
             self._span(lane, "generate" if job.charge else "evaluate", job.index, a, b)
 
     def _interruptible(self, plan: Plan) -> list:
@@ -372,15 +389,21 @@ class AsyncPool:
             pids = tuple(self.codec.encode_prompt(req.prompt))
             prefix = list(req.prefix or ())
             versions = list(req.prefix_versions or (self.held,) * len(prefix))
-            slots += [_Slot(req, pids, list(prefix), list(req.prefix_logprobs or ()), list(versions)) for _ in range(req.n)]
+            slots += [
+                _Slot(req, pids, list(prefix), list(req.prefix_logprobs or ()), list(versions)) for _ in range(req.n)
+            ]
         todo, decoded, interrupted, restarted, discarded = list(slots), 0, set(), 0, 0
         t0 = now()
         while todo:
             self._load_pending()
             sofar = [tuple(s.ids) + (s.last.token_ids if s.last is not None else ()) for s in todo]
-            comps = self.backend.generate([s.pids + ids for s, ids in zip(todo, sofar)], sampling, None,
-                                          max_new_tokens=[sampling.max_new_tokens - len(ids) for ids in sofar],
-                                          stop_when=lambda done: self.pending is not None)
+            comps = self.backend.generate(
+                [s.pids + ids for s, ids in zip(todo, sofar)],
+                sampling,
+                None,
+                max_new_tokens=[sampling.max_new_tokens - len(ids) for ids in sofar],
+                stop_when=lambda done: self.pending is not None,
+            )
             decoded += sum(len(c.token_ids) for c in comps)
             left = []
             for s, c in zip(todo, comps):
@@ -402,8 +425,11 @@ class AsyncPool:
         t1 = now()
         items, versions = [], []
         for s in slots:
-            req = s.req if s.segments == 1 and not s.req.prefix else Request(
-                s.req.prompt, 1, tuple(s.ids), tuple(s.logprobs), tuple(s.versions))
+            req = (
+                s.req
+                if s.segments == 1 and not s.req.prefix
+                else Request(s.req.prompt, 1, tuple(s.ids), tuple(s.logprobs), tuple(s.versions))
+            )
             items.append((req, s.pids, s.last))
             versions.append(s.held)
         done: list = [None] * len(items)
@@ -413,7 +439,9 @@ class AsyncPool:
                 done[i] = r
         t2 = now()
         pool.cost.charge(decoded, len(done), [r.verdict for r in done], t1 - t0, t2 - t1)
-        pool.cost.count(**{"async/interrupted": len(interrupted), "async/restarted": restarted, "async/discarded_tokens": discarded})
+        pool.cost.count(
+            **{"async/interrupted": len(interrupted), "async/restarted": restarted, "async/discarded_tokens": discarded}
+        )
         return [(s.req.prompt, r) for s, r in zip(slots, done)]
 
     # ------------------------------------------------------------ timeline, state, shutdown
@@ -435,8 +463,10 @@ class AsyncPool:
     def state_dict(self) -> dict:
         """Plans drawn and not yet trained; the generated ones with their rollouts and costs."""
         with self.cond:
-            jobs = [(k, j.plan, j.pairs if j.done and j.error is None else None, j.cost if j.done else None)
-                    for k, j in sorted(self.jobs.items())]
+            jobs = [
+                (k, j.plan, j.pairs if j.done and j.error is None else None, j.cost if j.done else None)
+                for k, j in sorted(self.jobs.items())
+            ]
             return {"jobs": jobs, "next_index": self.next_index, "drawn": self.drawn}
 
     def load_state_dict(self, s: dict) -> None:
@@ -469,11 +499,15 @@ def check_config(cfg) -> None:
 
     a = cfg.train.async_
     if a.periodic and a.max_staleness > 0:
-        raise UserError("train.async.periodic = true is strictly on-policy; set train.async.max_staleness = 0 "
-                        "(or periodic = false for bounded staleness)")
+        raise UserError(
+            "train.async.periodic = true is strictly on-policy; set train.async.max_staleness = 0 "
+            "(or periodic = false for bounded staleness)"
+        )
     if not a.on and a.on_new_weights != "finish":
-        raise UserError(f"train.async.on_new_weights = {a.on_new_weights!r} needs asynchronous rollouts: set "
-                        "train.async.max_staleness >= 1")
+        raise UserError(
+            f"train.async.on_new_weights = {a.on_new_weights!r} needs asynchronous rollouts: set "
+            "train.async.max_staleness >= 1"
+        )
 
 
 # The generator has its own weights and runs ahead: a wrapper cannot drive the trainer's backend,
@@ -546,6 +580,7 @@ class Locked(Controller):
         def call(*a, **k):
             with self._lock:
                 return value(*a, **k)
+
         return call
 
 
@@ -586,8 +621,20 @@ def build(cfg, engine, backend, model, draw, timeline, consume=None, april=None,
     else:  # a scripted backend (tests): nothing to load
         receive, local = (lambda version, weights: None), backend
     a = cfg.train.async_
-    log(f"periodic asynchrony: {a.periodic_chunks} chunks a step" if a.periodic else
-        f"async rollouts: max_staleness {a.max_staleness}, on new weights: {a.on_new_weights}")
+    log(
+        f"periodic asynchrony: {a.periodic_chunks} chunks a step"
+        if a.periodic
+        else f"async rollouts: max_staleness {a.max_staleness}, on new weights: {a.on_new_weights}"
+    )
     scheduler = april(inner) if april is not None else None  # APRIL around the engine, run by the generator
-    return AsyncPool(engine, receive, a, draw, backend=local, timeline=timeline, consume=consume, scheduler=scheduler,
-                     steps=cfg.train.steps)
+    return AsyncPool(
+        engine,
+        receive,
+        a,
+        draw,
+        backend=local,
+        timeline=timeline,
+        consume=consume,
+        scheduler=scheduler,
+        steps=cfg.train.steps,
+    )

@@ -63,7 +63,7 @@ from rollwise.registry import Compat, UserError
 
 TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 BUCKET = 1 << 24  # gradient elements per all-reduce (64 MB of fp32): few messages, bounded extra memory
-_ACTIVE: "DataParallel | None" = None
+_ACTIVE: DataParallel | None = None
 
 
 # ---------------------------------------------------------------- configuration
@@ -100,21 +100,25 @@ def check_config(cfg) -> None:
     refused by ``rollwise.compat`` from the parts' records. UserErrors name the key."""
     world, on = env_world_size(), cfg.distributed.data_parallel
     if on is False and world > 1:
-        raise UserError(f"distributed.data_parallel = false, but torchrun started {world} processes (WORLD_SIZE); "
-                        "start one process, or unset distributed.data_parallel")
+        raise UserError(
+            f"distributed.data_parallel = false, but torchrun started {world} processes (WORLD_SIZE); "
+            "start one process, or unset distributed.data_parallel"
+        )
     if not enabled(cfg):
         return
     missing = [k for k in TORCHRUN_ENV if k not in os.environ]
     if missing or world < 2:
-        raise UserError(f"distributed.data_parallel = true needs torchrun with at least 2 processes "
-                        f"(torchrun --nproc_per_node 2 -m rollwise.cli train ...); "
-                        + (f"{', '.join(missing)} not set" if missing else f"WORLD_SIZE = {world}"))
+        raise UserError(
+            "distributed.data_parallel = true needs torchrun with at least 2 processes "
+            "(torchrun --nproc_per_node 2 -m rollwise.cli train ...); "
+            + (f"{', '.join(missing)} not set" if missing else f"WORLD_SIZE = {world}")
+        )
 
 
 COMPAT = Compat(decode_hooks=False)  # one sampler per rank: a wrapper driving it in one process is not shared
 
 
-def start(cfg) -> "DataParallel | None":
+def start(cfg) -> DataParallel | None:
     """This process's :class:`DataParallel` (the process group started on first use), or None
     when it trains alone (:func:`enabled`)."""
     global _ACTIVE
@@ -228,8 +232,13 @@ class DataParallel:
             for k, v in s.items():
                 merged[k] = merged.get(k, 0.0) + v
         dev = log_w[0].device if log_w else "cpu"
-        return (total, merged, type(gap).merge([p[2] for p in parts]),
-                [t.to(dev) for p in parts for t in p[3]], [t.to(dev) for p in parts for t in p[4]])
+        return (
+            total,
+            merged,
+            type(gap).merge([p[2] for p in parts]),
+            [t.to(dev) for p in parts for t in p[3]],
+            [t.to(dev) for p in parts for t in p[4]],
+        )
 
 
 def _buckets(tensors: list[torch.Tensor]):
@@ -250,7 +259,7 @@ def _buckets(tensors: list[torch.Tensor]):
 def _unflatten(flat: torch.Tensor, bucket: list[torch.Tensor]) -> None:
     off = 0
     for t in bucket:
-        t.copy_(flat[off:off + t.numel()].view_as(t))
+        t.copy_(flat[off : off + t.numel()].view_as(t))
         off += t.numel()
 
 
@@ -262,8 +271,7 @@ class DataParallelPool:
     ``generate`` are collectives: every rank calls them with the same plan."""
 
     def __init__(self, pool, dp: DataParallel, run_seed: int):
-        from rollwise.distributed.local import StepCost
-        from rollwise.distributed.local import _Seeds
+        from rollwise.distributed.local import StepCost, _Seeds
 
         self.pool, self.dp, self.seeds = pool, dp, _Seeds(run_seed)
         self.cost = StepCost()

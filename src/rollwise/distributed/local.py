@@ -14,8 +14,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import torch
 
@@ -36,7 +36,14 @@ class StepCost:
     verify_tokens: int = 0  # tokens scored by a verification forward pass (SPEC-RL)
     metrics: dict = field(default_factory=dict)  # per-step metrics of a rollout strategy (april/*, spec_rl/*)
 
-    def charge(self, generated_tokens: int, rollouts: int, verdicts: Sequence[Verdict | None], generate_s: float, verify_s: float) -> None:
+    def charge(
+        self,
+        generated_tokens: int,
+        rollouts: int,
+        verdicts: Sequence[Verdict | None],
+        generate_s: float,
+        verify_s: float,
+    ) -> None:
         """Add one generation call: tokens decoded (pruned and unfinished ones included), rollouts
         started or finished as the caller counts them, one verifier call per verdict (``None`` or
         a ``None`` score is "could not verify") and the seconds spent."""
@@ -48,7 +55,7 @@ class StepCost:
         self.verify_s += verify_s
         self.count(**outcome_counts(verdicts))
 
-    def add(self, other: "StepCost", seconds: bool = True) -> None:
+    def add(self, other: StepCost, seconds: bool = True) -> None:
         """Add ``other`` (a worker's, a rank's or a plan's cost) to this one, its metrics counted.
         ``seconds = False`` leaves ``generate_s`` to the caller: parallel workers' generation
         overlaps, so the caller charges the wall-clock of the parallel call instead."""
@@ -87,12 +94,21 @@ def merge_groups(groups: list[Group], pairs) -> list[Group]:
         merged[prompt.id] = Group(g.prompt, g.rollouts + (rollout,))
     return list(merged.values())
 
+
 COMPAT = Compat()  # generates with model.backend in this process: it supports what the backend supports
 
 
 class LocalPool:
-    def __init__(self, backend, codec: Codec, verify: Callable[[Prompt, str], Verdict], sampling: Sampling,
-                 max_batch: int | None = None, tree=None, verify_workers: int = 1):
+    def __init__(
+        self,
+        backend,
+        codec: Codec,
+        verify: Callable[[Prompt, str], Verdict],
+        sampling: Sampling,
+        max_batch: int | None = None,
+        tree=None,
+        verify_workers: int = 1,
+    ):
         self.backend, self.codec, self.verify, self.sampling = backend, codec, verify, sampling
         self.max_batch = max_batch
         self.verify_workers = verify_workers  # verifier calls in parallel (threads; e.g. sandboxed code checks)
@@ -107,7 +123,9 @@ class LocalPool:
         cost, self.cost = self.cost, StepCost()
         return cost
 
-    def rollouts(self, plan: Plan, version: int, sampling: Sampling | None = None, generator=None, charge: bool = True) -> list[tuple[Prompt, Rollout]]:
+    def rollouts(
+        self, plan: Plan, version: int, sampling: Sampling | None = None, generator=None, charge: bool = True
+    ) -> list[tuple[Prompt, Rollout]]:
         """Generate and score every request of ``plan`` (``charge=False`` for evaluation)."""
         sampling = sampling or self.sampling
         jobs, seqs, tree_jobs = [], [], []
@@ -125,12 +143,17 @@ class LocalPool:
         step = self.max_batch or max(1, len(seqs))
         comps = []
         for start in range(0, len(seqs), step):
-            comps.extend(self.backend.generate(seqs[start:start + step], sampling, generator))
+            comps.extend(self.backend.generate(seqs[start : start + step], sampling, generator))
         decoded = sum(len(c.token_ids) for c in comps)
         paths = [None] * len(comps)
         if tree_jobs:  # tree rollouts after the i.i.d. ones; charged by the tokens actually decoded
-            trees, tree_tokens = self.tree.generate([p for _, p, _ in tree_jobs], [k for _, _, k in tree_jobs], sampling, generator,
-                                                    max_batch=self.max_batch)  # tree phase in chunks of <= max_batch rows
+            trees, tree_tokens = self.tree.generate(
+                [p for _, p, _ in tree_jobs],
+                [k for _, _, k in tree_jobs],
+                sampling,
+                generator,
+                max_batch=self.max_batch,
+            )  # tree phase in chunks of <= max_batch rows
             for (req, pids, _), out in zip(tree_jobs, trees):
                 for c, path in out:
                     jobs.append((req, pids, ()))
@@ -139,11 +162,19 @@ class LocalPool:
             decoded += tree_tokens
             if charge:
                 st = self.tree.last_stats
-                self.cost.count(**{"latr/tree_rollouts": sum(k for _, _, k in tree_jobs), "latr/branches_born": st.get("branches_born", 0),
-                                   "latr/branches_pruned": st.get("branches_pruned", 0)})
+                self.cost.count(
+                    **{
+                        "latr/tree_rollouts": sum(k for _, _, k in tree_jobs),
+                        "latr/branches_born": st.get("branches_born", 0),
+                        "latr/branches_pruned": st.get("branches_pruned", 0),
+                    }
+                )
         t1 = time.perf_counter()
         done = self.finish_rollouts([(req, pids, c) for (req, pids, _), c in zip(jobs, comps)], version)
-        out = [(req.prompt, r if path is None else dataclasses.replace(r, tree=path)) for (req, _, _), r, path in zip(jobs, done, paths)]
+        out = [
+            (req.prompt, r if path is None else dataclasses.replace(r, tree=path))
+            for (req, _, _), r, path in zip(jobs, done, paths)
+        ]
         t2 = time.perf_counter()
         if charge:
             self.cost.charge(decoded, len(comps), [r.verdict for _, r in out], t1 - t0, t2 - t1)
@@ -176,13 +207,23 @@ class LocalPool:
 def make_rollout(req, pids, c, version: int, text: str, verdict: Verdict) -> Rollout:
     """A rollout from a completion; a continued prefix keeps its own log-probs and versions."""
     if not req.prefix:
-        return Rollout(req.prompt.id, pids, c.token_ids, c.logprobs, c.finish, version, text, verdict,
-                       entropies=c.entropies)
+        return Rollout(
+            req.prompt.id, pids, c.token_ids, c.logprobs, c.finish, version, text, verdict, entropies=c.entropies
+        )
     if req.prefix_logprobs is None or len(req.prefix_logprobs) != len(req.prefix):
         raise ValueError(f"request for {req.prompt.id!r} continues a prefix without its log-probs")
     versions = tuple(req.prefix_versions or (version,) * len(req.prefix)) + (version,) * len(c.token_ids)
-    return Rollout(req.prompt.id, pids, req.prefix + c.token_ids, req.prefix_logprobs + c.logprobs, c.finish,
-                   versions[0], text, verdict, token_versions=versions)
+    return Rollout(
+        req.prompt.id,
+        pids,
+        req.prefix + c.token_ids,
+        req.prefix_logprobs + c.logprobs,
+        c.finish,
+        versions[0],
+        text,
+        verdict,
+        token_versions=versions,
+    )
 
 
 # ---------------------------------------------------------------- per-request seeds
@@ -196,7 +237,10 @@ def request_seed(*key) -> int:
 def run_requests(pool, jobs, version: int, sampling: Sampling, charge: bool) -> list[list]:
     """Each ``(request, seed)`` generated and scored by ``pool`` (a ``LocalPool``) as its own call
     with a generator seeded by ``seed``; one list of ``(prompt, rollout)`` per job."""
-    return [pool.rollouts(Plan((req,)), version, sampling, torch.Generator().manual_seed(seed), charge) for req, seed in jobs]
+    return [
+        pool.rollouts(Plan((req,)), version, sampling, torch.Generator().manual_seed(seed), charge)
+        for req, seed in jobs
+    ]
 
 
 class _Seeds:
@@ -227,7 +271,11 @@ class SeededPool:
 
     def rollouts(self, plan: Plan, version: int, sampling: Sampling | None = None, generator=None, charge: bool = True):
         jobs = list(zip(plan.requests, self.seeds(plan, version, generator)))
-        return [pair for out in run_requests(self.pool, jobs, version, sampling or self.pool.sampling, charge) for pair in out]
+        return [
+            pair
+            for out in run_requests(self.pool, jobs, version, sampling or self.pool.sampling, charge)
+            for pair in out
+        ]
 
     def generate(self, plan: Plan, groups: list[Group], version: int) -> list[Group]:
         return merge_groups(groups, self.rollouts(plan, version))

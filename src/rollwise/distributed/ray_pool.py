@@ -49,7 +49,6 @@ import os
 import socket
 import time
 import weakref
-from typing import Sequence
 
 import torch
 
@@ -70,13 +69,17 @@ def check_config(cfg) -> None:
     Ray installed, the address parses. What workers cannot be combined with is in ``COMPAT``."""
     if cfg.distributed.workers == 0:
         if cfg.distributed.address is not None:
-            raise UserError("distributed.address is set but distributed.workers = 0; set distributed.workers >= 1 "
-                            "to use the Ray cluster, or remove distributed.address")
+            raise UserError(
+                "distributed.address is set but distributed.workers = 0; set distributed.workers >= 1 "
+                "to use the Ray cluster, or remove distributed.address"
+            )
         return
     import importlib.util
 
     if importlib.util.find_spec("ray") is None:
-        raise UserError(f"distributed.workers = {cfg.distributed.workers} needs Ray, which is not installed: {INSTALL_HINT}")
+        raise UserError(
+            f"distributed.workers = {cfg.distributed.workers} needs Ray, which is not installed: {INSTALL_HINT}"
+        )
     if cfg.distributed.address is not None:
         _parse_address(cfg.distributed.address)
 
@@ -102,16 +105,20 @@ def connect(dcfg, log=print):
         raise UserError(f"distributed.workers = {dcfg.workers} needs Ray, which is not installed: {INSTALL_HINT}")
     need = dcfg.workers * dcfg.cpus_per_worker
     if dcfg.address is None and need > (os.cpu_count() or 1):
-        raise UserError(f"distributed.workers = {dcfg.workers} x distributed.cpus_per_worker = {dcfg.cpus_per_worker} needs "
-                        f"{need} CPUs; this machine has {os.cpu_count()}: lower distributed.workers, or join a cluster "
-                        "with distributed.address")
+        raise UserError(
+            f"distributed.workers = {dcfg.workers} x distributed.cpus_per_worker = {dcfg.cpus_per_worker} needs "
+            f"{need} CPUs; this machine has {os.cpu_count()}: lower distributed.workers, or join a cluster "
+            "with distributed.address"
+        )
     if dcfg.address is not None:
         host, port = _parse_address(dcfg.address)
         try:
             socket.create_connection((host, port), timeout=5).close()
         except OSError as e:
-            raise UserError(f"distributed.address = {dcfg.address!r} is unreachable ({e.strerror or e}); start the cluster "
-                            "(ray start --head) or fix the address") from None
+            raise UserError(
+                f"distributed.address = {dcfg.address!r} is unreachable ({e.strerror or e}); start the cluster "
+                "(ray start --head) or fix the address"
+            ) from None
     import ray
 
     if not ray.is_initialized():
@@ -121,12 +128,16 @@ def connect(dcfg, log=print):
             else:
                 ray.init(address=dcfg.address, logging_level="ERROR", log_to_driver=False)
         except Exception as e:
-            raise UserError(f"distributed.address = {dcfg.address!r}: Ray could not start or join the cluster: "
-                            f"{type(e).__name__}: {e}") from None
+            raise UserError(
+                f"distributed.address = {dcfg.address!r}: Ray could not start or join the cluster: "
+                f"{type(e).__name__}: {e}"
+            ) from None
     cpus = ray.cluster_resources().get("CPU", 0)
     if need > cpus:
-        raise UserError(f"distributed.workers = {dcfg.workers} x distributed.cpus_per_worker = {dcfg.cpus_per_worker} needs "
-                        f"{need} CPUs; the Ray cluster has {cpus:g}: lower distributed.workers or add nodes")
+        raise UserError(
+            f"distributed.workers = {dcfg.workers} x distributed.cpus_per_worker = {dcfg.cpus_per_worker} needs "
+            f"{need} CPUs; the Ray cluster has {cpus:g}: lower distributed.workers or add nodes"
+        )
     return ray
 
 
@@ -159,13 +170,20 @@ class RolloutWorker:
             from rollwise.trainer.precision import resolve_compute_dtype
 
             # model.compute_dtype on this worker's machine ("auto": measured here, or this machine's cached timings)
-            compute = resolve_compute_dtype(cfg.model.compute_dtype, "cpu", self.model.config,
-                                            weights_dtype=next(self.model.parameters()).dtype)
+            compute = resolve_compute_dtype(
+                cfg.model.compute_dtype, "cpu", self.model.config, weights_dtype=next(self.model.parameters()).dtype
+            )
             backend = build_backend(cfg, codec, model=self.model, compute_dtype=compute)
         self.backend = backend
         task = tasks.build(cfg)
-        self.pool = LocalPool(backend, codec, task.verify, spec["sampling"], max_batch=cfg.model.max_batch,
-                              verify_workers=getattr(task, "verify_workers", 1))
+        self.pool = LocalPool(
+            backend,
+            codec,
+            task.verify,
+            spec["sampling"],
+            max_batch=cfg.model.max_batch,
+            verify_workers=getattr(task, "verify_workers", 1),
+        )
         self.version = -1
 
     def load_weights(self, version: int, weights: dict) -> int:
@@ -185,13 +203,17 @@ class RolloutWorker:
         import threading
 
         if self.version != version and charge:
-            raise RuntimeError(f"worker holds weights of version {self.version}, asked to generate at version {version}")
+            raise RuntimeError(
+                f"worker holds weights of version {self.version}, asked to generate at version {version}"
+            )
         q: queue.Queue = queue.Queue()
 
         def work():
             try:
                 for j, job in enumerate(jobs):
-                    q.put(("done", j, run_requests(self.pool, [job], version, sampling, charge)[0], self.pool.take_cost()))
+                    q.put(
+                        ("done", j, run_requests(self.pool, [job], version, sampling, charge)[0], self.pool.take_cost())
+                    )
             except BaseException as e:  # raised in the stream below
                 q.put(("error", e))
             q.put(None)
@@ -236,8 +258,14 @@ class RayPool:
         self.ready_at: dict[int, float] = {}
         self.reported: dict[int, int] = {}
         self.last_spans: list = []  # (lane, start, end) of the last rollouts call, per worker
-        self._spec = {"cfg": cfg.model_dump(mode="json"), "config": plain_config(model), "tokenizer": codec.tokenizer,
-                      "use_chat": codec.use_chat, "threads": cfg.distributed.cpus_per_worker, "sampling": sampling}
+        self._spec = {
+            "cfg": cfg.model_dump(mode="json"),
+            "config": plain_config(model),
+            "tokenizer": codec.tokenizer,
+            "use_chat": codec.use_chat,
+            "threads": cfg.distributed.cpus_per_worker,
+            "sampling": sampling,
+        }
         self._cpus = cfg.distributed.cpus_per_worker
         self._weights = None  # (version, object ref) of the latest published weights
         self.actors = [self._start() for _ in range(cfg.distributed.workers)]
@@ -303,8 +331,11 @@ class RayPool:
             if not idx:  # it had returned everything
                 self.ready_at[w] = time.perf_counter()
                 return
-            gen = self.actors[w].rollouts_stream.options(num_returns="streaming").remote(
-                [jobs[k] for k in idx], version, sampling, charge)
+            gen = (
+                self.actors[w]
+                .rollouts_stream.options(num_returns="streaming")
+                .remote([jobs[k] for k in idx], version, sampling, charge)
+            )
             streams[gen] = (w, idx)
 
         for w, idx in enumerate(share):
@@ -346,7 +377,9 @@ class RayPool:
 
     def close(self) -> None:
         _kill(self.ray, self.actors)
-        self._weights = None  # release the object-store reference while Ray is up (it may have been put by another thread)
+        self._weights = (
+            None  # release the object-store reference while Ray is up (it may have been put by another thread)
+        )
 
 
 def _kill(ray, actors) -> None:

@@ -53,8 +53,10 @@ def peer_configs(config: Path | None, overrides: list[str], peers: int) -> tuple
     replay = dict(raw.get("replay") or {})
     name, options = replay.get("name", "sapo"), dict(replay.get("options") or {})  # unnamed: SAPO, options and all
     if name not in ("on_policy", "sapo") or (name == "on_policy" and options):
-        raise UserError(f"rollwise swarm trains SAPO peers (replay.name = 'sapo'); the config sets replay.name = {name!r}"
-                        f"{' with options' if options else ''}: remove it or set replay.name = 'sapo'")
+        raise UserError(
+            f"rollwise swarm trains SAPO peers (replay.name = 'sapo'); the config sets replay.name = {name!r}"
+            f"{' with options' if options else ''}: remove it or set replay.name = 'sapo'"
+        )
     base = load_config(data={**raw, "replay": {"name": "on_policy"}})  # everything but the replay section
     root = Path(base.run.dir) / (base.run.name or "swarm")
     shared = Path(options.get("swarm_dir") or root / "shared")
@@ -62,8 +64,9 @@ def peer_configs(config: Path | None, overrides: list[str], peers: int) -> tuple
     cfgs = []
     for k in range(peers):
         data = copy.deepcopy(raw)
-        data.setdefault("run", {}).update({"dir": str(root), "name": f"peer-{k}", "seed": base.run.seed + k, "threads": threads,
-                                           "progress": False})
+        data.setdefault("run", {}).update(
+            {"dir": str(root), "name": f"peer-{k}", "seed": base.run.seed + k, "threads": threads, "progress": False}
+        )
         data["replay"] = {"name": "sapo", "options": {**options, "swarm_dir": str(shared), "peer": f"peer-{k}"}}
         cfgs.append(load_config(data=data))
     return root, cfgs
@@ -104,8 +107,15 @@ def _run_on_ray(paths: list[tuple[Path, Path]], cpus: int, address: str | None, 
     return ray.get(refs)
 
 
-def run_swarm(config: Path | None, overrides: list[str], peers: int, log=print, poll_s: float = 1.0,
-              ray: bool = False, address: str | None = None) -> dict:
+def run_swarm(
+    config: Path | None,
+    overrides: list[str],
+    peers: int,
+    log=print,
+    poll_s: float = 1.0,
+    ray: bool = False,
+    address: str | None = None,
+) -> dict:
     """Train ``peers`` SAPO peers at once (module docstring); returns the ``swarm.json`` summary.
     A peer that fails does not stop the others (a swarm tolerates a lost node); its exit status
     is in the summary. Ctrl-C stops every peer. ``ray``: the peers as Ray tasks (``address``: the
@@ -120,8 +130,10 @@ def run_swarm(config: Path | None, overrides: list[str], peers: int, log=print, 
             raise UserError(f"run directory {cfg.run_dir()} already exists; use another run.name or run.overwrite=true")
     if shared.exists() and any(shared.iterdir()):
         if not overwrite:
-            raise UserError(f"swarm directory {shared} holds an earlier swarm's rollouts; use another run.name, "
-                            "replay.options.swarm_dir, or run.overwrite=true")
+            raise UserError(
+                f"swarm directory {shared} holds an earlier swarm's rollouts; use another run.name, "
+                "replay.options.swarm_dir, or run.overwrite=true"
+            )
         shutil.rmtree(shared)
     root.mkdir(parents=True, exist_ok=True)
     warm_cache(cfgs[0], log=log)
@@ -170,7 +182,15 @@ def summarise(root: Path, cfgs: list, codes: list[int]) -> dict:
         lines, evals = read_jsonl(cfg.run_dir() / "metrics.jsonl"), read_jsonl(cfg.run_dir() / "eval.jsonl")
         last = lines[-1] if lines else {}
         out["peers"][cfg.run.name] = {
-            "returncode": rc, "seed": cfg.run.seed, "run_dir": str(cfg.run_dir()), "steps": len(lines),
-            **{k: last.get(f"cost/{k}", 0) for k in ("generated_tokens", "rollouts", "received_rollouts", "received_tokens")},
-            "first_pass@1": evals[0]["eval/pass@1"] if evals else None, "last_pass@1": evals[-1]["eval/pass@1"] if evals else None}
+            "returncode": rc,
+            "seed": cfg.run.seed,
+            "run_dir": str(cfg.run_dir()),
+            "steps": len(lines),
+            **{
+                k: last.get(f"cost/{k}", 0)
+                for k in ("generated_tokens", "rollouts", "received_rollouts", "received_tokens")
+            },
+            "first_pass@1": evals[0]["eval/pass@1"] if evals else None,
+            "last_pass@1": evals[-1]["eval/pass@1"] if evals else None,
+        }
     return out

@@ -36,7 +36,9 @@ def evaluate(pool, prompts, cfg, sampling: Sampling, seed: int, step: int, versi
         n, c = len(rolls), sum(bool(x) for x in correct)
         for k in ks:
             sums[k] += pass_at_k(n, c, k)
-        answers = [r.verdict.details.get("answer", r.text.strip()) if r.verdict.score is not None else None for r in rolls]
+        answers = [
+            r.verdict.details.get("answer", r.text.strip()) if r.verdict.score is not None else None for r in rolls
+        ]
         for k in cfg.k:
             maj[k] += maj_at_k(answers, correct, k)
     m = max(1, len(by_prompt))

@@ -12,8 +12,8 @@ that could not be verified do not vote.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from math import comb
-from typing import Sequence
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

@@ -58,7 +58,9 @@ def timeline_spans(run_dir: Path) -> tuple[list[dict], bool]:
         train = r.get("time/train_s", 0.0) + r.get("time/weight_sync_s", 0.0)
         gen = r.get("time/generate_s", 0.0) + r.get("time/verify_s", 0.0)
         out.append({"lane": "trainer", "kind": "train", "step": r["step"], "start": end - train, "end": end})
-        out.append({"lane": "generator", "kind": "generate", "step": r["step"], "start": end - train - gen, "end": end - train})
+        out.append(
+            {"lane": "generator", "kind": "generate", "step": r["step"], "start": end - train - gen, "end": end - train}
+        )
     return out, False
 
 
@@ -99,17 +101,38 @@ def timeline_figure(run_dir: Path):
     labels = []  # (text, lane, bar start, bar end)
     for y, lane in enumerate(lanes):
         for s in (x for x in spans if x["lane"] == lane):
-            ax.barh(y, s["end"] - s["start"], left=s["start"], height=0.6, color=colors.get(s["kind"], "tab:green"),
-                    edgecolor="black", linewidth=0.4)
+            ax.barh(
+                y,
+                s["end"] - s["start"],
+                left=s["start"],
+                height=0.6,
+                color=colors.get(s["kind"], "tab:green"),
+                edgecolor="black",
+                linewidth=0.4,
+            )
             if s["step"] is not None and s["end"] > s["start"]:
-                labels.append((ax.text((s["start"] + s["end"]) / 2, y, str(s["step"]), ha="center", va="center", fontsize=7),
-                               lane, s["start"], s["end"]))
+                labels.append(
+                    (
+                        ax.text((s["start"] + s["end"]) / 2, y, str(s["step"]), ha="center", va="center", fontsize=7),
+                        lane,
+                        s["start"],
+                        s["end"],
+                    )
+                )
     ax.set_yticks(range(len(lanes)), lanes)
-    ax.set_xlabel("seconds since the run started" + ("" if measured else " (reconstructed from metrics.jsonl)")
-                  + "; numbers: the step a span serves")
+    ax.set_xlabel(
+        "seconds since the run started"
+        + ("" if measured else " (reconstructed from metrics.jsonl)")
+        + "; numbers: the step a span serves"
+    )
     kinds = sorted({s["kind"] for s in spans}, key=lambda k: (list(colors).index(k) if k in colors else len(colors), k))
-    ax.legend(handles=[Patch(color=colors.get(k, "tab:green"), label=k) for k in kinds], fontsize=8, loc="upper left",
-              bbox_to_anchor=(1.0, 1.0), frameon=False)
+    ax.legend(
+        handles=[Patch(color=colors.get(k, "tab:green"), label=k) for k in kinds],
+        fontsize=8,
+        loc="upper left",
+        bbox_to_anchor=(1.0, 1.0),
+        frameon=False,
+    )
     title = ax.set_title(f"{run_dir.name}: generation and training per worker, steps {min(steps)}-{max(steps)}")
     fig.tight_layout()
     renderer = fig.canvas.get_renderer()

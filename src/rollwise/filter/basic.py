@@ -21,7 +21,7 @@ class _ZVOptions(BaseModel):
     tol: float = Field(1e-6, ge=0, description="Rewards closer than this count as equal.")
 
 
-def zero_variance(group: Group, opts: _ZVOptions = _ZVOptions()) -> Decision:
+def zero_variance(group: Group, opts: _ZVOptions = _ZVOptions()) -> Decision:  # noqa: B008  (frozen)
     if not group.is_zero_variance(opts.tol):
         return Decision(True, "kept")
     scores = group.verified_rewards()

@@ -47,8 +47,8 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from rollwise.types import Group
 
@@ -84,8 +84,13 @@ class Replaced:
     distinct: int  # distinct groups (prompts) left: #good, or B when the gate failed
 
 
-def replace_bad(groups: Sequence[Group], rng: random.Random, min_ratio: float = 0.3, merge: bool = True,
-                is_good: Callable[[Group], bool] = lambda g: not is_zv(g)) -> Replaced:
+def replace_bad(
+    groups: Sequence[Group],
+    rng: random.Random,
+    min_ratio: float = 0.3,
+    merge: bool = True,
+    is_good: Callable[[Group], bool] = lambda g: not is_zv(g),
+) -> Replaced:
     """Replace the bad groups of one batch by copies of its good groups (module docstring)."""
     groups = list(groups)
     good = [g for g in groups if is_good(g)]

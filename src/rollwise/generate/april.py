@@ -73,8 +73,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -85,14 +86,21 @@ from rollwise.types import Completion, Group, Plan, Prompt, Request, Rollout
 
 class PartialOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    over_provision: float = Field(2.0, ge=1.0, description="N'/N: groups pulled per step over groups trained on "
-                                  "(APRIL's over_sampling_batch_size / rollout_batch_size; 1 = no over-provisioning, "
-                                  "then a step is a plain synchronous rollout).")
-    prefix_mode: Literal["keep", "mask", "tis"] = Field("keep", description="Tokens a resumed rollout generated under "
-                                                        "older policies: 'keep' (train on them as they are), 'mask' (no "
-                                                        "loss on tokens before the last resume), 'tis' (keep, corrected by "
-                                                        "the objective's truncated importance weight; needs "
-                                                        "objective.options.tis_level).")
+    over_provision: float = Field(
+        2.0,
+        ge=1.0,
+        description="N'/N: groups pulled per step over groups trained on "
+        "(APRIL's over_sampling_batch_size / rollout_batch_size; 1 = no over-provisioning, "
+        "then a step is a plain synchronous rollout).",
+    )
+    prefix_mode: Literal["keep", "mask", "tis"] = Field(
+        "keep",
+        description="Tokens a resumed rollout generated under "
+        "older policies: 'keep' (train on them as they are), 'mask' (no "
+        "loss on tokens before the last resume), 'tis' (keep, corrected by "
+        "the objective's truncated importance weight; needs "
+        "objective.options.tis_level).",
+    )
 
 
 @dataclass
@@ -126,7 +134,9 @@ class PartialRollouts(ReplaySource):
     Options = PartialOptions
     # wraps the pool in the trainer's process (wrap_pool); re-plans extra prompts mid-step and returns buffered groups in
     # place of planned ones, which corrupts controllers with per-step state and dynamic sampling's rounds
-    compat = Compat(needs_decode_hooks=True, owns_generation=True, pairs_with=("control", "uniform"), dynamic_sampling=False)
+    compat = Compat(
+        needs_decode_hooks=True, owns_generation=True, pairs_with=("control", "uniform"), dynamic_sampling=False
+    )
 
     def __init__(self, cfg, options: PartialOptions | None, seed: int):
         self.opts = options if options is not None else self.Options()
@@ -138,8 +148,10 @@ class PartialRollouts(ReplaySource):
         if opts is not None and opts.prefix_mode == "tis":
             tis = dict(cfg.objective.options).get("tis_level", "off")
             if tis == "off" and cfg.objective.name != "decoupled_ppo":
-                raise UserError("replay.options.prefix_mode = 'tis' needs the objective's importance weight: set "
-                                "objective.options.tis_level (e.g. 'token', with tis_cap 2.0) or objective.name = 'decoupled_ppo'")
+                raise UserError(
+                    "replay.options.prefix_mode = 'tis' needs the objective's importance weight: set "
+                    "objective.options.tis_level (e.g. 'token', with tis_cap 2.0) or objective.name = 'decoupled_ppo'"
+                )
 
     # ------------------------------------------------------------ replay protocol (on-policy mix)
     def add(self, groups: list[Group]) -> None:
@@ -149,8 +161,12 @@ class PartialRollouts(ReplaySource):
         return list(fresh)
 
     def state_dict(self) -> dict:
-        return {"buffer": [(e.seq, e.prompt, [(s.rollout, s.ids, s.logprobs, s.versions) for s in e.slots]) for e in self.buffer],
-                "next_seq": self.next_seq}
+        return {
+            "buffer": [
+                (e.seq, e.prompt, [(s.rollout, s.ids, s.logprobs, s.versions) for s in e.slots]) for e in self.buffer
+            ],
+            "next_seq": self.next_seq,
+        }
 
     def load_state_dict(self, s: dict) -> None:
         self.buffer = [Entry(seq, prompt, [Slot(*slot) for slot in slots]) for seq, prompt, slots in s["buffer"]]
@@ -161,7 +177,7 @@ class PartialRollouts(ReplaySource):
         self.next_seq += 1
         return Entry(self.next_seq, req.prompt, [Slot() for _ in range(req.n)])
 
-    def wrap_pool(self, pool, controller=None, state: Callable | None = None) -> "AprilPool":
+    def wrap_pool(self, pool, controller=None, state: Callable | None = None) -> AprilPool:
         return AprilPool(pool, self, controller, state)
 
 
@@ -252,8 +268,11 @@ class AprilPool:
                     seqs.append(pids + s.ids)
                     limits.append(max(0, budget - len(s.ids)))
         t0 = time.perf_counter()
-        comps = pool.backend.generate(seqs, pool.sampling, max_new_tokens=limits,
-                                      stop_when=stop_rule(jobs, launch, target)) if seqs else []
+        comps = (
+            pool.backend.generate(seqs, pool.sampling, max_new_tokens=limits, stop_when=stop_rule(jobs, launch, target))
+            if seqs
+            else []
+        )
         t1 = time.perf_counter()
         finished = partial = resumed = 0
         verdicts = []
@@ -267,7 +286,12 @@ class AprilPool:
             if c.finish == "partial":  # the budget ran out exactly at the stop
                 c = Completion(c.token_ids, c.logprobs, "length")
             if len(s.ids) > budget:  # max_new_tokens lowered since the prefix was generated
-                s.ids, s.logprobs, s.versions, c = s.ids[:budget], s.logprobs[:budget], s.versions[:budget], Completion((), (), "length")
+                s.ids, s.logprobs, s.versions, c = (
+                    s.ids[:budget],
+                    s.logprobs[:budget],
+                    s.versions[:budget],
+                    Completion((), (), "length"),
+                )
             s.rollout = self._finish(e.prompt, pids_of[ei], s, c, version, mode)
             finished += 1
             resumed += bool(s.ids)
@@ -281,7 +305,12 @@ class AprilPool:
                 back.append(e)
         cost = pool.cost
         cost.charge(sum(len(c.token_ids) for c in comps), finished, verdicts, t1 - t0, t2 - t1)
-        toks = [v for g in returned for r in g.rollouts for v in (r.token_versions or (r.policy_version,) * len(r.completion_ids))]
+        toks = [
+            v
+            for g in returned
+            for r in g.rollouts
+            for v in (r.token_versions or (r.policy_version,) * len(r.completion_ids))
+        ]
         cost.count(**{"april/partial_rollouts": partial, "april/resumed_rollouts": resumed})
         m = cost.metrics
         m["april/offpolicy_token_frac"] = sum(v < version for v in toks) / max(1, len(toks))

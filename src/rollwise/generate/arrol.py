@@ -62,7 +62,7 @@ import inspect
 import itertools
 import math
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -88,10 +88,14 @@ def check_config(cfg) -> None:
     at, limit = check_step(a, cfg.sampling.max_new_tokens), cfg.sampling.max_new_tokens
     if at >= limit:
         key = "check_tokens" if a.check_tokens is not None else "check_fraction"
-        raise UserError(f"sampling.arrol.{key} puts the check point at {at} tokens; it must be below sampling.max_new_tokens={limit}")
+        raise UserError(
+            f"sampling.arrol.{key} puts the check point at {at} tokens; it must be below sampling.max_new_tokens={limit}"
+        )
 
 
-COMPAT = Compat(needs_decode_hooks=True, owns_generation=True)  # the hf backend's decode hook; makes the training rollouts
+COMPAT = Compat(
+    needs_decode_hooks=True, owns_generation=True
+)  # the hf backend's decode hook; makes the training rollouts
 
 
 # ---------------------------------------------------------------------------- pruning rule
@@ -123,7 +127,7 @@ def balanced_subset(q: Sequence[float], k: int, rho: float = 0.5) -> list[int]:
     target = rho * k
     if math.comb(n, k) <= EXACT_LIMIT:
         return list(min(itertools.combinations(range(n), k), key=lambda s: abs(sum(q[i] for i in s) - target)))
-    cands = [order[i:i + k] for i in range(n - k + 1)] + [order[:k - j] + order[n - j:] for j in range(1, k + 1)]
+    cands = [order[i : i + k] for i in range(n - k + 1)] + [order[: k - j] + order[n - j :] for j in range(1, k + 1)]
     best = min(cands, key=lambda s: abs(sum(q[i] for i in s) - target))
     kept, total = set(best), sum(q[i] for i in best)
     while True:
@@ -175,8 +179,11 @@ class QualityHead:
             if self.opts.head == "linear":
                 self.net = torch.nn.Linear(dim, 1)
             else:
-                self.net = torch.nn.Sequential(torch.nn.Linear(dim, self.opts.head_hidden), torch.nn.ReLU(),
-                                               torch.nn.Linear(self.opts.head_hidden, 1))
+                self.net = torch.nn.Sequential(
+                    torch.nn.Linear(dim, self.opts.head_hidden),
+                    torch.nn.ReLU(),
+                    torch.nn.Linear(self.opts.head_hidden, 1),
+                )
         self.optimizer = torch.optim.Adam(self.net.parameters(), lr=self.opts.head_lr)
         self.x = torch.zeros(0, dim)
 
@@ -191,8 +198,11 @@ class QualityHead:
         return torch.sigmoid(self._logits(x.float()))
 
     def trusted(self) -> bool:
-        return self.seen >= self.opts.min_examples and self.net is not None and (
-            self.opts.min_auc <= 0 or (self.auc is not None and self.auc >= self.opts.min_auc))
+        return (
+            self.seen >= self.opts.min_examples
+            and self.net is not None
+            and (self.opts.min_auc <= 0 or (self.auc is not None and self.auc >= self.opts.min_auc))
+        )
 
     def update(self, x: torch.Tensor, y: torch.Tensor) -> dict:
         """Score the new pairs (prequential AUC), add them to the buffer, take the BCE steps."""
@@ -205,8 +215,8 @@ class QualityHead:
         if new_auc is not None:
             d = self.opts.auc_decay
             self.auc = new_auc if self.auc is None else d * self.auc + (1 - d) * new_auc
-        self.x = torch.cat([self.x, x])[-self.opts.buffer:]
-        self.y = torch.cat([self.y, y])[-self.opts.buffer:]
+        self.x = torch.cat([self.x, x])[-self.opts.buffer :]
+        self.y = torch.cat([self.y, y])[-self.opts.buffer :]
         self.seen += int(x.shape[0])
         self.mu, self.sd = self.x.mean(0), self.x.std(0, unbiased=False) + 1e-5
         loss_fn = torch.nn.BCEWithLogitsLoss()
@@ -220,9 +230,18 @@ class QualityHead:
         return {"arrol/head_loss": self.last_loss}
 
     def state_dict(self) -> dict:
-        return {"net": None if self.net is None else self.net.state_dict(), "dim": int(self.x.shape[1]) if self.net is not None else None,
-                "optimizer": None if self.optimizer is None else self.optimizer.state_dict(), "x": self.x, "y": self.y,
-                "mu": self.mu, "sd": self.sd, "auc": self.auc, "seen": self.seen, "last_loss": self.last_loss}
+        return {
+            "net": None if self.net is None else self.net.state_dict(),
+            "dim": int(self.x.shape[1]) if self.net is not None else None,
+            "optimizer": None if self.optimizer is None else self.optimizer.state_dict(),
+            "x": self.x,
+            "y": self.y,
+            "mu": self.mu,
+            "sd": self.sd,
+            "auc": self.auc,
+            "seen": self.seen,
+            "last_loss": self.last_loss,
+        }
 
     def load_state_dict(self, s: dict) -> None:
         self.net, self.optimizer = None, None
@@ -330,7 +349,9 @@ class ArrolPool:
 
     def __init__(self, pool, opts: Options, max_new_tokens: int, seed: int = 0):
         if "decode_hook" not in inspect.signature(pool.backend.generate).parameters:
-            raise UserError(f"sampling.arrol needs a backend with decode hooks (the hf backend), got {type(pool.backend).__name__}")
+            raise UserError(
+                f"sampling.arrol needs a backend with decode hooks (the hf backend), got {type(pool.backend).__name__}"
+            )
         self.pool, self.opts = pool, opts
         self.check_at = check_step(opts, max_new_tokens)
         self.head = QualityHead(opts, seed)
@@ -367,25 +388,44 @@ class ArrolPool:
         surplus = trim_surplus(units, hook, self.head, self.opts.target_ratio)
         t1 = time.perf_counter()
         out = []
-        for row, ((req, pids, prefix), c) in enumerate(zip(jobs, comps)):
+        for row, ((req, pids, _prefix), c) in enumerate(zip(jobs, comps)):
             if row in hook.pruned or row in surplus:  # stopped part-way / beyond N_keep: never verified or trained on
                 continue
             out.append((row, req.prompt, pool.finish_rollout(req, pids, c, version)))
         t2 = time.perf_counter()
         pairs = [(hook.features[row], r.reward) for row, _, r in out if row in hook.features and r.reward is not None]
-        head_metrics = self.head.update(torch.stack([f for f, _ in pairs]), torch.tensor([y for _, y in pairs])) if pairs else {}
+        head_metrics = (
+            self.head.update(torch.stack([f for f, _ in pairs]), torch.tensor([y for _, y in pairs])) if pairs else {}
+        )
         t3 = time.perf_counter()
         self._charge(comps, out, hook, surplus, active, t1 - t0 + t3 - t2, t2 - t1, head_metrics)
         return merge_groups(groups, [(prompt, rollout) for _, prompt, rollout in out])
 
-    def _charge(self, comps, out, hook: PruneHook, surplus: set[int], active: bool, generate_s: float, verify_s: float,
-                head_metrics: dict) -> None:
+    def _charge(
+        self,
+        comps,
+        out,
+        hook: PruneHook,
+        surplus: set[int],
+        active: bool,
+        generate_s: float,
+        verify_s: float,
+        head_metrics: dict,
+    ) -> None:
         cost = self.pool.cost
         # pruned and surplus tokens were generated: they count; generate_s includes the head's training
-        cost.charge(sum(len(c.token_ids) for c in comps), len(comps), [r.verdict for _, _, r in out], generate_s, verify_s)
-        cost.count(**{"arrol/started": len(comps), "arrol/pruned": len(hook.pruned),
-                      "arrol/pruned_tokens": sum(len(comps[r].token_ids) for r in hook.pruned),
-                      "arrol/surplus": len(surplus), "arrol/surplus_tokens": sum(len(comps[r].token_ids) for r in surplus)})
+        cost.charge(
+            sum(len(c.token_ids) for c in comps), len(comps), [r.verdict for _, _, r in out], generate_s, verify_s
+        )
+        cost.count(
+            **{
+                "arrol/started": len(comps),
+                "arrol/pruned": len(hook.pruned),
+                "arrol/pruned_tokens": sum(len(comps[r].token_ids) for r in hook.pruned),
+                "arrol/surplus": len(surplus),
+                "arrol/surplus_tokens": sum(len(comps[r].token_ids) for r in surplus),
+            }
+        )
         m = cost.metrics
         m["arrol/active"] = float(active)
         m["arrol/examples"] = self.head.seen

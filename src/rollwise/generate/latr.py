@@ -71,8 +71,8 @@ filters and ``sample_nk`` variants are not implemented.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import torch
 
@@ -161,8 +161,8 @@ def suffix_match(a: Sequence[int], b: Sequence[int]) -> float:
     def longest(x, y):
         ys = tuple(y)
         for L in range(len(x), 0, -1):
-            suf = tuple(x[len(x) - L:])
-            if any(ys[i:i + L] == suf for i in range(len(ys) - L + 1)):
+            suf = tuple(x[len(x) - L :])
+            if any(ys[i : i + L] == suf for i in range(len(ys) - L + 1)):
                 return L
         return 0
 
@@ -202,8 +202,8 @@ class _Branch:
     logprobs: list[float]
     path: list[tuple[int, int]]  # (node id, start) root -> current node
     birth: int = 0  # completion position of the first own token (0 for a root branch)
-    parent: "_Branch | None" = None
-    children: list["_Branch"] = field(default_factory=list)
+    parent: _Branch | None = None
+    children: list[_Branch] = field(default_factory=list)
     finish: str | None = None  # "stop" / "length" once finished in the tree phase
     pruned: bool = False
 
@@ -211,7 +211,9 @@ class _Branch:
 class LatrSampler:
     """Generates the tree part of groups; ``pool.tree`` (``distributed.local``) routes to it."""
 
-    def __init__(self, backend: HFBackend, opts, symbol_ids: frozenset[int] = frozenset(), max_batch: int | None = None):
+    def __init__(
+        self, backend: HFBackend, opts, symbol_ids: frozenset[int] = frozenset(), max_batch: int | None = None
+    ):
         self.check_backend(backend)
         self.backend, self.opts, self.symbol_ids = backend, opts, symbol_ids
         self.max_batch = max_batch  # rows per tree-phase forward (None: the backend's max_batch)
@@ -222,15 +224,22 @@ class LatrSampler:
     def check_backend(backend) -> None:
         for need in ("forward_step", "left_pad", "generate"):
             if not hasattr(backend, need):
-                raise UserError(f"sampling.latr.enabled needs the hf backend (its {need}); got {type(backend).__name__}")
+                raise UserError(
+                    f"sampling.latr.enabled needs the hf backend (its {need}); got {type(backend).__name__}"
+                )
 
     def tree_size(self, n: int, step: int) -> int:
         return tree_size(n, mix_ratio(self.opts.schedule, step))
 
     @torch.no_grad()
-    def generate(self, prompts: Sequence[Sequence[int]], ks: Sequence[int], sampling: Sampling,
-                 generator: torch.Generator | None = None,
-                 max_batch: int | None = None) -> tuple[list[list[tuple[Completion, TreePath]]], int]:
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        ks: Sequence[int],
+        sampling: Sampling,
+        generator: torch.Generator | None = None,
+        max_batch: int | None = None,
+    ) -> tuple[list[list[tuple[Completion, TreePath]]], int]:
         """For each prompt (ids) and tree size k >= 1, k completions with their tree paths; plus the
         number of tokens actually decoded (tree phase + continuation). ``max_batch``: most rows per
         tree-phase forward (default: ``self.max_batch``, else the backend's; see the module doc)."""
@@ -252,8 +261,11 @@ class LatrSampler:
             model.train(was_training)
         kept = [b for b in branches if not b.pruned]
         out, cont_tokens = self._fill_and_continue(prompts, ks, kept, sampling, generator)
-        self.last_stats = {"tree_steps": steps, "branches_born": sum(b.parent is not None for b in branches),
-                           "branches_pruned": sum(b.pruned for b in branches)}
+        self.last_stats = {
+            "tree_steps": steps,
+            "branches_born": sum(b.parent is not None for b in branches),
+            "branches_pruned": sum(b.pruned for b in branches),
+        }
         return out, decoded + cont_tokens
 
     # ------------------------------------------------------------ phase 2-4
@@ -290,7 +302,14 @@ class LatrSampler:
                     if id(b) not in split:  # the parent's node ends here; its continuation is a new node
                         split.add(id(b))
                         b.path.append((next(self._ids), t))
-                    child = _Branch(b.root, list(b.tokens), list(b.logprobs), b.path[:-1] + [(next(self._ids), t)], birth=t, parent=b)
+                    child = _Branch(
+                        b.root,
+                        list(b.tokens),
+                        list(b.logprobs),
+                        b.path[:-1] + [(next(self._ids), t)],
+                        birth=t,
+                        parent=b,
+                    )
                     b.children.append(child)
                     branches.append(child)
                     new_children.append((row, child, tok))
@@ -355,8 +374,8 @@ class LatrSampler:
         for b in live:
             if b.pruned or b.parent is None or (t - b.birth) not in o.lookahead:
                 continue
-            seg = b.tokens[b.birth:t]
-            par = b.parent.tokens[b.birth:t]
+            seg = b.tokens[b.birth : t]
+            par = b.parent.tokens[b.birth : t]
             if any(x in eos for x in seg) or any(x in eos for x in par) or len(par) < len(seg):
                 continue
             if o.keep_math_symbols and par and par[0] in self.symbol_ids:

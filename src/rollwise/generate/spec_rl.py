@@ -62,8 +62,8 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
@@ -76,14 +76,25 @@ from rollwise.types import Completion, Group, Plan, Request
 
 class SpeculativeOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    bias: float = Field(0.5, description="log of the lenience l (the code's spec_bias): accept a draft token iff "
-                        "u <= min(1, e^bias p_new / p_old). 0 = the plain rule; the paper's defaults 0.5 (GRPO), 0.3 (PPO), "
-                        "0.15 (DAPO); inf = accept every draft (full reuse); -inf = regenerate everything.")
-    residual: bool = Field(False, description="Exact speculative sampling: sample the token at the first rejection from "
-                           "the residual max(0, q - min(p, l q)) instead of regenerating it from q (exact at bias 0; caches "
-                           "full distributions).")
-    min_prob: float | None = Field(None, gt=0.0, le=1.0, description="Optional absolute threshold tau: a draft token "
-                                   "is also rejected when p_new < tau (off by default, as in the code).")
+    bias: float = Field(
+        0.5,
+        description="log of the lenience l (the code's spec_bias): accept a draft token iff "
+        "u <= min(1, e^bias p_new / p_old). 0 = the plain rule; the paper's defaults 0.5 (GRPO), 0.3 (PPO), "
+        "0.15 (DAPO); inf = accept every draft (full reuse); -inf = regenerate everything.",
+    )
+    residual: bool = Field(
+        False,
+        description="Exact speculative sampling: sample the token at the first rejection from "
+        "the residual max(0, q - min(p, l q)) instead of regenerating it from q (exact at bias 0; caches "
+        "full distributions).",
+    )
+    min_prob: float | None = Field(
+        None,
+        gt=0.0,
+        le=1.0,
+        description="Optional absolute threshold tau: a draft token "
+        "is also rejected when p_new < tau (off by default, as in the code).",
+    )
 
 
 @dataclass(frozen=True)
@@ -97,8 +108,13 @@ class Draft:
     dists: torch.Tensor | None = None
 
 
-def first_rejection(lp_new: Sequence[float], lp_old: Sequence[float], log_u: Sequence[float], bias: float,
-                    min_logprob: float | None = None) -> int:
+def first_rejection(
+    lp_new: Sequence[float],
+    lp_old: Sequence[float],
+    log_u: Sequence[float],
+    bias: float,
+    min_logprob: float | None = None,
+) -> int:
     """Number of accepted leading draft tokens (the cut n, 0-based; L when all are accepted):
     token i is accepted iff ``log_u[i] <= lp_new[i] - lp_old[i] + bias`` (and ``lp_new[i] >=
     min_logprob``). Example: lp_new = lp_old, bias 0: every log u <= 0 -> n = L."""
@@ -118,7 +134,9 @@ def residual_distribution(p: torch.Tensor, q: torch.Tensor, bias: float = 0.0) -
     return torch.where(z > 0, r / z.clamp(min=1e-30), q)
 
 
-def speculative_distribution(p: torch.Tensor, q: torch.Tensor, bias: float = 0.0, residual: bool = False) -> torch.Tensor:
+def speculative_distribution(
+    p: torch.Tensor, q: torch.Tensor, bias: float = 0.0, residual: bool = False
+) -> torch.Tensor:
     """Distribution of one token drafted from p and verified against q: accepted with probability
     ``min(1, l q / p)``; on rejection resampled from q (SPEC-RL) or from the residual. SPEC-RL gives
     ``min(p, l q) + (1 - beta) q`` with ``beta = sum min(p, l q)``: e.g. p = (0.8, 0.2),
@@ -135,7 +153,9 @@ class SpeculativeRollouts(ReplaySource):
     schedules_generation = True  # wrap_pool owns generation (rollwise/replay/base.py)
 
     Options = SpeculativeOptions
-    compat = Compat(needs_decode_hooks=True, owns_generation=True)  # wraps the pool in the trainer's process (wrap_pool)
+    compat = Compat(
+        needs_decode_hooks=True, owns_generation=True
+    )  # wraps the pool in the trainer's process (wrap_pool)
 
     def __init__(self, cfg, options: SpeculativeOptions | None, seed: int):
         self.opts = options if options is not None else self.Options()
@@ -156,7 +176,7 @@ class SpeculativeRollouts(ReplaySource):
         self.cache = {k: list(v) for k, v in s["cache"].items()}
         self.generator.set_state(s["generator"])
 
-    def wrap_pool(self, pool, controller=None, state: Callable | None = None) -> "SpeculativePool":
+    def wrap_pool(self, pool, controller=None, state: Callable | None = None) -> SpeculativePool:
         return SpeculativePool(pool, self)
 
 
@@ -188,7 +208,7 @@ class SpeculativePool:
                 keys += [(qi, j) for j in range(req.n)]
                 continue
             start = size.get(req.prompt.id, 0)
-            drafts = spec.cache.get(req.prompt.id, [])[start:start + req.n]
+            drafts = spec.cache.get(req.prompt.id, [])[start : start + req.n]
             drafted += [(req, pids, d, (qi, j)) for j, d in enumerate(drafts)]
             rows += [(req, pids, (), (), None)] * (req.n - len(drafts))
             keys += [(qi, j) for j in range(len(drafts), req.n)]
@@ -205,7 +225,11 @@ class SpeculativePool:
             for (req, pids, d, key), (ids, lp_old, dists), s in zip(drafted, drafts, scored):
                 keys.append(key)
                 q = s if opts.residual else None
-                lp_new = tuple(q.gather(1, torch.tensor(ids, dtype=torch.long)[:, None])[:, 0].tolist()) if opts.residual else tuple(s)
+                lp_new = (
+                    tuple(q.gather(1, torch.tensor(ids, dtype=torch.long)[:, None])[:, 0].tolist())
+                    if opts.residual
+                    else tuple(s)
+                )
                 log_u = torch.rand(len(ids), generator=spec.generator, dtype=torch.float64).log().tolist()
                 n = first_rejection(lp_new, lp_old, log_u, opts.bias, min_lp)
                 draft_tokens += len(ids)
@@ -223,7 +247,9 @@ class SpeculativePool:
                     prefix, plp = prefix + (tok,), plp + (float(q[n, tok]),)
                     cost.generated_tokens += 1
                     if tok in pool.codec.eos_ids or len(prefix) >= budget:
-                        rows.append((req, pids, (), (), (prefix, plp, "stop" if tok in pool.codec.eos_ids else "length")))
+                        rows.append(
+                            (req, pids, (), (), (prefix, plp, "stop" if tok in pool.codec.eos_ids else "length"))
+                        )
                         continue
                 rows.append((req, pids, prefix, plp, None))
         cost.reused_tokens += accepted_tokens
@@ -265,8 +291,12 @@ class SpeculativePool:
         if spec.opts.residual:
             items = [(gi, ri, r) for gi, g in enumerate(groups) for ri, r in enumerate(g.rollouts) if r.completion_ids]
             if items:
-                scored = pool.backend.score([r.prompt_ids + r.completion_ids for _, _, r in items],
-                                            [len(r.prompt_ids) for _, _, r in items], pool.sampling, full=True)
+                scored = pool.backend.score(
+                    [r.prompt_ids + r.completion_ids for _, _, r in items],
+                    [len(r.prompt_ids) for _, _, r in items],
+                    pool.sampling,
+                    full=True,
+                )
                 pool.cost.verify_tokens += sum(len(r.completion_ids) for _, _, r in items)
                 dists = {(gi, ri): s for (gi, ri, _), s in zip(items, scored)}
         by_prompt: dict[str, list[Draft]] = defaultdict(list)

@@ -48,10 +48,19 @@ from rollwise.types import Advantages
 
 
 class AceOptions(GrpoOptions):
-    alpha: float = Field(1.0, ge=0.0, description="Amplification scale alpha in A*(1 + alpha*softplus(c)) for wrong rows (spec [RECON] 1.0).")
-    center: bool = Field(False, description="Use softplus(c) - ln 2 (a neutral error is not amplified), multiplier floored at 1; "
-                         "the spec notes the paper may centre it (unverified).")
-    length_normalise: bool = Field(False, description="Divide c_i by the completion length (tokens) before the softplus (unverified).")
+    alpha: float = Field(
+        1.0,
+        ge=0.0,
+        description="Amplification scale alpha in A*(1 + alpha*softplus(c)) for wrong rows (spec [RECON] 1.0).",
+    )
+    center: bool = Field(
+        False,
+        description="Use softplus(c) - ln 2 (a neutral error is not amplified), multiplier floored at 1; "
+        "the spec notes the paper may centre it (unverified).",
+    )
+    length_normalise: bool = Field(
+        False, description="Divide c_i by the completion length (tokens) before the softplus (unverified)."
+    )
 
 
 def amplify(advantages: torch.Tensor, shift: torch.Tensor, alpha: float, center: bool = False) -> torch.Tensor:
@@ -67,15 +76,25 @@ def amplify(advantages: torch.Tensor, shift: torch.Tensor, alpha: float, center:
     return torch.where(advantages < 0, advantages * mult, advantages)
 
 
-def ace(rewards: torch.Tensor, group_index: torch.Tensor, opts: AceOptions | None = None, *,
-        confidence_shift: torch.Tensor | None = None, completion_lengths: torch.Tensor | None = None) -> Advantages:
+def ace(
+    rewards: torch.Tensor,
+    group_index: torch.Tensor,
+    opts: AceOptions | None = None,
+    *,
+    confidence_shift: torch.Tensor | None = None,
+    completion_lengths: torch.Tensor | None = None,
+) -> Advantages:
     """GRPO advantage with ACE's amplification of wrong rows by their confidence shift."""
     opts = opts or AceOptions()
     if confidence_shift is None:
-        raise ValueError("advantage 'ace' needs confidence_shift (B,): sum_t log mu - log pi_ref per rollout "
-                         "(rollwise.objectives.inputs.confidence_shift)")
+        raise ValueError(
+            "advantage 'ace' needs confidence_shift (B,): sum_t log mu - log pi_ref per rollout "
+            "(rollwise.objectives.inputs.confidence_shift)"
+        )
     if confidence_shift.shape != rewards.shape:
-        raise ValueError(f"confidence_shift must be (B,) like rewards, got {tuple(confidence_shift.shape)} and {tuple(rewards.shape)}")
+        raise ValueError(
+            f"confidence_shift must be (B,) like rewards, got {tuple(confidence_shift.shape)} and {tuple(rewards.shape)}"
+        )
     if not torch.isfinite(confidence_shift).all():
         raise ValueError("confidence_shift contains NaN or inf")
     base = grpo(rewards, group_index, GrpoOptions(**{k: getattr(opts, k) for k in GrpoOptions.model_fields}))

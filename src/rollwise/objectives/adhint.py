@@ -34,16 +34,27 @@ from rollwise.types import Advantages
 
 
 class AdhintOptions(GrpoOptions):
-    train_hint_tokens: bool = Field(True, description="Hint tokens of a hinted row with A >= 0 enter the loss (ratio pi_theta / 1, "
-                                    "behaviour probability 1); false masks every hint token (SEELE's choice).")
+    train_hint_tokens: bool = Field(
+        True,
+        description="Hint tokens of a hinted row with A >= 0 enter the loss (ratio pi_theta / 1, "
+        "behaviour probability 1); false masks every hint token (SEELE's choice).",
+    )
 
 
-def adhint(rewards: torch.Tensor, group_index: torch.Tensor, opts: AdhintOptions | None = None, *,
-           hint_tokens: torch.Tensor | None = None, completion_lengths: torch.Tensor | None = None) -> Advantages:
+def adhint(
+    rewards: torch.Tensor,
+    group_index: torch.Tensor,
+    opts: AdhintOptions | None = None,
+    *,
+    hint_tokens: torch.Tensor | None = None,
+    completion_lengths: torch.Tensor | None = None,
+) -> Advantages:
     """AE-RDP advantages with selective hint masking (module docstring)."""
     opts = opts or AdhintOptions()
     if hint_tokens is None or completion_lengths is None:
-        raise ValueError("advantage 'adhint' needs hint_tokens and completion_lengths (B,) (rollwise.objectives.inputs)")
+        raise ValueError(
+            "advantage 'adhint' needs hint_tokens and completion_lengths (B,) (rollwise.objectives.inputs)"
+        )
     if hint_tokens.shape != rewards.shape or completion_lengths.shape != rewards.shape:
         raise ValueError(f"hint_tokens / completion_lengths must be (B,) like rewards {tuple(rewards.shape)}")
     hinted = hint_tokens > 0

@@ -40,7 +40,8 @@ baseline 0 and scale 1 for it, so its advantage is the reward (``singleton = "re
 
 from __future__ import annotations
 
-from typing import Callable, Literal
+from collections.abc import Callable
+from typing import Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
@@ -90,7 +91,9 @@ SINGLETON_HELP = (
 )
 
 
-def _singleton(values: torch.Tensor, rewards: torch.Tensor, groups: Groups, mode: str, scale: float = 1.0) -> torch.Tensor:
+def _singleton(
+    values: torch.Tensor, rewards: torch.Tensor, groups: Groups, mode: str, scale: float = 1.0
+) -> torch.Tensor:
     """Give one-row groups their advantage under ``mode`` ('zero' or 'reward': ``r / scale``)."""
     alone = groups.count(rewards) < 2
     return torch.where(alone, torch.zeros_like(values) if mode == "zero" else rewards / scale, values)
@@ -131,7 +134,10 @@ def grpo(rewards: torch.Tensor, groups: Groups, opts: GrpoOptions) -> Advantages
     else:
         values = centred
     values = _zero_where(values, groups.constant(rewards))
-    return Advantages(_singleton(values, rewards, groups, opts.singleton, 1.0 + opts.eps if opts.scale == "group" else 1.0), _all(rewards))
+    return Advantages(
+        _singleton(values, rewards, groups, opts.singleton, 1.0 + opts.eps if opts.scale == "group" else 1.0),
+        _all(rewards),
+    )
 
 
 # ---------------------------------------------------------------------------- dr_grpo
@@ -173,7 +179,8 @@ def rloo(rewards: torch.Tensor, groups: Groups, opts: RlooOptions) -> Advantages
 class ReinforcePPBaselineOptions(_Options):
     eps: float = Field(1e-8, ge=0.0, description="Added to the batch variance before the square root (as verl does).")
     std: Literal["unbiased", "population"] = Field(
-        "unbiased", description="Batch std estimator used for whitening: 'unbiased' (n-1, verl's default) or 'population'."
+        "unbiased",
+        description="Batch std estimator used for whitening: 'unbiased' (n-1, verl's default) or 'population'.",
     )
     whiten: Literal["sequence", "token"] = Field(
         "sequence",
@@ -202,8 +209,10 @@ def reinforce_pp_baseline(
     centred = _singleton(centred, rewards, groups, opts.singleton)
     if opts.whiten == "token":
         if completion_lengths is None:
-            raise ValueError("reinforce_pp_baseline with whiten='token' needs completion_lengths (B,) "
-                             "(rollwise.objectives.inputs.completion_lengths / advantage_inputs)")
+            raise ValueError(
+                "reinforce_pp_baseline with whiten='token' needs completion_lengths (B,) "
+                "(rollwise.objectives.inputs.completion_lengths / advantage_inputs)"
+            )
         if completion_lengths.shape != rewards.shape or bool((completion_lengths < 0).any()):
             raise ValueError(f"completion_lengths must be (B,) and >= 0, got shape {tuple(completion_lengths.shape)}")
         w = completion_lengths.to(centred.dtype)

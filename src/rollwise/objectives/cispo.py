@@ -45,8 +45,10 @@ class Options(ObjectiveOptions):
         1.0, gt=0, le=1.0, description="Weight lower bound 1 - eps_low (1.0 = no lower bound, as in the paper)."
     )
     eps_high: float = Field(
-        4.0, gt=0, description="Weight upper bound 1 + eps_high; 4.0 caps at 5 (TRL's recommended epsilon_high = 5.0, "
-        "which TRL uses as the cap itself)."
+        4.0,
+        gt=0,
+        description="Weight upper bound 1 + eps_high; 4.0 caps at 5 (TRL's recommended epsilon_high = 5.0, "
+        "which TRL uses as the cap itself).",
     )
 
 
@@ -57,7 +59,9 @@ def loss(batch: Batch, new_logprobs: torch.Tensor, opts: Options, entropy: torch
     ratio = safe_exp(new_logprobs - anchor_logprobs(batch).to(new_logprobs.dtype)).detach()
     lo, hi = 1.0 - opts.eps_low, 1.0 + opts.eps_high
     weight = ratio.clamp(lo, hi)
-    adv = batch.advantages[:, None] if batch.token_advantages is None else batch.token_advantages  # per-token form: tree advantage
+    adv = (
+        batch.advantages[:, None] if batch.token_advantages is None else batch.token_advantages
+    )  # per-token form: tree advantage
     per_token = -weight * adv.to(new_logprobs.dtype) * new_logprobs
     metrics = {"ratio_sum": masked_sum(ratio, mask), "clip_frac_sum": masked_sum((ratio < lo) | (ratio > hi), mask)}
     return finish(batch, new_logprobs, per_token, opts, entropy, metrics)

@@ -60,7 +60,8 @@ rows (``loss_type="dr_grpo"``: all rows too), empty ones included. All are off b
 from __future__ import annotations
 
 import math
-from typing import Callable, Literal
+from collections.abc import Callable
+from typing import Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -143,7 +144,7 @@ class ObjectiveOptions(BaseModel):
         return self.tis_level != "off"
 
     @model_validator(mode="after")
-    def _consistent(self) -> "ObjectiveOptions":
+    def _consistent(self) -> ObjectiveOptions:
         if self.aggregation == "seq_mean_token_sum_norm" and self.norm_constant is None:
             raise ValueError(
                 "aggregation 'seq_mean_token_sum_norm' needs norm_constant (e.g. the generation budget max_new_tokens)"
@@ -294,7 +295,9 @@ def aggregate(
     return masked.sum() / d
 
 
-def denominator(mode: Aggregation, batch: Batch, norm_constant: float | None = None, count_empty_rows: bool = False) -> float:
+def denominator(
+    mode: Aggregation, batch: Batch, norm_constant: float | None = None, count_empty_rows: bool = False
+) -> float:
     """The global constant ``aggregate`` divides by (see there): ``num_loss_tokens``, the row count,
     or the row count times ``norm_constant``; at least 1 count."""
     if mode == "token_mean":
@@ -336,7 +339,9 @@ def finish(
     per_token = policy_loss
     if opts.tis_level != "off":
         if batch.prox_logprobs is None:
-            raise ValueError(f"tis_level={opts.tis_level!r} needs batch.prox_logprobs (the trainer's recompute of pi_prox)")
+            raise ValueError(
+                f"tis_level={opts.tis_level!r} needs batch.prox_logprobs (the trainer's recompute of pi_prox)"
+            )
         weight, outside = behaviour_weight(
             batch.prox_logprobs, batch.old_logprobs, mask, opts.tis_level, opts.tis_low, opts.tis_cap, opts.tis_action
         )

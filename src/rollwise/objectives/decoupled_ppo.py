@@ -38,7 +38,8 @@ from rollwise.types import Batch, LossOut
 class Options(grpo.Options):
     aggregation: Aggregation = Field("token_mean", description=AGGREGATION_HELP)
     tis_level: Literal["token", "sequence", "geometric"] = Field(
-        "token", description="Level of the behaviour weight pi_prox/pi_behav: 'token', 'sequence' (product) or 'geometric'."
+        "token",
+        description="Level of the behaviour weight pi_prox/pi_behav: 'token', 'sequence' (product) or 'geometric'.",
     )
     tis_cap: float | None = Field(
         5.0, gt=0, description="Cap on the behaviour weight (AReaL rejection_sampling.upper = 5.0); None = uncapped."
@@ -53,5 +54,7 @@ class Options(grpo.Options):
 def loss(batch: Batch, new_logprobs: torch.Tensor, opts: Options, entropy: torch.Tensor | None = None) -> LossOut:
     """Decoupled PPO loss (minimise); needs ``batch.prox_logprobs``."""
     if batch.prox_logprobs is None:
-        raise ValueError("decoupled_ppo needs batch.prox_logprobs (the trainer's recompute with the pre-update weights)")
+        raise ValueError(
+            "decoupled_ppo needs batch.prox_logprobs (the trainer's recompute with the pre-update weights)"
+        )
     return grpo.clipped_loss(batch, new_logprobs, opts, entropy, opts.clip_eps, opts.clip_eps)

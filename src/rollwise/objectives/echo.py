@@ -36,8 +36,17 @@ import torch
 from pydantic import Field, model_validator
 
 from rollwise.objectives.advantages import GrpoOptions, grpo
-from rollwise.objectives.common import AGGREGATION_HELP, Aggregation, ObjectiveOptions, anchor_logprobs, clipped_surrogate, \
-    finish, masked_sum, objective, safe_exp
+from rollwise.objectives.common import (
+    AGGREGATION_HELP,
+    Aggregation,
+    ObjectiveOptions,
+    anchor_logprobs,
+    clipped_surrogate,
+    finish,
+    masked_sum,
+    objective,
+    safe_exp,
+)
 from rollwise.objectives.signals import ENTROPY_HELP, EntropyFlavour, sampled_prob, token_entropy
 from rollwise.registry import Compat
 from rollwise.types import Advantages, Batch, LossOut
@@ -76,14 +85,22 @@ def zscore(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.where(mask, z, torch.zeros_like(x))
 
 
-def hybrid_multiplier(h: torch.Tensor, conf: torch.Tensor, mask: torch.Tensor, opts: EchoAdvantageOptions) -> torch.Tensor:
+def hybrid_multiplier(
+    h: torch.Tensor, conf: torch.Tensor, mask: torch.Tensor, opts: EchoAdvantageOptions
+) -> torch.Tensor:
     """(B, L) ``1 + a clamp(alpha z(H) + beta z(1 - C), -s_max, s_max)`` (1 off-mask)."""
     s = (opts.alpha * zscore(h, mask) + opts.beta * zscore(1.0 - conf, mask)).clamp(-opts.s_max, opts.s_max)
     return torch.where(mask, 1.0 + opts.a * s, torch.ones_like(s))
 
 
-def echo_advantage(rewards: torch.Tensor, group_index: torch.Tensor, opts: EchoAdvantageOptions | None = None, *,
-                   completion_logprobs=None, completion_entropies=None) -> Advantages:
+def echo_advantage(
+    rewards: torch.Tensor,
+    group_index: torch.Tensor,
+    opts: EchoAdvantageOptions | None = None,
+    *,
+    completion_logprobs=None,
+    completion_entropies=None,
+) -> Advantages:
     """GRPO advantage times ECHO's per-token hybrid multiplier (module docstring)."""
     opts = opts or EchoAdvantageOptions()
     if completion_logprobs is None:
@@ -104,10 +121,14 @@ echo_advantage.compat = Compat(batch_statistics=True, entropy_option="entropy") 
 
 class Options(ObjectiveOptions):
     aggregation: Aggregation = Field("token_mean", description=AGGREGATION_HELP)
-    eps_min: float = Field(0.05, gt=0.0, description="Clip range of a fully unconfident response's limit side (code 0.05).")
+    eps_min: float = Field(
+        0.05, gt=0.0, description="Clip range of a fully unconfident response's limit side (code 0.05)."
+    )
     eps_max: float = Field(0.2, gt=0.0, description="Upper end of the clip range (code 0.2).")
     kappa: float = Field(4.0, ge=0.0, description="Sigmoid slope on (1 - C_tail) (code 4.0).")
-    tail: int = Field(16, ge=1, description="C_tail = mean confidence over the response's last `tail` loss tokens (code 16).")
+    tail: int = Field(
+        16, ge=1, description="C_tail = mean confidence over the response's last `tail` loss tokens (code 16)."
+    )
 
     @model_validator(mode="after")
     def _range(self):
@@ -141,9 +162,13 @@ def loss(batch: Batch, new_logprobs: torch.Tensor, opts: Options, entropy: torch
     eps = ca_clip_eps(tail_confidence(conf, batch.loss_mask, opts.tail), opts.eps_min, opts.eps_max, opts.kappa)
     eps = eps.to(new_logprobs.dtype)[:, None]
     ratio = safe_exp(new_logprobs - anchor_logprobs(batch).to(new_logprobs.dtype))
-    adv = (batch.advantages[:, None] if batch.token_advantages is None else batch.token_advantages).to(new_logprobs.dtype)
+    adv = (batch.advantages[:, None] if batch.token_advantages is None else batch.token_advantages).to(
+        new_logprobs.dtype
+    )
     per_token, active = clipped_surrogate(ratio, adv, eps, eps)  # (B, 1) bounds broadcast over each row's tokens
-    metrics = {"ratio_sum": masked_sum(ratio, mask), "clip_frac_sum": masked_sum(active, mask),
-               "ca_clip_eps_sum": masked_sum(eps.expand_as(mask), mask)}
+    metrics = {
+        "ratio_sum": masked_sum(ratio, mask),
+        "clip_frac_sum": masked_sum(active, mask),
+        "ca_clip_eps_sum": masked_sum(eps.expand_as(mask), mask),
+    }
     return finish(batch, new_logprobs, per_token, opts, entropy, metrics)
-

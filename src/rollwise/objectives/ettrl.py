@@ -37,9 +37,13 @@ from rollwise.types import Advantages
 
 
 class EttrlOptions(GrpoOptions):
-    mode: Literal["res", "clip"] = Field("res", description="'res' = Adv-Res (entropy-relative scaling Y_i A_i); 'clip' = Adv-Clip.")
+    mode: Literal["res", "clip"] = Field(
+        "res", description="'res' = Adv-Res (entropy-relative scaling Y_i A_i); 'clip' = Adv-Clip."
+    )
     beta: float = Field(2.0, gt=0.0, description="Adv-Clip bound: A is clipped to [-beta, beta] (paper: 2).")
-    clamp: bool = Field(True, description="Adv-Res: clamp Y_i >= 0 so no advantage changes sign [RECON]; false = as written.")
+    clamp: bool = Field(
+        True, description="Adv-Res: clamp Y_i >= 0 so no advantage changes sign [RECON]; false = as written."
+    )
     entropy: EntropyFlavour = Field("sampler", description=ENTROPY_HELP)
 
 
@@ -48,12 +52,20 @@ def entropy_scale(h: torch.Tensor, group_index: torch.Tensor, clamp: bool = True
     clamped at 0 when ``clamp``. Example: H = (0.2, 0.2, 2.6) -> H_bar = 1.0 -> (1.8, 1.8, -0.6)
     -> clamped (1.8, 1.8, 0)."""
     h_bar = Groups.of(group_index).mean(h)
-    y = torch.where(h_bar > 0, 1.0 + (h_bar - h) / torch.where(h_bar > 0, h_bar, torch.ones_like(h_bar)), torch.ones_like(h))
+    y = torch.where(
+        h_bar > 0, 1.0 + (h_bar - h) / torch.where(h_bar > 0, h_bar, torch.ones_like(h_bar)), torch.ones_like(h)
+    )
     return y.clamp(min=0.0) if clamp else y
 
 
-def ettrl(rewards: torch.Tensor, group_index: torch.Tensor, opts: EttrlOptions | None = None, *,
-          completion_logprobs=None, completion_entropies=None) -> Advantages:
+def ettrl(
+    rewards: torch.Tensor,
+    group_index: torch.Tensor,
+    opts: EttrlOptions | None = None,
+    *,
+    completion_logprobs=None,
+    completion_entropies=None,
+) -> Advantages:
     """GRPO advantages reshaped by EAR (module docstring)."""
     opts = opts or EttrlOptions()
     base = grpo(rewards, group_index, GrpoOptions(eps=opts.eps, std=opts.std))

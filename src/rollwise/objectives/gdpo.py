@@ -41,7 +41,7 @@ and what evaluation counts as correct) is not used by these two estimators.
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
@@ -55,16 +55,27 @@ class Condition(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     on: str = Field(description="Name of the reward this one is conditioned on (e.g. 'correct').")
-    threshold: float = Field(1.0, description="The reward counts only where the 'on' reward is >= threshold (eq. 8: t).")
+    threshold: float = Field(
+        1.0, description="The reward counts only where the 'on' reward is >= threshold (eq. 8: t)."
+    )
 
 
 class GdpoOptions(GrpoOptions):
-    weights: dict[str, float] = Field(default_factory=dict, description="Weight w_k per reward name (default 1 for every "
-                                      "reward); applied to the normalised advantages (gdpo) or the raw rewards (grpo_sum).")
-    conditions: dict[str, Condition] = Field(default_factory=dict, description="Conditioned rewards (eq. 8): "
-                                             "{name = {on = other, threshold = t}} sets reward 'name' to 0 where 'other' < t.")
-    batch_norm: bool = Field(True, description="gdpo only: normalise the weighted sum over the batch (eq. 6; the paper "
-                             "reports runs failing to converge without it).")
+    weights: dict[str, float] = Field(
+        default_factory=dict,
+        description="Weight w_k per reward name (default 1 for every "
+        "reward); applied to the normalised advantages (gdpo) or the raw rewards (grpo_sum).",
+    )
+    conditions: dict[str, Condition] = Field(
+        default_factory=dict,
+        description="Conditioned rewards (eq. 8): "
+        "{name = {on = other, threshold = t}} sets reward 'name' to 0 where 'other' < t.",
+    )
+    batch_norm: bool = Field(
+        True,
+        description="gdpo only: normalise the weighted sum over the batch (eq. 6; the paper "
+        "reports runs failing to converge without it).",
+    )
 
 
 def condition(named: Mapping[str, torch.Tensor], conditions: Mapping[str, Condition]) -> dict[str, torch.Tensor]:
@@ -73,24 +84,34 @@ def condition(named: Mapping[str, torch.Tensor], conditions: Mapping[str, Condit
     for k, c in conditions.items():
         for name in (k, c.on):
             if name not in named:
-                raise ValueError(f"advantage.options.conditions names reward {name!r}, which the task does not return "
-                                 f"(its rewards: {sorted(named)})")
-    return {k: torch.where(named[conditions[k].on] >= conditions[k].threshold, r, torch.zeros_like(r)) if k in conditions else r
-            for k, r in named.items()}
+                raise ValueError(
+                    f"advantage.options.conditions names reward {name!r}, which the task does not return "
+                    f"(its rewards: {sorted(named)})"
+                )
+    return {
+        k: torch.where(named[conditions[k].on] >= conditions[k].threshold, r, torch.zeros_like(r))
+        if k in conditions
+        else r
+        for k, r in named.items()
+    }
 
 
 def _weights(named: Mapping[str, torch.Tensor], weights: Mapping[str, float]) -> dict[str, float]:
     unknown = sorted(set(weights) - set(named))
     if unknown:
-        raise ValueError(f"advantage.options.weights names rewards {unknown} that the task does not return "
-                         f"(its rewards: {sorted(named)})")
+        raise ValueError(
+            f"advantage.options.weights names rewards {unknown} that the task does not return "
+            f"(its rewards: {sorted(named)})"
+        )
     return {k: float(weights.get(k, 1.0)) for k in named}
 
 
 def _checked(rewards: torch.Tensor, named: Mapping[str, torch.Tensor] | None, who: str) -> dict[str, torch.Tensor]:
     if not named:
-        raise ValueError(f"advantage {who!r} needs named rewards (a task whose verdicts carry Verdict.rewards, e.g. "
-                         "task 'arithmetic' with options.second_reward = 'format' or 'length')")
+        raise ValueError(
+            f"advantage {who!r} needs named rewards (a task whose verdicts carry Verdict.rewards, e.g. "
+            "task 'arithmetic' with options.second_reward = 'format' or 'length')"
+        )
     out = {}
     for k, r in named.items():
         if r.shape != rewards.shape:
@@ -110,8 +131,13 @@ def batch_normalise(x: torch.Tensor, eps: float) -> torch.Tensor:
     return (x - x.mean()) / (x.std(unbiased=True) + eps)
 
 
-def gdpo(rewards: torch.Tensor, group_index: torch.Tensor, opts: GdpoOptions | None = None, *,
-         named_rewards: Mapping[str, torch.Tensor] | None = None) -> Advantages:
+def gdpo(
+    rewards: torch.Tensor,
+    group_index: torch.Tensor,
+    opts: GdpoOptions | None = None,
+    *,
+    named_rewards: Mapping[str, torch.Tensor] | None = None,
+) -> Advantages:
     """GDPO advantages (module docstring): per-reward group normalisation, weighted sum, batch
     normalisation. Example (one group of 2, unbiased std, no batch norm): correct = (0, 1),
     format = (0, 1) -> A = (-1.4142, 1.4142); format = (1, 1) instead -> (-0.7071, 0.7071)."""
@@ -127,8 +153,13 @@ def gdpo(rewards: torch.Tensor, group_index: torch.Tensor, opts: GdpoOptions | N
     return Advantages(total, torch.ones_like(total, dtype=torch.bool))
 
 
-def grpo_sum(rewards: torch.Tensor, group_index: torch.Tensor, opts: GdpoOptions | None = None, *,
-             named_rewards: Mapping[str, torch.Tensor] | None = None) -> Advantages:
+def grpo_sum(
+    rewards: torch.Tensor,
+    group_index: torch.Tensor,
+    opts: GdpoOptions | None = None,
+    *,
+    named_rewards: Mapping[str, torch.Tensor] | None = None,
+) -> Advantages:
     """GRPO on ``sum_k w_k r_k`` (GDPO's baseline). Example: totals (0, 1) and (0, 2) in groups
     of two both give (-0.7071, 0.7071)."""
     opts = opts or GdpoOptions()

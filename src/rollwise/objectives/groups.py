@@ -25,7 +25,7 @@ class Groups:
     num: int  # number of distinct groups
 
     @classmethod
-    def of(cls, group_index: torch.Tensor) -> "Groups":
+    def of(cls, group_index: torch.Tensor) -> Groups:
         if group_index.dim() != 1:
             raise ValueError(f"group_index must be 1-D (B,), got shape {tuple(group_index.shape)}")
         _, inverse = torch.unique(group_index, return_inverse=True)

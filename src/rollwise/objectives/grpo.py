@@ -31,10 +31,10 @@ from pydantic import Field
 
 from rollwise.objectives.common import (
     AGGREGATION_HELP,
+    DUAL_CLIP_HELP,
     Aggregation,
     ObjectiveOptions,
     anchor_logprobs,
-    DUAL_CLIP_HELP,
     clipped_surrogate,
     finish,
     masked_sum,
@@ -46,7 +46,9 @@ from rollwise.types import Batch, LossOut
 
 class Options(ObjectiveOptions):
     aggregation: Aggregation = Field("token_mean", description=AGGREGATION_HELP)
-    clip_eps: float = Field(0.2, gt=0, description="Symmetric clip range: the ratio is clipped to [1 - clip_eps, 1 + clip_eps].")
+    clip_eps: float = Field(
+        0.2, gt=0, description="Symmetric clip range: the ratio is clipped to [1 - clip_eps, 1 + clip_eps]."
+    )
     dual_clip: float | None = Field(None, gt=1, description=DUAL_CLIP_HELP)
 
 
@@ -62,7 +64,9 @@ def clipped_loss(
     (and the dual clip ``opts.dual_clip`` for negative advantages, when set)."""
     mask = batch.loss_mask.to(new_logprobs.dtype)
     ratio = safe_exp(new_logprobs - anchor_logprobs(batch).to(new_logprobs.dtype))
-    adv = batch.advantages[:, None] if batch.token_advantages is None else batch.token_advantages  # per-token form: tree advantage
+    adv = (
+        batch.advantages[:, None] if batch.token_advantages is None else batch.token_advantages
+    )  # per-token form: tree advantage
     advantages = adv.to(new_logprobs.dtype)
     per_token, clipped = clipped_surrogate(ratio, advantages, eps_low, eps_high, getattr(opts, "dual_clip", None))
     metrics = {"ratio_sum": masked_sum(ratio, mask), "clip_frac_sum": masked_sum(clipped, mask)}

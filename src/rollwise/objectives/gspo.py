@@ -55,7 +55,9 @@ class Options(ObjectiveOptions):
 def loss(batch: Batch, new_logprobs: torch.Tensor, opts: Options, entropy: torch.Tensor | None = None) -> LossOut:
     """GSPO loss (minimise): clipped surrogate on the length-normalised sequence ratio."""
     if batch.token_advantages is not None:
-        raise ValueError("gspo is sequence-level and cannot use per-token advantages (tree advantage: set per_token = false)")
+        raise ValueError(
+            "gspo is sequence-level and cannot use per-token advantages (tree advantage: set per_token = false)"
+        )
     mask = batch.loss_mask.to(new_logprobs.dtype)
     log_s = sequence_mean(new_logprobs - anchor_logprobs(batch).to(new_logprobs.dtype), mask)  # (B,)
     s = safe_exp(log_s)

@@ -7,7 +7,7 @@ shift, V0.5's value prior, MSSR's baseline, Prompt-GDRO's row weights), then cal
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -60,8 +60,10 @@ def completion_lengths(rows: Sequence[Rollout]) -> torch.Tensor:
 def hint_tokens(rows: Sequence[Rollout]) -> torch.Tensor:
     """(B,) long: each row's hint length (``Verdict.details["hint_tokens"]``, set by the ``adhint``
     controller on hinted rollouts; 0 for the others)."""
-    return torch.tensor([int((r.verdict.details or {}).get("hint_tokens", 0)) if r.verdict is not None else 0 for r in rows],
-                        dtype=torch.long)
+    return torch.tensor(
+        [int((r.verdict.details or {}).get("hint_tokens", 0)) if r.verdict is not None else 0 for r in rows],
+        dtype=torch.long,
+    )
 
 
 def named_rewards(rows: Sequence[Rollout]) -> dict[str, torch.Tensor]:
@@ -71,8 +73,10 @@ def named_rewards(rows: Sequence[Rollout]) -> dict[str, torch.Tensor]:
     for i, r in enumerate(rows):
         named = r.verdict.rewards if r.verdict is not None else None
         if not named:
-            raise ValueError(f"rollout of prompt {r.prompt_id!r} has no named rewards (Verdict.rewards); "
-                             "this advantage needs a task that returns them")
+            raise ValueError(
+                f"rollout of prompt {r.prompt_id!r} has no named rewards (Verdict.rewards); "
+                "this advantage needs a task that returns them"
+            )
         if i and set(named) != set(out):
             raise ValueError(f"rollout of prompt {r.prompt_id!r} has rewards {sorted(named)}, others {sorted(out)}")
         for k, v in named.items():
@@ -92,9 +96,16 @@ def prompt_baseline(rows: Sequence[Rollout], controller) -> torch.Tensor:
     return controller.baselines(rows)
 
 
-_INPUTS = {"seq_logprob": sequence_logprob, "tree_paths": tree_paths, "completion_logprobs": completion_logprobs,
-           "completion_texts": completion_texts, "completion_lengths": completion_lengths, "hint_tokens": hint_tokens,
-           "named_rewards": named_rewards, "completion_entropies": completion_entropies}
+_INPUTS = {
+    "seq_logprob": sequence_logprob,
+    "tree_paths": tree_paths,
+    "completion_logprobs": completion_logprobs,
+    "completion_texts": completion_texts,
+    "completion_lengths": completion_lengths,
+    "hint_tokens": hint_tokens,
+    "named_rewards": named_rewards,
+    "completion_entropies": completion_entropies,
+}
 
 
 def value_prior(rows: Sequence[Rollout], controller) -> torch.Tensor:
@@ -106,8 +117,9 @@ def value_prior(rows: Sequence[Rollout], controller) -> torch.Tensor:
 _CONTEXT_INPUTS = ("confidence_shift", "value_prior", "prompt_baseline")  # fields of AdvantageContext
 
 
-def advantage_context(fn, rows: Sequence[Rollout], services: Services | None = None,
-                      controller=None) -> AdvantageContext:
+def advantage_context(
+    fn, rows: Sequence[Rollout], services: Services | None = None, controller=None
+) -> AdvantageContext:
     """The inputs of ``fn`` that need more than the rows (``_CONTEXT_INPUTS``: the trainer's
     reference log-probs through ``services``, the ``controller``'s prior or baseline) and the
     controller's row weights (``Controller.row_weights``, Prompt-GDRO), computed before the estimator."""
@@ -132,8 +144,10 @@ def advantage_inputs(fn, rows: Sequence[Rollout], context: AdvantageContext | No
         if name in _CONTEXT_INPUTS:
             value = getattr(context, name) if context is not None else None
             if value is None:
-                raise ValueError(f"advantage input {name!r} needs the run (its trainer or controller): "
-                                 "advantage_inputs(fn, rows, advantage_context(fn, rows, services, controller))")
+                raise ValueError(
+                    f"advantage input {name!r} needs the run (its trainer or controller): "
+                    "advantage_inputs(fn, rows, advantage_context(fn, rows, services, controller))"
+                )
             out[name] = value
         else:
             out[name] = _INPUTS[name](rows)

@@ -37,15 +37,25 @@ from typing import Literal
 import torch
 from pydantic import Field
 
-from rollwise.objectives.common import LOG_RATIO_LIMIT, anchor_logprobs, clipped_surrogate, finish, masked_sum, objective, safe_exp
+from rollwise.objectives.common import (
+    LOG_RATIO_LIMIT,
+    anchor_logprobs,
+    clipped_surrogate,
+    finish,
+    masked_sum,
+    objective,
+    safe_exp,
+)
 from rollwise.objectives.grpo import Options as GrpoOptions
 from rollwise.types import Batch, LossOut
 
 
 class Options(GrpoOptions):
     gradient: Literal["current", "min"] = Field(
-        "current", description="'current': value m_t, gradient through the current token only (r_t * sg(m_t / r_t)); "
-        "'min': m_t itself (gradient to the token attaining the minimum). Both [RECON].")
+        "current",
+        description="'current': value m_t, gradient through the current token only (r_t * sg(m_t / r_t)); "
+        "'min': m_t itself (gradient to the token attaining the minimum). Both [RECON].",
+    )
 
 
 def prefix_min_log_ratio(log_ratio: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -71,6 +81,9 @@ def loss(batch: Batch, new_logprobs: torch.Tensor, opts: Options, entropy: torch
         ratio = safe_exp(log_m)
     adv = batch.advantages[:, None] if batch.token_advantages is None else batch.token_advantages
     per_token, clipped = clipped_surrogate(ratio, adv.to(new_logprobs.dtype), opts.clip_eps, opts.clip_eps)
-    metrics = {"ratio_sum": masked_sum(ratio, mask), "clip_frac_sum": masked_sum(clipped, mask),
-               "minpro_damped_frac_sum": masked_sum(log_m < log_r.clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT), mask)}
+    metrics = {
+        "ratio_sum": masked_sum(ratio, mask),
+        "clip_frac_sum": masked_sum(clipped, mask),
+        "minpro_damped_frac_sum": masked_sum(log_m < log_r.clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT), mask),
+    }
     return finish(batch, new_logprobs, per_token, opts, entropy, metrics)

@@ -40,8 +40,11 @@ from rollwise.types import Advantages
 
 
 class MssrOptions(_Options):
-    entropy_coef: float = Field(0.4, ge=0.0, description="lambda of psi = min(lambda H, |A|/kappa) (code entropy_alpha 0.4); "
-                                "0 = MVSR (no shaping).")
+    entropy_coef: float = Field(
+        0.4,
+        ge=0.0,
+        description="lambda of psi = min(lambda H, |A|/kappa) (code entropy_alpha 0.4); 0 = MVSR (no shaping).",
+    )
     kappa: float = Field(2.0, gt=0.0, description="kappa (code entropy_kappa 2.0): psi <= |A|/kappa.")
     var_eps: float = Field(1e-6, gt=0.0, description="Floor of the batch variance in the normalisation (code 1e-6).")
     entropy: EntropyFlavour = Field("sampled_term", description=ENTROPY_HELP + " MSSR's code: 'sampled_term'.")
@@ -65,12 +68,21 @@ def entropy_bonus(adv: torch.Tensor, h: torch.Tensor, mask: torch.Tensor, lam: f
     return torch.where(mask, adv[:, None] + psi, torch.zeros_like(psi))
 
 
-def mssr(rewards: torch.Tensor, group_index: torch.Tensor, opts: MssrOptions | None = None, *,
-         prompt_baseline: torch.Tensor | None = None, completion_logprobs=None, completion_entropies=None) -> Advantages:
+def mssr(
+    rewards: torch.Tensor,
+    group_index: torch.Tensor,
+    opts: MssrOptions | None = None,
+    *,
+    prompt_baseline: torch.Tensor | None = None,
+    completion_logprobs=None,
+    completion_entropies=None,
+) -> Advantages:
     """Baseline-subtracted, batch-normalised advantages, plus entropy shaping (module docstring)."""
     opts = opts or MssrOptions()
     if prompt_baseline is None or prompt_baseline.shape != rewards.shape:
-        raise ValueError("advantage 'mssr' needs prompt_baseline (B,) from the 'mssr' controller (control.name = 'mssr')")
+        raise ValueError(
+            "advantage 'mssr' needs prompt_baseline (B,) from the 'mssr' controller (control.name = 'mssr')"
+        )
     a = normalise_batch(rewards.float() - prompt_baseline.float(), opts.var_eps)
     include = torch.ones_like(a, dtype=torch.bool)
     if not opts.entropy_coef:

@@ -35,7 +35,7 @@ without ``seq_logprob`` the estimator raises (it never silently degrades to plai
 
 from __future__ import annotations
 
-from typing import Literal, Sequence
+from typing import Literal
 
 import torch
 from pydantic import Field
@@ -43,18 +43,27 @@ from pydantic import Field
 from rollwise.objectives.advantages import GrpoOptions, grpo
 from rollwise.objectives.groups import Groups
 from rollwise.objectives.inputs import advantage_inputs, sequence_logprob  # noqa: F401 (re-exported)
-from rollwise.types import Advantages, Rollout
+from rollwise.types import Advantages
 
 
 class NoveltyOptions(GrpoOptions):
     lam: float = Field(1.0, ge=0.0, description="lambda_nov: bonus scale lam*(1 - eta) (third-party code: 1.0).")
-    kappa: float = Field(0.5, ge=0.0, description="Cap: the bonus is at most kappa*A (spec [RECON] start value 0.5; third-party 1.0).")
+    kappa: float = Field(
+        0.5, ge=0.0, description="Cap: the bonus is at most kappa*A (spec [RECON] start value 0.5; third-party 1.0)."
+    )
     mean_over: Literal["all", "correct"] = Field(
-        "all", description="Rows whose s enters the group mean s_bar: 'all' rows or only the 'correct' ones (A > 0); unverified in the paper.")
+        "all",
+        description="Rows whose s enters the group mean s_bar: 'all' rows or only the 'correct' ones (A > 0); unverified in the paper.",
+    )
 
 
-def novelty(rewards: torch.Tensor, group_index: torch.Tensor, opts: NoveltyOptions | None = None, *,
-            seq_logprob: torch.Tensor | None = None) -> Advantages:
+def novelty(
+    rewards: torch.Tensor,
+    group_index: torch.Tensor,
+    opts: NoveltyOptions | None = None,
+    *,
+    seq_logprob: torch.Tensor | None = None,
+) -> Advantages:
     """GRPO advantage plus the bounded novelty bonus for correct, below-average-likelihood rows.
 
     Example (one group, unbiased std, lam=1, kappa=0.5): r = [1, 1, 0, 0] -> A = [0.866, 0.866,
@@ -63,10 +72,14 @@ def novelty(rewards: torch.Tensor, group_index: torch.Tensor, opts: NoveltyOptio
     """
     opts = opts or NoveltyOptions()
     if seq_logprob is None:
-        raise ValueError("advantage 'novelty' needs seq_logprob (B,): the mean sampler log-prob per rollout "
-                         "(rollwise.objectives.novelty.sequence_logprob / advantage_inputs)")
+        raise ValueError(
+            "advantage 'novelty' needs seq_logprob (B,): the mean sampler log-prob per rollout "
+            "(rollwise.objectives.novelty.sequence_logprob / advantage_inputs)"
+        )
     if seq_logprob.shape != rewards.shape:
-        raise ValueError(f"seq_logprob must be (B,) like rewards, got {tuple(seq_logprob.shape)} and {tuple(rewards.shape)}")
+        raise ValueError(
+            f"seq_logprob must be (B,) like rewards, got {tuple(seq_logprob.shape)} and {tuple(rewards.shape)}"
+        )
     if not torch.isfinite(seq_logprob).all():
         raise ValueError("seq_logprob contains NaN or inf")
     base = grpo(rewards, group_index, GrpoOptions(eps=opts.eps, std=opts.std))

@@ -27,8 +27,13 @@ import torch
 from rollwise.config import OtrOptions  # noqa: F401 (the schema lives in config.py)
 
 
-def otr_loss(logits: torch.Tensor, gold: torch.Tensor, mask: torch.Tensor, opts: OtrOptions,
-             generator: torch.Generator | None = None) -> torch.Tensor:
+def otr_loss(
+    logits: torch.Tensor,
+    gold: torch.Tensor,
+    mask: torch.Tensor,
+    opts: OtrOptions,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
     """Scalar OTR loss. ``logits`` (B, T, V) predict ``gold`` (B, T) at the same positions; ``mask``
     (B, T) selects reference tokens; the mean is over selected positions.
 
@@ -45,8 +50,13 @@ def otr_loss(logits: torch.Tensor, gold: torch.Tensor, mask: torch.Tensor, opts:
     else:
         probs = torch.softmax(logits.detach().float() / opts.temperature, dim=-1)
         flat = probs.reshape(-1, probs.shape[-1])
-        draws = torch.multinomial(flat, opts.samples, replacement=True, generator=generator).reshape(*probs.shape[:-1], opts.samples)
-        reward = torch.where(draws == gold.unsqueeze(-1), torch.ones_like(draws, dtype=logp.dtype),
-                             torch.full_like(draws, opts.negative, dtype=logp.dtype))
+        draws = torch.multinomial(flat, opts.samples, replacement=True, generator=generator).reshape(
+            *probs.shape[:-1], opts.samples
+        )
+        reward = torch.where(
+            draws == gold.unsqueeze(-1),
+            torch.ones_like(draws, dtype=logp.dtype),
+            torch.full_like(draws, opts.negative, dtype=logp.dtype),
+        )
         per_pos = -(reward * logp.gather(-1, draws)).mean(-1)
     return (per_pos * m).sum() / m.sum().clamp(min=1.0)

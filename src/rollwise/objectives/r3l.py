@@ -40,8 +40,11 @@ from rollwise.types import Advantages
 class R3lOptions(_Options):
     alpha: float = Field(3.0, ge=1.0, description="Positive Amplification factor alpha (R3L: 3).")
     max_reward: float = Field(1.0, description="A rollout with r >= max_reward is a maximal-reward one (code: 1).")
-    rule: Literal["code", "paper"] = Field("code", description="'code': maximal-reward rows get A = 1 (opmd_reweight_adv); "
-                                           "'paper': they get A = alpha (reviewers' reading of eq. 11).")
+    rule: Literal["code", "paper"] = Field(
+        "code",
+        description="'code': maximal-reward rows get A = 1 (opmd_reweight_adv); "
+        "'paper': they get A = alpha (reviewers' reading of eq. 11).",
+    )
 
 
 @_estimator(R3lOptions)

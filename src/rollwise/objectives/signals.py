@@ -20,13 +20,16 @@ completion) and a (B, L) bool mask of real tokens; padding is 0 / False.
 from __future__ import annotations
 
 import math
-from typing import Literal, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 import torch
 
 EntropyFlavour = Literal["sampler", "surprisal", "sampled_term"]
-ENTROPY_HELP = ("Token entropy: 'sampler' (full-vocabulary entropy recorded at sampling), 'surprisal' (-log mu(y_t) of "
-                "the sampled token) or 'sampled_term' (-p log p of the sampled token; MSSR's code proxy).")
+ENTROPY_HELP = (
+    "Token entropy: 'sampler' (full-vocabulary entropy recorded at sampling), 'surprisal' (-log mu(y_t) of "
+    "the sampled token) or 'sampled_term' (-p log p of the sampled token; MSSR's code proxy)."
+)
 
 
 def padded(rows: Sequence[Sequence[float]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -41,16 +44,21 @@ def padded(rows: Sequence[Sequence[float]]) -> tuple[torch.Tensor, torch.Tensor]
     return out, mask
 
 
-def token_entropy(flavour: EntropyFlavour, completion_logprobs: Sequence[Sequence[float]],
-                  completion_entropies: Sequence[Sequence[float] | None] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def token_entropy(
+    flavour: EntropyFlavour,
+    completion_logprobs: Sequence[Sequence[float]],
+    completion_entropies: Sequence[Sequence[float] | None] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(B, L) token entropies of the chosen flavour and the (B, L) mask. ``"sampler"`` raises when a
     row's entropies were not recorded (it never falls back silently to a proxy)."""
     if flavour == "sampler":
         ents = list(completion_entropies or [None] * len(completion_logprobs))
         for i, (e, lp) in enumerate(zip(ents, completion_logprobs)):
             if e is None or len(e) != len(lp):
-                raise ValueError(f"entropy = 'sampler' needs the sampler's entropies (Rollout.entropies) but row {i} has "
-                                 "none (the hf backend records them; other backends: use 'surprisal' or 'sampled_term')")
+                raise ValueError(
+                    f"entropy = 'sampler' needs the sampler's entropies (Rollout.entropies) but row {i} has "
+                    "none (the hf backend records them; other backends: use 'surprisal' or 'sampled_term')"
+                )
         return padded(ents)
     lp, mask = padded(completion_logprobs)
     if flavour == "surprisal":

@@ -35,7 +35,8 @@ TreeRL); a group mixing i.i.d. rows and a tree puts the i.i.d. leaves at depth 1
 
 from __future__ import annotations
 
-from typing import Literal, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
@@ -48,17 +49,35 @@ class TreeOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     eps: float = Field(1e-8, ge=0.0, description="Added to the depth std before dividing (BranchGRPO: 1e-8).")
-    min_std: float = Field(1e-6, ge=0.0, description="Depths whose reward std is below this get advantage 0 (BranchGRPO: 1e-6).")
-    std: Literal["unbiased", "population"] = Field("unbiased", description="Depth std estimator: 'unbiased' (n-1, as grpo) or 'population' (n).")
-    fusion: Literal["mean", "prob_weighted"] = Field("mean", description="Internal node reward: mean of its leaves, or softmax(alpha * child segment log-prob)-weighted children.")
+    min_std: float = Field(
+        1e-6, ge=0.0, description="Depths whose reward std is below this get advantage 0 (BranchGRPO: 1e-6)."
+    )
+    std: Literal["unbiased", "population"] = Field(
+        "unbiased", description="Depth std estimator: 'unbiased' (n-1, as grpo) or 'population' (n)."
+    )
+    fusion: Literal["mean", "prob_weighted"] = Field(
+        "mean",
+        description="Internal node reward: mean of its leaves, or softmax(alpha * child segment log-prob)-weighted children.",
+    )
     alpha: float = Field(1.0, description="alpha of the probability-weighted fusion (BranchGRPO: 1.0).")
-    per_token: bool = Field(True, description="Give each segment's tokens its node's advantage (false: every token of a row gets its leaf's advantage).")
-    prune_depths: list[int] = Field(default_factory=list, description="Node depths (1 = first segment) whose tokens leave the loss (BranchGRPO depth pruning; [] = none).")
+    per_token: bool = Field(
+        True,
+        description="Give each segment's tokens its node's advantage (false: every token of a row gets its leaf's advantage).",
+    )
+    prune_depths: list[int] = Field(
+        default_factory=list,
+        description="Node depths (1 = first segment) whose tokens leave the loss (BranchGRPO depth pruning; [] = none).",
+    )
 
 
-def tree(rewards: torch.Tensor, group_index: torch.Tensor, opts: TreeOptions | None = None, *,
-         tree_paths: Sequence[TreePath | None] | None = None,
-         completion_logprobs: Sequence[Sequence[float]] | None = None) -> Advantages:
+def tree(
+    rewards: torch.Tensor,
+    group_index: torch.Tensor,
+    opts: TreeOptions | None = None,
+    *,
+    tree_paths: Sequence[TreePath | None] | None = None,
+    completion_logprobs: Sequence[Sequence[float]] | None = None,
+) -> Advantages:
     """Depth-wise normalised node advantages of each group's tree (module docstring).
 
     Example (one group, the 4-leaf binary tree A -> {B, C}, B -> {L1, L2}, C -> {L3, L4}; rewards
@@ -68,7 +87,9 @@ def tree(rewards: torch.Tensor, group_index: torch.Tensor, opts: TreeOptions | N
     """
     opts = opts or TreeOptions()
     if rewards.dim() != 1 or group_index.shape != rewards.shape:
-        raise ValueError(f"rewards and group_index must both be (B,), got {tuple(rewards.shape)} and {tuple(group_index.shape)}")
+        raise ValueError(
+            f"rewards and group_index must both be (B,), got {tuple(rewards.shape)} and {tuple(group_index.shape)}"
+        )
     if not torch.isfinite(rewards).all():
         raise ValueError("rewards contain NaN or inf (an unverified rollout must be dropped, not scored)")
     b = rewards.numel()
@@ -96,8 +117,12 @@ def tree(rewards: torch.Tensor, group_index: torch.Tensor, opts: TreeOptions | N
         if p is None:
             nodes, starts = [("row", i)], (0,)
         else:
-            if not p.nodes or len(p.nodes) != len(p.starts) or p.starts[0] != 0 or any(
-                    x > y for x, y in zip(p.starts, p.starts[1:])):
+            if (
+                not p.nodes
+                or len(p.nodes) != len(p.starts)
+                or p.starts[0] != 0
+                or any(x > y for x, y in zip(p.starts, p.starts[1:]))
+            ):
                 raise ValueError(f"row {i}: bad tree path {p} (needs equal lengths, starts[0] == 0, non-decreasing)")
             if lengths is not None and p.starts[-1] > lengths[i]:
                 raise ValueError(f"row {i}: tree path starts {p.starts} run past its {lengths[i]} completion tokens")
@@ -156,7 +181,10 @@ def tree(rewards: torch.Tensor, group_index: torch.Tensor, opts: TreeOptions | N
         for i, ids in enumerate(row_nodes):
             starts = row_starts[i]
             for d, node in enumerate(ids):
-                lo, hi = starts[d], (starts[d + 1] if d + 1 < len(starts) else lengths[i] if lengths is not None else width)
+                lo, hi = (
+                    starts[d],
+                    (starts[d + 1] if d + 1 < len(starts) else lengths[i] if lengths is not None else width),
+                )
                 if opts.per_token:
                     token_values[i, lo:hi] = adv[node]
                 if token_include is not None and depth[node] in pruned:
@@ -176,9 +204,11 @@ def _prob_weighted(rewards, row_nodes, leaf_of, parent, depth, seg, logprobs, al
             children.setdefault(p, []).append(n)
     for n in sorted(children, key=lambda x: -depth[x]):  # deepest parents first
         if bool(is_leaf[n]):
-            raise ValueError("fusion='prob_weighted' needs every row to end at a leaf node (a row ends at an internal node)")
+            raise ValueError(
+                "fusion='prob_weighted' needs every row to end at a leaf node (a row ends at an internal node)"
+            )
         cs = children[n]
-        lp = torch.tensor([float(sum(logprobs[seg[c][0]][seg[c][1]:seg[c][2]])) for c in cs])
+        lp = torch.tensor([float(sum(logprobs[seg[c][0]][seg[c][1] : seg[c][2]])) for c in cs])
         node_r[n] = (torch.softmax(alpha * lp, dim=0) * node_r[cs]).sum()
     return node_r
 

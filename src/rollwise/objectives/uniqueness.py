@@ -38,7 +38,8 @@ gets the largest weight; wrong rows unchanged; the mean weight over correct rows
 from __future__ import annotations
 
 import re
-from typing import Callable, Literal, Sequence
+from collections.abc import Callable, Sequence
+from typing import Literal
 
 import torch
 from pydantic import Field, field_validator
@@ -75,11 +76,17 @@ CLUSTERERS.register("shape", shape_clusters)
 
 
 class UniquenessOptions(GrpoOptions):
-    gamma: float = Field(1.0, ge=0.0, description="Exponent in u = (1/cluster size)^gamma (spec [RECON] 1.0; 0 = GRPO).")
-    clusterer: str = Field("shape", description="Strategy clusterer: 'text', 'shape' (digits ignored), or 'package.module:attr', a "
-                           "callable (texts of one group) -> labels or None.")
-    cluster_over: Literal["correct", "all"] = Field("correct", description="Rows clustered: only the correct ones (A > 0; spec "
-                                                    "[RECON]) or all rows of the group.")
+    gamma: float = Field(
+        1.0, ge=0.0, description="Exponent in u = (1/cluster size)^gamma (spec [RECON] 1.0; 0 = GRPO)."
+    )
+    clusterer: str = Field(
+        "shape",
+        description="Strategy clusterer: 'text', 'shape' (digits ignored), or 'package.module:attr', a "
+        "callable (texts of one group) -> labels or None.",
+    )
+    cluster_over: Literal["correct", "all"] = Field(
+        "correct", description="Rows clustered: only the correct ones (A > 0; spec [RECON]) or all rows of the group."
+    )
 
     @field_validator("clusterer")
     @classmethod
@@ -103,8 +110,13 @@ def weights(labels: torch.Tensor, correct: torch.Tensor, gamma: float) -> torch.
     return torch.where(correct, u, torch.ones_like(u))
 
 
-def uniqueness(rewards: torch.Tensor, group_index: torch.Tensor, opts: UniquenessOptions | None = None, *,
-               completion_texts: Sequence[str] | None = None) -> Advantages:
+def uniqueness(
+    rewards: torch.Tensor,
+    group_index: torch.Tensor,
+    opts: UniquenessOptions | None = None,
+    *,
+    completion_texts: Sequence[str] | None = None,
+) -> Advantages:
     """GRPO advantage with the correct rows reweighted inversely to their strategy cluster's size.
 
     Example (one group, unbiased std, gamma = 1): r = [1, 1, 1, 0] -> A = [0.5, 0.5, 0.5, -1.5];
@@ -133,7 +145,9 @@ def uniqueness(rewards: torch.Tensor, group_index: torch.Tensor, opts: Uniquenes
         if len(labels) != len(members):
             raise ValueError(f"clusterer {opts.clusterer!r} returned {len(labels)} labels for {len(members)} texts")
         lab = torch.full((rows.numel(),), -1, dtype=torch.long)
-        lab[correct if opts.cluster_over == "correct" else torch.ones_like(correct)] = torch.as_tensor(labels, dtype=torch.long)
+        lab[correct if opts.cluster_over == "correct" else torch.ones_like(correct)] = torch.as_tensor(
+            labels, dtype=torch.long
+        )
         if opts.cluster_over == "correct":  # wrong rows: their own singleton labels, never counted with correct ones
             lab[~correct] = -2 - torch.arange(int((~correct).sum()))
         w = weights(lab, correct, opts.gamma)

@@ -34,16 +34,23 @@ from rollwise.types import Advantages
 
 
 class V05Options(_Options):
-    variance: Literal["prior", "empirical"] = Field("prior", description="Sampling variance: 'prior' v(1-v) or 'empirical' "
-                                                   "r_bar(1-r_bar) floored at variance_floor (spec [RECON]).")
+    variance: Literal["prior", "empirical"] = Field(
+        "prior",
+        description="Sampling variance: 'prior' v(1-v) or 'empirical' "
+        "r_bar(1-r_bar) floored at variance_floor (spec [RECON]).",
+    )
     variance_floor: float = Field(0.01, ge=0.0, description="Floor of the empirical variance.")
-    scale: Literal["none", "group"] = Field("none", description="'group' divides r - b by the group std + eps (the spec's optional "
-                                            "normalisation); a group of equal rewards then keeps r - b.")
+    scale: Literal["none", "group"] = Field(
+        "none",
+        description="'group' divides r - b by the group std + eps (the spec's optional "
+        "normalisation); a group of equal rewards then keeps r - b.",
+    )
     eps: float = Field(1e-6, ge=0.0, description="Added to the group std when scale = 'group'.")
 
 
-def fuse(v: torch.Tensor, rbar: torch.Tensor, n: torch.Tensor, variance: str = "prior",
-         floor: float = 0.01) -> tuple[torch.Tensor, torch.Tensor]:
+def fuse(
+    v: torch.Tensor, rbar: torch.Tensor, n: torch.Tensor, variance: str = "prior", floor: float = 0.01
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(baseline b, weight w) elementwise (module docstring).
 
     Example: v = 0.5, r_bar = 1.0, n = 4 -> s2/n = 0.0625, b2 = 0.25 - 0.0625 = 0.1875
@@ -57,8 +64,13 @@ def fuse(v: torch.Tensor, rbar: torch.Tensor, n: torch.Tensor, variance: str = "
     return w * v + (1 - w) * rbar, w
 
 
-def v05(rewards: torch.Tensor, group_index: torch.Tensor, opts: V05Options | None = None, *,
-        value_prior: torch.Tensor | None = None) -> Advantages:
+def v05(
+    rewards: torch.Tensor,
+    group_index: torch.Tensor,
+    opts: V05Options | None = None,
+    *,
+    value_prior: torch.Tensor | None = None,
+) -> Advantages:
     """``A_i = r_i - b`` with the fused baseline b of the row's group (optionally std-scaled)."""
     opts = opts or V05Options()
     if value_prior is None or value_prior.shape != rewards.shape:

@@ -8,8 +8,9 @@ and has ``wrap_pool(pool, controller, state) -> pool``; the assembler wraps the 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import ClassVar, Mapping
+from typing import ClassVar
 
 
 class ReplaySource:

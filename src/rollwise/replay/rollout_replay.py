@@ -68,13 +68,26 @@ from rollwise.types import Group
 class RolloutReplayOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
     buffer_size: int = Field(512, ge=1, description="Most groups in the FIFO buffer (the script's buffer_size).")
-    replay_fraction: float = Field(0.5, ge=0.0, lt=1.0, description="Share of each training batch drawn from the "
-                                   "buffer: round(fresh * f / (1 - f)) replayed groups per step (the paper's 1 - sigma; "
-                                   "0 = on-policy).")
-    warmup_steps: int = Field(0, ge=0, description="Steps at the start that replay nothing and only fill the buffer "
-                              "(DOTS: its steps_per_round, the code's round 0).")
-    max_staleness: int | None = Field(None, ge=0, description="Replay only groups at most this many policy versions old "
-                                      "(None = any group in the buffer; 0 = on-policy).")
+    replay_fraction: float = Field(
+        0.5,
+        ge=0.0,
+        lt=1.0,
+        description="Share of each training batch drawn from the "
+        "buffer: round(fresh * f / (1 - f)) replayed groups per step (the paper's 1 - sigma; "
+        "0 = on-policy).",
+    )
+    warmup_steps: int = Field(
+        0,
+        ge=0,
+        description="Steps at the start that replay nothing and only fill the buffer "
+        "(DOTS: its steps_per_round, the code's round 0).",
+    )
+    max_staleness: int | None = Field(
+        None,
+        ge=0,
+        description="Replay only groups at most this many policy versions old "
+        "(None = any group in the buffer; 0 = on-policy).",
+    )
 
 
 def group_version(group: Group) -> int:
@@ -119,7 +132,7 @@ class RolloutReplay(ReplaySource):
         for g in self.buffer + list(groups):  # later groups win; dict order = first insertion
             newest.pop(g.prompt.id, None)
             newest[g.prompt.id] = g
-        self.buffer = list(newest.values())[-self.opts.buffer_size:]
+        self.buffer = list(newest.values())[-self.opts.buffer_size :]
 
     def state_dict(self) -> dict:
         return {"buffer": list(self.buffer), "rng": self.rng.getstate()}

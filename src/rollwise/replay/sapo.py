@@ -104,19 +104,40 @@ _STEP_FILE = re.compile(r"^step-(\d+)\.jsonl$")
 
 class SapoOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    swarm_dir: str | None = Field(None, description="Directory shared by the peers of the swarm (required): each peer publishes "
-                                  "its rollouts as text under <swarm_dir>/<peer>/ and reads the others' from there.")
-    peer: str | None = Field(None, pattern=PEER_NAME, description="This peer's name, unique in the swarm (a directory name; "
-                             "default 'seed-<run.seed>').")
-    local: int | None = Field(None, ge=0, description="I: local groups per training batch, the first I of the step's kept fresh "
-                              "groups (default: all of them).")
-    external: int | None = Field(None, ge=0, description="J: received groups per training batch, drawn from the other peers' "
-                                 "published groups and re-scored by this peer's verifier (default: as many as the local groups, the "
-                                 "paper's best 4 local / 4 external split; 0 = no sharing, exactly on_policy).")
-    drop_zero_advantage: bool = Field(True, description="Skip received groups whose local scores are all equal (zero advantage) "
-                                      "before drawing J; the paper's controlled runs ([recalled]).")
-    window: int = Field(1, ge=1, description="Eligible published steps per peer: each other peer's newest `window` step files "
-                        "(1 = the previous round, as rl-swarm).")
+    swarm_dir: str | None = Field(
+        None,
+        description="Directory shared by the peers of the swarm (required): each peer publishes "
+        "its rollouts as text under <swarm_dir>/<peer>/ and reads the others' from there.",
+    )
+    peer: str | None = Field(
+        None,
+        pattern=PEER_NAME,
+        description="This peer's name, unique in the swarm (a directory name; default 'seed-<run.seed>').",
+    )
+    local: int | None = Field(
+        None,
+        ge=0,
+        description="I: local groups per training batch, the first I of the step's kept fresh "
+        "groups (default: all of them).",
+    )
+    external: int | None = Field(
+        None,
+        ge=0,
+        description="J: received groups per training batch, drawn from the other peers' "
+        "published groups and re-scored by this peer's verifier (default: as many as the local groups, the "
+        "paper's best 4 local / 4 external split; 0 = no sharing, exactly on_policy).",
+    )
+    drop_zero_advantage: bool = Field(
+        True,
+        description="Skip received groups whose local scores are all equal (zero advantage) "
+        "before drawing J; the paper's controlled runs ([recalled]).",
+    )
+    window: int = Field(
+        1,
+        ge=1,
+        description="Eligible published steps per peer: each other peer's newest `window` step files "
+        "(1 = the previous round, as rl-swarm).",
+    )
 
 
 @dataclass(frozen=True)
@@ -144,11 +165,22 @@ def to_jsonable(x: Any) -> Any:
 def publish_record(group: Group, peer: str, step: int, index: int) -> dict:
     """The text-only record of one group (module docstring): no token ids, log-probs or tensors."""
     p = group.prompt
-    return {"format": FORMAT, "peer": peer, "step": step, "index": index,
-            "policy_version": min((r.policy_version for r in group.rollouts), default=0),
-            "prompt": {"id": p.id, "task": p.task, "text": p.text, "answer": p.answer,
-                       "messages": to_jsonable(p.messages), "metadata": to_jsonable(dict(p.metadata))},
-            "completions": [{"text": r.text, "finish": r.finish} for r in group.rollouts]}
+    return {
+        "format": FORMAT,
+        "peer": peer,
+        "step": step,
+        "index": index,
+        "policy_version": min((r.policy_version for r in group.rollouts), default=0),
+        "prompt": {
+            "id": p.id,
+            "task": p.task,
+            "text": p.text,
+            "answer": p.answer,
+            "messages": to_jsonable(p.messages),
+            "metadata": to_jsonable(dict(p.metadata)),
+        },
+        "completions": [{"text": r.text, "finish": r.finish} for r in group.rollouts],
+    }
 
 
 class Sapo(ReplaySource):
@@ -174,17 +206,23 @@ class Sapo(ReplaySource):
     def check_config(cfg, opts: SapoOptions | None) -> None:
         opts = opts or SapoOptions()
         if opts.swarm_dir is None:
-            raise UserError("replay.name = 'sapo' needs replay.options.swarm_dir (a directory shared by the peers; "
-                            "`rollwise swarm` sets it)")
+            raise UserError(
+                "replay.name = 'sapo' needs replay.options.swarm_dir (a directory shared by the peers; "
+                "`rollwise swarm` sets it)"
+            )
         probe = Path(opts.swarm_dir).absolute()
         while not probe.exists():  # the nearest existing ancestor must be writable; nothing is created at load
             probe = probe.parent
         if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
-            raise UserError(f"replay.options.swarm_dir = {opts.swarm_dir!r} cannot be created or written ({probe} is not a "
-                            "writable directory)")
+            raise UserError(
+                f"replay.options.swarm_dir = {opts.swarm_dir!r} cannot be created or written ({probe} is not a "
+                "writable directory)"
+            )
         if cfg.reward.ttrl.enabled:
-            raise UserError("replay.name = 'sapo' re-scores received rollouts with the task's verifier, which reward.ttrl.enabled "
-                            "replaces by majority votes; turn one of them off")
+            raise UserError(
+                "replay.name = 'sapo' re-scores received rollouts with the task's verifier, which reward.ttrl.enabled "
+                "replaces by majority votes; turn one of them off"
+            )
 
     def bind(self, services) -> None:
         """The local verifier and prompts, the codec that re-tokenises received text, and the
@@ -241,7 +279,7 @@ class Sapo(ReplaySource):
             return out
         for peer_dir in sorted(p for p in self.dir.iterdir() if p.is_dir() and p.name != self.peer):
             steps = sorted((int(m.group(1)), f) for f in peer_dir.iterdir() if (m := _STEP_FILE.match(f.name)))
-            for step, f in steps[-self.opts.window:]:
+            for step, f in steps[-self.opts.window :]:
                 for i, line in enumerate(f.read_text().splitlines()):
                     if line.strip():
                         out.append(Published(f"{peer_dir.name}/{step}/{i}", peer_dir.name, step, json.loads(line)))
@@ -256,8 +294,15 @@ class Sapo(ReplaySource):
         rng = random.Random(f"sapo-{self.seed}-{self._step}")
         order = rng.sample(candidates, len(candidates))
         m = self.metrics
-        m.update({"sapo/candidates": len(candidates), "sapo/rescored_groups": 0, "sapo/dropped_zero_advantage": 0,
-                  "sapo/skipped_heldout": 0, "sapo/skipped_task": 0})
+        m.update(
+            {
+                "sapo/candidates": len(candidates),
+                "sapo/rescored_groups": 0,
+                "sapo/dropped_zero_advantage": 0,
+                "sapo/skipped_heldout": 0,
+                "sapo/skipped_task": 0,
+            }
+        )
         taken: list[tuple[Published, Group]] = []
         for c in order:
             if len(taken) >= want:
@@ -278,9 +323,14 @@ class Sapo(ReplaySource):
         self.totals["cost/received_tokens"] += sum(len(r.completion_ids) for g in groups for r in g.rollouts)
         scores = [s for g in groups for s in g.verified_rewards()]
         m.update(self.totals)
-        m.update({"sapo/received_groups": len(groups), "sapo/received_rollouts": n_rollouts,
-                  "sapo/received_reward_mean": sum(scores) / len(scores) if scores else 0.0,
-                  "sapo/received_age_steps": sum(self._step - c.step for c, _ in taken) / len(taken) if taken else 0.0})
+        m.update(
+            {
+                "sapo/received_groups": len(groups),
+                "sapo/received_rollouts": n_rollouts,
+                "sapo/received_reward_mean": sum(scores) / len(scores) if scores else 0.0,
+                "sapo/received_age_steps": sum(self._step - c.step for c, _ in taken) / len(taken) if taken else 0.0,
+            }
+        )
         return groups
 
     def resolve_prompt(self, c: Published) -> Prompt | None:
@@ -316,8 +366,18 @@ class Sapo(ReplaySource):
             if len(ids) > self.max_new_tokens:
                 ids, finish = ids[: self.max_new_tokens], "length"
             text = self.codec.decode(ids)
-            rollouts.append(Rollout(prompt.id, tuple(pids), tuple(ids), (0.0,) * len(ids), finish, self._version, text,
-                                    self.task.verify(prompt, text)))
+            rollouts.append(
+                Rollout(
+                    prompt.id,
+                    tuple(pids),
+                    tuple(ids),
+                    (0.0,) * len(ids),
+                    finish,
+                    self._version,
+                    text,
+                    self.task.verify(prompt, text),
+                )
+            )
         return Group(prompt, tuple(rollouts))
 
     def with_logprobs(self, groups: list[Group]) -> list[Group]:
@@ -329,16 +389,31 @@ class Sapo(ReplaySource):
         from rollwise.batch.collate import collate
 
         b = len(rows)
-        batch = collate(rows, torch.zeros(b), torch.zeros(b, dtype=torch.long),
-                        Advantages(torch.zeros(b), torch.ones(b, dtype=torch.bool)), self.codec.pad_id)
+        batch = collate(
+            rows,
+            torch.zeros(b),
+            torch.zeros(b, dtype=torch.long),
+            Advantages(torch.zeros(b), torch.ones(b, dtype=torch.bool)),
+            self.codec.pad_id,
+        )
         lp = self.policy_logprobs(batch)
         out, i = [], 0
         for g in groups:
             new = []
             for r in g.rollouts:
                 p, c = len(r.prompt_ids), len(r.completion_ids)
-                new.append(Rollout(r.prompt_id, r.prompt_ids, r.completion_ids, tuple(lp[i, p:p + c].tolist()), r.finish,
-                                   r.policy_version, r.text, r.verdict))
+                new.append(
+                    Rollout(
+                        r.prompt_id,
+                        r.prompt_ids,
+                        r.completion_ids,
+                        tuple(lp[i, p : p + c].tolist()),
+                        r.finish,
+                        r.policy_version,
+                        r.text,
+                        r.verdict,
+                    )
+                )
                 i += 1
             out.append(Group(g.prompt, tuple(new)))
         return out

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
@@ -103,8 +103,9 @@ DETECTORS = Registry("flaw detector")
 DETECTORS.register("rule", first_false_equation)
 
 
-def fapo_penalty(rows: Sequence[Rollout], prompts: Mapping[str, Prompt], detector: Callable, penalty: float,
-                 correct_at: float) -> tuple[torch.Tensor, dict[str, float]]:
+def fapo_penalty(
+    rows: Sequence[Rollout], prompts: Mapping[str, Prompt], detector: Callable, penalty: float, correct_at: float
+) -> tuple[torch.Tensor, dict[str, float]]:
     """(B,) reward deltas (``-penalty`` on flawed positives, 0 elsewhere) and ``fapo/*`` metrics.
 
     Only rows with score ``>= correct_at`` are passed to ``detector``. Metrics:
@@ -124,5 +125,4 @@ def fapo_penalty(rows: Sequence[Rollout], prompts: Mapping[str, Prompt], detecto
             flawed += 1
             delta[i] = -penalty
     n = max(checked, 1)
-    return delta, {"fapo/flawed_frac": flawed / n, "fapo/undecided_frac": undecided / n,
-                   "fapo/checked": float(checked)}
+    return delta, {"fapo/flawed_frac": flawed / n, "fapo/undecided_frac": undecided / n, "fapo/checked": float(checked)}

@@ -54,7 +54,9 @@ def overlong_limits(opts, max_new_tokens: int) -> tuple[int, int]:
     return max_len, cache_len
 
 
-def sequence_kl(policy_logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Tensor, estimator: str) -> torch.Tensor:
+def sequence_kl(
+    policy_logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Tensor, estimator: str
+) -> torch.Tensor:
     """(B, T) log-probs and loss mask -> (B,) ``sum_t m_t k(l_t)`` with ``l = ref - policy``."""
     kl = kl_penalty(policy_logprobs.float(), ref_logprobs.float(), estimator)
     return torch.where(mask != 0, kl * mask, torch.zeros_like(kl)).sum(dim=1)
@@ -72,8 +74,9 @@ def reference_kl(rows: list[Rollout], trainer, estimator: str, pad_id: int) -> t
     return sequence_kl(policy, ref, batch.loss_mask, estimator)
 
 
-def shape(rows: list[Rollout], rewards: torch.Tensor, cfg, max_new_tokens: int,
-          kl: torch.Tensor | None = None, prompts=None) -> tuple[torch.Tensor, dict[str, float]]:
+def shape(
+    rows: list[Rollout], rewards: torch.Tensor, cfg, max_new_tokens: int, kl: torch.Tensor | None = None, prompts=None
+) -> tuple[torch.Tensor, dict[str, float]]:
     """Shaped rewards (B,) for ``rows`` and ``reward/*`` metrics (see the module docstring).
 
     ``cfg`` is the ``[reward]`` section; ``kl`` (B,) is the per-sequence KL (:func:`reference_kl`),

@@ -38,7 +38,7 @@ are re-voted with all rollouts kept so far.
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
 from rollwise.config import TtrlOptions as Options  # noqa: F401 (the schema lives in config.py)
 from rollwise.eval.metrics import majority_answer
@@ -68,32 +68,45 @@ def relabel(group: Group) -> tuple[Group, dict]:
     label = majority_answer(answers)
     out = []
     for r, a in zip(group.rollouts, answers):
-        original = r.verdict.details.get("ttrl_original", r.verdict) if r.verdict is not None else Verdict(None, "no_verdict")
+        original = (
+            r.verdict.details.get("ttrl_original", r.verdict) if r.verdict is not None else Verdict(None, "no_verdict")
+        )
         if label is None:
             v = Verdict(None, "ttrl_no_label", {"ttrl_original": original})
         else:
             agree = a is not None and a == label
-            v = Verdict(1.0 if agree else 0.0, "ttrl_agree" if agree else "ttrl_disagree",
-                        {"answer": a, "pseudo_label": label, "true_score": original.score, "ttrl_original": original})
+            v = Verdict(
+                1.0 if agree else 0.0,
+                "ttrl_agree" if agree else "ttrl_disagree",
+                {"answer": a, "pseudo_label": label, "true_score": original.score, "ttrl_original": original},
+            )
         out.append(dataclasses.replace(r, verdict=v))
     votes = [a for a in answers if a is not None]
     truth = [true_score(r) for r in group.rollouts]
-    stats = {"labelled": label is not None, "majority_ratio": votes.count(label) / len(votes) if votes else 0.0,
-             "label_correct": any(a == label and s is not None and s >= 0.5 for a, s in zip(answers, truth)),
-             "gt_ratio": sum(s is not None and s >= 0.5 for s in truth) / max(1, len(truth)),
-             "reward_hits": sum((v.verdict.score is not None and s is not None and (v.verdict.score >= 0.5) == (s >= 0.5))
-                                for v, s in zip(out, truth)), "rollouts": len(out)}
+    stats = {
+        "labelled": label is not None,
+        "majority_ratio": votes.count(label) / len(votes) if votes else 0.0,
+        "label_correct": any(a == label and s is not None and s >= 0.5 for a, s in zip(answers, truth)),
+        "gt_ratio": sum(s is not None and s >= 0.5 for s in truth) / max(1, len(truth)),
+        "reward_hits": sum(
+            (v.verdict.score is not None and s is not None and (v.verdict.score >= 0.5) == (s >= 0.5))
+            for v, s in zip(out, truth)
+        ),
+        "rollouts": len(out),
+    }
     return Group(group.prompt, tuple(out)), stats
 
 
 def step_metrics(stats: Sequence[dict]) -> dict[str, float]:
     n = max(1, len(stats))
     labelled = [s for s in stats if s["labelled"]]
-    return {"ttrl/label_acc": sum(s["label_correct"] for s in labelled) / max(1, len(labelled)),
-            "ttrl/reward_acc": sum(s["reward_hits"] for s in stats) / max(1, sum(s["rollouts"] for s in stats)),
-            "ttrl/majority_ratio": sum(s["majority_ratio"] for s in stats) / n,
-            "ttrl/gt_ratio": sum(s["gt_ratio"] for s in stats) / n,
-            "ttrl/unlabelled": float(len(stats) - len(labelled))}
+    return {
+        "ttrl/label_acc": sum(s["label_correct"] for s in labelled) / max(1, len(labelled)),
+        "ttrl/reward_acc": sum(s["reward_hits"] for s in stats) / max(1, sum(s["rollouts"] for s in stats)),
+        "ttrl/majority_ratio": sum(s["majority_ratio"] for s in stats) / n,
+        "ttrl/gt_ratio": sum(s["gt_ratio"] for s in stats) / n,
+        "ttrl/unlabelled": float(len(stats) - len(labelled)),
+    }
 
 
 class TtrlPool:

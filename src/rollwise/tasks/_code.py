@@ -7,7 +7,7 @@ reference solution as a continuation of the prompt) after calling ``CodeTask.__i
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from rollwise.tasks._common import sample_prompts
 from rollwise.types import Prompt, Verdict

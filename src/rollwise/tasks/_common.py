@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping, Sequence
 from types import SimpleNamespace
-from typing import Any, Mapping, Sequence, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
@@ -54,7 +55,9 @@ def holdout_questions(questions: Sequence[str], fraction: float, seed: int, sour
     k = round(len(distinct) * fraction)
     if fraction > 0:
         if len(distinct) < 2:
-            raise UserError(f"task {source}: {len(distinct)} distinct question(s); need at least 2 to hold "
-                            "some out (or set heldout_fraction = 0)")
+            raise UserError(
+                f"task {source}: {len(distinct)} distinct question(s); need at least 2 to hold "
+                "some out (or set heldout_fraction = 0)"
+            )
         k = min(max(k, 1), len(distinct) - 1)
     return set(random.Random(seed).sample(distinct, k))

@@ -44,7 +44,8 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from typing import Literal, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -181,7 +182,7 @@ class ArithmeticTask:
     REWARD_ONLY_OPTIONS = ("second_reward", "max_length")  # change verdicts only: the warm start is shared
     WARM_START_SIZED = False  # generated split: the warm start keeps model.warm_start.steps (rollwise.defaults)
 
-    def __init__(self, options: "make.Options"):
+    def __init__(self, options: make.Options):
         self.options = options
         levels = options.levels
         seen: set[str] = set()
@@ -223,8 +224,11 @@ class ArithmeticTask:
             return v
         text = completion.strip()
         if second == "format":  # the answer is well formed: a bare integer (cot: the trace ends in '=INTEGER')
-            ok = (exact.parse_int(text.rsplit("=", 1)[-1]) is not None and "=" in text) if prompt.metadata.get("cot") \
+            ok = (
+                (exact.parse_int(text.rsplit("=", 1)[-1]) is not None and "=" in text)
+                if prompt.metadata.get("cot")
                 else exact.parse_int(text) is not None
+            )
         else:  # "length": at most max_length characters (the tiny models' tokens are characters)
             ok = len(text) <= self.options.max_length
         return dataclasses.replace(v, rewards={"correct": v.score, second: 1.0 if ok else 0.0})

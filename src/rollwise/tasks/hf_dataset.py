@@ -30,8 +30,9 @@ Contract:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -50,19 +51,28 @@ class _Options(BaseModel):
     system_prompt_column: str | None = Field(None, description="column of a per-row system prompt (null/empty: none)")
     system_prompt: str | None = Field(None, description="system message put before every question (chat only)")
     format: Literal["json", "csv", "parquet", "arrow"] | None = Field(
-        None, description="datasets builder for a file (default: from the extension)")
+        None, description="datasets builder for a file (default: from the extension)"
+    )
     split: str = Field("train", min_length=1, description="split of a save_to_disk DatasetDict used for training")
     heldout_split: str | None = Field(None, description="split of a save_to_disk DatasetDict used as held-out set")
     heldout_path: str | None = Field(None, description="another file or save_to_disk directory used as held-out set")
-    heldout_fraction: float = Field(0.1, ge=0.0, lt=1.0, description="share of distinct questions held out when no held-out set is given")
+    heldout_fraction: float = Field(
+        0.1, ge=0.0, lt=1.0, description="share of distinct questions held out when no held-out set is given"
+    )
     seed: int = Field(0, ge=0, description="seed of the held-out draw")
-    chat: bool = Field(True, description="give prompts as chat messages, rendered by the model's chat template "
-                       "(false: plain text for base models)")
-    verifier: str = Field("math", min_length=1, description="verifier: a rollwise.verify name (math, exact, ...) or "
-                          "'package.module:function'")
+    chat: bool = Field(
+        True,
+        description="give prompts as chat messages, rendered by the model's chat template "
+        "(false: plain text for base models)",
+    )
+    verifier: str = Field(
+        "math",
+        min_length=1,
+        description="verifier: a rollwise.verify name (math, exact, ...) or 'package.module:function'",
+    )
 
     @model_validator(mode="after")
-    def _check(self) -> "_Options":
+    def _check(self) -> _Options:
         if (self.system_prompt or self.system_prompt_column) and not self.chat:
             raise ValueError("system_prompt / system_prompt_column need chat = true")
         if self.system_prompt and self.system_prompt_column:
@@ -91,13 +101,17 @@ def load_table(path: Path, opts: _Options, split: str | None = None):
             if isinstance(ds, datasets.DatasetDict):
                 want = split or opts.split
                 if want not in ds:
-                    raise UserError(f"hf task: {path} has splits {sorted(ds)}, not {want!r} (options.split / heldout_split)")
+                    raise UserError(
+                        f"hf task: {path} has splits {sorted(ds)}, not {want!r} (options.split / heldout_split)"
+                    )
                 ds = ds[want]
             return ds
         fmt = opts.format or FORMATS.get(path.suffix.lower())
         if fmt is None:
-            raise UserError(f"hf task: cannot tell the format of {path} from its extension; "
-                            f"use {sorted(FORMATS)} or set options.format")
+            raise UserError(
+                f"hf task: cannot tell the format of {path} from its extension; "
+                f"use {sorted(FORMATS)} or set options.format"
+            )
         return datasets.load_dataset(fmt, data_files=str(path), split="train")
     except UserError:
         raise
@@ -107,7 +121,9 @@ def load_table(path: Path, opts: _Options, split: str | None = None):
 
 def check_rows(path: Path, ds, opts: _Options) -> list[tuple[int, dict[str, Any]]]:
     """(row number from 1, row) for every row; ``UserError`` naming file, row and column."""
-    cols = [opts.question_column, opts.answer_column] + ([opts.system_prompt_column] if opts.system_prompt_column else [])
+    cols = [opts.question_column, opts.answer_column] + (
+        [opts.system_prompt_column] if opts.system_prompt_column else []
+    )
     for c in cols:
         if c not in ds.column_names:
             raise UserError(f"{path}: no column {c!r} (the columns are {ds.column_names})")
@@ -117,13 +133,19 @@ def check_rows(path: Path, ds, opts: _Options) -> list[tuple[int, dict[str, Any]
     for n, row in enumerate(ds.select_columns(cols), start=1):
         q, a = row[opts.question_column], row[opts.answer_column]
         if not isinstance(q, str) or not q.strip():
-            raise UserError(f"{path} row {n} column {opts.question_column!r}: must be a non-empty string, got {q!r:.80}")
+            raise UserError(
+                f"{path} row {n} column {opts.question_column!r}: must be a non-empty string, got {q!r:.80}"
+            )
         if isinstance(a, bool) or not isinstance(a, (str, int, float)) or not str(a).strip():
-            raise UserError(f"{path} row {n} column {opts.answer_column!r}: must be a non-empty string or number, got {a!r:.80}")
+            raise UserError(
+                f"{path} row {n} column {opts.answer_column!r}: must be a non-empty string or number, got {a!r:.80}"
+            )
         if opts.system_prompt_column:
             s = row[opts.system_prompt_column]
             if s is not None and not isinstance(s, str):
-                raise UserError(f"{path} row {n} column {opts.system_prompt_column!r}: must be a string or null, got {s!r:.80}")
+                raise UserError(
+                    f"{path} row {n} column {opts.system_prompt_column!r}: must be a string or null, got {s!r:.80}"
+                )
         rows.append((n, row))
     return rows
 
@@ -158,8 +180,14 @@ class HFDatasetTask:
         o = self.options
         question = row[o.question_column]
         system = o.system_prompt or (row.get(o.system_prompt_column) if o.system_prompt_column else None) or None
-        return Prompt(id=f"{self.name}/{kind}-{n}", task=self.name, text=question, answer=str(row[o.answer_column]).strip(),
-                      messages=chat(question, system) if o.chat else None, metadata={"source": self.name, "row": n})
+        return Prompt(
+            id=f"{self.name}/{kind}-{n}",
+            task=self.name,
+            text=question,
+            answer=str(row[o.answer_column]).strip(),
+            messages=chat(question, system) if o.chat else None,
+            metadata={"source": self.name, "row": n},
+        )
 
     def train_prompts(self) -> Sequence[Prompt]:
         return self._train

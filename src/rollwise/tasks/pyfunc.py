@@ -53,11 +53,28 @@ HELDOUT_SHARE = 0.25
 
 # name -> (args, expression); args "x" int, "s" str, "a, b" ints, "s, t" strs
 NAMED = {
-    2: {"rev": ("s", "s[::-1]"), "first": ("s", "s[0]"), "last": ("s", "s[-1]"), "upper": ("s", "s.upper()"),
-        "lower": ("s", "s.lower()"), "length": ("s", "len(s)"), "double": ("x", "x * 2"), "square": ("x", "x * x"),
-        "neg": ("x", "-x"), "is_even": ("x", "x % 2 == 0"), "is_odd": ("x", "x % 2 == 1"), "absval": ("x", "abs(x)")},
-    3: {"max2": ("a, b", "max(a, b)"), "min2": ("a, b", "min(a, b)"), "plus": ("a, b", "a + b"),
-        "minus": ("a, b", "a - b"), "times": ("a, b", "a * b"), "concat": ("s, t", "s + t")},
+    2: {
+        "rev": ("s", "s[::-1]"),
+        "first": ("s", "s[0]"),
+        "last": ("s", "s[-1]"),
+        "upper": ("s", "s.upper()"),
+        "lower": ("s", "s.lower()"),
+        "length": ("s", "len(s)"),
+        "double": ("x", "x * 2"),
+        "square": ("x", "x * x"),
+        "neg": ("x", "-x"),
+        "is_even": ("x", "x % 2 == 0"),
+        "is_odd": ("x", "x % 2 == 1"),
+        "absval": ("x", "abs(x)"),
+    },
+    3: {
+        "max2": ("a, b", "max(a, b)"),
+        "min2": ("a, b", "min(a, b)"),
+        "plus": ("a, b", "a + b"),
+        "minus": ("a, b", "a - b"),
+        "times": ("a, b", "a * b"),
+        "concat": ("s, t", "s + t"),
+    },
 }
 
 
@@ -97,7 +114,9 @@ def hidden_tests(name: str, args: str, expr: str, n: int, rng: random.Random) ->
     for _ in range(n):
         inputs = tuple(draw_input(k, rng) for k in kinds)
         cases.append((inputs, ref(*inputs)))
-    lines = ["def check(candidate):"] + [f"    assert candidate({', '.join(map(repr, i))}) == {want!r}" for i, want in cases]
+    lines = ["def check(candidate):"] + [
+        f"    assert candidate({', '.join(map(repr, i))}) == {want!r}" for i, want in cases
+    ]
     return "\n".join(lines) + "\n", cases
 
 
@@ -106,7 +125,7 @@ class PyFuncTask(CodeTask):
 
     name = NAME
 
-    def __init__(self, options: "make.Options"):
+    def __init__(self, options: make.Options):
         super().__init__(options)
         rng = random.Random(f"rollwise-pyfunc-heldout-{options.seed}")
         fams = {lv: functions(lv) for lv in options.levels}
@@ -114,8 +133,10 @@ class PyFuncTask(CodeTask):
         try:
             quota = allocate(options.n_heldout, cap, "held-out")
         except UserError:
-            raise UserError(f"task 'pyfunc': levels {options.levels} can hold out at most {sum(cap.values())} functions, "
-                            f"but n_heldout = {options.n_heldout}") from None
+            raise UserError(
+                f"task 'pyfunc': levels {options.levels} can hold out at most {sum(cap.values())} functions, "
+                f"but n_heldout = {options.n_heldout}"
+            ) from None
         held, train = [], []
         for lv in options.levels:
             fam, named = fams[lv]
@@ -126,8 +147,10 @@ class PyFuncTask(CodeTask):
         rng.shuffle(train)
         if options.n_train is not None:
             if options.n_train > len(train):
-                raise UserError(f"task 'pyfunc': levels {options.levels} have {len(train)} train functions, "
-                                f"but n_train = {options.n_train}; lower it or add levels")
+                raise UserError(
+                    f"task 'pyfunc': levels {options.levels} have {len(train)} train functions, "
+                    f"but n_train = {options.n_train}; lower it or add levels"
+                )
             train = train[: options.n_train]
         test_rng = random.Random(f"rollwise-pyfunc-tests-{options.seed}")
         self._train = tuple(self._prompt(lv, f, test_rng) for lv, f in train)
@@ -136,8 +159,13 @@ class PyFuncTask(CodeTask):
     def _prompt(self, level: int, fn: tuple[str, str, str], rng: random.Random) -> Prompt:
         name, args, expr = fn
         test, _ = hidden_tests(name, args, expr, self.options.tests, rng)
-        return Prompt(id=f"{NAME}/{name}", task=NAME, text=f"def {name}({args}): return ", answer=expr,
-                      metadata={"level": level, "difficulty": level, "entry_point": name, "test": test})
+        return Prompt(
+            id=f"{NAME}/{name}",
+            task=NAME,
+            text=f"def {name}({args}): return ",
+            answer=expr,
+            metadata={"level": level, "difficulty": level, "entry_point": name, "test": test},
+        )
 
 
 def make(arg: str | None, options=None) -> PyFuncTask:
@@ -150,13 +178,26 @@ def make(arg: str | None, options=None) -> PyFuncTask:
 class _Options(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    levels: list[int] = Field(default=[1, 2], min_length=1, description="difficulty levels (1-3, see rollwise.tasks.pyfunc): "
-                              "1 x+/-/*K; 2 string slices/repeats, x%K, x//K and named one-liners; 3 two-step and two-argument")
-    n_train: int | None = Field(default=None, ge=1, description="most train functions (default: every function not held out)")
-    n_heldout: int = Field(default=64, ge=0, le=200, description="held-out functions (unseen constants of trained families)")
+    levels: list[int] = Field(
+        default=[1, 2],
+        min_length=1,
+        description="difficulty levels (1-3, see rollwise.tasks.pyfunc): "
+        "1 x+/-/*K; 2 string slices/repeats, x%K, x//K and named one-liners; 3 two-step and two-argument",
+    )
+    n_train: int | None = Field(
+        default=None, ge=1, description="most train functions (default: every function not held out)"
+    )
+    n_heldout: int = Field(
+        default=64, ge=0, le=200, description="held-out functions (unseen constants of trained families)"
+    )
     tests: int = Field(default=5, ge=1, le=50, description="hidden test cases per function")
     seed: int = Field(default=0, ge=0, description="fixes both splits and the hidden test inputs")
-    workers: int = Field(default=2, ge=1, le=64, description="verifier calls run in parallel (threads, each waiting on a sandbox process)")
+    workers: int = Field(
+        default=2,
+        ge=1,
+        le=64,
+        description="verifier calls run in parallel (threads, each waiting on a sandbox process)",
+    )
     cache: bool = Field(default=True, description="reuse deterministic verdicts of identical (prompt, program) pairs")
     sandbox: Limits = Field(default_factory=Limits, description="code sandbox isolation and limits")
 

@@ -27,7 +27,8 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -48,8 +49,7 @@ class _Options(BaseModel):
     seed: int = Field(default=0, ge=0, description="seed of the train split (held-out uses seed + 1e9)")
     config: dict[str, Any] = Field(
         default_factory=dict,
-        description="options passed to reasoning_gym.create_dataset (difficulty ranges etc.); "
-        "not seed or size",
+        description="options passed to reasoning_gym.create_dataset (difficulty ranges etc.); not seed or size",
     )
     system_prompt: str = Field(
         default="default",
@@ -84,11 +84,13 @@ class ReasoningGymTask:
         self.system_prompt = SYSTEM_PROMPTS.get(options.system_prompt, options.system_prompt) or None
         built = _composite_specs(self.config) if dataset == "composite" else self.config
         try:
-            self._train_ds = reasoning_gym.create_dataset(
-                dataset, **built, seed=options.seed, size=options.size)
+            self._train_ds = reasoning_gym.create_dataset(dataset, **built, seed=options.seed, size=options.size)
             self._heldout_ds = reasoning_gym.create_dataset(
-                dataset, **built, seed=options.seed + HELDOUT_SEED_OFFSET,
-                size=HELDOUT_TRIES * options.heldout_size + 100)
+                dataset,
+                **built,
+                seed=options.seed + HELDOUT_SEED_OFFSET,
+                size=HELDOUT_TRIES * options.heldout_size + 100,
+            )
         except Exception as e:  # the dataset's own validation (assertions, type errors)
             raise UserError(f"task {self.name!r}: invalid config {self.config}: {type(e).__name__}: {e}") from None
 
@@ -147,9 +149,13 @@ def _composite_specs(config: dict) -> dict:
     specs = []
     for i, row in enumerate(config.get("datasets") or []):
         if not isinstance(row, dict) or "name" not in row:
-            raise UserError(f"task 'reasoning_gym:composite': config.datasets[{i}] must be a table with name, weight and "
-                            f"config (got {row!r})")
-        specs.append(DatasetSpec(name=row["name"], weight=float(row.get("weight", 1.0)), config=dict(row.get("config") or {})))
+            raise UserError(
+                f"task 'reasoning_gym:composite': config.datasets[{i}] must be a table with name, weight and "
+                f"config (got {row!r})"
+            )
+        specs.append(
+            DatasetSpec(name=row["name"], weight=float(row.get("weight", 1.0)), config=dict(row.get("config") or {}))
+        )
     return {**config, "datasets": specs}
 
 

@@ -49,8 +49,15 @@ LOCK = ".lock"
 CheckpointError = storage.StorageError  # a checkpoint could not be written; earlier ones are intact
 
 
-def save(run_dir: Path, step: int, model, state: dict, keep: int, extra_models: dict | None = None,
-         previous: int | None = None) -> Path:
+def save(
+    run_dir: Path,
+    step: int,
+    model,
+    state: dict,
+    keep: int,
+    extra_models: dict | None = None,
+    previous: int | None = None,
+) -> Path:
     """Write ``step-<step>`` (see the module docstring); ``extra_models`` (e.g. the frozen KL
     reference) go beside the policy as ``<name>.safetensors``. ``previous``: the newest checkpoint
     this run wrote or resumed from; if it is gone (the directory vanished) the run stops."""
@@ -132,8 +139,10 @@ def latest(run_dir: Path, log=print) -> Path | None:
         aside = root / f"corrupt-step-{step}"
         shutil.rmtree(aside, ignore_errors=True)
         path.rename(aside)
-        log(f"checkpoint step-{step} is corrupted or incomplete ({problem}); moved to {aside.name}, "
-            "using the previous checkpoint")
+        log(
+            f"checkpoint step-{step} is corrupted or incomplete ({problem}); moved to {aside.name}, "
+            "using the previous checkpoint"
+        )
     return None
 
 
@@ -141,7 +150,9 @@ def load(path: Path, model, extra_models: dict | None = None) -> dict:
     load_model(model, str(Path(path) / "model.safetensors"))
     for name, extra in (extra_models or {}).items():
         load_model(extra, str(Path(path) / f"{name}.safetensors"))
-    state = torch.load(Path(path) / "state.pt", weights_only=False, map_location="cpu")  # optimizer state follows its parameters
+    state = torch.load(
+        Path(path) / "state.pt", weights_only=False, map_location="cpu"
+    )  # optimizer state follows its parameters
     set_rng_state(state["rng"])
     return state
 
@@ -179,8 +190,10 @@ def lock_run_dir(run_dir: Path) -> None:
     except OSError:
         holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
         os.close(fd)
-        raise UserError(f"run directory {run_dir} is in use by another process (pid {holder}); "
-                        "wait for it to finish, or choose another run.name") from None
+        raise UserError(
+            f"run directory {run_dir} is in use by another process (pid {holder}); "
+            "wait for it to finish, or choose another run.name"
+        ) from None
     os.ftruncate(fd, 0)
     os.pwrite(fd, str(os.getpid()).encode(), 0)
     _HELD[key] = fd

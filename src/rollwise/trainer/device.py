@@ -54,12 +54,16 @@ def resolve_device(setting: str, cuda_count: int | None = None) -> torch.device:
         return torch.device("cpu")
     index = int(setting.split(":", 1)[1]) if ":" in setting else current
     if cuda_count == 0:
-        raise UserError(f"model.device = {setting!r} but torch sees no CUDA device on this machine "
-                        f"(torch {torch.__version__}, built {'with' if torch.version.cuda else 'without'} CUDA); "
-                        "use model.device = 'cpu' or 'auto'")
+        raise UserError(
+            f"model.device = {setting!r} but torch sees no CUDA device on this machine "
+            f"(torch {torch.__version__}, built {'with' if torch.version.cuda else 'without'} CUDA); "
+            "use model.device = 'cpu' or 'auto'"
+        )
     if index >= cuda_count:
-        raise UserError(f"model.device = {setting!r} but this machine has {cuda_count} CUDA device(s) "
-                        f"(cuda:0 .. cuda:{cuda_count - 1})")
+        raise UserError(
+            f"model.device = {setting!r} but this machine has {cuda_count} CUDA device(s) "
+            f"(cuda:0 .. cuda:{cuda_count - 1})"
+        )
     return torch.device("cuda", index)
 
 
@@ -70,17 +74,23 @@ def describe(device: torch.device) -> dict:
 
         return {"device/type": "cpu", "device/name": cpu_model() or "cpu"}
     free, total = torch.cuda.mem_get_info(device)
-    return {"device/type": "cuda", "device/index": device.index or 0,
-            "device/name": torch.cuda.get_device_name(device),
-            "device/memory_gib": round(total / GIB, 2), "device/free_gib": round(free / GIB, 2),
-            "device/capability": ".".join(map(str, torch.cuda.get_device_capability(device)))}
+    return {
+        "device/type": "cuda",
+        "device/index": device.index or 0,
+        "device/name": torch.cuda.get_device_name(device),
+        "device/memory_gib": round(total / GIB, 2),
+        "device/free_gib": round(free / GIB, 2),
+        "device/capability": ".".join(map(str, torch.cuda.get_device_capability(device))),
+    }
 
 
 def summary(info: dict) -> str:
     """One log line from ``describe``'s facts."""
     if info.get("device/type") == "cuda":
-        return (f"device: cuda:{info['device/index']} {info['device/name']} ({info['device/memory_gib']:.1f} GiB, "
-                f"{info['device/free_gib']:.1f} GiB free, compute capability {info['device/capability']})")
+        return (
+            f"device: cuda:{info['device/index']} {info['device/name']} ({info['device/memory_gib']:.1f} GiB, "
+            f"{info['device/free_gib']:.1f} GiB free, compute capability {info['device/capability']})"
+        )
     return f"device: cpu ({info.get('device/name', 'cpu')})"
 
 
@@ -99,19 +109,29 @@ class MemoryPlan:
         return self.weights + self.gradients + self.optimizer + self.reference + self.engine
 
     def explain(self) -> str:
-        parts = [("weights", self.weights), ("gradients", self.gradients), ("AdamW moments (fp32)", self.optimizer),
-                 ("reference copy", self.reference), ("colocated vLLM", self.engine)]
+        parts = [
+            ("weights", self.weights),
+            ("gradients", self.gradients),
+            ("AdamW moments (fp32)", self.optimizer),
+            ("reference copy", self.reference),
+            ("colocated vLLM", self.engine),
+        ]
         return " + ".join(f"{name} {b / GIB:.2f}" for name, b in parts if b) + f" = {self.total / GIB:.2f} GiB"
 
 
-def training_memory(n_params: int, trainable: int, dtype_bytes: int, reference: bool,
-                    engine_share: float = 0.0, device_bytes: int = 0) -> MemoryPlan:
+def training_memory(
+    n_params: int, trainable: int, dtype_bytes: int, reference: bool, engine_share: float = 0.0, device_bytes: int = 0
+) -> MemoryPlan:
     """The arithmetic: ``n_params`` weights of ``dtype_bytes`` each, ``trainable`` of them with a
     gradient (same dtype) and two fp32 AdamW moments, a frozen reference copy when ``reference``,
     and ``engine_share`` of ``device_bytes`` for a colocated engine."""
-    return MemoryPlan(weights=n_params * dtype_bytes, gradients=trainable * dtype_bytes, optimizer=trainable * 8,
-                      reference=n_params * dtype_bytes if reference else 0,
-                      engine=int(engine_share * device_bytes))
+    return MemoryPlan(
+        weights=n_params * dtype_bytes,
+        gradients=trainable * dtype_bytes,
+        optimizer=trainable * 8,
+        reference=n_params * dtype_bytes if reference else 0,
+        engine=int(engine_share * device_bytes),
+    )
 
 
 def check_fits(plan: MemoryPlan, device_bytes: int, where: str) -> None:
@@ -122,11 +142,13 @@ def check_fits(plan: MemoryPlan, device_bytes: int, where: str) -> None:
             f"the model does not fit {where}: {plan.explain()} needed before activations, but {device_bytes / GIB:.2f} GiB "
             f"x {1 - HEADROOM:.2f} (headroom for activations) = {budget / GIB:.2f} GiB is available. Use model.lora.enabled "
             "= true (gradients and moments for the adapters only), model.dtype = 'bfloat16', reward.kl.coef = 0 (no "
-            "reference copy), a smaller vllm.gpu_memory_utilization, or a larger device")
+            "reference copy), a smaller vllm.gpu_memory_utilization, or a larger device"
+        )
 
 
-def check_model_fits(model, device: torch.device, dtype_bytes: int, lora: bool, reference: bool,
-                     engine_share: float = 0.0) -> MemoryPlan | None:
+def check_model_fits(
+    model, device: torch.device, dtype_bytes: int, lora: bool, reference: bool, engine_share: float = 0.0
+) -> MemoryPlan | None:
     """``training_memory`` of a loaded (CPU) ``model`` against ``device``'s memory, before it moves
     there; None on CPU (host memory is not checked). With ``lora`` the adapters' gradients and
     moments are left out (well under 1% of the weights)."""

@@ -33,8 +33,9 @@ def fusable(head) -> bool:
     return type(head) is torch.nn.Linear
 
 
-def _logits(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, inv_t: float,
-            dtype: torch.dtype | None) -> torch.Tensor:
+def _logits(
+    h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, inv_t: float, dtype: torch.dtype | None
+) -> torch.Tensor:
     """fp32 ``(h W^T + b) / T``, the product in ``dtype`` (None: the weights' own)."""
     dt = dtype or weight.dtype  # .to is a no-op where the dtype already matches
     z = torch.nn.functional.linear(h.to(dt), weight.to(dt), None if bias is None else bias.to(dt))
@@ -86,8 +87,9 @@ class _HeadLogprobs(torch.autograd.Function):
         return g_h, g_w, g_b, None, None, None, None, None
 
 
-def reference_head_logprobs(h: torch.Tensor, head, targets: torch.Tensor, temperature: float,
-                            with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def reference_head_logprobs(
+    h: torch.Tensor, head, targets: torch.Tensor, temperature: float, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The same values through autograd: any head module (caller's autocast applies)."""
     logits = head(h).float()
     if temperature > 0 and temperature != 1.0:
@@ -98,9 +100,15 @@ def reference_head_logprobs(h: torch.Tensor, head, targets: torch.Tensor, temper
     return lp, ent
 
 
-def head_logprobs(h: torch.Tensor, head: torch.nn.Linear, targets: torch.Tensor, temperature: float,
-                  with_entropy: bool, compute_dtype: torch.dtype | None = None,
-                  keep: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def head_logprobs(
+    h: torch.Tensor,
+    head: torch.nn.Linear,
+    targets: torch.Tensor,
+    temperature: float,
+    with_entropy: bool,
+    compute_dtype: torch.dtype | None = None,
+    keep: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(lp, entropy), each (n,) fp32, of ``targets`` under ``softmax(head(h) / temperature)``
     (temperature <= 0 means 1, as greedy decoding has no temperature to divide by); the fused
     function above, for a plain ``nn.Linear`` head. ``keep`` saves the (n, V) fp32 log-probs for the
@@ -108,4 +116,6 @@ def head_logprobs(h: torch.Tensor, head: torch.nn.Linear, targets: torch.Tensor,
     held until the backward: the caller decides when that fits, ``trainer.KEEP_LOGITS_BYTES``)."""
     inv_t = 1.0 / temperature if temperature > 0 else 1.0
     dtype = None if compute_dtype in (None, torch.float32) else compute_dtype
-    return _HeadLogprobs.apply(h, head.weight, head.bias, targets, inv_t, with_entropy, dtype, keep and torch.is_grad_enabled())
+    return _HeadLogprobs.apply(
+        h, head.weight, head.bias, targets, inv_t, with_entropy, dtype, keep and torch.is_grad_enabled()
+    )

@@ -51,8 +51,9 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from rollwise.registry import UserError
 
@@ -124,8 +125,7 @@ def _require_gguf_support() -> None:
     missing = [m for m in ("gguf", "accelerate") if importlib.util.find_spec(m) is None]
     if missing:
         raise UserError(
-            f"loading a GGUF file needs {' and '.join(missing)}, not installed; "
-            f"install with: {HF_EXTRA_HINT}"
+            f"loading a GGUF file needs {' and '.join(missing)}, not installed; install with: {HF_EXTRA_HINT}"
         )
 
 
@@ -163,7 +163,7 @@ def check_model_name(name: str, builtin_names: Sequence[str] = ()) -> None:
     raise UserError(f"model file {name!r} is not a .gguf file; {_valid_forms(builtin_names)}")
 
 
-def _torch_dtype(dtype: str) -> "torch.dtype":
+def _torch_dtype(dtype: str) -> torch.dtype:
     import torch
 
     key = _DTYPES.get(str(dtype).lower())
@@ -271,9 +271,7 @@ def convert_gguf(path: str | Path, cache_dir: Path | None = None) -> Path:
     entry.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_temps(entry)
     if entry.exists():  # no marker: not written by us through the rename, so not trusted
-        raise UserError(
-            f"cache directory {entry} exists but is incomplete (no {CACHE_MARKER}); remove it"
-        )
+        raise UserError(f"cache directory {entry} exists but is incomplete (no {CACHE_MARKER}); remove it")
     tmp = entry.parent / f".tmp-{entry.name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     started = time.perf_counter()
@@ -316,9 +314,7 @@ def _load_hf_dir(path: Path, dtype: str) -> tuple[Any, Any]:
     return model, tokenizer
 
 
-def load_pretrained(
-    name: str, *, dtype: str = "float32", cache_dir: Path | None = None
-) -> tuple[Any, Any]:
+def load_pretrained(name: str, *, dtype: str = "float32", cache_dir: Path | None = None) -> tuple[Any, Any]:
     """Load ``(model, tokenizer)`` for a model name; see the module docstring for the forms.
 
     ``dtype`` is one of float32/bfloat16/float16 (or fp32/bf16/fp16); on CPU use float32.
@@ -342,9 +338,7 @@ def load_pretrained(
 # ----------------------------------------------------------------------------- LoRA
 
 
-def apply_lora(
-    model: Any, r: int, alpha: int, dropout: float, target_modules: list[str]
-) -> Any:
+def apply_lora(model: Any, r: int, alpha: int, dropout: float, target_modules: list[str]) -> Any:
     """Wrap ``model`` with LoRA adapters (peft); only the adapter weights stay trainable.
 
     ``target_modules`` are module-name suffixes, e.g. ``["q_proj", "k_proj", "v_proj",
@@ -355,7 +349,7 @@ def apply_lora(
     try:
         import peft
     except ImportError:
-        raise UserError(f"LoRA needs peft, which is not installed; install with: {HF_EXTRA_HINT}")
+        raise UserError(f"LoRA needs peft, which is not installed; install with: {HF_EXTRA_HINT}") from None
     if r <= 0:
         raise UserError(f"LoRA rank r must be positive, got {r}")
     if not target_modules:
@@ -364,15 +358,10 @@ def apply_lora(
     unknown = [t for t in target_modules if t not in names]
     if unknown:
         linear = sorted(
-            {
-                n.rsplit(".", 1)[-1]
-                for n, m in model.named_modules()
-                if type(m).__name__ == "Linear" and "." in n
-            }
+            {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if type(m).__name__ == "Linear" and "." in n}
         )
         raise UserError(
-            f"LoRA target module(s) {unknown} not found in the model; its linear layers are "
-            f"named: {', '.join(linear)}"
+            f"LoRA target module(s) {unknown} not found in the model; its linear layers are named: {', '.join(linear)}"
         )
     config = peft.LoraConfig(
         r=r,
@@ -385,21 +374,17 @@ def apply_lora(
     return peft.get_peft_model(model, config)
 
 
-def trainable_state_dict(model: Any) -> dict[str, "torch.Tensor"]:
+def trainable_state_dict(model: Any) -> dict[str, torch.Tensor]:
     """Detached copies of the parameters that require grad, by their names in ``model``.
 
     For a LoRA model these are the adapter matrices only; for a full fine-tune, everything.
     Save with ``safetensors.torch.save_file(trainable_state_dict(m), path)`` and restore with
     ``m.load_state_dict(sd, strict=False)`` on a model built the same way.
     """
-    return {
-        name: p.detach().clone().contiguous()
-        for name, p in model.named_parameters()
-        if p.requires_grad
-    }
+    return {name: p.detach().clone().contiguous() for name, p in model.named_parameters() if p.requires_grad}
 
 
-def merged_state_dict(model: Any) -> dict[str, "torch.Tensor"]:
+def merged_state_dict(model: Any) -> dict[str, torch.Tensor]:
     """State dict of the base model with every active LoRA adapter folded in (W + ΔW).
 
     Keys are those of the unwrapped base model (``model.layers.0.self_attn.q_proj.weight``), so
@@ -426,7 +411,7 @@ def merged_state_dict(model: Any) -> dict[str, "torch.Tensor"]:
             if delta is not None:
                 prefix = f"{mod_name}." if mod_name else ""
                 deltas[f"{prefix}base_layer.weight"] = delta
-    out: dict[str, "torch.Tensor"] = {}
+    out: dict[str, torch.Tensor] = {}
     for key, value in base.state_dict().items():
         parts = key.split(".")
         if any(p.startswith("lora_") for p in parts):

@@ -54,7 +54,7 @@ class MismatchMeter:
         self.tokens += float(on.sum())
 
     @classmethod
-    def merge(cls, meters: list["MismatchMeter"]) -> "MismatchMeter":
+    def merge(cls, meters: list[MismatchMeter]) -> MismatchMeter:
         """One meter over the tokens of all ``meters`` (data-parallel ranks): sums added in
         order, maxima maxed."""
         out = cls()
@@ -68,8 +68,11 @@ class MismatchMeter:
     def metrics(self) -> dict[str, float]:
         if not self.tokens:
             return {}
-        return {"mismatch/abs_mean": self.abs_sum / self.tokens, "mismatch/abs_max": self.abs_max,
-                "mismatch/k3_kl": self.k3_sum / self.tokens}
+        return {
+            "mismatch/abs_mean": self.abs_sum / self.tokens,
+            "mismatch/abs_max": self.abs_max,
+            "mismatch/k3_kl": self.k3_sum / self.tokens,
+        }
 
 
 class StaleWeightsError(UserError):
@@ -101,9 +104,11 @@ class GapGuard:
         if why is None:
             self.history.append(gap)
             return None
-        return (f"the sampler's log-probs are {gap:.4f} nats per token from the trainer's ({why}): the rollout engine "
-                "is most likely generating with stale weights (a weight push that did not arrive). The run stops before "
-                "training on them; its last checkpoint is intact. Set train.gap_guard.enabled = false to train anyway")
+        return (
+            f"the sampler's log-probs are {gap:.4f} nats per token from the trainer's ({why}): the rollout engine "
+            "is most likely generating with stale weights (a weight push that did not arrive). The run stops before "
+            "training on them; its last checkpoint is intact. Set train.gap_guard.enabled = false to train anyway"
+        )
 
 
 def default_tis(options, cfg):

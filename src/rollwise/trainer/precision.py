@@ -40,9 +40,9 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -80,7 +80,11 @@ class Precision:
         timings were cached (the log does), so every run on one machine writes the same fields and
         a resumed run's lines read as an uninterrupted run's."""
         speedup = None if self.bf16_speedup is None else round(self.bf16_speedup, 4)
-        return {"precision/compute_dtype": self.name, "precision/bf16_speedup": speedup, "precision/reason": self.reason}
+        return {
+            "precision/compute_dtype": self.name,
+            "precision/bf16_speedup": speedup,
+            "precision/reason": self.reason,
+        }
 
     def describe(self) -> str:
         """The log line: ``compute dtype: float32 (model.compute_dtype = 'auto'; measured: ...)``."""
@@ -117,6 +121,7 @@ class MatmulShapes:
     def of(cls, config) -> MatmulShapes:
         """Read the sizes from a Hugging Face model config (Llama/Qwen/Mistral names, GPT-2 names as
         a fallback); a ``ValueError`` names what is missing."""
+
         def get(*names, default=None):
             for n in names:
                 v = getattr(config, n, None)
@@ -124,15 +129,21 @@ class MatmulShapes:
                     return int(v)
             if default is not None:
                 return default
-            raise ValueError(f"model config {type(config).__name__} has none of {', '.join(names)}: "
-                             "cannot measure its matrix products (set model.compute_dtype to float32 or bfloat16)")
+            raise ValueError(
+                f"model config {type(config).__name__} has none of {', '.join(names)}: "
+                "cannot measure its matrix products (set model.compute_dtype to float32 or bfloat16)"
+            )
 
         hidden = get("hidden_size", "n_embd", "d_model")
         heads = get("num_attention_heads", "n_head", default=1)
         kv_heads = get("num_key_value_heads", default=heads)
-        return cls(hidden=hidden, intermediate=get("intermediate_size", "n_inner", "ffn_dim", default=4 * hidden),
-                   kv=hidden * kv_heads // max(1, heads), vocab=get("vocab_size"),
-                   layers=get("num_hidden_layers", "n_layer", "num_layers"))
+        return cls(
+            hidden=hidden,
+            intermediate=get("intermediate_size", "n_inner", "ffn_dim", default=4 * hidden),
+            kv=hidden * kv_heads // max(1, heads),
+            vocab=get("vocab_size"),
+            layers=get("num_hidden_layers", "n_layer", "num_layers"),
+        )
 
     def products(self) -> list[tuple[int, int, int]]:
         """``(in features, out features, times per pass)`` of each distinct linear layer: query and
@@ -160,8 +171,12 @@ def _product_seconds(w: torch.Tensor, x: torch.Tensor, dtype: torch.dtype, clock
     return clock() - t0
 
 
-def measure_pass_seconds(shapes: MatmulShapes, rows: int = MEASURE_ROWS, budget_s: float = MEASURE_BUDGET_S,
-                         clock: Callable[[], float] = time.perf_counter) -> tuple[float, float]:
+def measure_pass_seconds(
+    shapes: MatmulShapes,
+    rows: int = MEASURE_ROWS,
+    budget_s: float = MEASURE_BUDGET_S,
+    clock: Callable[[], float] = time.perf_counter,
+) -> tuple[float, float]:
     """Seconds of one pass through ``shapes``' products (forward + backward, ``rows`` token rows) in
     fp32 and under bf16 autocast on this CPU: ``(fp32_s, bf16_s)``. Each round times every product
     in both dtypes back to back, alternating which goes first; a product's time is its fastest
@@ -172,8 +187,13 @@ def measure_pass_seconds(shapes: MatmulShapes, rows: int = MEASURE_ROWS, budget_
     tensors = []
     for i, o, count in shapes.products():
         timed = min(o, MAX_TIMED_OUT)
-        tensors.append((torch.randn(timed, i, generator=gen).mul_(0.02).requires_grad_(),
-                        torch.randn(rows, i, generator=gen).requires_grad_(), count * o / timed))
+        tensors.append(
+            (
+                torch.randn(timed, i, generator=gen).mul_(0.02).requires_grad_(),
+                torch.randn(rows, i, generator=gen).requires_grad_(),
+                count * o / timed,
+            )
+        )
     dtypes = (torch.float32, torch.bfloat16)
     best = {d: [float("inf")] * len(tensors) for d in dtypes}
     with torch.enable_grad():
@@ -183,7 +203,7 @@ def measure_pass_seconds(shapes: MatmulShapes, rows: int = MEASURE_ROWS, budget_
         t0, rounds = clock(), 0
         while True:
             for k, (w, x, _) in enumerate(tensors):  # both dtypes of a product back to back: the same load
-                for d in (dtypes if (rounds + k) % 2 == 0 else dtypes[::-1]):
+                for d in dtypes if (rounds + k) % 2 == 0 else dtypes[::-1]:
                     best[d][k] = min(best[d][k], _product_seconds(w, x, d, clock))
             rounds += 1
             elapsed = clock() - t0
@@ -221,15 +241,24 @@ def cpu_model(cpuinfo: str | None = None) -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
-def machine_key(shapes: MatmulShapes, cpu: str | None = None, flags: frozenset[str] | None = None,
-                torch_version: str | None = None, threads: int | None = None) -> dict:
+def machine_key(
+    shapes: MatmulShapes,
+    cpu: str | None = None,
+    flags: frozenset[str] | None = None,
+    torch_version: str | None = None,
+    threads: int | None = None,
+) -> dict:
     """What a measured decision depends on: the cache entry's key (defaults: this machine)."""
     flags = cpu_flags() if flags is None else flags
-    return {"version": CACHE_VERSION, "cpu": cpu_model() if cpu is None else cpu,
-            "cpu_flags_sha": hashlib.sha256(" ".join(sorted(flags)).encode()).hexdigest()[:16],
-            "torch": torch.__version__ if torch_version is None else torch_version,
-            "threads": torch.get_num_threads() if threads is None else threads,
-            "shapes": asdict(shapes), "rows": MEASURE_ROWS}
+    return {
+        "version": CACHE_VERSION,
+        "cpu": cpu_model() if cpu is None else cpu,
+        "cpu_flags_sha": hashlib.sha256(" ".join(sorted(flags)).encode()).hexdigest()[:16],
+        "torch": torch.__version__ if torch_version is None else torch_version,
+        "threads": torch.get_num_threads() if threads is None else threads,
+        "shapes": asdict(shapes),
+        "rows": MEASURE_ROWS,
+    }
 
 
 def _digest(key: dict) -> str:
@@ -277,9 +306,14 @@ def _write_cache(path: Path, entries: dict) -> None:
     os.replace(tmp, path)
 
 
-def measured_cpu_decision(shapes: MatmulShapes, *, cache_path: Path | None = None,
-                          measure: Callable[[MatmulShapes], tuple[float, float]] | None = None,
-                          key: dict | None = None, log: Callable[[str], None] | None = None) -> Precision:
+def measured_cpu_decision(
+    shapes: MatmulShapes,
+    *,
+    cache_path: Path | None = None,
+    measure: Callable[[MatmulShapes], tuple[float, float]] | None = None,
+    key: dict | None = None,
+    log: Callable[[str], None] | None = None,
+) -> Precision:
     """``auto`` on a CPU: bf16 or fp32 from timings of ``shapes``' products, read from the cache
     entry for ``key`` (default: this machine, ``machine_key``) or measured (``measure``, default
     ``measure_pass_seconds``) and stored there. A cache that cannot be read is measured over; one
@@ -290,24 +324,38 @@ def measured_cpu_decision(shapes: MatmulShapes, *, cache_path: Path | None = Non
     digest = _digest(key)
     with _locked(path):
         entry = _read_cache(path).get(digest)
-        cached = isinstance(entry, dict) and entry.get("key") == key and _positive(entry.get("fp32_s")) and _positive(entry.get("bf16_s"))
+        cached = (
+            isinstance(entry, dict)
+            and entry.get("key") == key
+            and _positive(entry.get("fp32_s"))
+            and _positive(entry.get("bf16_s"))
+        )
         if cached:
             fp32_s, bf16_s = float(entry["fp32_s"]), float(entry["bf16_s"])
         else:
             fp32_s, bf16_s = measure(shapes)
             entries = _read_cache(path)
-            entries[digest] = {"key": key, "fp32_s": fp32_s, "bf16_s": bf16_s, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            entries[digest] = {
+                "key": key,
+                "fp32_s": fp32_s,
+                "bf16_s": bf16_s,
+                "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            }
             try:
                 _write_cache(path, entries)
             except OSError as e:
                 if log is not None:
-                    log(f"warning: could not cache the compute-dtype measurement in {path} ({e}); the next run measures again")
+                    log(
+                        f"warning: could not cache the compute-dtype measurement in {path} ({e}); the next run measures again"
+                    )
     dtype, speedup = choose(fp32_s, bf16_s)
     verdict = "bf16 is" if dtype == torch.bfloat16 else f"bf16 needs >= {BF16_MIN_SPEEDUP:.2f}x; fp32 is"
     where = f"cached in {path}" if cached else f"measured now, cached in {path}"
-    detail = (f"the model's matrix products on {key['cpu']} ({key['threads']} threads, torch {key['torch']}) took "
-              f"{fp32_s * 1e3:.2f} ms in fp32 and {bf16_s * 1e3:.2f} ms under bf16 autocast per pass, "
-              f"bf16 speed-up {speedup:.2f}x: {verdict} faster here ({where})")
+    detail = (
+        f"the model's matrix products on {key['cpu']} ({key['threads']} threads, torch {key['torch']}) took "
+        f"{fp32_s * 1e3:.2f} ms in fp32 and {bf16_s * 1e3:.2f} ms under bf16 autocast per pass, "
+        f"bf16 speed-up {speedup:.2f}x: {verdict} faster here ({where})"
+    )
     return Precision(dtype, "auto", "measured", detail, speedup, fp32_s, bf16_s, cached)
 
 
@@ -318,10 +366,16 @@ def _positive(v) -> bool:
 # ----------------------------------------------------------------------------- resolution (the one entry point)
 
 
-def decide_compute_dtype(setting: str, device: torch.device | str = "cpu", model_config=None, *,
-                         weights_dtype: torch.dtype | None = None, cache_path: Path | None = None,
-                         measure: Callable[[MatmulShapes], tuple[float, float]] | None = None,
-                         log: Callable[[str], None] | None = None) -> Precision:
+def decide_compute_dtype(
+    setting: str,
+    device: torch.device | str = "cpu",
+    model_config=None,
+    *,
+    weights_dtype: torch.dtype | None = None,
+    cache_path: Path | None = None,
+    measure: Callable[[MatmulShapes], tuple[float, float]] | None = None,
+    log: Callable[[str], None] | None = None,
+) -> Precision:
     """What ``setting`` ("auto" / "float32" / "bfloat16") means for a model with config
     ``model_config`` on ``device`` (module docstring). On a CPU ``auto`` needs ``model_config``
     (its matrix shapes are what is timed)."""
@@ -330,14 +384,22 @@ def decide_compute_dtype(setting: str, device: torch.device | str = "cpu", model
     if setting != "auto":
         return Precision(getattr(torch, setting), setting, "configured", "set explicitly, not measured")
     if weights_dtype == torch.bfloat16:
-        return Precision(torch.bfloat16, setting, "bf16 weights", "model.dtype is bfloat16, so products run in bf16 anyway")
+        return Precision(
+            torch.bfloat16, setting, "bf16 weights", "model.dtype is bfloat16, so products run in bf16 anyway"
+        )
     dev = torch.device(device)
     if dev.type == "cuda":
         ok = torch.cuda.is_bf16_supported()
-        return Precision(torch.bfloat16 if ok else torch.float32, setting, "cuda bf16 support",
-                         f"torch.cuda.is_bf16_supported() is {ok} (not measured on GPUs)")
+        return Precision(
+            torch.bfloat16 if ok else torch.float32,
+            setting,
+            "cuda bf16 support",
+            f"torch.cuda.is_bf16_supported() is {ok} (not measured on GPUs)",
+        )
     if dev.type != "cpu":
-        return Precision(torch.float32, setting, "no rule for device", f"auto has no bf16 rule for {dev.type!r} devices")
+        return Precision(
+            torch.float32, setting, "no rule for device", f"auto has no bf16 rule for {dev.type!r} devices"
+        )
     if model_config is None:
         raise ValueError("compute_dtype 'auto' on CPU times the model's matrix products: pass its config")
     return measured_cpu_decision(MatmulShapes.of(model_config), cache_path=cache_path, measure=measure, log=log)

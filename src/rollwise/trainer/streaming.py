@@ -35,8 +35,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import torch
-
 from rollwise.objectives.common import denominator
 from rollwise.registry import Compat
 from rollwise.types import Batch
@@ -53,14 +51,23 @@ def row_keys(batch: Batch) -> list[tuple]:
     for i in range(batch.size):
         n = int(batch.attention_mask[i].sum())
         tok = None if batch.token_advantages is None else tuple(batch.token_advantages[i, :n].tolist())
-        out.append((tuple(batch.input_ids[i, :n].tolist()), tuple(batch.loss_mask[i, :n].tolist()),
-                    tuple(batch.old_logprobs[i, :n].tolist()), float(batch.advantages[i]), tok))
+        out.append(
+            (
+                tuple(batch.input_ids[i, :n].tolist()),
+                tuple(batch.loss_mask[i, :n].tolist()),
+                tuple(batch.old_logprobs[i, :n].tolist()),
+                float(batch.advantages[i]),
+                tok,
+            )
+        )
     return out
 
 
 def unit_counts(batch: Batch) -> Batch:
     """``batch`` with the step's global counts set to 1 (its loss is then the plain sum)."""
-    return dataclasses.replace(batch, num_loss_tokens=1, num_sequences=1, num_rows=None if batch.num_rows is None else 1)
+    return dataclasses.replace(
+        batch, num_loss_tokens=1, num_sequences=1, num_rows=None if batch.num_rows is None else 1
+    )
 
 
 class StreamingTrainer:
@@ -95,4 +102,8 @@ class StreamingTrainer:
         opts = self.trainer.options
         args = (opts.aggregation, None, opts.norm_constant, opts.count_empty_rows)
         scale = denominator(args[0], unit_counts(batch), *args[2:]) / denominator(args[0], batch, *args[2:])
-        return {**self.trainer.step(batch, acc, grad_scale=scale), "periodic/streamed_rows": streamed, "periodic/recomputed": 0}
+        return {
+            **self.trainer.step(batch, acc, grad_scale=scale),
+            "periodic/streamed_rows": streamed,
+            "periodic/recomputed": 0,
+        }

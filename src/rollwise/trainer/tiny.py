@@ -58,9 +58,16 @@ def build_tiny(name: str, seed: int = 0):
     p = PRESETS[canonical(name)]
     tok = char_tokenizer()
     cfg = LlamaConfig(
-        vocab_size=len(tok), hidden_size=p.hidden, intermediate_size=p.ffn, num_hidden_layers=p.layers,
-        num_attention_heads=p.heads, num_key_value_heads=p.heads, max_position_embeddings=512,
-        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+        vocab_size=len(tok),
+        hidden_size=p.hidden,
+        intermediate_size=p.ffn,
+        num_hidden_layers=p.layers,
+        num_attention_heads=p.heads,
+        num_key_value_heads=p.heads,
+        max_position_embeddings=512,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
         tie_word_embeddings=True,
     )
     with torch.random.fork_rng():

@@ -53,15 +53,16 @@ import math
 import torch
 
 from rollwise.objectives.ess import ess_lr_scale, ess_ratio
-from rollwise.trainer.head import fusable, head_logprobs, reference_head_logprobs
 from rollwise.trainer.device import CPU_KEEP_LOGITS_BYTES, keep_logits_bytes
+from rollwise.trainer.head import fusable, head_logprobs, reference_head_logprobs
 from rollwise.trainer.mismatch import MismatchMeter, StaleWeightsError
 from rollwise.trainer.precision import autocast
 from rollwise.types import Batch
 
-
 LOGIT_CHUNK = 512  # positions per LM-head + log-softmax chunk (49k vocab: ~100 MB of fp32 logits)
-KEEP_LOGITS_BYTES = CPU_KEEP_LOGITS_BYTES  # on CPU a micro-batch whose completion log-probs fit keeps them for the backward
+KEEP_LOGITS_BYTES = (
+    CPU_KEEP_LOGITS_BYTES  # on CPU a micro-batch whose completion log-probs fit keeps them for the backward
+)
 # pack only when the packed rows are at most this share of the micro-batch's rows: position ids
 # make the model build the packed-sequence mask, which cost ~14% of SmolLM2's decoder forward +
 # backward against plain causal attention (benchmarks/train_profile.py, CPU), so saving fewer rows
@@ -112,9 +113,15 @@ def pack_rows(lengths: list[int], width: int) -> list[list[int]]:
     return rows
 
 
-def token_logprobs(model, batch: Batch, temperature: float, with_entropy: bool = False,
-                   where: torch.Tensor | None = None, compute_dtype: torch.dtype | None = None,
-                   chunk: int = LOGIT_CHUNK):
+def token_logprobs(
+    model,
+    batch: Batch,
+    temperature: float,
+    with_entropy: bool = False,
+    where: torch.Tensor | None = None,
+    compute_dtype: torch.dtype | None = None,
+    chunk: int = LOGIT_CHUNK,
+):
     """(B, T) log-probs of ``input_ids`` under ``model`` at the positions ``where`` (default
     ``completion_positions``; 0 elsewhere, and at position 0) and, with ``with_entropy``, the
     entropy of the distribution there.
@@ -141,7 +148,9 @@ def token_logprobs(model, batch: Batch, temperature: float, with_entropy: bool =
     if parts is None:
         with autocast(compute_dtype, dev):
             logits = model(input_ids=ids, attention_mask=attn.long()).logits[:, :-1]
-        lp, ent = reference_head_logprobs(logits.reshape(-1, logits.shape[-1]), lambda x: x, ids[:, 1:].reshape(-1), temperature, with_entropy)
+        lp, ent = reference_head_logprobs(
+            logits.reshape(-1, logits.shape[-1]), lambda x: x, ids[:, 1:].reshape(-1), temperature, with_entropy
+        )
         keep = where[:, 1:].to(lp.dtype)
         lp = torch.nn.functional.pad(lp.view(ids.shape[0], -1) * keep, (1, 0))
         ent = torch.nn.functional.pad(ent.view(ids.shape[0], -1) * keep, (1, 0)) if with_entropy else None
@@ -162,8 +171,8 @@ def token_logprobs(model, batch: Batch, temperature: float, with_entropy: bool =
         off = 0
         for i in members:
             n = lengths[i]
-            packed[r, off:off + n] = ids[i, :n]
-            ppos[r, off:off + n] = torch.arange(n, device=dev)
+            packed[r, off : off + n] = ids[i, :n]
+            ppos[r, off : off + n] = torch.arange(n, device=dev)
             row_of[i], off_of[i] = r, off
             off += n
         if off < width:  # the row's free tail is a block of its own (a fresh position 0..)
@@ -178,7 +187,7 @@ def token_logprobs(model, batch: Batch, temperature: float, with_entropy: bool =
     fused = fusable(head)
     keep = fused and len(targets) * head.out_features * 4 <= keep_logits_bytes(dev)
     for lo in range(0, len(targets), chunk):
-        args = (h[lo:lo + chunk], head, targets[lo:lo + chunk], temperature, with_entropy)
+        args = (h[lo : lo + chunk], head, targets[lo : lo + chunk], temperature, with_entropy)
         if fused:  # rollwise.trainer.head: gradient by formula, logits kept or rebuilt for the backward
             lp_c, ent_c = head_logprobs(*args, compute_dtype=compute_dtype, keep=keep)
         else:
@@ -209,14 +218,25 @@ class Accumulated:
 
 
 class Trainer:
-    def __init__(self, model, objective, options, train_cfg, temperature: float, reference: bool = False,
-                 compute_dtype: torch.dtype | None = None, data_parallel=None):
+    def __init__(
+        self,
+        model,
+        objective,
+        options,
+        train_cfg,
+        temperature: float,
+        reference: bool = False,
+        compute_dtype: torch.dtype | None = None,
+        data_parallel=None,
+    ):
         self.model = model
         self.dp = data_parallel  # rollwise.distributed.data_parallel.DataParallel, or None (one process)
         self.compute_dtype = compute_dtype  # autocast dtype of forward and backward; weights stay as they are
         if getattr(train_cfg, "activation_checkpointing", False):
             if not hasattr(model, "gradient_checkpointing_enable"):
-                raise ValueError("train.activation_checkpointing needs a Hugging Face model (gradient_checkpointing_enable)")
+                raise ValueError(
+                    "train.activation_checkpointing needs a Hugging Face model (gradient_checkpointing_enable)"
+                )
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.objective, self.options = objective, options
         self.cfg = train_cfg
@@ -224,7 +244,9 @@ class Trainer:
         self.needs_prox = bool(getattr(options, "needs_prox", False))
         self.kl_in_loss = bool(getattr(options, "kl_coef", 0.0))
         params = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=train_cfg.lr, betas=tuple(train_cfg.betas), weight_decay=train_cfg.weight_decay)
+        self.optimizer = torch.optim.AdamW(
+            params, lr=train_cfg.lr, betas=tuple(train_cfg.betas), weight_decay=train_cfg.weight_decay
+        )
         warm = max(1, train_cfg.warmup_steps)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: min(1.0, (s + 1) / warm))
         self.gap_guard = None  # mismatch.GapGuard, set by the session when the sampler is a separate engine
@@ -265,7 +287,9 @@ class Trainer:
         gradient, zero-padded back to the batch's width."""
         out = torch.zeros_like(batch.old_logprobs)
         for rows, mb in self.micro_batches(batch):
-            out[rows, :mb.input_ids.shape[1]] = self._logprobs(model, mb, with_entropy=entropy)[int(entropy)].to(out.device)
+            out[rows, : mb.input_ids.shape[1]] = self._logprobs(model, mb, with_entropy=entropy)[int(entropy)].to(
+                out.device
+            )
         return out
 
     def policy_and_reference_logprobs(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -310,8 +334,9 @@ class Trainer:
         """One optimizer step over every micro-batch of ``batch``."""
         return self.step(batch, self.accumulate(batch, prox_up_front))
 
-    def accumulate(self, batch: Batch, prox_up_front: list[torch.Tensor] | None = None,
-                   acc: "Accumulated | None" = None) -> "Accumulated":
+    def accumulate(
+        self, batch: Batch, prox_up_front: list[torch.Tensor] | None = None, acc: Accumulated | None = None
+    ) -> Accumulated:
         """Forward and backward of every micro-batch of ``batch``: gradients are added to the
         parameters' ``.grad`` and the step's sums to ``acc`` (a new one when None). Periodic
         asynchrony calls it once per arriving group (rollwise.trainer.streaming)."""
@@ -341,15 +366,18 @@ class Trainer:
                 acc.sums["entropy_sum"] = acc.sums.get("entropy_sum", 0.0) + float((ent.detach() * mb.loss_mask).sum())
         return acc
 
-    def step(self, batch: Batch, acc: "Accumulated", grad_scale: float = 1.0) -> dict[str, float]:
+    def step(self, batch: Batch, acc: Accumulated, grad_scale: float = 1.0) -> dict[str, float]:
         """Clip and take the optimizer step on the accumulated gradients (first multiplied by
         ``grad_scale``, as is the reported loss); returns the step's ``train/*`` metrics."""
         params = [p for p in self.model.parameters() if p.requires_grad]
         if self.dp is not None:  # data parallel: the step's gradient is the sum over every rank's rows
             self.dp.all_reduce_grads(params)
-            acc.loss, acc.sums, acc.gap, acc.log_w, acc.has_tokens = self.dp.combine(acc.loss, acc.sums, acc.gap, acc.log_w,
-                                                                                    acc.has_tokens)
-        if self.gap_guard is not None:  # stale weights in a separate sampler: stop before the update (mismatch.GapGuard)
+            acc.loss, acc.sums, acc.gap, acc.log_w, acc.has_tokens = self.dp.combine(
+                acc.loss, acc.sums, acc.gap, acc.log_w, acc.has_tokens
+            )
+        if (
+            self.gap_guard is not None
+        ):  # stale weights in a separate sampler: stop before the update (mismatch.GapGuard)
             stop = self.gap_guard.check(acc.gap.metrics().get("mismatch/abs_mean", 0.0))
             if stop is not None:
                 self.optimizer.zero_grad(set_to_none=True)
@@ -373,8 +401,13 @@ class Trainer:
             g["lr"] = lr
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        metrics = {"train/loss": acc.loss * grad_scale, "train/grad_norm": grad_norm, "train/lr": self.scheduler.get_last_lr()[0],
-                   **extra, **acc.gap.metrics()}
+        metrics = {
+            "train/loss": acc.loss * grad_scale,
+            "train/grad_norm": grad_norm,
+            "train/lr": self.scheduler.get_last_lr()[0],
+            **extra,
+            **acc.gap.metrics(),
+        }
         for k, v in acc.sums.items():
             if k.endswith("_sum"):  # objectives report sums over loss tokens
                 metrics["train/" + k.removesuffix("_sum")] = v / batch.num_loss_tokens
@@ -386,4 +419,3 @@ class Trainer:
     def load_state_dict(self, s: dict) -> None:
         self.optimizer.load_state_dict(s["optimizer"])
         self.scheduler.load_state_dict(s["scheduler"])
-

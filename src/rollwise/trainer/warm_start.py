@@ -48,7 +48,12 @@ class Progress:
     def __call__(self, step: int, loss: float) -> None:
         self.done = step
         now = time.perf_counter()
-        if not (step == min(10, self.total) or step % self.tenth == 0 or step == self.total or now - self.last >= self.every_s):
+        if not (
+            step == min(10, self.total)
+            or step % self.tenth == 0
+            or step == self.total
+            or now - self.last >= self.every_s
+        ):
             return
         self.last = now
         left = (now - self.t0) / step * (self.total - step)
@@ -77,9 +82,11 @@ def warm_start(model, codec, task, ws_cfg, seed: int, key: dict, log=print) -> s
     except NotImplementedError:
         log(f"task {task.name!r} has no reference completions; warm start skipped")
         return "skipped"
-    log(f"warm start: {ws_cfg.steps:,} supervised steps x {ws_cfg.batch_size} examples of {task.name} "
+    log(
+        f"warm start: {ws_cfg.steps:,} supervised steps x {ws_cfg.batch_size} examples of {task.name} "
         f"(once; {'cached afterwards under ' + str(cache_root()) if ws_cfg.cache else 'not cached'}; "
-        "model.warm_start.steps=0 skips it)")
+        "model.warm_start.steps=0 skips it)"
+    )
     rng = random.Random(seed)
     report = Progress(ws_cfg.steps, log)
     opt = torch.optim.AdamW(model.parameters(), lr=ws_cfg.lr, weight_decay=0.0)
@@ -88,7 +95,9 @@ def warm_start(model, codec, task, ws_cfg, seed: int, key: dict, log=print) -> s
     if ws_cfg.cache and partial.is_file():
         start, torch_rng = _load_partial(partial, model, opt, rng)
         report.done = start
-        log(f"warm start: continuing from step {start:,} of {ws_cfg.steps:,} (interrupted before; saved under {cache_root()})")
+        log(
+            f"warm start: continuing from step {start:,} of {ws_cfg.steps:,} (interrupted before; saved under {cache_root()})"
+        )
     model.train()
     at = _Position(start)
     try:
@@ -96,13 +105,21 @@ def warm_start(model, codec, task, ws_cfg, seed: int, key: dict, log=print) -> s
     except KeyboardInterrupt:  # the run directory has no checkpoint yet: say what a rerun does
         if ws_cfg.cache and at.consistent():
             _save_partial(partial, model, opt, at)
-            log(f"warm start interrupted after {at.done:,} of {ws_cfg.steps:,} steps; saved: the next run with this warm start "
-                f"(--resume of this one, or a new one) continues it from step {at.done:,}")
+            log(
+                f"warm start interrupted after {at.done:,} of {ws_cfg.steps:,} steps; saved: the next run with this warm start "
+                f"(--resume of this one, or a new one) continues it from step {at.done:,}"
+            )
         else:
             why = "model.warm_start.cache = false" if not ws_cfg.cache else "interrupted inside an optimizer update"
-            then = f"continues from step {start:,}, saved before" if start else "starts the warm start again from its first step"
-            log(f"warm start interrupted after {at.done:,} of {ws_cfg.steps:,} steps: this session's steps are not kept "
-                f"({why}), so the next run {then}")
+            then = (
+                f"continues from step {start:,}, saved before"
+                if start
+                else "starts the warm start again from its first step"
+            )
+            log(
+                f"warm start interrupted after {at.done:,} of {ws_cfg.steps:,} steps: this session's steps are not kept "
+                f"({why}), so the next run {then}"
+            )
         raise
     if ws_cfg.cache:
         tmp = path.parent.with_name(path.parent.name + ".tmp")
@@ -134,8 +151,16 @@ def _save_partial(path: Path, model, opt, at: _Position) -> None:
     rng_state, torch_state = at.rng
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    torch.save({"step": at.done, "model": model.state_dict(), "opt": opt.state_dict(), "rng": rng_state,
-                "torch_rng": torch_state}, tmp)
+    torch.save(
+        {
+            "step": at.done,
+            "model": model.state_dict(),
+            "opt": opt.state_dict(),
+            "rng": rng_state,
+            "torch_rng": torch_state,
+        },
+        tmp,
+    )
     os.replace(tmp, path)
 
 
@@ -201,7 +226,9 @@ def _steps(model, codec, examples, ws_cfg, rng, opt, report, at: _Position, eos:
         report(step + 1, loss.item())
 
 
-def fit_warnings(task, codec, max_new_tokens: int, context: int | None = None, builtin: bool = False, n: int = 64) -> list[str]:
+def fit_warnings(
+    task, codec, max_new_tokens: int, context: int | None = None, builtin: bool = False, n: int = 64
+) -> list[str]:
     """Warnings, before any training, when a run cannot score however long it trains: the task's
     reference completions (warm-start targets, else reference answers; end-of-text included) are
     longer than ``sampling.max_new_tokens``; and, for the built-in tiny model (``builtin``), the
@@ -219,21 +246,27 @@ def fit_warnings(task, codec, max_new_tokens: int, context: int | None = None, b
         lens = sorted(len(codec.encode_text(t)) + 1 for t in targets)
         median = lens[len(lens) // 2]
         if median > max_new_tokens:
-            out.append(f"sampling.max_new_tokens = {max_new_tokens} is shorter than the task's {what} (median {median} tokens with "
-                       f"end-of-text, longest {lens[-1]}, e.g. {targets[0]!r:.40}): rollouts are cut before they can answer and "
-                       f"rewards stay 0; set sampling.max_new_tokens={lens[-1]} or more")
+            out.append(
+                f"sampling.max_new_tokens = {max_new_tokens} is shorter than the task's {what} (median {median} tokens with "
+                f"end-of-text, longest {lens[-1]}, e.g. {targets[0]!r:.40}): rollouts are cut before they can answer and "
+                f"rewards stay 0; set sampling.max_new_tokens={lens[-1]} or more"
+            )
     if builtin:
         unk = getattr(codec.tokenizer, "unk_token_id", None)
         texts = [p.text for p in prompts] + list(targets)
         missing = sorted({ch for t in texts for ch in t if unk is not None and codec.encode_text(ch) == [unk]})
         if missing:
-            out.append(f"the built-in tiny model's character vocabulary (printable ASCII) lacks {len(missing)} character(s) this "
-                       f"task uses ({''.join(missing[:20])!r}): it cannot learn this task's format; use a Hugging Face model "
-                       "(model.name=smollm2-135m or a local model directory)")
+            out.append(
+                f"the built-in tiny model's character vocabulary (printable ASCII) lacks {len(missing)} character(s) this "
+                f"task uses ({''.join(missing[:20])!r}): it cannot learn this task's format; use a Hugging Face model "
+                "(model.name=smollm2-135m or a local model directory)"
+            )
         if context is not None and prompts:
             longest = max(len(codec.encode_prompt(p)) for p in prompts)
             if longest + max_new_tokens > context:
-                out.append(f"the task's prompts (up to {longest} tokens) plus sampling.max_new_tokens = {max_new_tokens} exceed the "
-                           f"built-in tiny model's context of {context} tokens: it cannot learn this task's format; use a Hugging "
-                           "Face model (model.name=smollm2-135m or a local model directory)")
+                out.append(
+                    f"the task's prompts (up to {longest} tokens) plus sampling.max_new_tokens = {max_new_tokens} exceed the "
+                    f"built-in tiny model's context of {context} tokens: it cannot learn this task's format; use a Hugging "
+                    "Face model (model.name=smollm2-135m or a local model directory)"
+                )
     return out

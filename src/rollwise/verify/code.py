@@ -96,7 +96,9 @@ def program(prompt: Prompt, completion: str) -> str:
     return head + body
 
 
-def verify(prompt: Prompt, completion: str, sandbox: Sandbox | None = None, cache: VerdictCache | None = None) -> Verdict:
+def verify(
+    prompt: Prompt, completion: str, sandbox: Sandbox | None = None, cache: VerdictCache | None = None
+) -> Verdict:
     meta = prompt.metadata
     if not meta.get("test") or not meta.get("entry_point"):
         return Verdict(None, "bad_reference", {"error": "prompt.metadata needs 'test' and 'entry_point'"})
@@ -108,8 +110,14 @@ def verify(prompt: Prompt, completion: str, sandbox: Sandbox | None = None, cach
             return Verdict(hit.score, hit.reason, {**hit.details, "cached": True, "seconds": 0.0})
     sb = sandbox or default_sandbox()
     res = sb.run(src, meta["test"], meta["entry_point"], meta.get("prelude", ""))
-    details = {"detail": res.detail, "seconds": round(res.seconds, 4), "isolation": res.isolation, "cached": False,
-               "answer": " ".join(src.split()), "sandbox_id": res.extra.get("sandbox_id")}
+    details = {
+        "detail": res.detail,
+        "seconds": round(res.seconds, 4),
+        "isolation": res.isolation,
+        "cached": False,
+        "answer": " ".join(src.split()),
+        "sandbox_id": res.extra.get("sandbox_id"),
+    }
     if res.status == "correct":
         v = Verdict(1.0, "correct", details)
     elif res.status == "sandbox_error":

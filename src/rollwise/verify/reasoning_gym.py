@@ -22,7 +22,8 @@ from __future__ import annotations
 import functools
 import json
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from rollwise.types import Prompt, Verdict
 

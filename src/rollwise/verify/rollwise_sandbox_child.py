@@ -164,12 +164,45 @@ def install_guard(workdir, max_files):
     # the standard library (lib-dynload is inside it), found without importing sysconfig
     roots = (work, "/dev/null", "/dev/urandom", "/dev/zero", os.path.realpath(os.path.dirname(os.__file__)))
     writing = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
-    blocked = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
-               "ctypes.dlopen", "ctypes.dlsym", "ctypes.cdata", "ctypes.call_function", "pty.spawn", "os.setuid",
-               "os.putenv", "os.unsetenv", "sys.addaudithook", "sys.settrace", "sys.setprofile", "os.chroot")
-    path_events = ("os.mkdir", "os.rename", "os.remove", "os.rmdir", "os.symlink", "os.link", "os.chmod", "os.chown",
-                   "os.truncate", "os.utime", "os.mkfifo", "os.mknod", "shutil.rmtree", "shutil.move", "shutil.copyfile",
-                   "os.chdir")
+    blocked = (
+        "subprocess.Popen",
+        "os.system",
+        "os.exec",
+        "os.posix_spawn",
+        "os.spawn",
+        "os.fork",
+        "os.forkpty",
+        "ctypes.dlopen",
+        "ctypes.dlsym",
+        "ctypes.cdata",
+        "ctypes.call_function",
+        "pty.spawn",
+        "os.setuid",
+        "os.putenv",
+        "os.unsetenv",
+        "sys.addaudithook",
+        "sys.settrace",
+        "sys.setprofile",
+        "os.chroot",
+    )
+    path_events = (
+        "os.mkdir",
+        "os.rename",
+        "os.remove",
+        "os.rmdir",
+        "os.symlink",
+        "os.link",
+        "os.chmod",
+        "os.chown",
+        "os.truncate",
+        "os.utime",
+        "os.mkfifo",
+        "os.mknod",
+        "shutil.rmtree",
+        "shutil.move",
+        "shutil.copyfile",
+        "os.chdir",
+    )
     me = os.getpid()
     written = set()
 
@@ -185,9 +218,13 @@ def install_guard(workdir, max_files):
             path, mode, flags = (tuple(args) + (None, None, None))[:3]
             if isinstance(path, int):
                 return
-            write = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (isinstance(flags, int) and flags & writing)
+            write = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+                isinstance(flags, int) and flags & writing
+            )
             if not inside(path, (work,) if write else roots):
-                raise PermissionError("sandbox guard: %s %r is outside the sandbox" % ("write" if write else "read", path))
+                raise PermissionError(
+                    "sandbox guard: %s %r is outside the sandbox" % ("write" if write else "read", path)
+                )
             if write and not inside(path, ("/dev/null",)):
                 written.add(os.path.realpath(os.fsdecode(path)))
                 if len(written) > max_files:
@@ -224,7 +261,7 @@ def main():
         parts.append("\n")
         data = memoryview("".join(parts).encode())
         while data:
-            data = data[write(resp_fd, data):]
+            data = data[write(resp_fd, data) :]
 
     def receive():
         head = b""

@@ -169,6 +169,7 @@ def dec(e, depth=0):
         raise BadValue("malformed value (%s)" % type(err).__name__)
     raise BadValue("malformed value (tag %r)" % (tag[:10],))
 
+
 # ---------------------------------------------------------------- limits
 
 
@@ -298,9 +299,15 @@ def main(spawned):
     reply_bytes = int(lim.get("output_bytes") or 1 << 20)
     reply_cap = reply_bytes + 4096
     drain = Drain(out_r, reply_bytes, pid)
-    init = {"source": job["source"], "entry_point": job["entry_point"], "guard": bool(job.get("guard")),
-            "workdir": job.get("workdir") or ".", "max_files": job.get("max_files") or 4, "reply_bytes": reply_bytes,
-            "limits": {k: lim.get(k) for k in ("cpu_s", "memory_mb", "nproc", "file_mb")}}
+    init = {
+        "source": job["source"],
+        "entry_point": job["entry_point"],
+        "guard": bool(job.get("guard")),
+        "workdir": job.get("workdir") or ".",
+        "max_files": job.get("max_files") or 4,
+        "reply_bytes": reply_bytes,
+        "limits": {k: lim.get(k) for k in ("cpu_s", "memory_mb", "nproc", "file_mb")},
+    }
     try:
         req.write(frame(init))
     except OSError:
@@ -377,8 +384,13 @@ def main(spawned):
         if first == [0, "ready"]:
             check(candidate)
             status = "correct"
-        elif (type(first) is list and len(first) == 4 and first[:2] == [0, "load_error"] and first[2] in LOAD_STATUSES
-              and type(first[3]) is str):
+        elif (
+            type(first) is list
+            and len(first) == 4
+            and first[:2] == [0, "load_error"]
+            and first[2] in LOAD_STATUSES
+            and type(first[3]) is str
+        ):
             status, detail = first[2], first[3]
         else:
             refuse("wrong_answer", "refused a load message of unknown form")
@@ -414,6 +426,7 @@ def main(spawned):
     out.update(status=status, detail=detail[:500], output_bytes=drain.total, calls=state["seq"])
     return emit(out)
 
+
 class HarnessError(Exception):
     pass
 
@@ -447,4 +460,11 @@ if __name__ == "__main__":
     except SystemExit:
         raise
     except BaseException as e:
-        emit({"status": "harness_error", "detail": "%s: %s" % (type(e).__name__, str(e)[:300]), "output_bytes": 0, "calls": 0})
+        emit(
+            {
+                "status": "harness_error",
+                "detail": "%s: %s" % (type(e).__name__, str(e)[:300]),
+                "output_bytes": 0,
+                "calls": 0,
+            }
+        )

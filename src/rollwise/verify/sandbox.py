@@ -102,7 +102,17 @@ INNER_DIR = "/rollwise"  # where bwrap shows the harness's directory
 MARKER = "ROLLWISE_SANDBOX_ID"
 UID_BASE = 61000  # dedicated sandbox uids when running as root: UID_BASE .. UID_BASE + UID_SLOTS - 1
 UID_SLOTS = 64
-FAILURES = ("wrong_answer", "exception", "syntax_error", "no_function", "timeout", "memory", "output_limit", "killed", "exited")
+FAILURES = (
+    "wrong_answer",
+    "exception",
+    "syntax_error",
+    "no_function",
+    "timeout",
+    "memory",
+    "output_limit",
+    "killed",
+    "exited",
+)
 
 Isolation = Literal["auto", "bwrap", "rlimit"]
 
@@ -112,17 +122,35 @@ class Limits(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    isolation: Isolation = Field("auto", description="'bwrap' (bubblewrap namespaces), 'rlimit' (resource limits and an "
-                                 "audit-hook guard in a plain subprocess) or 'auto' (bwrap where it works, else rlimit).")
-    wall_s: float = Field(5.0, gt=0, le=600, description="Wall-clock seconds per call, start-up included; then the whole call is killed.")
+    isolation: Isolation = Field(
+        "auto",
+        description="'bwrap' (bubblewrap namespaces), 'rlimit' (resource limits and an "
+        "audit-hook guard in a plain subprocess) or 'auto' (bwrap where it works, else rlimit).",
+    )
+    wall_s: float = Field(
+        5.0, gt=0, le=600, description="Wall-clock seconds per call, start-up included; then the whole call is killed."
+    )
     cpu_s: int = Field(3, ge=1, le=600, description="CPU seconds per process (RLIMIT_CPU).")
     memory_mb: int = Field(512, ge=64, le=65536, description="Address space per process in MiB (RLIMIT_AS).")
     processes: int = Field(16, ge=2, le=4096, description="Processes the sandbox may hold at once (RLIMIT_NPROC).")
     file_mb: int = Field(8, ge=1, le=4096, description="Largest file the sandbox may write, MiB (RLIMIT_FSIZE).")
-    disk_mb: int = Field(16, ge=1, le=4096, description="Size of the writable working directory, MiB (bwrap's tmpfs; rlimit: file_mb per file).")
-    output_bytes: int = Field(65536, ge=1024, le=1 << 30, description="Most bytes the completion may print (and most per return value); more is 'output_limit'.")
-    python: str = Field("", description="Interpreter that runs inside the sandbox (standard library only); empty: "
-                        "this interpreter's base executable when other users can read it, else /usr/bin/python3.")
+    disk_mb: int = Field(
+        16,
+        ge=1,
+        le=4096,
+        description="Size of the writable working directory, MiB (bwrap's tmpfs; rlimit: file_mb per file).",
+    )
+    output_bytes: int = Field(
+        65536,
+        ge=1024,
+        le=1 << 30,
+        description="Most bytes the completion may print (and most per return value); more is 'output_limit'.",
+    )
+    python: str = Field(
+        "",
+        description="Interpreter that runs inside the sandbox (standard library only); empty: "
+        "this interpreter's base executable when other users can read it, else /usr/bin/python3.",
+    )
 
 
 @dataclass(frozen=True)
@@ -224,10 +252,17 @@ def _code_dir(python: str) -> tuple[str, str]:
                 d = tempfile.mkdtemp(prefix="rollwise-sandbox-code-")
                 for src in (HARNESS, CHILD):
                     shutil.copyfile(src, Path(d) / src.name)
-                compile_cmd = ("import py_compile, sys\nfor f in sys.argv[1:]:\n"
-                               "    py_compile.compile(f, cfile=f + 'c', doraise=True)\n")
-                subprocess.run([python, "-I", "-S", "-c", compile_cmd, *(str(Path(d) / src.name) for src in (HARNESS, CHILD))],
-                               check=True, capture_output=True, timeout=120, env={"PATH": "/usr/bin:/bin"})
+                compile_cmd = (
+                    "import py_compile, sys\nfor f in sys.argv[1:]:\n"
+                    "    py_compile.compile(f, cfile=f + 'c', doraise=True)\n"
+                )
+                subprocess.run(
+                    [python, "-I", "-S", "-c", compile_cmd, *(str(Path(d) / src.name) for src in (HARNESS, CHILD))],
+                    check=True,
+                    capture_output=True,
+                    timeout=120,
+                    env={"PATH": "/usr/bin:/bin"},
+                )
                 for f in Path(d).iterdir():
                     os.chmod(f, 0o644)
                 os.chmod(d, 0o755)
@@ -282,8 +317,10 @@ class Sandbox:
 
     def describe(self) -> str:
         lim = self.limits
-        return (f"code sandbox: {self.isolation} ({self.why}); python {self.python}; limits wall {lim.wall_s}s, cpu {lim.cpu_s}s, "
-                f"memory {lim.memory_mb} MiB, {lim.processes} processes, output {lim.output_bytes} B")
+        return (
+            f"code sandbox: {self.isolation} ({self.why}); python {self.python}; limits wall {lim.wall_s}s, cpu {lim.cpu_s}s, "
+            f"memory {lim.memory_mb} MiB, {lim.processes} processes, output {lim.output_bytes} B"
+        )
 
     # ------------------------------------------------------------ choosing isolation
     def _choose(self, wanted: str) -> tuple[str, str]:
@@ -299,14 +336,18 @@ class Sandbox:
         if wanted == "bwrap":
             from rollwise.registry import UserError
 
-            raise UserError(f"task.options.sandbox.isolation = 'bwrap' but bubblewrap cannot run here: {why}; "
-                            "install it (apt-get install bubblewrap) or use 'auto' / 'rlimit'")
+            raise UserError(
+                f"task.options.sandbox.isolation = 'bwrap' but bubblewrap cannot run here: {why}; "
+                "install it (apt-get install bubblewrap) or use 'auto' / 'rlimit'"
+            )
         return "rlimit", f"fallback: {why}"
 
     def _probe_bwrap(self) -> tuple[str, str]:
         if shutil.which("bwrap") is None:
             return "rlimit", "bwrap not installed"
-        res = self._run_once("bwrap", "def f():\n    return 1\n", "def check(c):\n    assert c() == 1\n", "f", "", probe=True)
+        res = self._run_once(
+            "bwrap", "def f():\n    return 1\n", "def check(c):\n    assert c() == 1\n", "f", "", probe=True
+        )
         if res.status == "correct":
             return "bwrap", "bubblewrap namespaces work"
         return "rlimit", f"bwrap probe failed: {res.status}: {res.detail[:200]}"
@@ -335,12 +376,37 @@ class Sandbox:
         args += ["--ro-bind", code_dir, INNER_DIR, "--proc", "/proc"]
         for dev in ("/dev/null", "/dev/zero", "/dev/urandom"):
             args += ["--dev-bind", dev, dev]
-        args += ["--size", str(lim.disk_mb * 1024 * 1024), "--tmpfs", "/work", "--chdir", "/work", "--remount-ro", "/",
-                 "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/work", "--setenv", "TMPDIR", "/work",
-                 "--setenv", "LANG", "C.UTF-8", "--setenv", MARKER, token]
+        args += [
+            "--size",
+            str(lim.disk_mb * 1024 * 1024),
+            "--tmpfs",
+            "/work",
+            "--chdir",
+            "/work",
+            "--remount-ro",
+            "/",
+            "--clearenv",
+            "--setenv",
+            "PATH",
+            "/usr/bin:/bin",
+            "--setenv",
+            "HOME",
+            "/work",
+            "--setenv",
+            "TMPDIR",
+            "/work",
+            "--setenv",
+            "LANG",
+            "C.UTF-8",
+            "--setenv",
+            MARKER,
+            token,
+        ]
         return args + [self.python, *py, f"{INNER_DIR}/{harness}"]
 
-    def _run_once(self, isolation: str, source: str, test: str, entry_point: str, prelude: str, probe: bool = False) -> SandboxResult:
+    def _run_once(
+        self, isolation: str, source: str, test: str, entry_point: str, prelude: str, probe: bool = False
+    ) -> SandboxResult:
         lim = self.limits
         t0 = time.perf_counter()
         token = secrets.token_hex(8)
@@ -357,19 +423,50 @@ class Sandbox:
             inner_work = "/work" if isolation == "bwrap" else workdir
             nproc = lim.processes if root else _user_tasks(os.geteuid()) + lim.processes
             nonce = secrets.token_hex(16)  # authenticates the harness's report
-            job = {"prelude": prelude, "test": test, "source": source, "entry_point": entry_point, "nonce": nonce,
-                   "guard": isolation == "rlimit", "workdir": inner_work, "max_files": max(1, lim.disk_mb // lim.file_mb) + 1,
-                   "limits": {"cpu_s": lim.cpu_s, "memory_mb": lim.memory_mb, "nproc": nproc, "file_mb": lim.file_mb,
-                              "output_bytes": lim.output_bytes}}
-            env = {"PATH": "/usr/bin:/bin", "HOME": inner_work or "/", "TMPDIR": inner_work or "/", "LANG": "C.UTF-8", MARKER: token}
+            job = {
+                "prelude": prelude,
+                "test": test,
+                "source": source,
+                "entry_point": entry_point,
+                "nonce": nonce,
+                "guard": isolation == "rlimit",
+                "workdir": inner_work,
+                "max_files": max(1, lim.disk_mb // lim.file_mb) + 1,
+                "limits": {
+                    "cpu_s": lim.cpu_s,
+                    "memory_mb": lim.memory_mb,
+                    "nproc": nproc,
+                    "file_mb": lim.file_mb,
+                    "output_bytes": lim.output_bytes,
+                },
+            }
+            env = {
+                "PATH": "/usr/bin:/bin",
+                "HOME": inner_work or "/",
+                "TMPDIR": inner_work or "/",
+                "LANG": "C.UTF-8",
+                MARKER: token,
+            }
             kw = dict(user=uid, group=uid, extra_groups=[]) if uid is not None else {}
             try:
-                proc = subprocess.Popen(self._command(isolation, workdir or "/", token), stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=workdir or "/", env=env,
-                                        start_new_session=True, close_fds=True, **kw)
+                proc = subprocess.Popen(
+                    self._command(isolation, workdir or "/", token),
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    cwd=workdir or "/",
+                    env=env,
+                    start_new_session=True,
+                    close_fds=True,
+                    **kw,
+                )
             except OSError as e:
-                return SandboxResult("sandbox_error", f"could not start the sandbox: {e}", time.perf_counter() - t0, isolation)
-            out, err, timed_out, too_big = _communicate(proc, json.dumps(job).encode(), lim.wall_s, lim.output_bytes + 8192)
+                return SandboxResult(
+                    "sandbox_error", f"could not start the sandbox: {e}", time.perf_counter() - t0, isolation
+                )
+            out, err, timed_out, too_big = _communicate(
+                proc, json.dumps(job).encode(), lim.wall_s, lim.output_bytes + 8192
+            )
             rc = proc.returncode
         finally:
             if proc is not None:
@@ -381,7 +478,9 @@ class Sandbox:
                 shutil.rmtree(workdir, ignore_errors=True)
         seconds = time.perf_counter() - t0
         if timed_out:
-            return SandboxResult("timeout", f"wall-clock limit {lim.wall_s}s", seconds, isolation, extra={"sandbox_id": token})
+            return SandboxResult(
+                "timeout", f"wall-clock limit {lim.wall_s}s", seconds, isolation, extra={"sandbox_id": token}
+            )
         if too_big:
             return SandboxResult("sandbox_error", "the harness wrote more than its report", seconds, isolation)
         rep = _report(out, nonce)
@@ -390,14 +489,23 @@ class Sandbox:
             sig = -rc if rc is not None and rc < 0 else rc - 128 if rc is not None and rc > 128 else None
             if sig:
                 status = "timeout" if sig == signal.SIGXCPU else "killed"
-                return SandboxResult(status, f"harness ended by signal {sig}", seconds, isolation, extra={"sandbox_id": token})
+                return SandboxResult(
+                    status, f"harness ended by signal {sig}", seconds, isolation, extra={"sandbox_id": token}
+                )
             tail = err.decode(errors="replace")[-300:]
             return SandboxResult("sandbox_error", f"no report (exit {rc}): {tail}", seconds, isolation)
         status = rep["status"]
         if status not in FAILURES and status != "correct":  # "harness_error": the check itself could not run
             status = "sandbox_error"
-        return SandboxResult(status, str(rep.get("detail", "")), seconds, isolation, int(rep.get("output_bytes", 0)),
-                             int(rep.get("calls", 0)), {"sandbox_id": token})
+        return SandboxResult(
+            status,
+            str(rep.get("detail", "")),
+            seconds,
+            isolation,
+            int(rep.get("output_bytes", 0)),
+            int(rep.get("calls", 0)),
+            {"sandbox_id": token},
+        )
 
 
 def _report(out: bytes, nonce: str) -> dict | None:

@@ -77,8 +77,9 @@ def test_sampled_logprobs_are_the_sampled_distributions(tiny_engine):
     smp = Sampling(0.7, 0.9, 10)
     seqs = _prompts(tok) * 2
     out = eng.generate(seqs, smp, torch.Generator().manual_seed(3))
-    scores = _hf(model, [tok.eos_token_id], tok.pad_token_id).score([s + list(c.token_ids) for s, c in zip(seqs, out)],
-                                                                   [len(s) for s in seqs], smp)
+    scores = _hf(model, [tok.eos_token_id], tok.pad_token_id).score(
+        [s + list(c.token_ids) for s, c in zip(seqs, out)], [len(s) for s in seqs], smp
+    )
     gap = max(abs(a - b) for c, sc in zip(out, scores) for a, b in zip(c.logprobs, sc))
     assert gap < 1e-4
     assert min(lp for c in out for lp in c.logprobs) > -50  # no token outside the nucleus (-inf) was drawn
@@ -110,7 +111,7 @@ def test_stops_at_a_stop_id_and_includes_it(tiny_engine):
     finally:
         eng.eos_ids = eos
     h = _hf(model, [stop], tok.pad_token_id).generate(_prompts(tok)[:1], Sampling(0.0, 1.0, 12))[0]
-    assert c.token_ids == greedy[:first + 1] == h.token_ids and c.finish == "stop" == h.finish
+    assert c.token_ids == greedy[: first + 1] == h.token_ids and c.finish == "stop" == h.finish
     zero = eng.generate(_prompts(tok)[:1], Sampling(1.0, 1.0, 8), max_new_tokens=[0])[0]
     assert zero.token_ids == () and zero.finish == "length"
 
@@ -187,8 +188,9 @@ def test_seeded_requests_beyond_one_steps_prefill_budget(tiny_engine):
 
     eng0, model, tok = tiny_engine
     eng0.close()  # one engine at a time
-    eng = VLLMBackend.from_policy(model, [tok.eos_token_id], ModelConfig(name="tiny-s", max_batch=128, compute_dtype="float32"),
-                                  seed=0)
+    eng = VLLMBackend.from_policy(
+        model, [tok.eos_token_id], ModelConfig(name="tiny-s", max_batch=128, compute_dtype="float32"), seed=0
+    )
     try:
         eng.load_weights(0, policy_weights(model))
         seqs = [[tok.bos_token_id] + tok.encode("12+34=56;" * 4 + str(i), add_special_tokens=False) for i in range(128)]
@@ -200,7 +202,6 @@ def test_seeded_requests_beyond_one_steps_prefill_budget(tiny_engine):
         eng.close()
     assert all(len(c.token_ids) == 4 or c.finish == "stop" for c in a)  # every request answered
     assert [c.token_ids for c in a] == [c.token_ids for c in b]
-
 
 
 def _has_smollm2() -> bool:
@@ -227,8 +228,10 @@ def test_smollm2_greedy_equals_hf_token_for_token(tiny_engine):
     model, tok = load_pretrained("smollm2-135m")
     codec = Codec(tok, use_chat=True)
     qs = ("What is 17+25?", "Name a colour.", "What is 8*7? Answer with the number only.")
-    seqs = [list(codec.encode_prompt(Prompt(str(i), "t", q, None, ({"role": "user", "content": q},))))
-            for i, q in enumerate(qs)]
+    seqs = [
+        list(codec.encode_prompt(Prompt(str(i), "t", q, None, ({"role": "user", "content": q},))))
+        for i, q in enumerate(qs)
+    ]
     smp = Sampling(0.0, 1.0, 24)
     eng = VLLMBackend.from_policy(model, codec.eos_ids, _model_cfg(name="smollm2-135m"), seed=0)
     try:
@@ -240,4 +243,3 @@ def test_smollm2_greedy_equals_hf_token_for_token(tiny_engine):
     assert [c.token_ids for c in got] == [c.token_ids for c in want]
     assert any(c.finish == "stop" for c in got)  # at least one short answer ends with <|im_end|>
     assert max(abs(a - b) for g, w in zip(got, want) for a, b in zip(g.logprobs, w.logprobs)) < 5e-3
-

@@ -35,6 +35,7 @@ def extras(monkeypatch):
 @pytest.fixture
 def no_model(monkeypatch):
     """Loading the model fails the test: the errors must come before it."""
+
     def build_policy(*a, **k):
         raise AssertionError("the model was loaded before the bad input was refused")
 
@@ -69,8 +70,11 @@ def test_more_workers_than_cpus_before_the_model_loads(tmp_path, extras, no_mode
     extras(ray=True)
     n = (os.cpu_count() or 1) + 1
     cfg = _cfg(tmp_path, **{"distributed.workers": n})
-    with pytest.raises(UserError, match=rf"distributed.workers = {n} x distributed.cpus_per_worker = 1 needs {n} CPUs.*"
-                                        "lower distributed.workers"):
+    with pytest.raises(
+        UserError,
+        match=rf"distributed.workers = {n} x distributed.cpus_per_worker = 1 needs {n} CPUs.*"
+        "lower distributed.workers",
+    ):
         Run(cfg, log=lambda *a: None)
 
 
@@ -89,7 +93,10 @@ def test_address_forms(tmp_path, extras):
         _cfg(tmp_path, **{"distributed.workers": 1, "distributed.address": "nowhere"})
     with pytest.raises(UserError, match=r"distributed.address is set but distributed.workers = 0"):
         _cfg(tmp_path, **{"distributed.address": "10.0.0.1:6379"})
-    assert _cfg(tmp_path, **{"distributed.workers": 1, "distributed.address": "ray://10.0.0.1:10001"}).distributed.workers == 1
+    assert (
+        _cfg(tmp_path, **{"distributed.workers": 1, "distributed.address": "ray://10.0.0.1:10001"}).distributed.workers
+        == 1
+    )
 
 
 # ---------------------------------------------------------------- mismatch and TIS

@@ -28,7 +28,15 @@ def test_level_1_sleeps_after_generating_and_wakes_weights_load_kv_in_that_order
     c.push({"w": 1})  # the first push: the engine is awake
     c.before_generate(), c.after_generate()  # step 0's rollouts
     c.push({"w": 2})  # after the optimizer step
-    assert e.calls == ["load(w)", "reset_prefix", "sleep(1)", "wake(weights)", "load(w)", "wake(kv_cache)", "reset_prefix"]
+    assert e.calls == [
+        "load(w)",
+        "reset_prefix",
+        "sleep(1)",
+        "wake(weights)",
+        "load(w)",
+        "wake(kv_cache)",
+        "reset_prefix",
+    ]
 
 
 def test_a_generation_that_finds_the_engine_asleep_wakes_it_level_1_restores_level_2_reloads():

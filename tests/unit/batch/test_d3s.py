@@ -8,11 +8,23 @@ import random
 import pytest
 import torch
 
-from rollwise.batch.d3s import (Options, apply, keep_count, max_variance_subset, needs_entropy, ramp_length, ratio, ratios,
-                                 sampler_entropy, select_rows, select_tokens, token_scores)
-from rollwise.objectives.advantages import dr_grpo, grpo
-from rollwise.types import Advantages, Rollout
 from rollwise.batch.collate import collate
+from rollwise.batch.d3s import (
+    Options,
+    apply,
+    keep_count,
+    max_variance_subset,
+    needs_entropy,
+    ramp_length,
+    ratio,
+    ratios,
+    sampler_entropy,
+    select_rows,
+    select_tokens,
+    token_scores,
+)
+from rollwise.objectives.advantages import dr_grpo, grpo
+from rollwise.types import Rollout
 
 
 def _pvar(x):
@@ -80,7 +92,9 @@ def test_token_selection_keeps_the_top_fraction_by_abs_advantage_times_entropy()
     s = token_scores(adv, ent, mask)
     # scores on loss tokens: row 0: 0.5 * [1, 2, 3] = [0.5, 1, 1.5]; row 1: 2 * [1, 0.5] = [2, 1]
     assert torch.allclose(s, torch.tensor([[0, 0.5, 1.0, 1.5], [0, 0, 2.0, 1.0]]))
-    kept = select_tokens(s, mask, 0.5, "batch")  # 5 tokens -> ceil(2.5) = 3: scores 2, 1.5, then the tie 1 (row 0 first)
+    kept = select_tokens(
+        s, mask, 0.5, "batch"
+    )  # 5 tokens -> ceil(2.5) = 3: scores 2, 1.5, then the tie 1 (row 0 first)
     assert kept.tolist() == [[0, 0, 1, 1], [0, 0, 1, 0]]
     assert int(kept.sum()) == math.ceil(0.5 * 5)
     per_row = select_tokens(s, mask, 0.5, "sequence")  # row 0: ceil(1.5) = 2 of 3; row 1: 1 of 2
@@ -109,9 +123,14 @@ def test_schedule_values_monotone_and_reaching_one():
     assert ramp_length(Options(), 100) == 60 and ramp_length(Options(ramp_steps=7), 100) == 7
     assert keep_count(0.7, 10) == 7 and keep_count(0.5, 3) == 2 and keep_count(0.01, 4) == 1
     # entropies are needed only while rho_k < 1
-    assert ratios(5, 100, Options(ramp_steps=10)) == (0.75, 0.75) and ratios(5, 100, Options(ramp_steps=10, token_level=False))[1] == 1.0
+    assert (
+        ratios(5, 100, Options(ramp_steps=10)) == (0.75, 0.75)
+        and ratios(5, 100, Options(ramp_steps=10, token_level=False))[1] == 1.0
+    )
     assert [needs_entropy(t, 100, Options(ramp_steps=2)) for t in (0, 1, 2, 3)] == [True, True, False, False]
-    assert not needs_entropy(0, 100, Options(token_level=False)) and needs_entropy(50, 100, Options(schedule="constant"))
+    assert not needs_entropy(0, 100, Options(token_level=False)) and needs_entropy(
+        50, 100, Options(schedule="constant")
+    )
 
 
 # ---------------------------------------------------------------- the stage on a Batch
@@ -120,10 +139,19 @@ def test_schedule_values_monotone_and_reaching_one():
 def _rows():
     # two groups of 4; completions of 2-3 tokens with recorded sampler entropies
     rs, rewards = [], [1, 0, 0, 1, 1, 1, 0, 1]
-    for i, r in enumerate(rewards):
+    for i, _r in enumerate(rewards):
         c = 2 + i % 2
-        rs.append(Rollout(f"p{i // 4}", (1, 5), tuple(range(10, 10 + c)), (-0.1,) * c, "stop", 0,
-                          entropies=tuple(0.1 * (i + 1) * (t + 1) for t in range(c))))
+        rs.append(
+            Rollout(
+                f"p{i // 4}",
+                (1, 5),
+                tuple(range(10, 10 + c)),
+                (-0.1,) * c,
+                "stop",
+                0,
+                entropies=tuple(0.1 * (i + 1) * (t + 1) for t in range(c)),
+            )
+        )
     return rs, torch.tensor(rewards, dtype=torch.float32), torch.tensor([0] * 4 + [1] * 4)
 
 
@@ -167,7 +195,7 @@ def test_hf_backend_records_the_sampling_entropy():
     c = b.generate([seq, seq], Sampling(0.7, 1.0, 4))[0]
     full = torch.tensor([seq + list(c.token_ids)])
     with torch.no_grad():
-        logp = torch.log_softmax(model(full).logits[0].float() / 0.7, -1)[len(seq) - 1: -1]
+        logp = torch.log_softmax(model(full).logits[0].float() / 0.7, -1)[len(seq) - 1 : -1]
     expect = -(logp.exp() * logp).sum(-1)
     assert torch.allclose(torch.tensor(c.entropies), expect[: len(c.token_ids)], atol=1e-4)
 
@@ -188,12 +216,13 @@ def test_config_options_are_validated_with_the_key():
 
 def test_d3s_trains_and_logs(tmp_path):
     import rollwise
+    from conftest import as_sets, tiny_overrides
     from rollwise.config import load_config
 
-    from conftest import as_sets, tiny_overrides
-
-    cfg = load_config(overrides=as_sets(tiny_overrides(tmp_path, steps=2, **{"eval.at_start": False}))
-                      + ["batch.d3s.enabled=true", "batch.d3s.ramp_steps=4"])
+    cfg = load_config(
+        overrides=as_sets(tiny_overrides(tmp_path, steps=2, **{"eval.at_start": False}))
+        + ["batch.d3s.enabled=true", "batch.d3s.ramp_steps=4"]
+    )
     rollwise.train(cfg, log=lambda m: None)
     lines = [json.loads(x) for x in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines()]
     assert [x["d3s/rho_s"] for x in lines] == [0.5, 0.625]
@@ -204,16 +233,16 @@ def test_d3s_trains_and_logs(tmp_path):
 
 def test_d3s_without_sampler_entropies_uses_the_trainer(tmp_path):
     import rollwise
+    from conftest import as_sets, tiny_overrides
     from rollwise.backends.scripted import ScriptedBackend
     from rollwise.config import load_config
     from rollwise.trainer.tiny import char_tokenizer
 
-    from conftest import as_sets, tiny_overrides
-
     tok = char_tokenizer()
     backend = ScriptedBackend(lambda seq, i: tok.encode(str(i % 3)), eos_id=tok.eos_token_id)
-    cfg = load_config(overrides=as_sets(tiny_overrides(tmp_path, steps=1, **{"eval.at_start": False}))
-                      + ["batch.d3s.enabled=true"])
+    cfg = load_config(
+        overrides=as_sets(tiny_overrides(tmp_path, steps=1, **{"eval.at_start": False})) + ["batch.d3s.enabled=true"]
+    )
     rollwise.train(cfg, backend=backend, log=lambda m: None)
     line = json.loads((tmp_path / "t" / "metrics.jsonl").read_text().splitlines()[0])
     assert line["d3s/entropy_from_trainer"] == 1.0
@@ -223,12 +252,11 @@ def test_d3s_makes_no_entropy_forward_after_the_ramp_and_times_it_as_training(tm
     import time
 
     import rollwise
+    from conftest import as_sets, tiny_overrides
     from rollwise.backends.scripted import ScriptedBackend
     from rollwise.config import load_config
     from rollwise.trainer.tiny import char_tokenizer
     from rollwise.trainer.trainer import Trainer
-
-    from conftest import as_sets, tiny_overrides
 
     calls = []
     real = Trainer.token_entropy
@@ -243,8 +271,10 @@ def test_d3s_makes_no_entropy_forward_after_the_ramp_and_times_it_as_training(tm
     monkeypatch.setattr(Trainer, "token_entropy", spy)
     tok = char_tokenizer()
     backend = ScriptedBackend(lambda seq, i: tok.encode(str(i % 3)), eos_id=tok.eos_token_id)  # no sampler entropies
-    cfg = load_config(overrides=as_sets(tiny_overrides(tmp_path, steps=3, **{"eval.at_start": False}))
-                      + ["batch.d3s.enabled=true", "batch.d3s.ramp_steps=1"])
+    cfg = load_config(
+        overrides=as_sets(tiny_overrides(tmp_path, steps=3, **{"eval.at_start": False}))
+        + ["batch.d3s.enabled=true", "batch.d3s.ramp_steps=1"]
+    )
     rollwise.train(cfg, backend=backend, log=lambda m: None)
     lines = [json.loads(x) for x in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines()]
     assert len(calls) == 1 and [x["d3s/rho_k"] for x in lines] == [0.5, 1.0, 1.0]

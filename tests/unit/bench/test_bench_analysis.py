@@ -87,9 +87,11 @@ def test_ratio():
 
 def test_train_seconds_exclude_evaluation_and_set_up():
     # wall_s after each eval; eval times 0.5, 0.25, 0.25; set-up before the first eval 0.1 s
-    lines = [{"step": 0, "wall_s": 0.6, "time/eval_s": 0.5},
-             {"step": 2, "wall_s": 3.85, "time/eval_s": 0.25},   # 3.85 - 0.75 - 0.1 = 3.0
-             {"step": 4, "wall_s": 6.1, "time/eval_s": 0.25}]    # 6.1 - 1.0 - 0.1 = 5.0
+    lines = [
+        {"step": 0, "wall_s": 0.6, "time/eval_s": 0.5},
+        {"step": 2, "wall_s": 3.85, "time/eval_s": 0.25},  # 3.85 - 0.75 - 0.1 = 3.0
+        {"step": 4, "wall_s": 6.1, "time/eval_s": 0.25},
+    ]  # 6.1 - 1.0 - 0.1 = 5.0
     assert A.train_seconds(lines) == pytest.approx([0.0, 3.0, 5.0])
     # the key's older name is read too
     old = [{k.replace("time/eval_s", "eval/time_s"): v for k, v in line.items()} for line in lines]
@@ -101,16 +103,25 @@ def test_train_seconds_exclude_evaluation_and_set_up():
 
 def _evals(points, wall_per_token=0.01, k=2):
     """Eval lines from (tokens, pass@1) points; pass@k = pass@1 + 0.1; no eval time."""
-    return [{"step": i, "cost/generated_tokens": t, "wall_s": t * wall_per_token, "eval/pass@1": p,
-             f"eval/pass@{k}": p + 0.1} for i, (t, p) in enumerate(points)]
+    return [
+        {
+            "step": i,
+            "cost/generated_tokens": t,
+            "wall_s": t * wall_per_token,
+            "eval/pass@1": p,
+            f"eval/pass@{k}": p + 0.1,
+        }
+        for i, (t, p) in enumerate(points)
+    ]
 
 
 def test_analyse_by_hand():
     evals = {
-        "base": {0: _evals([(0, 0.2), (100, 0.4), (200, 0.6)]),
-                 1: _evals([(0, 0.2), (100, 0.2), (200, 0.4)])},
-        "fast": {0: _evals([(0, 0.2), (100, 0.6), (200, 0.7)], wall_per_token=0.02),
-                 1: _evals([(0, 0.2), (100, 0.4), (200, 0.5)], wall_per_token=0.02)},
+        "base": {0: _evals([(0, 0.2), (100, 0.4), (200, 0.6)]), 1: _evals([(0, 0.2), (100, 0.2), (200, 0.4)])},
+        "fast": {
+            0: _evals([(0, 0.2), (100, 0.6), (200, 0.7)], wall_per_token=0.02),
+            1: _evals([(0, 0.2), (100, 0.4), (200, 0.5)], wall_per_token=0.02),
+        },
     }
     r = A.analyse(evals, "base", auc_x_max=200, ks=[2])
     # default target: baseline mean curve's final value (0.6 + 0.4) / 2 = 0.5
@@ -133,8 +144,8 @@ def test_analyse_by_hand():
     assert fast["final_pass@1"]["value"] == pytest.approx(0.6)
     assert fast["final_pass@2"]["value"] == pytest.approx(0.7)
     ratios = r["arms"]["fast"]["ratios"]
-    assert ratios["tokens_to_target"] == pytest.approx(0.5)      # 100 / 200
-    assert ratios["seconds_to_target"] == pytest.approx(1.0)     # 2 / 2
+    assert ratios["tokens_to_target"] == pytest.approx(0.5)  # 100 / 200
+    assert ratios["seconds_to_target"] == pytest.approx(1.0)  # 2 / 2
     assert ratios["auc"] == pytest.approx(0.45 / 0.325)
     assert ratios["final_pass@1"] == pytest.approx(0.6 / 0.5)
     assert r["arms"]["base"]["ratios"]["auc"] == 1.0

@@ -7,20 +7,51 @@ from rollwise.bench import analysis, report
 
 
 def _compare():
-    ev = lambda pts: [{"step": i, "cost/generated_tokens": t, "wall_s": t / 100, "eval/pass@1": p, "eval/pass@4": p}  # noqa: E731
-                      for i, (t, p) in enumerate(pts)]
-    evals = {"grpo": {0: ev([(0, 0.1), (100, 0.3)]), 1: ev([(0, 0.1), (100, 0.5)])},
-             "<odd & arm>": {0: ev([(0, 0.1), (100, 0.2)]), 1: ev([(0, 0.1), (100, 0.2)])}}
+    def ev(pts):
+        return [
+            {"step": i, "cost/generated_tokens": t, "wall_s": t / 100, "eval/pass@1": p, "eval/pass@4": p}  # noqa: E731
+            for i, (t, p) in enumerate(pts)
+        ]
+
+    evals = {
+        "grpo": {0: ev([(0, 0.1), (100, 0.3)]), 1: ev([(0, 0.1), (100, 0.5)])},
+        "<odd & arm>": {0: ev([(0, 0.1), (100, 0.2)]), 1: ev([(0, 0.1), (100, 0.2)])},
+    }
     r = analysis.analyse(evals, "grpo", 100.0, [4])
-    run = {"dir": "runs/x", "steps": 3, "stopped_by": "budget", "generated_tokens": 101, "rollouts": 48, "wall_s": 1.5,
-           "train_s": 1.0, "final_pass@1": 0.3}
-    arms = {name: {"description": "", "set": {}, "runs": {"0": run, "1": dict(run, stopped_by="steps")}, **a}
-            for name, a in r["arms"].items()}
-    return {"schema": 1, "sweep": {"name": "t", "file": "t.toml", "out_dir": "o", "arms": list(arms), "baseline": "grpo",
-                                   "seeds": [0, 1], "budget": {"generated_tokens": 100}, "jobs": 1},
-            "target": r["target"], "auc_tokens": 100.0, "ci": analysis.BOOTSTRAP, "created": "now",
-            "machine": {"cpu": "cpu", "cores": 2, "torch": "2", "torch_threads": 2, "gpu": None, "platform": "linux"},
-            "git": None, "arms": arms}
+    run = {
+        "dir": "runs/x",
+        "steps": 3,
+        "stopped_by": "budget",
+        "generated_tokens": 101,
+        "rollouts": 48,
+        "wall_s": 1.5,
+        "train_s": 1.0,
+        "final_pass@1": 0.3,
+    }
+    arms = {
+        name: {"description": "", "set": {}, "runs": {"0": run, "1": dict(run, stopped_by="steps")}, **a}
+        for name, a in r["arms"].items()
+    }
+    return {
+        "schema": 1,
+        "sweep": {
+            "name": "t",
+            "file": "t.toml",
+            "out_dir": "o",
+            "arms": list(arms),
+            "baseline": "grpo",
+            "seeds": [0, 1],
+            "budget": {"generated_tokens": 100},
+            "jobs": 1,
+        },
+        "target": r["target"],
+        "auc_tokens": 100.0,
+        "ci": analysis.BOOTSTRAP,
+        "created": "now",
+        "machine": {"cpu": "cpu", "cores": 2, "torch": "2", "torch_threads": 2, "gpu": None, "platform": "linux"},
+        "git": None,
+        "arms": arms,
+    }
 
 
 def test_report_is_self_contained_and_names_every_arm(tmp_path):
@@ -44,27 +75,39 @@ def test_report_is_self_contained_and_names_every_arm(tmp_path):
 
 
 def test_ratios_are_coloured_and_named_only_where_intervals_separate():
-    ev = lambda pts: [{"step": i, "cost/generated_tokens": t, "wall_s": t / 100, "eval/pass@1": p}  # noqa: E731
-                      for i, (t, p) in enumerate(pts)]
-    evals = {"base": {0: ev([(0, 0.1), (100, 0.3)]), 1: ev([(0, 0.1), (100, 0.5)])},
-             "close": {0: ev([(0, 0.1), (100, 0.35)]), 1: ev([(0, 0.1), (100, 0.45)])},  # inside the baseline's interval
-             "high": {0: ev([(0, 0.1), (100, 0.8)]), 1: ev([(0, 0.1), (100, 0.9)])}}     # wholly above it
+    def ev(pts):
+        return [
+            {"step": i, "cost/generated_tokens": t, "wall_s": t / 100, "eval/pass@1": p}  # noqa: E731
+            for i, (t, p) in enumerate(pts)
+        ]
+
+    evals = {
+        "base": {0: ev([(0, 0.1), (100, 0.3)]), 1: ev([(0, 0.1), (100, 0.5)])},
+        "close": {0: ev([(0, 0.1), (100, 0.35)]), 1: ev([(0, 0.1), (100, 0.45)])},  # inside the baseline's interval
+        "high": {0: ev([(0, 0.1), (100, 0.8)]), 1: ev([(0, 0.1), (100, 0.9)])},
+    }  # wholly above it
     r = analysis.analyse(evals, "base", 100.0, [], target=0.2)
-    assert r["arms"]["close"]["separation"]["final_pass@1"] == 0 and r["arms"]["high"]["separation"]["final_pass@1"] == 1
+    assert (
+        r["arms"]["close"]["separation"]["final_pass@1"] == 0 and r["arms"]["high"]["separation"]["final_pass@1"] == 1
+    )
     assert r["arms"]["base"]["separation"] == {n: 0 for n in r["arms"]["base"]["metrics"]}
-    cells = {arm: report._ratio("final_pass@1", a["ratios"]["final_pass@1"], a["separation"]["final_pass@1"])
-             for arm, a in r["arms"].items()}
+    cells = {
+        arm: report._ratio("final_pass@1", a["ratios"]["final_pass@1"], a["separation"]["final_pass@1"])
+        for arm, a in r["arms"].items()
+    }
     assert "better" not in cells["close"] and "worse" not in cells["close"] and "intervals overlap" in cells["close"]
     assert "class=better" in cells["high"] and "better" in cells["high"].split(">", 1)[1]
     # lower is better for tokens to target: an arm wholly below the baseline is better, wholly above worse
-    assert "class=better" in report._ratio("tokens_to_target", 0.5, -1) and "class=worse" in report._ratio("tokens_to_target", 2.0, 1)
+    assert "class=better" in report._ratio("tokens_to_target", 0.5, -1) and "class=worse" in report._ratio(
+        "tokens_to_target", 2.0, 1
+    )
     # a compare.json written before separations existed is never coloured
     assert "class=same" in report._ratio("auc", 3.0, None)
 
 
 def test_separation_treats_an_unreached_bound_as_infinite():
     reached = {"ci": [100.0, 200.0]}
-    assert analysis.separation({"ci": [None, None]}, reached) == 1   # never reaches: wholly above (more tokens)
+    assert analysis.separation({"ci": [None, None]}, reached) == 1  # never reaches: wholly above (more tokens)
     assert analysis.separation({"ci": [150.0, None]}, reached) == 0  # overlaps
     assert analysis.separation({"ci": [10.0, 50.0]}, reached) == -1
 

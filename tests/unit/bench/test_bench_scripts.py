@@ -30,8 +30,14 @@ flags\t\t: fpu
 
 def test_cpu_model_and_features_come_from_the_first_processor():
     assert benchinfo.cpu_model(CPUINFO) == "Intel(R) Xeon(R) Platinum 8480+"
-    assert benchinfo.cpu_features(CPUINFO) == {"avx2": True, "fma": True, "avx512f": True, "avx512_bf16": False,
-                                               "avx512_vnni": True, "amx": True}
+    assert benchinfo.cpu_features(CPUINFO) == {
+        "avx2": True,
+        "fma": True,
+        "avx512f": True,
+        "avx512_bf16": False,
+        "avx512_vnni": True,
+        "amx": True,
+    }
 
 
 def test_cpu_info_without_the_lines():
@@ -114,11 +120,11 @@ def test_summarise_by_hand():
     assert s["steps_timed"] == 3
     assert s["s_per_step_median"] == 2.0 and s["s_per_step_mean"] == 3.0
     assert s["generate_s_median"] == 0.5
-    assert s["non_generate_s_median"] == 1.5           # of 0.5, 1.5, 5.0
+    assert s["non_generate_s_median"] == 1.5  # of 0.5, 1.5, 5.0
     assert s["generated_tokens_per_step_mean"] == 40.0  # 120 / 3
-    assert s["mean_completion_length"] == 4.0           # 120 tokens / 30 rollouts
+    assert s["mean_completion_length"] == 4.0  # 120 tokens / 30 rollouts
     assert s["tokens_per_s"] == pytest.approx(120 / 9)  # over 1 + 2 + 6 s of steps
-    assert s["generate_tokens_per_s"] == 60.0           # over 0.5 + 0.5 + 1.0 s of generation
+    assert s["generate_tokens_per_s"] == 60.0  # over 0.5 + 0.5 + 1.0 s of generation
     assert s["reward_mean"] == 0.5
     assert "train_s_median" not in s
 
@@ -129,10 +135,22 @@ def test_summarise_needs_a_timed_step():
 
 
 def test_ratios_are_oriented_so_above_one_favours_rollwise():
-    rw = {"s_per_step_median": 2.0, "generate_s_median": 1.0, "non_generate_s_median": 1.0, "tokens_per_s": 60.0,
-          "generate_tokens_per_s": None, "peak_rss_mb": 400.0}
-    trl = {"s_per_step_median": 3.0, "generate_s_median": 1.0, "non_generate_s_median": 2.0, "tokens_per_s": 40.0,
-           "generate_tokens_per_s": 10.0, "peak_rss_mb": 600.0}
+    rw = {
+        "s_per_step_median": 2.0,
+        "generate_s_median": 1.0,
+        "non_generate_s_median": 1.0,
+        "tokens_per_s": 60.0,
+        "generate_tokens_per_s": None,
+        "peak_rss_mb": 400.0,
+    }
+    trl = {
+        "s_per_step_median": 3.0,
+        "generate_s_median": 1.0,
+        "non_generate_s_median": 2.0,
+        "tokens_per_s": 40.0,
+        "generate_tokens_per_s": 10.0,
+        "peak_rss_mb": 600.0,
+    }
     r = vs_trl.ratios(rw, trl)
     assert r["s_per_step_trl_over_rollwise"] == 1.5 and r["tokens_per_s_rollwise_over_trl"] == 1.5
     assert r["generate_s_trl_over_rollwise"] == 1.0 and r["non_generate_s_trl_over_rollwise"] == 2.0
@@ -140,8 +158,19 @@ def test_ratios_are_oriented_so_above_one_favours_rollwise():
     assert r["generate_tokens_per_s_rollwise_over_trl"] is None
 
 
-SPEC = {"model": "tiny-s", "warm_start_steps": 0, "prompts": 4, "group": 3, "max_new_tokens": 5, "steps": 6, "warmup": 2,
-        "lr": 1e-4, "seed": 0, "threads": 1, "mode": "forced"}
+SPEC = {
+    "model": "tiny-s",
+    "warm_start_steps": 0,
+    "prompts": 4,
+    "group": 3,
+    "max_new_tokens": 5,
+    "steps": 6,
+    "warmup": 2,
+    "lr": 1e-4,
+    "seed": 0,
+    "threads": 1,
+    "mode": "forced",
+}
 
 
 def test_rollwise_config_is_valid_and_matches_the_spec(tmp_path):
@@ -183,16 +212,23 @@ def test_trl_config_matches_the_rollwise_side(tmp_path, mode):
 def test_scale_out_stage_summary_first_step_apart_median_of_the_rest():
     import scale_out
 
-    lines = [{"time/generate_s": 9.0, "time/train_s": 4.0},  # first step: warm-up, reported apart
-             {"time/generate_s": 2.0, "time/weight_sync_s": 0.5, "time/verify_s": 0.1, "time/train_s": 3.0},
-             {"time/generate_s": 4.0, "time/weight_sync_s": 0.3, "time/verify_s": 0.1, "time/train_s": 1.0},
-             {"time/generate_s": 3.0, "time/weight_sync_s": 0.4, "time/verify_s": 0.1, "time/train_s": 2.0}]
+    lines = [
+        {"time/generate_s": 9.0, "time/train_s": 4.0},  # first step: warm-up, reported apart
+        {"time/generate_s": 2.0, "time/weight_sync_s": 0.5, "time/verify_s": 0.1, "time/train_s": 3.0},
+        {"time/generate_s": 4.0, "time/weight_sync_s": 0.3, "time/verify_s": 0.1, "time/train_s": 1.0},
+        {"time/generate_s": 3.0, "time/weight_sync_s": 0.4, "time/verify_s": 0.1, "time/train_s": 2.0},
+    ]
     s = scale_out.stage_summary(lines)
     assert s["n_steps"] == 4
     assert s["first_step"] == {"generate_s": 9.0, "weight_sync_s": 0.0, "verify_s": 0.0, "train_s": 4.0}
     # medians per stage over steps 2-4: generate 3, sync 0.4, verify 0.1, train 2; step = their sum 5.5
-    assert s["median_later_steps"] == {"generate_s": 3.0, "weight_sync_s": 0.4, "verify_s": 0.1, "train_s": 2.0,
-                                       "step_s": 5.5}
+    assert s["median_later_steps"] == {
+        "generate_s": 3.0,
+        "weight_sync_s": 0.4,
+        "verify_s": 0.1,
+        "train_s": 2.0,
+        "step_s": 5.5,
+    }
     assert scale_out.stage_summary(lines[:1])["median_later_steps"] is None
 
 
@@ -223,8 +259,9 @@ def test_trl_best_setting_uses_bf16_exactly_when_rollwise_auto_picks_it(tmp_path
     from trl import GRPOConfig
 
     def bf16(settings, auto_bf16):
-        return GRPOConfig(**vs_trl.trl_config_kwargs({**SPEC, "settings": settings, "auto_bf16": auto_bf16},
-                                                     str(tmp_path))).bf16
+        return GRPOConfig(
+            **vs_trl.trl_config_kwargs({**SPEC, "settings": settings, "auto_bf16": auto_bf16}, str(tmp_path))
+        ).bf16
 
     assert bf16("best", True) and not bf16("best", False) and not bf16("same", True)
 
@@ -243,10 +280,36 @@ def test_compute_dtype_arms_are_valid_configs_without_evaluation_during_training
 def test_compute_dtype_run_summary_sums_phases_and_keeps_the_precision():
     import compute_dtype_auto as cda
 
-    lines = [{"wall_s": 1.0, "time/generate_s": 0.25, "time/train_s": 0.5, "cost/generated_tokens": 10,
-              "precision/compute_dtype": "float32", "precision/bf16_speedup": 0.5, "precision/reason": "measured"},
-             {"wall_s": 2.5, "time/generate_s": 0.5, "time/train_s": 0.75, "cost/generated_tokens": 30,
-              "precision/compute_dtype": "float32", "precision/bf16_speedup": 0.5, "precision/reason": "measured"}]
+    lines = [
+        {
+            "wall_s": 1.0,
+            "time/generate_s": 0.25,
+            "time/train_s": 0.5,
+            "cost/generated_tokens": 10,
+            "precision/compute_dtype": "float32",
+            "precision/bf16_speedup": 0.5,
+            "precision/reason": "measured",
+        },
+        {
+            "wall_s": 2.5,
+            "time/generate_s": 0.5,
+            "time/train_s": 0.75,
+            "cost/generated_tokens": 30,
+            "precision/compute_dtype": "float32",
+            "precision/bf16_speedup": 0.5,
+            "precision/reason": "measured",
+        },
+    ]
     s = cda.summarise_run(lines)
-    assert (s["steps"], s["train_loop_wall_s"], s["generate_s"], s["train_s"], s["generated_tokens"]) == (2, 2.5, 0.75, 1.25, 30)
-    assert s["precision"] == {"precision/compute_dtype": "float32", "precision/bf16_speedup": 0.5, "precision/reason": "measured"}
+    assert (s["steps"], s["train_loop_wall_s"], s["generate_s"], s["train_s"], s["generated_tokens"]) == (
+        2,
+        2.5,
+        0.75,
+        1.25,
+        30,
+    )
+    assert s["precision"] == {
+        "precision/compute_dtype": "float32",
+        "precision/bf16_speedup": 0.5,
+        "precision/reason": "measured",
+    }

@@ -44,8 +44,9 @@ def test_example_sweep_plans_every_arm_and_seed(tmp_path):
 
 def test_defaults_and_base_file(tmp_path):
     (tmp_path / "cfgs").mkdir()
-    (tmp_path / "cfgs" / "base.toml").write_text('[model]\nname = "tiny-s"\n[train]\nsteps = 7\nbudget_rollouts = 5\n'
-                                                  '[run]\nname = "ignored"\nseed = 9\n')
+    (tmp_path / "cfgs" / "base.toml").write_text(
+        '[model]\nname = "tiny-s"\n[train]\nsteps = 7\nbudget_rollouts = 5\n[run]\nname = "ignored"\nseed = 9\n'
+    )
     p = _write(tmp_path, 'base = "cfgs/base.toml"\nbudget = { generated_tokens = 100 }\n[[arms]]\nname = "only"\n')
     sweep = load_sweep(p, ["train.lr=0.001"])  # a --set joins the sweep's set
     assert sweep.default_out_dir() == Path("runs/compare/s") and sweep.seeds == [0] and sweep.baseline_arm == "only"
@@ -59,8 +60,12 @@ def test_defaults_and_base_file(tmp_path):
 
 def test_flatten_keeps_options_tables_whole():
     table = {"control": {"name": "uniform", "options": {"k": {"a": 1}}}, "filter.names": ["x"], "train": {"lr": 1.0}}
-    assert flatten(table) == {"control.name": "uniform", "control.options": {"k": {"a": 1}}, "filter.names": ["x"],
-                              "train.lr": 1.0}
+    assert flatten(table) == {
+        "control.name": "uniform",
+        "control.options": {"k": {"a": 1}},
+        "filter.names": ["x"],
+        "train.lr": 1.0,
+    }
 
 
 BAD_FILES = [
@@ -85,14 +90,42 @@ def test_bad_sweep_files_fail_naming_the_key(tmp_path, label, text, needle):
 
 
 BAD_PLANS = [
-    ("unknown config key in an arm", MINIMAL.replace('"filter.names" = ["zero_variance"]', '"train.stepz" = 3'), ["arm 'b'", "train.stepz"]),
-    ("unknown strategy in an arm", MINIMAL.replace('"filter.names" = ["zero_variance"]', '"control.name" = "nope"'), ["arm 'b'", "nope"]),
+    (
+        "unknown config key in an arm",
+        MINIMAL.replace('"filter.names" = ["zero_variance"]', '"train.stepz" = 3'),
+        ["arm 'b'", "train.stepz"],
+    ),
+    (
+        "unknown strategy in an arm",
+        MINIMAL.replace('"filter.names" = ["zero_variance"]', '"control.name" = "nope"'),
+        ["arm 'b'", "nope"],
+    ),
     ("bad value in the base", MINIMAL.replace('"train.steps" = 100', '"train.steps" = -1'), ["train.steps"]),
-    ("runner-owned key", MINIMAL.replace('"filter.names" = ["zero_variance"]', '"run.seed" = 3'), ["run.seed", "set by rollwise compare"]),
-    ("budget in an arm", MINIMAL.replace('"filter.names" = ["zero_variance"]', '"train.budget_rollouts" = 3'), ["train.budget_rollouts"]),
-    ("arms evaluated differently", MINIMAL.replace('"filter.names" = ["zero_variance"]', '"eval.samples" = 8'), ["eval.samples"]),
-    ("no eval at step 0", MINIMAL.replace('"train.steps" = 100', '"train.steps" = 100\n"eval.at_start" = false'), ["eval.at_start"]),
-    ("missing base file", 'base = "nope.toml"\n' + MINIMAL.replace('[base]\n"model.name" = "tiny-s"\n"train.steps" = 100\n', ""), ["nope.toml"]),
+    (
+        "runner-owned key",
+        MINIMAL.replace('"filter.names" = ["zero_variance"]', '"run.seed" = 3'),
+        ["run.seed", "set by rollwise compare"],
+    ),
+    (
+        "budget in an arm",
+        MINIMAL.replace('"filter.names" = ["zero_variance"]', '"train.budget_rollouts" = 3'),
+        ["train.budget_rollouts"],
+    ),
+    (
+        "arms evaluated differently",
+        MINIMAL.replace('"filter.names" = ["zero_variance"]', '"eval.samples" = 8'),
+        ["eval.samples"],
+    ),
+    (
+        "no eval at step 0",
+        MINIMAL.replace('"train.steps" = 100', '"train.steps" = 100\n"eval.at_start" = false'),
+        ["eval.at_start"],
+    ),
+    (
+        "missing base file",
+        'base = "nope.toml"\n' + MINIMAL.replace('[base]\n"model.name" = "tiny-s"\n"train.steps" = 100\n', ""),
+        ["nope.toml"],
+    ),
 ]
 
 
@@ -108,7 +141,9 @@ def test_bad_arms_fail_before_any_run(tmp_path, monkeypatch, label, text, needle
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[3] / "benchmarks").glob("*.toml")), ids=lambda p: p.stem)
+@pytest.mark.parametrize(
+    "path", sorted((Path(__file__).resolve().parents[3] / "benchmarks").glob("*.toml")), ids=lambda p: p.stem
+)
 def test_every_shipped_sweep_validates(path):
     # every arm x seed config of the committed presets loads (names, options, refused combinations)
     sweep = load_sweep(path)

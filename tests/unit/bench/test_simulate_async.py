@@ -115,8 +115,11 @@ def test_colocated_async_cannot_overlap():
 def test_staleness_never_exceeds_eta_when_groups_finish_in_order(eta):
     # equal lengths finish in submission order; generation (2 s a batch) is faster than training
     # (8 s), so the gate, not the generator, limits how far ahead generation runs: staleness eta is reached
-    r = sa.simulate(sa.Setup(mode="async", eta=eta, workers=2, groups=3, group_size=2, max_concurrent=64, steps=20, warmup=0),
-                    costs(1.0, 0.0, 8.0), sa.constant(2))
+    r = sa.simulate(
+        sa.Setup(mode="async", eta=eta, workers=2, groups=3, group_size=2, max_concurrent=64, steps=20, warmup=0),
+        costs(1.0, 0.0, 8.0),
+        sa.constant(2),
+    )
     assert max(r["staleness_hist"]) == eta
 
 
@@ -172,7 +175,7 @@ def test_periodic_is_on_policy_and_never_slower_than_sync(workers):
     p = sa.simulate(sa.Setup(mode="periodic", **kw), c, PAPERISH, seed=1)
     assert set(p["staleness_hist"]) == {0}
     assert p["step_s"] <= s["step_s"] + 1e-9
-    assert p["step_s"] < s["step_s"]   # long-tailed lengths: early groups' training is hidden
+    assert p["step_s"] < s["step_s"]  # long-tailed lengths: early groups' training is hidden
 
 
 # ---------------------------------------------------------------- determinism and inputs
@@ -182,7 +185,10 @@ def test_same_seed_same_result_other_seed_other_draws():
     kw = dict(mode="async", eta=2, workers=3, groups=4, group_size=4, max_concurrent=8, steps=10, warmup=2)
     c = costs(0.01, 0.001, 0.5, 0.001, 0.2)
     assert sa.simulate(sa.Setup(**kw), c, PAPERISH, seed=5) == sa.simulate(sa.Setup(**kw), c, PAPERISH, seed=5)
-    assert sa.simulate(sa.Setup(**kw), c, PAPERISH, seed=5)["step_s"] != sa.simulate(sa.Setup(**kw), c, PAPERISH, seed=6)["step_s"]
+    assert (
+        sa.simulate(sa.Setup(**kw), c, PAPERISH, seed=5)["step_s"]
+        != sa.simulate(sa.Setup(**kw), c, PAPERISH, seed=6)["step_s"]
+    )
 
 
 def test_bad_setup_is_refused_with_the_field_named():
@@ -233,8 +239,15 @@ def test_fit_line():
 
 def test_fit_decode_shape():
     # per-iteration seconds 0.002 + 0.0001 k at k = 1, 10 over 20 new tokens
-    gt = {"models": [{"model": "m", "new_tokens": 20, "batches": [{"batch": 1, "seconds_median": 20 * 0.0021},
-                                                                 {"batch": 10, "seconds_median": 20 * 0.003}]}]}
+    gt = {
+        "models": [
+            {
+                "model": "m",
+                "new_tokens": 20,
+                "batches": [{"batch": 1, "seconds_median": 20 * 0.0021}, {"batch": 10, "seconds_median": 20 * 0.003}],
+            }
+        ]
+    }
     a, b = sa.fit_decode_shape(gt, "m")
     assert (a, b) == pytest.approx((0.002, 0.0001))
     with pytest.raises(ValueError, match="not in gen_throughput"):
@@ -250,12 +263,23 @@ def fake_run(tmp_path, schedule_toml="", workers=1):
     d = tmp_path / "run"
     d.mkdir()
     (d / "config.resolved.toml").write_text(
-        f"[model]\nname = \"tiny\"\n[control]\nprompts_per_step = 25\nrollouts_per_prompt = 4\n"
-        f"[sampling]\nmax_new_tokens = 8\n[train]\nsteps = 4\n{schedule_toml}\n[distributed]\nworkers = {workers}\n")
+        f'[model]\nname = "tiny"\n[control]\nprompts_per_step = 25\nrollouts_per_prompt = 4\n'
+        f"[sampling]\nmax_new_tokens = 8\n[train]\nsteps = 4\n{schedule_toml}\n[distributed]\nworkers = {workers}\n"
+    )
     lines = []
     for i, wall in enumerate([0.5, 2.5, 5.0, 10.5]):
-        lines.append({"step": i, "wall_s": wall, "cost/generated_tokens": 300 * (i + 1), "cost/trained_tokens": 300 * (i + 1),
-                      "cost/rollouts": 100 * (i + 1), "time/generate_s": 0.5, "time/train_s": 1.0, "time/weight_sync_s": 0.1})
+        lines.append(
+            {
+                "step": i,
+                "wall_s": wall,
+                "cost/generated_tokens": 300 * (i + 1),
+                "cost/trained_tokens": 300 * (i + 1),
+                "cost/rollouts": 100 * (i + 1),
+                "time/generate_s": 0.5,
+                "time/train_s": 1.0,
+                "time/weight_sync_s": 0.1,
+            }
+        )
     (d / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     (d / "eval.jsonl").write_text(json.dumps({"step": 3, "time/eval_s": 3.0}) + "\n")
     return d
@@ -270,14 +294,17 @@ def test_read_run_removes_evaluation_time_and_reads_the_schedule(tmp_path):
     assert (r["mode"], r["eta"], r["workers"], r["groups"], r["group_size"]) == ("sync", 0, 1, 25, 4)
 
 
-@pytest.mark.parametrize("toml,expect", [
-    ("", ("sync", 0)),
-    ("[train.async_]\nmax_staleness = 2\n", ("async", 2)),
-    ("[train.async_]\nmax_staleness = 2\nmode = \"async\"\n", ("async", 2)),
-    ("[train.async_]\nmax_staleness = 0\n", ("sync", 0)),
-    ("[train.async_]\nmode = \"periodic\"\n", ("periodic", 0)),
-    ("[train.async_]\nmax_staleness = 3\nenabled = false\n", ("sync", 0)),
-])
+@pytest.mark.parametrize(
+    "toml,expect",
+    [
+        ("", ("sync", 0)),
+        ("[train.async_]\nmax_staleness = 2\n", ("async", 2)),
+        ('[train.async_]\nmax_staleness = 2\nmode = "async"\n', ("async", 2)),
+        ("[train.async_]\nmax_staleness = 0\n", ("sync", 0)),
+        ('[train.async_]\nmode = "periodic"\n', ("periodic", 0)),
+        ("[train.async_]\nmax_staleness = 3\nenabled = false\n", ("sync", 0)),
+    ],
+)
 def test_run_schedule_reads_async_keys_defensively(toml, expect):
     import tomllib
 
@@ -308,7 +335,9 @@ def test_validate_writes_predicted_and_measured(tmp_path):
 
 def test_cli_writes_json_with_assumptions(tmp_path):
     out = tmp_path / "sim.json"
-    sa.main(["--workers", "1", "2", "--eta", "1", "--steps", "6", "--warmup", "1", "--no-comparison", "--out", str(out)])
+    sa.main(
+        ["--workers", "1", "2", "--eta", "1", "--steps", "6", "--warmup", "1", "--no-comparison", "--out", str(out)]
+    )
     r = json.loads(out.read_text())
     assert [row["workers"] for row in r["sweep"]["rows"]] == [1, 2]
     assert "async_eta1" in r["sweep"]["rows"][0] and "periodic" in r["sweep"]["rows"][0]
@@ -343,19 +372,55 @@ def test_validate_against_committed_costs(tmp_path):
 
 def test_cli_from_run_takes_costs_and_batch_from_the_run_and_flags_win(tmp_path):
     out = tmp_path / "sim.json"
-    sa.main(["--from-run", str(fake_run(tmp_path)), "--workers", "1", "--eta", "1", "--steps", "4", "--warmup", "1",
-             "--sync-s", "0.5", "--no-comparison", "--out", str(out)])
+    sa.main(
+        [
+            "--from-run",
+            str(fake_run(tmp_path)),
+            "--workers",
+            "1",
+            "--eta",
+            "1",
+            "--steps",
+            "4",
+            "--warmup",
+            "1",
+            "--sync-s",
+            "0.5",
+            "--no-comparison",
+            "--out",
+            str(out),
+        ]
+    )
     r = json.loads(out.read_text())["sweep"]
     assert r["costs_source"]["from_run"].endswith("run")
-    assert (r["setup"]["groups"], r["setup"]["group_size"]) == (25, 4)   # the run's B x G
-    assert r["costs"]["sync_s"] == 0.5                                      # the flag over the run's 0.1
-    assert r["lengths"]["cap"] == 8                                         # the run's max_new_tokens
+    assert (r["setup"]["groups"], r["setup"]["group_size"]) == (25, 4)  # the run's B x G
+    assert r["costs"]["sync_s"] == 0.5  # the flag over the run's 0.1
+    assert r["lengths"]["cap"] == 8  # the run's max_new_tokens
 
 
 def test_cli_from_run_with_explicit_lengths_keeps_them(tmp_path):
     out = tmp_path / "sim.json"
-    sa.main(["--from-run", str(fake_run(tmp_path)), "--lengths", "constant", "--median", "5", "--workers", "1", "--eta", "1",
-             "--steps", "4", "--warmup", "1", "--no-comparison", "--out", str(out)])
+    sa.main(
+        [
+            "--from-run",
+            str(fake_run(tmp_path)),
+            "--lengths",
+            "constant",
+            "--median",
+            "5",
+            "--workers",
+            "1",
+            "--eta",
+            "1",
+            "--steps",
+            "4",
+            "--warmup",
+            "1",
+            "--no-comparison",
+            "--out",
+            str(out),
+        ]
+    )
     assert json.loads(out.read_text())["sweep"]["lengths"] == {"kind": "cycle", "values": [5], "period": 1}
 
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
+from rollwise.batch.collate import collate
 from rollwise.config import load_config
 from rollwise.control.adhint import ADHint, Options, hint_length, hint_ratio
 from rollwise.objectives import ADVANTAGES
 from rollwise.objectives.adhint import AdhintOptions, adhint
 from rollwise.objectives.inputs import advantage_inputs
 from rollwise.registry import UserError
-from rollwise.batch.collate import collate
 from rollwise.types import Group, Prompt, Rollout, RunState, Services, Verdict
 
 T = torch.tensor
@@ -40,8 +40,14 @@ class _Task:
 
 
 def _controller(n=4, **opts):
-    cfg = load_config(overrides=["control.name=adhint", "advantage.name=adhint", f"control.rollouts_per_prompt={n}",
-                                 "control.prompts_per_step=2"]).control
+    cfg = load_config(
+        overrides=[
+            "control.name=adhint",
+            "advantage.name=adhint",
+            f"control.rollouts_per_prompt={n}",
+            "control.prompts_per_step=2",
+        ]
+    ).control
     prompts = [Prompt("a", "t", "1+1=", "1234567890"), Prompt("b", "t", "2+2=", "4")]
     c = ADHint(prompts, cfg, Options(noise=0.0, **opts), seed=0)
     c.bind(Services(_Task(), _Codec()))
@@ -49,8 +55,9 @@ def _controller(n=4, **opts):
 
 
 def _r(pid, score, completion=(1,), versions=None):
-    return Rollout(pid, (9,), tuple(completion), (-0.1,) * len(completion), "stop", 0, "", Verdict(score),
-                   token_versions=versions)
+    return Rollout(
+        pid, (9,), tuple(completion), (-0.1,) * len(completion), "stop", 0, "", Verdict(score), token_versions=versions
+    )
 
 
 def test_naive_round_then_hinted_prefixes_from_the_difficulty_prior():
@@ -98,25 +105,41 @@ def test_ae_rdp_worked_example():
     h = T([0, 0, 0, 0, 2, 2, 2, 2])
     lengths = T([3.0, 3, 3, 3, 5, 5, 5, 5])
     out = adhint(r, torch.zeros(8, dtype=torch.long), AdhintOptions(), hint_tokens=h, completion_lengths=lengths)
-    assert out.values.tolist() == pytest.approx([1.9638, -0.3741, -0.3741, -0.3741, 0.6479, 0.6479, -0.9718, -0.9718], abs=1e-3)
+    assert out.values.tolist() == pytest.approx(
+        [1.9638, -0.3741, -0.3741, -0.3741, 0.6479, 0.6479, -0.9718, -0.9718], abs=1e-3
+    )
     # selective masking: the hint tokens (first 2) of the two negative hinted rows are out
     inc = out.token_include
     assert inc[6, :2].tolist() == [False, False] and inc[6, 2:].all() and inc[4].all() and inc[:4].all()
-    no_train = adhint(r, torch.zeros(8, dtype=torch.long), AdhintOptions(train_hint_tokens=False), hint_tokens=h,
-                      completion_lengths=lengths).token_include
+    no_train = adhint(
+        r,
+        torch.zeros(8, dtype=torch.long),
+        AdhintOptions(train_hint_tokens=False),
+        hint_tokens=h,
+        completion_lengths=lengths,
+    ).token_include
     assert not no_train[4, :2].any()  # positive hinted row's hint masked too
 
 
 def test_all_correct_hinted_subgroup_leaves_naive_advantages_alone():
-    naive_only = adhint(T([1.0, 0, 0, 0]), T([0, 0, 0, 0]), hint_tokens=T([0, 0, 0, 0]), completion_lengths=T([1.0] * 4))
-    both = adhint(T([1.0, 0, 0, 0, 1, 1]), T([0] * 6), hint_tokens=T([0, 0, 0, 0, 3, 3]), completion_lengths=T([1.0] * 4 + [4.0] * 2))
+    naive_only = adhint(
+        T([1.0, 0, 0, 0]), T([0, 0, 0, 0]), hint_tokens=T([0, 0, 0, 0]), completion_lengths=T([1.0] * 4)
+    )
+    both = adhint(
+        T([1.0, 0, 0, 0, 1, 1]),
+        T([0] * 6),
+        hint_tokens=T([0, 0, 0, 0, 3, 3]),
+        completion_lengths=T([1.0] * 4 + [4.0] * 2),
+    )
     assert both.values[4:].tolist() == [0.0, 0.0]
     assert torch.allclose(both.values[:4], naive_only.values)
 
 
 def test_negative_hinted_rows_hint_tokens_leave_the_loss():
-    rows = [Rollout("a", (9, 9), (1, 2, 3), (0.0, 0.0, -0.5), "stop", 0, "", Verdict(0.0), token_versions=(0, 0, 0)),
-            Rollout("a", (9, 9), (1, 2, 4), (0.0, 0.0, -0.5), "stop", 0, "", Verdict(1.0), token_versions=(0, 0, 0))]
+    rows = [
+        Rollout("a", (9, 9), (1, 2, 3), (0.0, 0.0, -0.5), "stop", 0, "", Verdict(0.0), token_versions=(0, 0, 0)),
+        Rollout("a", (9, 9), (1, 2, 4), (0.0, 0.0, -0.5), "stop", 0, "", Verdict(1.0), token_versions=(0, 0, 0)),
+    ]
     advs = adhint(T([0.0, 1.0]), T([0, 0]), hint_tokens=T([2, 2]), completion_lengths=T([3.0, 3.0]))
     b = collate(rows, T([0.0, 1.0]), T([0, 0]), advs, pad_id=0)
     assert b.loss_mask[0].tolist() == [0, 0, 0, 0, 1]  # prompt 2, hint 2 masked, continuation trained

@@ -11,16 +11,15 @@ import pytest
 import torch
 
 import rollwise
+from conftest import as_sets, tiny_overrides
 from rollwise.backends.scripted import ScriptedBackend
+from rollwise.batch.collate import flatten
 from rollwise.config import load_config
 from rollwise.control import REGISTRY
 from rollwise.control.ar3po import AR3PO, expected_fresh_responses
 from rollwise.filter.basic import zero_variance
 from rollwise.objectives import ADVANTAGES
-from rollwise.batch.collate import flatten
 from rollwise.types import Group, Prompt, Rollout, RunState, Verdict
-
-from conftest import as_sets, tiny_overrides
 
 
 def _prompts(n):
@@ -32,7 +31,9 @@ def _rollouts(prompt, scores, version=0, logprob=-1.0):
 
 
 def _ar3po(*overrides, options=None, prompts=20):
-    cfg = load_config(overrides=[f"control.prompts_per_step={min(2, prompts)}", "control.rollouts_per_prompt=4", *overrides]).control
+    cfg = load_config(
+        overrides=[f"control.prompts_per_step={min(2, prompts)}", "control.rollouts_per_prompt=4", *overrides]
+    ).control
     return AR3PO(_prompts(prompts), cfg, AR3PO.Options(**(options or {})), seed=0)
 
 
@@ -143,7 +144,9 @@ def test_reuse_advantage_by_hand():
     # population std: sqrt(1/9 * 8/9) = sqrt(8)/9 -> (8/9) / (sqrt 8 / 9) = sqrt 8 = 2.83; -(1/9)/(sqrt 8/9) = -0.354
     grpo = ADVANTAGES.get("grpo")
     a = grpo(rewards, gidx, grpo.Options(std="population", eps=0.0)).values
-    assert a[i].item() == pytest.approx(math.sqrt(8), rel=1e-5) and a[0].item() == pytest.approx(-1 / math.sqrt(8), rel=1e-5)
+    assert a[i].item() == pytest.approx(math.sqrt(8), rel=1e-5) and a[0].item() == pytest.approx(
+        -1 / math.sqrt(8), rel=1e-5
+    )
 
 
 # ------------------------------------------------------------------ §3.6 where reuse applies
@@ -270,12 +273,22 @@ def test_loop_trains_on_a_rescued_group(tmp_path):
         ans = int(a) + int(b)
         return tok.encode(str(ans if i < 16 else ans + 1))
 
-    o = tiny_overrides(tmp_path, steps=2, **{"control.name": "ar3po", "filter.names": ["zero_variance"],
-                                             "task.options": {"n_train": 4, "n_heldout": 4}, "eval.at_start": False,
-                                             "model.warm_start.steps": 0, "eval.n_prompts": 2,
-                                             "objective.options": {"tis_level": "token", "tis_low": 1.0, "tis_cap": 1.0}})
-    result = rollwise.train(load_config(overrides=as_sets(o)), backend=ScriptedBackend(respond, tok.eos_token_id),
-                            log=lambda m: None)
+    o = tiny_overrides(
+        tmp_path,
+        steps=2,
+        **{
+            "control.name": "ar3po",
+            "filter.names": ["zero_variance"],
+            "task.options": {"n_train": 4, "n_heldout": 4},
+            "eval.at_start": False,
+            "model.warm_start.steps": 0,
+            "eval.n_prompts": 2,
+            "objective.options": {"tis_level": "token", "tis_low": 1.0, "tis_cap": 1.0},
+        },
+    )
+    result = rollwise.train(
+        load_config(overrides=as_sets(o)), backend=ScriptedBackend(respond, tok.eos_token_id), log=lambda m: None
+    )
     m1, m2 = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
     assert m1["control/rounds"] == 1 and m1["cost/rollouts"] == 16 and m1["filter/all_correct"] == 4
     assert m1["cost/trained_tokens"] == 0 and m1["control/ar3po_store_size"] == 4
@@ -298,14 +311,32 @@ def test_stop_and_resume_matches_uninterrupted(tmp_path):
         return tok.encode(str(ans if (i * 7919) % 11 < 3 else ans + 1))  # mostly wrong: stages and reuse
 
     def run(name, steps, resume=False):
-        o = tiny_overrides(tmp_path, name, steps=steps, **{"control.name": "ar3po", "filter.names": ["zero_variance"],
-                                                           "task.options": {"n_train": 6, "n_heldout": 4}, "eval.at_start": False,
-                                                           "model.warm_start.steps": 0, "eval.n_prompts": 2, "eval.every": 2,
-                                                           "run.checkpoint_every": 2, "run.threads": 1})
-        rollwise.train(load_config(overrides=as_sets(o)), resume=resume, log=lambda m: None,
-                       backend=ScriptedBackend(respond, tok.eos_token_id))
-        return [{k: v for k, v in json.loads(x).items() if not k.startswith(("wall_s", "time/"))}
-                for x in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+        o = tiny_overrides(
+            tmp_path,
+            name,
+            steps=steps,
+            **{
+                "control.name": "ar3po",
+                "filter.names": ["zero_variance"],
+                "task.options": {"n_train": 6, "n_heldout": 4},
+                "eval.at_start": False,
+                "model.warm_start.steps": 0,
+                "eval.n_prompts": 2,
+                "eval.every": 2,
+                "run.checkpoint_every": 2,
+                "run.threads": 1,
+            },
+        )
+        rollwise.train(
+            load_config(overrides=as_sets(o)),
+            resume=resume,
+            log=lambda m: None,
+            backend=ScriptedBackend(respond, tok.eos_token_id),
+        )
+        return [
+            {k: v for k, v in json.loads(x).items() if not k.startswith(("wall_s", "time/"))}
+            for x in (tmp_path / name / "metrics.jsonl").read_text().splitlines()
+        ]
 
     full = run("full", 4)
     run("part", 2)

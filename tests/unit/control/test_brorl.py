@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import rollwise
+from conftest import as_sets, tiny_overrides
 from rollwise.backends.hf import HFBackend
 from rollwise.backends.scripted import ScriptedBackend
 from rollwise.config import load_config
@@ -19,8 +20,6 @@ from rollwise.distributed.local import LocalPool
 from rollwise.tokens import Codec
 from rollwise.trainer.tiny import build_tiny, char_tokenizer
 from rollwise.types import Plan, Prompt, Request, Sampling, Verdict
-
-from conftest import as_sets, tiny_overrides
 
 
 def _prompts(n):
@@ -122,8 +121,13 @@ def test_state_round_trip():
 
     b = _brorl(n=16)
     ps = b.select(None)
-    b.observe([Group(p, tuple(Rollout(p.id, (1,), (2, 3), (-1.0, -1.0), "stop", 0, "", Verdict(1.0)) for _ in range(16)))
-               for p in ps], RunState(step=0))
+    b.observe(
+        [
+            Group(p, tuple(Rollout(p.id, (1,), (2, 3), (-1.0, -1.0), "stop", 0, "", Verdict(1.0)) for _ in range(16)))
+            for p in ps
+        ],
+        RunState(step=0),
+    )
     c = _brorl(n=16)
     c.load_state_dict(json.loads(json.dumps(b.state_dict())))
     assert [p.id for p in c.select(None)] == [p.id for p in b.select(None)]
@@ -147,7 +151,9 @@ class Recording:
 def test_pool_generates_n_256_in_chunks_of_max_batch():
     tok = char_tokenizer()
     backend = Recording(ScriptedBackend(lambda seq, i: tok.encode("7"), tok.eos_token_id))
-    pool = LocalPool(backend, Codec(tok, use_chat=False), lambda p, t: Verdict(1.0), Sampling(1.0, 1.0, 4), max_batch=48)
+    pool = LocalPool(
+        backend, Codec(tok, use_chat=False), lambda p, t: Verdict(1.0), Sampling(1.0, 1.0, 4), max_batch=48
+    )
     prompt = Prompt("p0", "arithmetic", "3+4=", "7")
     groups = pool.generate(Plan((Request(prompt, 256),)), [], version=0)
     # 256 = 5 x 48 + 16
@@ -168,15 +174,20 @@ class ForwardSizes(torch.nn.Module):
 
 
 def test_hf_generation_and_training_never_see_more_than_their_chunk():
-    from rollwise.objectives import ADVANTAGES, OBJECTIVES
     from rollwise.batch.collate import collate, flatten
+    from rollwise.objectives import ADVANTAGES, OBJECTIVES
     from rollwise.trainer.trainer import Trainer
 
     model, tok = build_tiny("tiny-s", seed=0)
     spy = ForwardSizes(model)
     codec = Codec(tok, use_chat=False)
-    pool = LocalPool(HFBackend(spy, [tok.eos_token_id], tok.pad_token_id, max_batch=32, seed=0), codec,
-                     lambda p, t: Verdict(float(len(t) % 2)), Sampling(1.0, 1.0, 2), max_batch=32)
+    pool = LocalPool(
+        HFBackend(spy, [tok.eos_token_id], tok.pad_token_id, max_batch=32, seed=0),
+        codec,
+        lambda p, t: Verdict(float(len(t) % 2)),
+        Sampling(1.0, 1.0, 2),
+        max_batch=32,
+    )
     groups = pool.generate(Plan((Request(Prompt("p0", "arithmetic", "3+4=", "7"), 96),)), [], version=0)
     assert groups[0].size == 96 and spy.sizes and max(spy.sizes) <= 32  # every decode step of every chunk
     spy.sizes.clear()
@@ -196,13 +207,25 @@ def test_loop_with_brorl_chunks_generation_and_trains_groups_of_different_sizes(
     from rollwise.trainer.trainer import Trainer
 
     seen, real = [], Trainer.optimize
-    monkeypatch.setattr(Trainer, "optimize", lambda self, b: (seen.append(torch.bincount(b.group_index).tolist()), real(self, b))[1])
+    monkeypatch.setattr(
+        Trainer, "optimize", lambda self, b: (seen.append(torch.bincount(b.group_index).tolist()), real(self, b))[1]
+    )
     tok = char_tokenizer()
     backend = Recording(ScriptedBackend(lambda seq, i: tok.encode(str(i % 3)), tok.eos_token_id))
-    o = tiny_overrides(tmp_path, steps=2, **{"control.name": "brorl", "control.options": {"n": 24, "keep_samples_per_step": False},
-                                             "control.prompts_per_step": 3, "control.budget_rollouts": 60,
-                                             "model.max_batch": 16, "eval.at_start": False,
-                                             "model.warm_start.steps": 0, "eval.n_prompts": 2})
+    o = tiny_overrides(
+        tmp_path,
+        steps=2,
+        **{
+            "control.name": "brorl",
+            "control.options": {"n": 24, "keep_samples_per_step": False},
+            "control.prompts_per_step": 3,
+            "control.budget_rollouts": 60,
+            "model.max_batch": 16,
+            "eval.at_start": False,
+            "model.warm_start.steps": 0,
+            "eval.n_prompts": 2,
+        },
+    )
     result = rollwise.train(load_config(overrides=as_sets(o)), backend=backend, log=lambda m: None)
     lines = [json.loads(x) for x in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [m["control/budget_used"] for m in lines] == [60, 60]

@@ -80,8 +80,14 @@ def test_lengths_survive_a_state_round_trip():
 
 
 def test_config_hands_max_new_tokens_to_the_control_section():
-    cfg = load_config(overrides=["sampling.max_new_tokens=10", "control.budget_tokens=45",
-                                 "control.prompts_per_step=3", "control.rollouts_per_prompt=4"])
+    cfg = load_config(
+        overrides=[
+            "sampling.max_new_tokens=10",
+            "control.budget_tokens=45",
+            "control.prompts_per_step=3",
+            "control.rollouts_per_prompt=4",
+        ]
+    )
     b = StepBudget.from_config(cfg.control, 12)
     assert b == StepBudget(rollouts=12, tokens=45, prior_tokens=10)
     u = Uniform(_prompts(10), cfg.control, None, seed=0)
@@ -129,7 +135,12 @@ NAMES = sorted(n.split(":")[0] for n in REGISTRY.names())
 # options a controller needs at rollouts_per_prompt = 4 (SPEED screens with n_init < the group size)
 # and config it requires (SPEED's filter)
 OPTIONS = {"speed": {"n_init": 2}, "wise": {"n_init": 2}}
-NEEDS = {"speed": ['filter.names=["speed_complete"]'], "wise": ['filter.names=["speed_complete"]'], "adhint": ["advantage.name=adhint"], "mssr": ["advantage.name=mssr"]}
+NEEDS = {
+    "speed": ['filter.names=["speed_complete"]'],
+    "wise": ['filter.names=["speed_complete"]'],
+    "adhint": ["advantage.name=adhint"],
+    "mssr": ["advantage.name=mssr"],
+}
 
 
 class _Tok:
@@ -163,8 +174,15 @@ def _bound(ctrl):
 @pytest.mark.parametrize("name", NAMES)
 def test_every_registered_controller_stays_within_the_rollout_budget(name):
     cls = REGISTRY.get(name)
-    cfg = load_config(overrides=["control.prompts_per_step=3", "control.rollouts_per_prompt=4",
-                                 "control.budget_rollouts=10", f"control.name={name}", *NEEDS.get(name, [])]).control
+    cfg = load_config(
+        overrides=[
+            "control.prompts_per_step=3",
+            "control.rollouts_per_prompt=4",
+            "control.budget_rollouts=10",
+            f"control.name={name}",
+            *NEEDS.get(name, []),
+        ]
+    ).control
     ctrl = _bound(cls(_prompts(30), cfg, _options(name, cls), 0))
     used = _drive(ctrl, 4, length=3)
     assert all(0 < u <= 10 for u in used), used
@@ -174,8 +192,16 @@ def test_every_registered_controller_stays_within_the_rollout_budget(name):
 def test_every_registered_controller_stays_within_the_token_budget(name):
     # max_new_tokens 8, every completion 8 tokens long: budget 40 tokens = 5 rollouts per step
     cls = REGISTRY.get(name)
-    cfg = load_config(overrides=["control.prompts_per_step=3", "control.rollouts_per_prompt=4", "sampling.max_new_tokens=8",
-                                 "control.budget_tokens=40", f"control.name={name}", *NEEDS.get(name, [])]).control
+    cfg = load_config(
+        overrides=[
+            "control.prompts_per_step=3",
+            "control.rollouts_per_prompt=4",
+            "sampling.max_new_tokens=8",
+            "control.budget_tokens=40",
+            f"control.name={name}",
+            *NEEDS.get(name, []),
+        ]
+    ).control
     ctrl = _bound(cls(_prompts(30), cfg, _options(name, cls), 0))
     used = _drive(ctrl, 4, length=8)
     assert all(0 < u * 8 <= 40 for u in used), used

@@ -8,15 +8,21 @@ from collections import Counter
 import pytest
 
 import rollwise
+from conftest import as_sets, tiny_overrides
 from rollwise.backends.scripted import ScriptedBackend
 from rollwise.config import load_config
 from rollwise.control import REGISTRY
-from rollwise.control.cures import (CurES, CuresOptions, code_tau, gradient_noise, posterior_mean, proportional_quota,
-                                    sampling_weight)
+from rollwise.control.cures import (
+    CurES,
+    CuresOptions,
+    code_tau,
+    gradient_noise,
+    posterior_mean,
+    proportional_quota,
+    sampling_weight,
+)
 from rollwise.registry import UserError
 from rollwise.types import Group, Prompt, Rollout, RunState, Verdict
-
-from conftest import as_sets, tiny_overrides
 
 
 def _prompts(n):
@@ -208,7 +214,9 @@ def test_loop_runs_with_cures(tmp_path):
         ans = int(a) + int(b)
         return tok.encode(str(ans if i % 2 == 0 else ans + 1))
 
-    o = tiny_overrides(tmp_path, steps=2, **{"eval.at_start": False, "control.name": "cures", "control.rollouts_per_prompt": 6})
+    o = tiny_overrides(
+        tmp_path, steps=2, **{"eval.at_start": False, "control.name": "cures", "control.rollouts_per_prompt": 6}
+    )
     cfg = load_config(overrides=as_sets(o))
     result = rollwise.train(cfg, backend=ScriptedBackend(respond, eos_id=tok.eos_token_id), log=lambda m: None)
     m = [json.loads(x) for x in (result.run_dir / "metrics.jsonl").read_text().splitlines()]

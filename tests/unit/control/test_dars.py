@@ -6,18 +6,16 @@ import json
 import math
 
 import pytest
-from conftest import scripted_arithmetic
 import torch
 
 import rollwise
+from conftest import as_sets, scripted_arithmetic, tiny_overrides
 from rollwise.config import load_config
 from rollwise.control import REGISTRY
 from rollwise.control.dars import DARS, DARSB, extra_rollouts
 from rollwise.filter.basic import zero_variance
 from rollwise.objectives import ADVANTAGES
 from rollwise.types import Group, Prompt, Rollout, RunState, Verdict
-
-from conftest import as_sets, tiny_overrides
 
 
 def _prompts(n):
@@ -178,8 +176,14 @@ def test_token_budget_for_the_top_up():
     # budget_tokens 200, max_new_tokens 5 (no data yet): stage 1 may plan floor(200 / 5) = 40 >= 32.
     # Stage-1 rollouts are 3 tokens long: used 96, L = 3 -> floor((200 - 96) / 3) = 34 more allowed,
     # wanted 24 + 24 + 24 + 24 (all wrong) = 96 -> scaled to 34 -> 8.5 each -> (9, 9, 8, 8)
-    cfg = load_config(overrides=["control.prompts_per_step=4", "control.rollouts_per_prompt=8", "control.budget_tokens=200",
-                                 "sampling.max_new_tokens=5"]).control
+    cfg = load_config(
+        overrides=[
+            "control.prompts_per_step=4",
+            "control.rollouts_per_prompt=8",
+            "control.budget_tokens=200",
+            "sampling.max_new_tokens=5",
+        ]
+    ).control
     d = DARS(_prompts(10), cfg, None, seed=0)
     ps = d.select(None)
     assert d.plan(ps, None).total == 32
@@ -196,8 +200,10 @@ def test_merge_and_filter_leaves_no_group_at_accuracy_zero_or_one():
     top = d.next_round([_group(p, stage1[p.id]) for p in ps], None)
     # stage 2: prompt 0 finds one success, prompt 1 none, prompt 3 two
     extra = {ps[0].id: 1, ps[1].id: 0, ps[3].id: 2}
-    merged = [_group(p, stage1[p.id] + [1] * extra.get(p.id, 0) + [0] * (n - extra.get(p.id, 0)))
-              for p, n in [(r.prompt, r.n) for r in top.requests] + [(ps[2], 0)]]
+    merged = [
+        _group(p, stage1[p.id] + [1] * extra.get(p.id, 0) + [0] * (n - extra.get(p.id, 0)))
+        for p, n in [(r.prompt, r.n) for r in top.requests] + [(ps[2], 0)]
+    ]
     kept = [g for g in merged if zero_variance(g).keep]
     accs = [sum(g.rewards()) / g.size for g in kept]
     assert all(0 < a < 1 for a in accs) and len(kept) == 3  # the all-correct prompt 2 is dropped
@@ -244,10 +250,21 @@ def test_loop_tops_up_hard_prompts_and_trains_on_groups_of_different_sizes(tmp_p
     # p = .25, S = .375, 2/S = 5.33 -> 2; the others 0. Stage 2 (calls 16-23): even calls right, so
     # group 0 = 0/4 + 3/6 and group 1 = 1/4 + 1/2: both mixed; merged sizes 10, 6, 4, 4.
     schedule = lambda i: (i % 4) < (i // 4) if i < 16 else i % 2 == 0  # noqa: E731
-    o = tiny_overrides(tmp_path, steps=1, **{"control.name": "dars", "filter.names": ["zero_variance"],
-                                             "advantage.name": "dr_grpo", "eval.at_start": False,
-                                             "model.warm_start.steps": 0, "eval.n_prompts": 2})
-    result = rollwise.train(load_config(overrides=as_sets(o)), backend=scripted_arithmetic(schedule), log=lambda m: None)
+    o = tiny_overrides(
+        tmp_path,
+        steps=1,
+        **{
+            "control.name": "dars",
+            "filter.names": ["zero_variance"],
+            "advantage.name": "dr_grpo",
+            "eval.at_start": False,
+            "model.warm_start.steps": 0,
+            "eval.n_prompts": 2,
+        },
+    )
+    result = rollwise.train(
+        load_config(overrides=as_sets(o)), backend=scripted_arithmetic(schedule), log=lambda m: None
+    )
     m = json.loads((result.run_dir / "metrics.jsonl").read_text().splitlines()[0])
     assert m["control/rounds"] == 2 and m["control/budget_used"] == 16 + 8 == m["cost/rollouts"]
     assert m["control/rollouts_per_prompt_min"] == 4 and m["control/rollouts_per_prompt_max"] == 10
@@ -261,19 +278,38 @@ def test_loop_resume_with_dars_matches_uninterrupted(tmp_path):
     Both runs evaluate at step 2 (eval.every = 2), as the 2-step run does when it ends, because the
     scripted backend's call counter (checkpointed) also advances during evaluation."""
     schedule = lambda i: (i * 7) % 5 == 0  # noqa: E731  hard prompts, top-ups every step
-    base = tiny_overrides(tmp_path, steps=4, **{"control.name": "dars", "control.options": {"schedule": "hw"},
-                                                "eval.at_start": False, "model.warm_start.steps": 0, "eval.every": 2,
-                                                "eval.n_prompts": 2, "run.checkpoint_every": 2})
-    full = rollwise.train(load_config(overrides=as_sets(dict(base, **{"run.name": "full"}))), backend=scripted_arithmetic(schedule),
-                          log=lambda m: None)
+    base = tiny_overrides(
+        tmp_path,
+        steps=4,
+        **{
+            "control.name": "dars",
+            "control.options": {"schedule": "hw"},
+            "eval.at_start": False,
+            "model.warm_start.steps": 0,
+            "eval.every": 2,
+            "eval.n_prompts": 2,
+            "run.checkpoint_every": 2,
+        },
+    )
+    full = rollwise.train(
+        load_config(overrides=as_sets(dict(base, **{"run.name": "full"}))),
+        backend=scripted_arithmetic(schedule),
+        log=lambda m: None,
+    )
     part = dict(base, **{"run.name": "part", "train.steps": 2})
     rollwise.train(load_config(overrides=as_sets(part)), backend=scripted_arithmetic(schedule), log=lambda m: None)
-    resumed = rollwise.train(load_config(overrides=as_sets(dict(part, **{"train.steps": 4}))), resume=True,
-                             backend=scripted_arithmetic(schedule), log=lambda m: None)
+    resumed = rollwise.train(
+        load_config(overrides=as_sets(dict(part, **{"train.steps": 4}))),
+        resume=True,
+        backend=scripted_arithmetic(schedule),
+        log=lambda m: None,
+    )
 
     def stable(d):
-        return [{k: v for k, v in json.loads(x).items() if not k.startswith(("wall_s", "time/"))}
-                for x in (d / "metrics.jsonl").read_text().splitlines()]
+        return [
+            {k: v for k, v in json.loads(x).items() if not k.startswith(("wall_s", "time/"))}
+            for x in (d / "metrics.jsonl").read_text().splitlines()
+        ]
 
     a, b = stable(full.run_dir), stable(resumed.run_dir)
     assert len(a) == 4 and a == b

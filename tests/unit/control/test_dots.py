@@ -10,13 +10,20 @@ import numpy as np
 import pytest
 
 import rollwise
+from conftest import as_sets, tiny_overrides
 from rollwise.components import build_filters
 from rollwise.config import load_config
-from rollwise.control.dots import (DOTS, DOTSOptions, is_reference, linear_calibration, ngram_embedding, predict,
-                                   reference_filter, select_round)
+from rollwise.control.dots import (
+    DOTS,
+    DOTSOptions,
+    is_reference,
+    linear_calibration,
+    ngram_embedding,
+    predict,
+    reference_filter,
+    select_round,
+)
 from rollwise.types import Group, Prompt, Rollout, RunState, Verdict
-
-from conftest import as_sets, tiny_overrides
 
 
 def _prompts(n):
@@ -88,9 +95,11 @@ def test_small_tau_selects_the_prompts_closest_to_alpha():
 def test_selection_concentrates_near_the_target_difficulty():
     """Three families of look-alike prompts with true success 0.95 / 0.5 / 0.02: from a noisy
     12-prompt reference set, the predictor and the near-greedy draw pick the middle family."""
-    fams = [("What is the colour of the sky on a clear day? #", 0.95),
-            ("Compute the integral of x^2 sin(x) from 0 to pi, case ", 0.5),
-            ("Prove that there are infinitely many twin primes, variant ", 0.02)]
+    fams = [
+        ("What is the colour of the sky on a clear day? #", 0.95),
+        ("Compute the integral of x^2 sin(x) from 0 to pi, case ", 0.5),
+        ("Prove that there are infinitely many twin primes, variant ", 0.02),
+    ]
     texts = [f"{t}{i}" for t, _ in fams for i in range(40)]
     truth = np.repeat([p for _, p in fams], 40)
     emb = np.stack([ngram_embedding(t) for t in texts])
@@ -159,7 +168,7 @@ def test_reference_filter_drops_reference_groups():
     assert all(reference_filter(g).reason == "reference" for g in groups)
     assert all(reference_filter(_group(r.prompt, 1, 2)).keep for r in train.requests)
     cfg = load_config(overrides=['filter.names=["dots_reference"]'])
-    (_, f), = build_filters(cfg)
+    ((_, f),) = build_filters(cfg)
     assert not f(groups[0]).keep
 
 
@@ -207,15 +216,28 @@ def test_state_round_trips_rng_queue_and_history():
 
 
 def _stable(path):
-    return [{k: v for k, v in json.loads(x).items() if k != "wall_s" and not k.startswith("time/")}
-            for x in path.read_text().splitlines()]
+    return [
+        {k: v for k, v in json.loads(x).items() if k != "wall_s" and not k.startswith("time/")}
+        for x in path.read_text().splitlines()
+    ]
 
 
 def _run(tmp_path, name, steps, resume=False):
-    o = tiny_overrides(tmp_path, name=name, steps=steps, **{
-        "eval.at_start": False, "run.threads": 1, "control.name": "dots", "filter.names": ["dots_reference"],
-        "control.options": {"steps_per_round": 2, "ref_size": 2}, "replay.name": "rollout_replay",
-        "replay.options": {"warmup_steps": 2}, "objective.options": {"tis_level": "token", "tis_cap": 1e9}})
+    o = tiny_overrides(
+        tmp_path,
+        name=name,
+        steps=steps,
+        **{
+            "eval.at_start": False,
+            "run.threads": 1,
+            "control.name": "dots",
+            "filter.names": ["dots_reference"],
+            "control.options": {"steps_per_round": 2, "ref_size": 2},
+            "replay.name": "rollout_replay",
+            "replay.options": {"warmup_steps": 2},
+            "objective.options": {"tis_level": "token", "tis_cap": 1e9},
+        },
+    )
     return rollwise.train(load_config(overrides=as_sets(o)), resume=resume, log=lambda m: None)
 
 

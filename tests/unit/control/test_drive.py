@@ -17,7 +17,9 @@ def _group(prompt, k, n):
 
 def _drive(n_prompts=6, per_step=2, n=4, **opts):
     ps = _prompts(n_prompts)
-    return ps, DRIVE(ps, ControlConfig(name="drive", prompts_per_step=per_step, rollouts_per_prompt=n), DRIVEOptions(**opts), seed=0)
+    return ps, DRIVE(
+        ps, ControlConfig(name="drive", prompts_per_step=per_step, rollouts_per_prompt=n), DRIVEOptions(**opts), seed=0
+    )
 
 
 def test_pass_rate_reads_the_shared_history_window():

@@ -6,10 +6,21 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from rollwise.control.gdro import (GDRO, GdroOptions, classify, code_row_weights, ema_update, exact_dp, exp_weights,
-                                   paper_row_weights, raw_bin, response_loss, sqrt_rule)
-from rollwise.objectives.advantages import grpo
 from rollwise.batch.build import apply_row_weights
+from rollwise.control.gdro import (
+    GDRO,
+    GdroOptions,
+    classify,
+    code_row_weights,
+    ema_update,
+    exact_dp,
+    exp_weights,
+    paper_row_weights,
+    raw_bin,
+    response_loss,
+    sqrt_rule,
+)
+from rollwise.objectives.advantages import grpo
 from rollwise.types import Advantages, Group, Prompt, Rollout, RunState, Services, Verdict
 
 EDGES = [0.1, 0.2, 0.4, 0.6, 0.8, 0.9]
@@ -29,14 +40,18 @@ def test_hysteresis_worked_numbers():
 
 
 def cfg(n=4, b=4):
-    return SimpleNamespace(prompts_per_step=b, rollouts_per_prompt=n, budget_rollouts=None, budget_tokens=None, _max_new_tokens=8)
+    return SimpleNamespace(
+        prompts_per_step=b, rollouts_per_prompt=n, budget_rollouts=None, budget_tokens=None, _max_new_tokens=8
+    )
 
 
 PROMPTS = [Prompt(f"p{i}", "t", str(i), "1") for i in range(8)]
 
 
 def group(pid, *scores):
-    return Group(Prompt(pid, "t", pid, "1"), tuple(Rollout(pid, (1,), (2,), (0.0,), "stop", 0, "", Verdict(s)) for s in scores))
+    return Group(
+        Prompt(pid, "t", pid, "1"), tuple(Rollout(pid, (1,), (2,), (0.0,), "stop", 0, "", Verdict(s)) for s in scores)
+    )
 
 
 def test_window_estimate_and_unseen_prompts():
@@ -60,7 +75,9 @@ def test_exp3p_weights_worked_numbers():
     assert q == pytest.approx([0.4444, 0.3220, 0.2336], abs=1e-4) and sum(q) == pytest.approx(1) and min(q) >= 0.01 / 3
     w = code_row_weights([0, 0, 1, 2], {0: 0.5, 1: 0.0, 2: -0.5}, 0.65, 0.01, 15.0)
     assert w == pytest.approx([1.2307, 1.2307, 0.8918, 0.6469], abs=1e-3) and sum(w) / 4 == pytest.approx(1)
-    assert paper_row_weights([0, 1, 2], {0: 0.5, 1: 0.0, 2: -0.5}, 0.65, 3.0, 15.0) == pytest.approx([1.384, 1.0, 0.7225], abs=1e-3)
+    assert paper_row_weights([0, 1, 2], {0: 0.5, 1: 0.0, 2: -0.5}, 0.65, 3.0, 15.0) == pytest.approx(
+        [1.384, 1.0, 0.7225], abs=1e-3
+    )
 
 
 def test_equal_scores_or_full_exploration_recover_grpo():
@@ -119,7 +136,9 @@ def test_on_policy_surrogate_loss_is_zero_per_group_and_positive_when_winners_lo
 def test_square_root_law_worked_numbers():
     q, v = [0.5, 0.3, 0.2], [0.01, 0.25, 0.16]
     n = sqrt_rule(q, v, 4)
-    assert n == pytest.approx([1.4286, 7.1429, 5.7143], abs=1e-4) and sum(a * b for a, b in zip(q, n)) == pytest.approx(4)
+    assert n == pytest.approx([1.4286, 7.1429, 5.7143], abs=1e-4) and sum(a * b for a, b in zip(q, n)) == pytest.approx(
+        4
+    )
     uniform = sum(a * b / 4 for a, b in zip(q, v))
     optimal = sum(a * b / m for a, b, m in zip(q, v, n))
     assert uniform == pytest.approx(0.028) and optimal == pytest.approx(0.0196)
@@ -141,7 +160,9 @@ def test_exact_dp_meets_the_budget():
 
 @pytest.mark.parametrize("allocation", ["exact", "sqrt"])
 def test_allocations_keep_the_mean_budget_and_bounds(allocation):
-    c = GDRO(PROMPTS, cfg(n=4, b=8), GdroOptions(edges=EDGES, rollout_gdro=True, allocation=allocation, hysteresis=0.0), 0)
+    c = GDRO(
+        PROMPTS, cfg(n=4, b=8), GdroOptions(edges=EDGES, rollout_gdro=True, allocation=allocation, hysteresis=0.0), 0
+    )
     for step in range(3):  # give prompts different accuracies
         c.observe([group(f"p{i}", float(i % 3 == 0 or step < i % 4), 0.0) for i in range(8)], RunState(step=step))
     c.arm_scores = {b: [0.3 * j * (-1) ** b for j in range(11)] for b in range(7)}
@@ -220,10 +241,21 @@ def test_after_update_scores_bins_from_per_response_losses():
 
     b, t = 4, 3
     mask = torch.tensor([[0.0, 1.0, 1.0]] * 3 + [[0.0, 0.0, 0.0]])
-    batch = Batch(torch.zeros(b, t, dtype=torch.long), torch.ones(b, t, dtype=torch.bool), mask, -math.log(4) * mask,
-                  torch.tensor([1.0, -1.0, 0.5, 9.0]), torch.zeros(b), torch.arange(b), torch.zeros(b, t, dtype=torch.long),
-                  num_loss_tokens=6, num_sequences=3)
-    trainer = SimpleNamespace(model=Uniform(), temperature=1.0, ref_model=None, micro_batches=lambda bt: [(slice(0, b), bt)])
+    batch = Batch(
+        torch.zeros(b, t, dtype=torch.long),
+        torch.ones(b, t, dtype=torch.bool),
+        mask,
+        -math.log(4) * mask,
+        torch.tensor([1.0, -1.0, 0.5, 9.0]),
+        torch.zeros(b),
+        torch.arange(b),
+        torch.zeros(b, t, dtype=torch.long),
+        num_loss_tokens=6,
+        num_sequences=3,
+    )
+    trainer = SimpleNamespace(
+        model=Uniform(), temperature=1.0, ref_model=None, micro_batches=lambda bt: [(slice(0, b), bt)]
+    )
     c = GDRO(PROMPTS, cfg(), GdroOptions(edges=EDGES), 0)
     c.ctx["bins"] = {"a": 0, "b": 1, "x": 2}
     rows = [group(p, 1.0).rollouts[0] for p in "aabx"]

@@ -5,16 +5,14 @@ budget, the state round trip, and the real loop with dynamic sampling and a scri
 import json
 
 import pytest
-from conftest import scripted_arithmetic
 
 import rollwise
+from conftest import as_sets, scripted_arithmetic, tiny_overrides
 from rollwise.config import load_config
 from rollwise.control import REGISTRY
 from rollwise.control.greso import GRESO, GRESOOptions, keep_probability, round_size, skip_probability, streaks, tune
 from rollwise.registry import UserError
 from rollwise.types import Group, Prompt, Rollout, RunState, Verdict
-
-from conftest import as_sets, tiny_overrides
 
 
 def _prompts(n):
@@ -228,6 +226,7 @@ def _fake_step(g, step, reward):
     """One step of rounds; ``reward(i, step)`` is the constant reward of prompt ``p<i>``'s group,
     except that prompts with i % 5 == 0 get mixed groups. Returns every group's (prompt id, size)
     in order and the probabilities after the step."""
+
     def scores(req):
         i = int(req.prompt.id[1:])
         return [1, 0] if i % 5 == 0 else [reward(i, step)] * req.n
@@ -263,17 +262,20 @@ def test_state_round_trip_continues_identically():
 def test_registry_and_options():
     assert REGISTRY.get("greso") is GRESO
     with pytest.raises(UserError, match="p_min"):
-        load_config(overrides=['control.name="greso"', 'control.options={p_min = 0.9, p_max = 0.1}'])
+        load_config(overrides=['control.name="greso"', "control.options={p_min = 0.9, p_max = 0.1}"])
     with pytest.raises(UserError, match="threshold"):
-        load_config(overrides=['control.name="greso"', 'control.options={easy_threshold = 0.1, hard_threshold = 0.5}'])
+        load_config(overrides=['control.name="greso"', "control.options={easy_threshold = 0.1, hard_threshold = 0.5}"])
     with pytest.raises(UserError, match="nope"):
-        load_config(overrides=['control.name="greso"', 'control.options={nope = 1}'])
+        load_config(overrides=['control.name="greso"', "control.options={nope = 1}"])
     for name, info in GRESOOptions.model_fields.items():
         assert info.description, name
     g = _greso(options={"round_prompts": 10, "min_round_prompts": 3})
     assert (g.s_max, g.s_min, g.target) == (10, 3, 4)
-    g = _greso("control.dynamic_sampling.enabled=true", "control.dynamic_sampling.target_groups=8",
-               'filter.names=["zero_variance"]')
+    g = _greso(
+        "control.dynamic_sampling.enabled=true",
+        "control.dynamic_sampling.target_groups=8",
+        'filter.names=["zero_variance"]',
+    )
     assert (g.target, g.s_max, g.s_min) == (8, 12, 2)  # B from target_groups
 
 
@@ -286,10 +288,21 @@ def test_loop_with_dynamic_sampling_runs_greso_rounds_only(tmp_path):
     # last round of 2 prompts (calls 24-31, all wrong). GRESO then stops with 3 of 4 groups, and
     # dynamic sampling (max_rounds 4) must not refill: 2 rounds, 24 + 8 = 32 rollouts, all charged.
     schedule = lambda i: i < 12 and i % 2 == 0  # noqa: E731
-    o = tiny_overrides(tmp_path, steps=1, **{"control.name": "greso", "control.dynamic_sampling.enabled": True,
-                                             "filter.names": ["zero_variance"], "eval.at_start": False,
-                                             "model.warm_start.steps": 0, "eval.n_prompts": 2})
-    result = rollwise.train(load_config(overrides=as_sets(o)), backend=scripted_arithmetic(schedule), log=lambda m: None)
+    o = tiny_overrides(
+        tmp_path,
+        steps=1,
+        **{
+            "control.name": "greso",
+            "control.dynamic_sampling.enabled": True,
+            "filter.names": ["zero_variance"],
+            "eval.at_start": False,
+            "model.warm_start.steps": 0,
+            "eval.n_prompts": 2,
+        },
+    )
+    result = rollwise.train(
+        load_config(overrides=as_sets(o)), backend=scripted_arithmetic(schedule), log=lambda m: None
+    )
     m = json.loads((result.run_dir / "metrics.jsonl").read_text().splitlines()[0])
     assert m["control/rounds"] == 2 and m["control/budget_used"] == 32 == m["cost/rollouts"] == m["cost/verifier_calls"]
     assert m["groups/count"] == 8 and m["filter/all_wrong"] == 5

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from rollwise.control.mssr import MSSR, BetaTracker, MssrOptions, forgetting
-from rollwise.objectives.mssr import MssrOptions as AdvOptions, entropy_bonus, mssr, normalise_batch
+from rollwise.objectives.mssr import MssrOptions as AdvOptions
+from rollwise.objectives.mssr import entropy_bonus, mssr, normalise_batch
 from rollwise.types import Group, Prompt, Rollout, RunState, Verdict
 
 O = MssrOptions()
@@ -24,7 +25,9 @@ def test_n0_and_tracker_worked_example():
     assert abs(a - 7.34) < 1e-9 and b == 1.0 and abs(tr.value("x") - 0.880) < 1e-3
 
 
-@pytest.mark.parametrize("kl, rho", [(0.0, 0.875), (0.005, 0.9175), (0.01, 0.96), (0.0101, 0.875), (0.05, 0.875), (None, 0.9175)])
+@pytest.mark.parametrize(
+    "kl, rho", [(0.0, 0.875), (0.005, 0.9175), (0.01, 0.96), (0.0101, 0.875), (0.05, 0.875), (None, 0.9175)]
+)
 def test_rho_rule_as_written(kl, rho):
     assert abs(forgetting(kl, O) - rho) < 1e-9
 
@@ -73,7 +76,9 @@ def group(pid, *scores):
 
 def controller(**o):
     prompts = [Prompt(f"p{i}", "t", str(i), "1") for i in range(6)]
-    cfg = SimpleNamespace(prompts_per_step=2, rollouts_per_prompt=1, budget_rollouts=None, budget_tokens=None, _max_new_tokens=8)
+    cfg = SimpleNamespace(
+        prompts_per_step=2, rollouts_per_prompt=1, budget_rollouts=None, budget_tokens=None, _max_new_tokens=8
+    )
     return MSSR(prompts, cfg, MssrOptions(**o), seed=0)
 
 

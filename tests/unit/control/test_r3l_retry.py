@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
+from rollwise.batch.collate import collate, flatten
 from rollwise.config import load_config
-from rollwise.control.r3l import Options, R3L, pivot_offset, token_cut
+from rollwise.control.r3l import R3L, Options, pivot_offset, token_cut
 from rollwise.objectives import ADVANTAGES
 from rollwise.registry import UserError
-from rollwise.batch.collate import collate, flatten
 from rollwise.types import Group, Prompt, Rollout, RunState, Services, Verdict
 
 
@@ -28,7 +27,9 @@ def _r(text, score, pid="a"):
 
 
 def _controller(n=4, **opts):
-    cfg = load_config(overrides=["control.name=r3l", f"control.rollouts_per_prompt={n}", "control.prompts_per_step=1"]).control
+    cfg = load_config(
+        overrides=["control.name=r3l", f"control.rollouts_per_prompt={n}", "control.prompts_per_step=1"]
+    ).control
     c = R3L([Prompt("a", "t", "47+85=", "132")], cfg, Options(**opts), seed=0)
     c.bind(Services(None, _Codec()))
     return c
@@ -109,8 +110,14 @@ def test_no_retry_for_successes_perfect_or_invalid_reflections_and_budget():
 
 
 def test_retries_fit_the_step_budget_and_only_kept_ones_are_masked():
-    cfg = load_config(overrides=["control.name=r3l", "control.rollouts_per_prompt=4", "control.prompts_per_step=1",
-                                 "control.budget_rollouts=3"]).control
+    cfg = load_config(
+        overrides=[
+            "control.name=r3l",
+            "control.rollouts_per_prompt=4",
+            "control.prompts_per_step=1",
+            "control.budget_rollouts=3",
+        ]
+    ).control
     c = R3L([Prompt("a", "t", "47+85=", "132")], cfg, Options(), seed=0)
     c.bind(Services(None, _Codec()))
     st = RunState()

@@ -6,6 +6,7 @@ import json
 import pytest
 
 import rollwise
+from conftest import as_sets, scripted_arithmetic, tiny_overrides
 from rollwise.components import build_filters
 from rollwise.config import load_config
 from rollwise.control.rounds import DynamicSampling, count_passing, target_groups
@@ -13,9 +14,7 @@ from rollwise.control.uniform import Uniform
 from rollwise.registry import UserError
 from rollwise.types import Group, Prompt, Rollout, Verdict
 
-from conftest import as_sets, scripted_arithmetic, tiny_overrides
-
-ZV = ["filter.names=[\"zero_variance\"]", "control.prompts_per_step=4", "control.rollouts_per_prompt=2"]
+ZV = ['filter.names=["zero_variance"]', "control.prompts_per_step=4", "control.rollouts_per_prompt=2"]
 
 
 def _prompts(n):
@@ -62,7 +61,7 @@ def test_refill_stops_at_max_rounds_and_resets_each_step():
 
 def test_tolerance_of_the_filter_is_used_and_state_is_the_controllers():
     # float rewards 0.50 and 0.55 differ by less than tol = 0.1: degenerate -> refill
-    ds, _ = _wrapped('filter.options={zero_variance = {tol = 0.1}}')
+    ds, _ = _wrapped("filter.options={zero_variance = {tol = 0.1}}")
     first = ds.select(None)
     ds.plan(first, None)
     groups = [_group(first[0], [0.5, 0.55])] + [_group(p, [0, 1]) for p in first[1:]]
@@ -73,7 +72,9 @@ def test_tolerance_of_the_filter_is_used_and_state_is_the_controllers():
 def test_config_checks():
     with pytest.raises(UserError, match="zero_variance"):
         load_config(overrides=["control.dynamic_sampling.enabled=true"])
-    cfg = load_config(overrides=ZV + ["control.dynamic_sampling.enabled=true", "control.dynamic_sampling.target_groups=3"])
+    cfg = load_config(
+        overrides=ZV + ["control.dynamic_sampling.enabled=true", "control.dynamic_sampling.target_groups=3"]
+    )
     assert target_groups(cfg.control) == 3
     assert target_groups(load_config(overrides=ZV).control) is None
 
@@ -84,11 +85,21 @@ def test_config_checks():
 def _run(tmp_path, schedule, **extra):
     """One training step (4 prompts x 4 rollouts) where ``schedule(call_index)`` says whether the
     scripted answer is right; returns the step's metrics line."""
-    o = tiny_overrides(tmp_path, steps=1, **{"filter.names": ["zero_variance"], "eval.at_start": False,
-                                             "model.warm_start.steps": 0, "eval.n_prompts": 2,
-                                             "control.dynamic_sampling.enabled": True, **extra})
-    result = rollwise.train(load_config(overrides=as_sets(o)), backend=scripted_arithmetic(schedule),
-                            log=lambda m: None)
+    o = tiny_overrides(
+        tmp_path,
+        steps=1,
+        **{
+            "filter.names": ["zero_variance"],
+            "eval.at_start": False,
+            "model.warm_start.steps": 0,
+            "eval.n_prompts": 2,
+            "control.dynamic_sampling.enabled": True,
+            **extra,
+        },
+    )
+    result = rollwise.train(
+        load_config(overrides=as_sets(o)), backend=scripted_arithmetic(schedule), log=lambda m: None
+    )
     return json.loads((result.run_dir / "metrics.jsonl").read_text().splitlines()[0])
 
 

@@ -3,11 +3,9 @@ reference solution as guide."""
 
 from __future__ import annotations
 
-import pytest
-
 from rollwise.config import load_config
 from rollwise.control.scope import SCOPE, Options, steps_of
-from rollwise.types import Group, Prompt, Rollout, RunState, Services, Verdict
+from rollwise.types import Group, Prompt, Rollout, Services, Verdict
 
 REF = "7+5+0=12,4+8+1=13,=132"  # 47+85 as the built-in cot trace
 
@@ -45,7 +43,9 @@ def _r(text, score):
 
 
 def _scope(**opts):
-    cfg = load_config(overrides=["control.name=scope", "control.prompts_per_step=1", "control.rollouts_per_prompt=3"]).control
+    cfg = load_config(
+        overrides=["control.name=scope", "control.prompts_per_step=1", "control.rollouts_per_prompt=3"]
+    ).control
     c = SCOPE([P], cfg, Options(**opts), seed=0)
     c.bind(Services(_Task(), _Codec()))
     return c
@@ -62,7 +62,9 @@ def test_rectified_rollout_keeps_the_prefix_and_takes_the_guide_suffix():
     assert why == "rectified" and j == 9
     assert fixed.completion_ids[:9] == bad.completion_ids[:9]  # exactly the prefix before k*
     assert fixed.text == REF and fixed.reward == 1.0
-    assert fixed.logprobs[:9] == bad.logprobs[:9] and set(fixed.logprobs[9:]) == {0.0}  # prefix: sampler; suffix: guide (p = 1)
+    assert fixed.logprobs[:9] == bad.logprobs[:9] and set(fixed.logprobs[9:]) == {
+        0.0
+    }  # prefix: sampler; suffix: guide (p = 1)
     assert fixed.token_versions == (5,) * len(fixed.completion_ids)
 
 

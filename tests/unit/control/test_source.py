@@ -12,8 +12,10 @@ def _prompts(n):
 
 
 def _group(prompt, scores, length=3):
-    return Group(prompt, tuple(Rollout(prompt.id, (1,), (2,) * length, (-1.0,) * length, "stop", 0, "", Verdict(s))
-                               for s in scores))
+    return Group(
+        prompt,
+        tuple(Rollout(prompt.id, (1,), (2,) * length, (-1.0,) * length, "stop", 0, "", Verdict(s)) for s in scores),
+    )
 
 
 def _control(*overrides):

@@ -5,17 +5,23 @@ screens, the budget, the state round trip, and the real loop with a scripted bac
 import json
 
 import pytest
-from conftest import scripted_arithmetic
 
 import rollwise
+from conftest import as_sets, scripted_arithmetic, tiny_overrides
 from rollwise.config import load_config
 from rollwise.control import REGISTRY
-from rollwise.control.speed import (GROUP_SIZE_KEY, SPEED, SPEEDOptions, accepted, complete_filter, continue_count,
-                                    mixed_probability, speed_cost)
+from rollwise.control.speed import (
+    GROUP_SIZE_KEY,
+    SPEED,
+    SPEEDOptions,
+    accepted,
+    complete_filter,
+    continue_count,
+    mixed_probability,
+    speed_cost,
+)
 from rollwise.registry import UserError
 from rollwise.types import Group, Prompt, Rollout, RunState, Verdict
-
-from conftest import as_sets, tiny_overrides
 
 
 def _prompts(n):
@@ -94,8 +100,11 @@ def test_carry_over_to_a_multiple_of_the_gpus():
     assert continue_count(2, 10, 4) == 2  # only 2 needed: never rounded down to 0
     assert continue_count(16, 3, 4) == 3 and continue_count(5, 10, 1) == 5
     # in the controller: B = 16, 4 + 20, 10 of the first 12 screens accepted
-    c = _speed("control.prompts_per_step=16", "control.rollouts_per_prompt=24",
-               options={"n_init": 4, "continue_multiple": 4, "screen_prompts": 12})
+    c = _speed(
+        "control.prompts_per_step=16",
+        "control.rollouts_per_prompt=24",
+        options={"n_init": 4, "continue_multiple": 4, "screen_prompts": 12},
+    )
     st = RunState()
     plan = c.plan(c.select(st), st)
     assert plan.total == 12 * 4
@@ -155,7 +164,7 @@ def test_every_trained_group_is_finished_and_mixed_and_a_step_trains_exactly_b()
         queued = list(c.queue)
         groups, totals = _step(c, step, scores)
         if queued:  # last step's surplus is screened first
-            assert [g.prompt.id for g in groups[:len(queued)]] == queued
+            assert [g.prompt.id for g in groups[: len(queued)]] == queued
         kept = [g for g in groups if complete_filter(g).keep]
         assert len(kept) == 4  # exactly B
         for g in kept:
@@ -167,7 +176,9 @@ def test_every_trained_group_is_finished_and_mixed_and_a_step_trains_exactly_b()
         m = c.metrics
         assert m["control/speed_screen_rollouts"] == 2 * m["control/speed_screened"] == 2 * len(groups)
         # every group was screened (2 each), exactly B = 4 were continued (4 each)
-        assert sum(totals) == m["control/speed_screen_rollouts"] + m["control/speed_cont_rollouts"] == 2 * len(groups) + 16
+        assert (
+            sum(totals) == m["control/speed_screen_rollouts"] + m["control/speed_cont_rollouts"] == 2 * len(groups) + 16
+        )
         surplus_total += m["control/speed_surplus"]
     assert surplus_total > 0  # the carry-over path was exercised
 
@@ -241,7 +252,7 @@ def test_registry_and_options():
     for name, info in SPEEDOptions.model_fields.items():
         assert info.description, name
     with pytest.raises(UserError, match="n_init"):
-        load_config(overrides=['control.name="speed"', 'control.options={n_init = 1}'])
+        load_config(overrides=['control.name="speed"', "control.options={n_init = 1}"])
     cfg = load_config(overrides=["control.rollouts_per_prompt=4"]).control
     with pytest.raises(UserError, match="must exceed"):
         SPEED(_prompts(4), cfg, SPEEDOptions(n_init=4), seed=0)
@@ -261,10 +272,21 @@ def test_loop_screens_continues_and_trains_exactly_b_finished_groups(tmp_path, t
     # (calls 8-11) + screen 4 new (calls 12-19), every other call right from 8 on: all 4 accepted,
     # 2 needed. Round 3: continue 2 (calls 20-23); 2 surplus. Rollouts 8 + (4 + 8) + 4 = 24.
     schedule = lambda i: i in (0, 2) if i < 8 else i % 2 == 0  # noqa: E731
-    o = tiny_overrides(tmp_path, steps=1, **{"control.name": "speed", "control.options": {"n_init": 2},
-                                             "filter.names": ["speed_complete"],
-                                             "eval.at_start": False, "model.warm_start.steps": 0, "eval.n_prompts": 2})
-    result = rollwise.train(load_config(overrides=as_sets(o)), backend=scripted_arithmetic(schedule), log=lambda m: None)
+    o = tiny_overrides(
+        tmp_path,
+        steps=1,
+        **{
+            "control.name": "speed",
+            "control.options": {"n_init": 2},
+            "filter.names": ["speed_complete"],
+            "eval.at_start": False,
+            "model.warm_start.steps": 0,
+            "eval.n_prompts": 2,
+        },
+    )
+    result = rollwise.train(
+        load_config(overrides=as_sets(o)), backend=scripted_arithmetic(schedule), log=lambda m: None
+    )
     m = json.loads((result.run_dir / "metrics.jsonl").read_text().splitlines()[0])
     assert m["control/rounds"] == 3 and m["control/budget_used"] == 24 == m["cost/rollouts"] == m["cost/verifier_calls"]
     assert m["control/speed_screened"] == 8 and m["control/speed_screen_rollouts"] == 16
@@ -290,5 +312,12 @@ def test_speed_with_dynamic_sampling_is_refused_at_load():
     from rollwise.registry import UserError
 
     with pytest.raises(UserError, match="dynamic_sampling"):
-        check(load_config(overrides=["control.name=speed", 'filter.names=["speed_complete", "zero_variance"]',
-                                     "control.dynamic_sampling.enabled=true"]))
+        check(
+            load_config(
+                overrides=[
+                    "control.name=speed",
+                    'filter.names=["speed_complete", "zero_variance"]',
+                    "control.dynamic_sampling.enabled=true",
+                ]
+            )
+        )

@@ -19,7 +19,9 @@ def test_stream_covers_each_epoch_once_and_resumes_exactly():
 
 
 def test_uniform_plan_respects_budget():
-    cfg = load_config(overrides=["control.prompts_per_step=3", "control.rollouts_per_prompt=4", "control.budget_rollouts=10"]).control
+    cfg = load_config(
+        overrides=["control.prompts_per_step=3", "control.rollouts_per_prompt=4", "control.budget_rollouts=10"]
+    ).control
     u = Uniform(_prompts(10), cfg, None, seed=0)
     plan = u.plan(u.select(None), None)
     assert [r.n for r in plan.requests] == [4, 4, 2] and plan.total == 10

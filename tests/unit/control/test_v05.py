@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import math
 import random
 
 import pytest
 import torch
 
 from rollwise.config import load_config
-from rollwise.control.v05 import Options, V05, rejects, z_statistic
+from rollwise.control.v05 import V05, Options, rejects, z_statistic
 from rollwise.objectives.inputs import value_prior
 from rollwise.objectives.v05 import V05Options, fuse, v05
 from rollwise.registry import UserError
@@ -69,8 +68,14 @@ def test_z_test():
 
 
 def _controller(prompts, **opts):
-    cfg = load_config(overrides=["control.name=v05", "advantage.name=v05", "control.rollouts_per_prompt=4",
-                                 f"control.prompts_per_step={len(prompts)}"]).control
+    cfg = load_config(
+        overrides=[
+            "control.name=v05",
+            "advantage.name=v05",
+            "control.rollouts_per_prompt=4",
+            f"control.prompts_per_step={len(prompts)}",
+        ]
+    ).control
     return V05(prompts, cfg, Options(**opts), seed=0)
 
 
@@ -96,8 +101,14 @@ def test_expected_extra_budget_with_a_true_prior_is_about_alpha():
     # v = p = 0.5, n = 8: P(|z| > 1.96) = P(k in {0, 1, 7, 8}) = 2 * 9 / 256 = 0.0703 per prompt
     rng = random.Random(2)
     ps = [Prompt(f"p{i}", "t", "x", "1", metadata={"value_prior": 0.5}) for i in range(200)]
-    cfg = load_config(overrides=["control.name=v05", "advantage.name=v05", "control.rollouts_per_prompt=8",
-                                 "control.prompts_per_step=200"]).control
+    cfg = load_config(
+        overrides=[
+            "control.name=v05",
+            "advantage.name=v05",
+            "control.rollouts_per_prompt=8",
+            "control.prompts_per_step=200",
+        ]
+    ).control
     c = V05(ps, cfg, Options(prior="metadata", cap=12, delta_n=4), seed=0)
     c.plan(ps, RunState())
     plan = c.next_round([_g(p, [float(rng.random() < 0.5) for _ in range(8)]) for p in ps], RunState())
@@ -127,7 +138,12 @@ def test_bad_input_named_before_training():
 
 
 def test_controller_options_are_validated_at_load():
-    for name, extra in [("v05", ["advantage.name=v05"]), ("adhint", ["advantage.name=adhint"]), ("r3l", []), ("scope", [])]:
+    for name, extra in [
+        ("v05", ["advantage.name=v05"]),
+        ("adhint", ["advantage.name=adhint"]),
+        ("r3l", []),
+        ("scope", []),
+    ]:
         assert load_config(overrides=[f"control.name={name}", *extra]).control.name == name
         with pytest.raises(UserError, match="bogus"):
             load_config(overrides=[f"control.name={name}", "control.options.bogus=1", *extra])
@@ -162,5 +178,11 @@ def test_priors_are_kept_per_plan_and_survive_a_checkpoint():
 
 def test_dynamic_sampling_is_refused_at_load():
     with pytest.raises(UserError, match="control.dynamic_sampling.enabled"):
-        load_config(overrides=["control.name=v05", "advantage.name=v05", "control.dynamic_sampling.enabled=true",
-                               "filter.names=['zero_variance']"])
+        load_config(
+            overrides=[
+                "control.name=v05",
+                "advantage.name=v05",
+                "control.dynamic_sampling.enabled=true",
+                "filter.names=['zero_variance']",
+            ]
+        )

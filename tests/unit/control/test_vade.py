@@ -7,12 +7,11 @@ import json
 import pytest
 
 import rollwise
+from conftest import as_sets, tiny_overrides
 from rollwise.config import load_config
 from rollwise.control.history import PromptHistory
 from rollwise.control.vade import VADE, VADEOptions, posterior
 from rollwise.types import Group, Prompt, Rollout, RunState, Verdict
-
-from conftest import as_sets, tiny_overrides
 
 
 def _prompts(n):
@@ -130,12 +129,16 @@ def test_state_round_trips_stream_rng_and_history():
 
 
 def _stable(path):
-    return [{k: v for k, v in json.loads(x).items() if k != "wall_s" and not k.startswith("time/")}
-            for x in path.read_text().splitlines()]
+    return [
+        {k: v for k, v in json.loads(x).items() if k != "wall_s" and not k.startswith("time/")}
+        for x in path.read_text().splitlines()
+    ]
 
 
 def _run(tmp_path, name, steps, resume=False):
-    o = tiny_overrides(tmp_path, name=name, steps=steps, **{"eval.at_start": False, "run.threads": 1, "control.name": "vade"})
+    o = tiny_overrides(
+        tmp_path, name=name, steps=steps, **{"eval.at_start": False, "run.threads": 1, "control.name": "vade"}
+    )
     return rollwise.train(load_config(overrides=as_sets(o)), resume=resume, log=lambda m: None)
 
 

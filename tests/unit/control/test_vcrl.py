@@ -7,12 +7,11 @@ import json
 import pytest
 
 import rollwise
+from conftest import as_sets, tiny_overrides
 from rollwise.components import build_filters
 from rollwise.config import load_config
 from rollwise.control.vcrl import VCRL, normalized_variance, variance_filter
 from rollwise.types import Group, Prompt, Rollout, RunState, Verdict
-
-from conftest import as_sets, tiny_overrides
 
 
 def _prompts(n):
@@ -66,7 +65,7 @@ def test_filter_keeps_exactly_the_groups_at_or_above_kappa():
     assert variance_filter(_group(p, _binary(0, 16)), opts).reason == "low_variance"
     # the registered filter, through the config (same kappa written in filter.options)
     cfg = load_config(overrides=['filter.names=["vcrl"]', "filter.options={vcrl = {kappa = 0.5}}"])
-    (_, f), = build_filters(cfg)
+    ((_, f),) = build_filters(cfg)
     assert not f(_group(p, _binary(1, 8))).keep and f(_group(p, _binary(2, 8))).keep  # 0.4375 < 0.5 <= 0.75
 
 
@@ -74,6 +73,7 @@ def test_unverified_rollouts_are_left_out_of_the_score():
     p = Prompt("a", "t", "x", "0")
     assert normalized_variance([1.0, 0.0]) == 1.0
     from rollwise.control.vcrl import group_score
+
     assert group_score(_group(p, [1.0, 0.0, None])) == 1.0
 
 
@@ -165,14 +165,25 @@ def test_state_round_trips_bank_stream_and_history():
 
 
 def _stable(path):
-    return [{k: v for k, v in json.loads(x).items() if k != "wall_s" and not k.startswith("time/")}
-            for x in path.read_text().splitlines()]
+    return [
+        {k: v for k, v in json.loads(x).items() if k != "wall_s" and not k.startswith("time/")}
+        for x in path.read_text().splitlines()
+    ]
 
 
 def _run(tmp_path, name, steps, resume=False):
-    o = tiny_overrides(tmp_path, name=name, steps=steps, **{
-        "eval.at_start": False, "run.threads": 1, "control.name": "vcrl", "filter.names": ["vcrl"],
-        "control.options": {"kappa": 0.3, "max_rounds": 2}})
+    o = tiny_overrides(
+        tmp_path,
+        name=name,
+        steps=steps,
+        **{
+            "eval.at_start": False,
+            "run.threads": 1,
+            "control.name": "vcrl",
+            "filter.names": ["vcrl"],
+            "control.options": {"kappa": 0.3, "max_rounds": 2},
+        },
+    )
     return rollwise.train(load_config(overrides=as_sets(o)), resume=resume, log=lambda m: None)
 
 

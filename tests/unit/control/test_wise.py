@@ -6,9 +6,9 @@ SPEED's (finished groups of the baseline's size, mixed screens only); the state 
 import json
 
 import pytest
-from conftest import as_sets, scripted_arithmetic, tiny_overrides
 
 import rollwise
+from conftest import as_sets, scripted_arithmetic, tiny_overrides
 from rollwise.config import load_config
 from rollwise.control import REGISTRY
 from rollwise.control.speed import complete_filter
@@ -96,10 +96,22 @@ def test_needs_speed_complete_filter():
 def test_runs_in_the_loop(tmp_path):
     # every call right: every screen is all-correct, so nothing is continued or trained on, and
     # from the second epoch of the 8-prompt split on, solved prompts are skipped
-    o = tiny_overrides(tmp_path, steps=4, **{"control.name": "wise", "control.options": {"n_init": 2, "p_easy": 1e-6, "keep_floor": 0.0},
-                                             "filter.names": ["speed_complete"], "task.max_train_prompts": 8,
-                                             "eval.at_start": False, "model.warm_start.steps": 0, "eval.n_prompts": 2})
-    result = rollwise.train(load_config(overrides=as_sets(o)), backend=scripted_arithmetic(lambda i: True), log=lambda m: None)
+    o = tiny_overrides(
+        tmp_path,
+        steps=4,
+        **{
+            "control.name": "wise",
+            "control.options": {"n_init": 2, "p_easy": 1e-6, "keep_floor": 0.0},
+            "filter.names": ["speed_complete"],
+            "task.max_train_prompts": 8,
+            "eval.at_start": False,
+            "model.warm_start.steps": 0,
+            "eval.n_prompts": 2,
+        },
+    )
+    result = rollwise.train(
+        load_config(overrides=as_sets(o)), backend=scripted_arithmetic(lambda i: True), log=lambda m: None
+    )
     lines = [json.loads(x) for x in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
     assert len(lines) == 4
     screened = [m["control/speed_screened"] for m in lines]

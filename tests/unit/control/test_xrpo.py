@@ -7,15 +7,27 @@ import math
 import pytest
 
 import rollwise
+from conftest import as_sets, tiny_overrides
 from rollwise.backends.scripted import ScriptedBackend
 from rollwise.config import load_config
 from rollwise.control import REGISTRY
-from rollwise.control.xrpo import (Exemplar, ExemplarStore, Xrpo, XrpoOptions, exploration_bonus, half_width, priority,
-                                   retrieve, sample_std, seeded_prompt, similarity, t_quantile, uncertainty_reduction)
+from rollwise.control.xrpo import (
+    Exemplar,
+    ExemplarStore,
+    Xrpo,
+    XrpoOptions,
+    exploration_bonus,
+    half_width,
+    priority,
+    retrieve,
+    sample_std,
+    seeded_prompt,
+    similarity,
+    t_quantile,
+    uncertainty_reduction,
+)
 from rollwise.registry import UserError
 from rollwise.types import Group, Prompt, Rollout, RunState, Verdict
-
-from conftest import as_sets, tiny_overrides
 
 A = 0.05
 
@@ -208,7 +220,9 @@ def test_seeded_prompt_text_and_messages():
     assert sp.metadata == {"level": 1, "icl_of": "q", "icl_exemplars": 1}
     other = seeded_prompt(p, [Exemplar(problem="1+2=", solution="3")], "{problem}{solution} ")
     assert other.id != sp.id  # a different exemplar is a different prompt (the codec caches ids by id)
-    chat = Prompt("c", "t", "3+4=", "7", messages=({"role": "system", "content": "S"}, {"role": "user", "content": "3+4="}))
+    chat = Prompt(
+        "c", "t", "3+4=", "7", messages=({"role": "system", "content": "S"}, {"role": "user", "content": "3+4="})
+    )
     sc = seeded_prompt(chat, [Exemplar(problem="1+1=", solution="2")], "{problem}{solution} ")
     assert [m["role"] for m in sc.messages] == ["system", "user", "assistant", "user"]
     assert sc.messages[1]["content"] == "1+1=" and sc.messages[2]["content"] == "2"
@@ -247,7 +261,9 @@ def test_no_exemplar_no_seeding_and_option_off():
     pool = [{"problem": "1+1=", "solution": "2"}]
     off = _ctrl(2, {"rounds": 1, "icl": False, "icl_pool": pool}, budget_rollouts=12)
     plan = off.plan(_prompts(2), RunState())
-    assert all("icl_of" not in r.prompt.metadata for r in off.next_round(_merge([], plan, lambda p, j: 0), RunState()).requests)
+    assert all(
+        "icl_of" not in r.prompt.metadata for r in off.next_round(_merge([], plan, lambda p, j: 0), RunState()).requests
+    )
 
 
 def test_pool_from_file_and_bad_options(tmp_path):
@@ -307,8 +323,16 @@ def _lines(path):
 
 
 def test_loop_runs_with_xrpo_rounds(tmp_path):
-    o = tiny_overrides(tmp_path, steps=2, **{"eval.at_start": False, "control.name": "xrpo", "control.rollouts_per_prompt": 6,
-                                             "control.options": {"icl": False}})
+    o = tiny_overrides(
+        tmp_path,
+        steps=2,
+        **{
+            "eval.at_start": False,
+            "control.name": "xrpo",
+            "control.rollouts_per_prompt": 6,
+            "control.options": {"icl": False},
+        },
+    )
     cfg = load_config(overrides=as_sets(o))
     backend, _ = _scripted(lambda text, seq, i: i % 3 == 0)
     result = rollwise.train(cfg, backend=backend, log=lambda m: None)
@@ -321,8 +345,14 @@ def test_loop_runs_with_xrpo_rounds(tmp_path):
 def test_loop_seeds_zero_reward_prompts_from_the_pool(tmp_path):
     """Answers are right only when the prompt carries an exemplar (a space in the text): phase 0
     fails everywhere, every prompt is seeded from the pool, and the seeded groups succeed."""
-    o = tiny_overrides(tmp_path, steps=1, **{"eval.at_start": False, "control.name": "xrpo", "control.budget_rollouts": 40})
-    data = {"control": {"options": {"icl_template": "{problem}{solution} ", "icl_pool": [{"problem": "1+1=", "solution": "2"}]}}}
+    o = tiny_overrides(
+        tmp_path, steps=1, **{"eval.at_start": False, "control.name": "xrpo", "control.budget_rollouts": 40}
+    )
+    data = {
+        "control": {
+            "options": {"icl_template": "{problem}{solution} ", "icl_pool": [{"problem": "1+1=", "solution": "2"}]}
+        }
+    }
     cfg = load_config(overrides=as_sets(o), data=data)
     backend, tok = _scripted(lambda text, seq, i: " " in tok.decode(seq, skip_special_tokens=True))
     result = rollwise.train(cfg, backend=backend, log=lambda m: None)

@@ -40,17 +40,38 @@ STALE = ["train.async.max_staleness=1", "train.async.allow_uncorrected=true"]  #
 # ---------------------------------------------------------------- refusals at config load
 
 REFUSED = [  # (shipped config, control.name): every controller with per-plan state between plan and after_update
-    ("gdro.toml", "gdro"), ("gdro_rollout.toml", "gdro"), ("speed.toml", "speed"),
-    ("wise.toml", "wise"), ("dars.toml", "dars"), ("dars_b.toml", "dars_b"), ("xrpo.toml", "xrpo"),
-    ("cures.toml", "cures"), ("greso.toml", "greso"), ("dots_rr.toml", "dots"), ("ar3po.toml", "ar3po"),
+    ("gdro.toml", "gdro"),
+    ("gdro_rollout.toml", "gdro"),
+    ("speed.toml", "speed"),
+    ("wise.toml", "wise"),
+    ("dars.toml", "dars"),
+    ("dars_b.toml", "dars_b"),
+    ("xrpo.toml", "xrpo"),
+    ("cures.toml", "cures"),
+    ("greso.toml", "greso"),
+    ("dots_rr.toml", "dots"),
+    ("ar3po.toml", "ar3po"),
 ]
-ACCEPTED = ["uniform", "vcrl", "vade", "brorl", "drive", "adhint", "r3l", "scope", "mssr", "v05"]  # v05: priors kept per plan
+ACCEPTED = [
+    "uniform",
+    "vcrl",
+    "vade",
+    "brorl",
+    "drive",
+    "adhint",
+    "r3l",
+    "scope",
+    "mssr",
+    "v05",
+]  # v05: priors kept per plan
 
 
 @pytest.mark.parametrize("config, name", REFUSED)
 def test_a_controller_with_per_plan_state_is_refused_at_eta_one(config, name):
     load_config(CONFIGS / config)  # synchronous: fine
-    load_config(CONFIGS / config, ["train.async.enabled=true", "train.async.max_staleness=0"])  # eta = 0 through the pool: fine
+    load_config(
+        CONFIGS / config, ["train.async.enabled=true", "train.async.max_staleness=0"]
+    )  # eta = 0 through the pool: fine
     with pytest.raises(UserError) as e:
         load_config(CONFIGS / config, STALE)
     msg = str(e.value)
@@ -74,7 +95,9 @@ def test_every_registered_controller_is_classified():
 
 @pytest.mark.parametrize("name", ACCEPTED)
 def test_a_controller_that_plans_ahead_is_accepted_at_eta_one(name):
-    extra = {"adhint": ["advantage.name=adhint"], "mssr": ["advantage.name=mssr"], "v05": ["advantage.name=v05"]}.get(name, [])
+    extra = {"adhint": ["advantage.name=adhint"], "mssr": ["advantage.name=mssr"], "v05": ["advantage.name=v05"]}.get(
+        name, []
+    )
     assert load_config(overrides=[f"control.name={name}", *extra, *STALE]).train.async_.max_staleness == 1
 
 
@@ -87,7 +110,9 @@ def test_dynamic_sampling_replace_is_refused_and_refill_accepted():
 
 def test_dynamic_sampling_does_not_hide_a_refused_controller():
     with pytest.raises(UserError) as e:
-        load_config(CONFIGS / "dars.toml", [*STALE, "control.dynamic_sampling.enabled=true", "filter.names=['zero_variance']"])
+        load_config(
+            CONFIGS / "dars.toml", [*STALE, "control.dynamic_sampling.enabled=true", "filter.names=['zero_variance']"]
+        )
     assert "control.name = 'dars'" in str(e.value)
 
 
@@ -99,8 +124,19 @@ def test_the_refusal_comes_before_any_model_or_run_directory(tmp_path, monkeypat
 
     monkeypatch.setattr(session.Run, "__init__", no_run)
     with pytest.raises(SystemExit) as e:
-        cli.main(["train", "--config", str(CONFIGS / "speed.toml"), "--set", "train.async.max_staleness=1",
-                  "--set", "objective.name=decoupled_ppo", "--set", f"run.dir={tmp_path}"])
+        cli.main(
+            [
+                "train",
+                "--config",
+                str(CONFIGS / "speed.toml"),
+                "--set",
+                "train.async.max_staleness=1",
+                "--set",
+                "objective.name=decoupled_ppo",
+                "--set",
+                f"run.dir={tmp_path}",
+            ]
+        )
     assert e.value.code != 0
     out = capsys.readouterr()
     assert "train.async.max_staleness" in out.err + out.out and "control.name = 'speed'" in out.err + out.out
@@ -110,42 +146,58 @@ def test_the_refusal_comes_before_any_model_or_run_directory(tmp_path, monkeypat
 # ---------------------------------------------------------------- off-policy correction
 
 
-@pytest.mark.parametrize("overrides", [
-    [],
-    ["objective.name=gspo"],
-    ["objective.name=dapo"],
-    ["objective.name=grpo", "objective.options={clip_eps = 0.1}"],
-])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [],
+        ["objective.name=gspo"],
+        ["objective.name=dapo"],
+        ["objective.name=grpo", "objective.options={clip_eps = 0.1}"],
+    ],
+)
 def test_stale_rollouts_without_a_correction_are_refused_naming_the_keys(overrides):
     with pytest.raises(UserError) as e:
         load_config(overrides=["train.async.max_staleness=2", *overrides])
     msg = str(e.value)
-    for key in ("train.async.max_staleness = 2", "objective.name", "objective.options.tis_level",
-                "train.async.allow_uncorrected = true"):
+    for key in (
+        "train.async.max_staleness = 2",
+        "objective.name",
+        "objective.options.tis_level",
+        "train.async.allow_uncorrected = true",
+    ):
         assert key in msg
 
 
-@pytest.mark.parametrize("overrides", [
-    ["objective.name=decoupled_ppo"],
-    ["objective.options={tis_level = 'token'}"],
-    ["objective.name=gspo", "objective.options={tis_level = 'sequence'}"],
-    ["train.async.allow_uncorrected=true"],
-    ["train.async.enabled=true", "train.async.max_staleness=0"],  # eta = 0: nothing stale
-    ["train.async.enabled=false", "train.async.max_staleness=2"],  # off: the synchronous loop
-    ["train.async.periodic=true"],  # strictly on-policy
-])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["objective.name=decoupled_ppo"],
+        ["objective.options={tis_level = 'token'}"],
+        ["objective.name=gspo", "objective.options={tis_level = 'sequence'}"],
+        ["train.async.allow_uncorrected=true"],
+        ["train.async.enabled=true", "train.async.max_staleness=0"],  # eta = 0: nothing stale
+        ["train.async.enabled=false", "train.async.max_staleness=2"],  # off: the synchronous loop
+        ["train.async.periodic=true"],  # strictly on-policy
+    ],
+)
 def test_corrected_allowed_or_fresh_rollouts_are_accepted(overrides):
-    staleness = [] if any("max_staleness" in o or "periodic" in o for o in overrides) else ["train.async.max_staleness=2"]
+    staleness = (
+        [] if any("max_staleness" in o or "periodic" in o for o in overrides) else ["train.async.max_staleness=2"]
+    )
     load_config(overrides=[*staleness, *overrides])
 
 
 def test_a_sampler_other_than_the_trainer_counts_its_default_behaviour_weight():
-    from rollwise.components import objective_options
     from rollwise.compat import corrects_off_policy
+    from rollwise.components import objective_options
 
     cfg = load_config(overrides=["train.async.max_staleness=1", "objective.name=decoupled_ppo"])
-    vllm = cfg.model_copy(update={"model": cfg.model.model_copy(update={"backend": "vllm"}),
-                                  "objective": cfg.objective.model_copy(update={"name": "grpo"})})
+    vllm = cfg.model_copy(
+        update={
+            "model": cfg.model.model_copy(update={"backend": "vllm"}),
+            "objective": cfg.objective.model_copy(update={"name": "grpo"}),
+        }
+    )
     assert objective_options(vllm).tis_level == "token" and corrects_off_policy(vllm)
     hf = cfg.model_copy(update={"objective": cfg.objective.model_copy(update={"name": "grpo"})})
     assert not corrects_off_policy(hf)
@@ -192,8 +244,22 @@ class Engine:
                 i = self.seen[key] = self.seen.get(key, -1) + 1
                 score = float(zlib.crc32(f"{req.prompt.id}:{i}:{len(prefix)}".encode()) % 3 == 0)
                 ids = prefix + (7,)
-                out.append((req.prompt, Rollout(req.prompt.id, (1,), ids, (-0.5,) * len(ids), "stop", version,
-                                                "x", Verdict(score), token_versions=(version,) * len(ids))))
+                out.append(
+                    (
+                        req.prompt,
+                        Rollout(
+                            req.prompt.id,
+                            (1,),
+                            ids,
+                            (-0.5,) * len(ids),
+                            "stop",
+                            version,
+                            "x",
+                            Verdict(score),
+                            token_versions=(version,) * len(ids),
+                        ),
+                    )
+                )
         self.cost.charge(len(out), len(out), [r.verdict for _, r in out], 0.0, 0.0)
         return out
 
@@ -213,8 +279,12 @@ def drive(overrides: list[str], eta: int, steps: int = 6, prompts: int = 12, hoo
     ctrl = parts.controller
     ctrl.bind(Services(task, Codec()))
     st = RunState()
-    pool = AsyncPool(Engine(), lambda v, w: None, SimpleNamespace(max_staleness=eta, on_new_weights="finish"),
-                     lambda: ctrl.plan(ctrl.select(st), st))
+    pool = AsyncPool(
+        Engine(),
+        lambda v, w: None,
+        SimpleNamespace(max_staleness=eta, on_new_weights="finish"),
+        lambda: ctrl.plan(ctrl.select(st), st),
+    )
     pool.load_weights(0, {})
     trace = []
     try:
@@ -229,13 +299,24 @@ def drive(overrides: list[str], eta: int, steps: int = 6, prompts: int = 12, hoo
             kept, _ = apply_filters(parts.filters, groups, parts.keep_at_most, ctrl)
             ctrl.observe(groups, st)
             history = getattr(ctrl, "history", None)
-            booked = sorted(pid for pid, recs in history.records.items() if recs and recs[-1].step == st.step) if history else None
-            trace.append({
-                "trained": sorted((g.prompt.id, g.size) for g in groups), "top_ups": tops,
-                "kept": sorted((g.prompt.id, g.size, tuple(r.verdict.details.get("hint_tokens", 0) for r in g.rollouts))
-                               for g in kept),
-                "booked": booked, "rollouts": pool.take_cost().rollouts,
-                "hook": hook(ctrl, groups) if hook is not None else None})
+            booked = (
+                sorted(pid for pid, recs in history.records.items() if recs and recs[-1].step == st.step)
+                if history
+                else None
+            )
+            trace.append(
+                {
+                    "trained": sorted((g.prompt.id, g.size) for g in groups),
+                    "top_ups": tops,
+                    "kept": sorted(
+                        (g.prompt.id, g.size, tuple(r.verdict.details.get("hint_tokens", 0) for r in g.rollouts))
+                        for g in kept
+                    ),
+                    "booked": booked,
+                    "rollouts": pool.take_cost().rollouts,
+                    "hook": hook(ctrl, groups) if hook is not None else None,
+                }
+            )
             st.step += 1
             st.policy_version += 1
             pool.load_weights(st.policy_version, {})
@@ -309,7 +390,9 @@ def test_v05_with_the_history_prior_tests_and_fuses_the_trained_plan_at_eta_one(
         assert set(line["hook"]) == trained == set(line["booked"])
         assert {p for t in line["top_ups"] for p, _, _ in t} <= trained
     assert set(ahead[0]["hook"].values()) == set(ahead[1]["hook"].values()) == {0.5}  # plans 0 and 1: no data yet
-    assert set(drive(v05, 0, hook=v05_priors, prompts=40, steps=2)[1]["hook"].values()) != {0.5}  # η = 0: plan 1 knows step 0
+    assert set(drive(v05, 0, hook=v05_priors, prompts=40, steps=2)[1]["hook"].values()) != {
+        0.5
+    }  # η = 0: plan 1 knows step 0
 
 
 def test_the_harness_sees_the_defects_the_refusal_prevents():

@@ -33,7 +33,9 @@ class FakeEngine:
         for req in plan.requests:
             self.started.append((req.prompt.id, version))
             for _ in range(req.n):
-                out.append((req.prompt, Rollout(req.prompt.id, (1,), (2, 3), (-0.1, -0.1), "stop", version, "x", Verdict(1.0))))
+                out.append(
+                    (req.prompt, Rollout(req.prompt.id, (1,), (2, 3), (-0.1, -0.1), "stop", version, "x", Verdict(1.0)))
+                )
         if charge:
             self.cost.charge(2 * len(out), len(out), [r.verdict for _, r in out], 0.0, 0.0)
         return out
@@ -73,7 +75,7 @@ def test_every_plan_starts_at_most_eta_versions_behind_and_in_draw_order(eta):
     expected = ["p0"] + [f"p{i}" for i in range(1, eta + 1)] + [f"p{i}" for i in range(100, 100 + 6 - eta - 1)]
     assert trained == expected[:6]
     # the gate: plan j starts only once version j - eta is published
-    for j, (pid, held) in enumerate(engine.started):
+    for j, (_pid, held) in enumerate(engine.started):
         assert held >= j - eta
     if eta == 0:  # synchronous: every plan is generated with the weights of the step that trains it
         assert [held for _, held in engine.started] == list(range(6))
@@ -151,7 +153,9 @@ def _tiny_backend():
     from rollwise.trainer.tiny import build_tiny
 
     model, tok = build_tiny("tiny-s", seed=1)
-    return HFBackend(model.eval(), [tok.eos_token_id], tok.pad_token_id, max_batch=64, seed=0), Codec(tok, use_chat=False)
+    return HFBackend(model.eval(), [tok.eos_token_id], tok.pad_token_id, max_batch=64, seed=0), Codec(
+        tok, use_chat=False
+    )
 
 
 def _publishing_during_the_first_call(backend, engine, on_new_weights, load, weights):
@@ -168,11 +172,13 @@ def _publishing_during_the_first_call(backend, engine, on_new_weights, load, wei
     def generate(seqs, smp, gen=None, max_new_tokens=None, stop_when=None, decode_hook=None):
         calls.append(len(seqs))
         if len(calls) == 1:  # the trainer publishes version 1 during the first call
-            def stop(done, first=[True]):
+
+            def stop(done, first=[True]):  # noqa: B006  (a flag kept across calls)
                 if first[0]:
                     first[0] = False
                     pool.load_weights(1, weights)
                 return stop_when(done)
+
             return real(seqs, smp, gen, max_new_tokens, stop)
         return real(seqs, smp, gen, max_new_tokens, stop_when)
 
@@ -228,8 +234,9 @@ def test_discard_drops_unfinished_tokens_charges_them_and_restarts_under_the_new
     assert greedy_new != greedy_old  # the new weights decode differently: the test can tell them apart
 
     engine = LocalPool(backend, codec, verify, sampling)
-    pool, calls = _publishing_during_the_first_call(backend, engine, "discard",
-                                                    lambda v, w: w and backend.model.load_state_dict(w), new)
+    pool, calls = _publishing_during_the_first_call(
+        backend, engine, "discard", lambda v, w: w and backend.model.load_state_dict(w), new
+    )
     out = pool._interruptible(plan)
     assert calls == [3, 3]  # stopped once, every rollout generated again
     assert [r.completion_ids for _, r in out] == greedy_new
@@ -244,16 +251,25 @@ def test_discard_drops_unfinished_tokens_charges_them_and_restarts_under_the_new
 # ---------------------------------------------------------------- config refusals (before any model loads)
 
 
-@pytest.mark.parametrize("overrides, needle", [
-    (["train.async.max_staleness=1", "replay.name=spec_rl"], "replay.name = 'spec_rl'"),
-    (["train.async.max_staleness=1", "replay.name=april", "train.async.on_new_weights=interrupt"], "replay.name = 'april' (APRIL)"),
-    (["train.async.max_staleness=1", "sampling.latr.enabled=true"], "sampling.latr.enabled"),
-    (["train.async.on_new_weights=interrupt"], "train.async.max_staleness >= 1"),
-    (["train.async.max_staleness=1", "train.async.on_new_weights=interrupt", "model.backend=vllm"], "model.backend = 'hf'"),
-    (["train.async.periodic=true", "train.async.max_staleness=1"], "train.async.max_staleness = 0"),
-    (["train.async.periodic=true", "train.epochs=2"], "train.epochs > 1"),
-    (["train.async.periodic=true", "replay.name=rollout_replay"], "replay.name = 'rollout_replay'"),
-])
+@pytest.mark.parametrize(
+    "overrides, needle",
+    [
+        (["train.async.max_staleness=1", "replay.name=spec_rl"], "replay.name = 'spec_rl'"),
+        (
+            ["train.async.max_staleness=1", "replay.name=april", "train.async.on_new_weights=interrupt"],
+            "replay.name = 'april' (APRIL)",
+        ),
+        (["train.async.max_staleness=1", "sampling.latr.enabled=true"], "sampling.latr.enabled"),
+        (["train.async.on_new_weights=interrupt"], "train.async.max_staleness >= 1"),
+        (
+            ["train.async.max_staleness=1", "train.async.on_new_weights=interrupt", "model.backend=vllm"],
+            "model.backend = 'hf'",
+        ),
+        (["train.async.periodic=true", "train.async.max_staleness=1"], "train.async.max_staleness = 0"),
+        (["train.async.periodic=true", "train.epochs=2"], "train.epochs > 1"),
+        (["train.async.periodic=true", "replay.name=rollout_replay"], "replay.name = 'rollout_replay'"),
+    ],
+)
 def test_bad_async_configs_are_refused_naming_the_key(overrides, needle):
     from rollwise.config import load_config
     from rollwise.registry import UserError
@@ -284,4 +300,6 @@ def test_no_plan_past_the_last_step_is_drawn_ahead_or_generated():
     pool.close()
     assert trained == ["p100", "p1", "p2"]
     assert [pid for pid, _ in engine.started] == ["p100", "p1", "p2"]
-    assert sorted(pool.jobs) == [3, 4] and not any(j.done for j in pool.jobs.values())  # kept for a resume with more steps
+    assert sorted(pool.jobs) == [3, 4] and not any(
+        j.done for j in pool.jobs.values()
+    )  # kept for a resume with more steps

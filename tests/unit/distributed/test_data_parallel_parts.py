@@ -58,13 +58,16 @@ def test_required_without_torchrun_is_refused(monkeypatch):
         dp.check_config(Config.model_validate({"distributed": {"data_parallel": True}}))
 
 
-@pytest.mark.parametrize("section, key", [
-    ({"distributed": {"workers": 2}}, "distributed.workers"),
-    ({"model": {"backend": "vllm"}}, "model.backend"),
-    ({"sampling": {"arrol": {"enabled": True}}}, "sampling.arrol.enabled"),
-    ({"sampling": {"latr": {"enabled": True}}}, "sampling.latr.enabled"),
-    ({"replay": {"name": "april"}}, "replay.name = 'april'"),
-])
+@pytest.mark.parametrize(
+    "section, key",
+    [
+        ({"distributed": {"workers": 2}}, "distributed.workers"),
+        ({"model": {"backend": "vllm"}}, "model.backend"),
+        ({"sampling": {"arrol": {"enabled": True}}}, "sampling.arrol.enabled"),
+        ({"sampling": {"latr": {"enabled": True}}}, "sampling.latr.enabled"),
+        ({"replay": {"name": "april"}}, "replay.name = 'april'"),
+    ],
+)
 def test_refusals_name_the_key(torchrun_env, section, key):
     from rollwise.compat import check_data_parallel
 

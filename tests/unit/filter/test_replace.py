@@ -9,7 +9,9 @@ from collections import Counter
 import pytest
 
 import rollwise
+from conftest import as_sets, tiny_overrides
 from rollwise.backends.scripted import ScriptedBackend
+from rollwise.batch.collate import collate, flatten
 from rollwise.components import build_filters
 from rollwise.config import load_config
 from rollwise.control.rounds import DynamicSampling, target_groups
@@ -18,15 +20,14 @@ from rollwise.filter.replace import is_zv, passes_gate, pick_sources, replace_ba
 from rollwise.loop import apply_filters
 from rollwise.objectives import ADVANTAGES
 from rollwise.registry import UserError
-from rollwise.batch.collate import collate, flatten
 from rollwise.types import Group, Prompt, Rollout, RunState, Verdict
-
-from conftest import as_sets, tiny_overrides
 
 
 def _group(uid, scores, length=2):
     p = Prompt(uid, "t", uid, "0")
-    return Group(p, tuple(Rollout(uid, (1,), (2,) * length, (-1.0,) * length, "stop", 0, "", Verdict(s)) for s in scores))
+    return Group(
+        p, tuple(Rollout(uid, (1,), (2,) * length, (-1.0,) * length, "stop", 0, "", Verdict(s)) for s in scores)
+    )
 
 
 def _uids(groups):
@@ -117,13 +118,17 @@ def test_merged_advantage_by_hand():
     # Merged to 16 samples: std = sqrt(16 * .25 / 15) = 0.5164 -> ±0.968 (= 0.935 / sqrt(2*7/15), +3.5%).
     good, bad = _group("g", [1, 0] * 4), _group("b", [0] * 8)
     grpo = ADVANTAGES.get("grpo")
-    for groups, expected in (([good], 0.5 / (2 / 7) ** 0.5), (replace_bad([good, bad], random.Random(0), 0.3).groups,
-                                                                0.5 / (4 / 15) ** 0.5)):
+    for groups, expected in (
+        ([good], 0.5 / (2 / 7) ** 0.5),
+        (replace_bad([good, bad], random.Random(0), 0.3).groups, 0.5 / (4 / 15) ** 0.5),
+    ):
         _, r, g = flatten(groups)
         a = grpo(r, g, grpo.Options(eps=0.0)).values
         assert r.numel() == 16 or len(groups) == 1
         assert a.abs().tolist() == pytest.approx([expected] * r.numel(), rel=1e-5)
-    assert 0.5 / (2 / 7) ** 0.5 == pytest.approx(0.935, abs=1e-3) and 0.5 / (4 / 15) ** 0.5 == pytest.approx(0.968, abs=1e-3)
+    assert 0.5 / (2 / 7) ** 0.5 == pytest.approx(0.935, abs=1e-3) and 0.5 / (4 / 15) ** 0.5 == pytest.approx(
+        0.968, abs=1e-3
+    )
     # population std and mean-only advantages are unchanged by the merge; a separate copy equals its source
     merged = replace_bad([good, bad], random.Random(0), 0.3).groups
     separate = replace_bad([good, bad], random.Random(0), 0.3, merge=False).groups
@@ -138,8 +143,13 @@ def test_merged_advantage_by_hand():
 
 # ------------------------------------------------------------------ the wrapper: gate, discard, limit
 
-ZV = ["filter.names=[\"zero_variance\"]", "control.prompts_per_step=4", "control.rollouts_per_prompt=2",
-      "control.dynamic_sampling.enabled=true", "control.dynamic_sampling.type=\"replace\""]
+ZV = [
+    'filter.names=["zero_variance"]',
+    "control.prompts_per_step=4",
+    "control.rollouts_per_prompt=2",
+    "control.dynamic_sampling.enabled=true",
+    'control.dynamic_sampling.type="replace"',
+]
 
 
 def _prompts(n):
@@ -164,8 +174,11 @@ def test_gate_passes_then_finish_replaces():
     kept, dropped = apply_filters(build_filters(cfg), groups, target_groups(cfg.control), ds)
     assert dropped == Counter({"all_wrong": 1, "all_correct": 1})
     assert len(kept) == 2 and _rows(kept) == 8  # both good groups copied once, merged
-    assert ds.metrics == {"control/replace_replaced": 2.0, "control/replace_discarded_batches": 0.0,
-                          "control/replace_distinct_groups": 2.0}
+    assert ds.metrics == {
+        "control/replace_replaced": 2.0,
+        "control/replace_discarded_batches": 0.0,
+        "control/replace_distinct_groups": 2.0,
+    }
 
 
 def test_gate_fails_discards_the_batch_and_draws_a_new_one():
@@ -192,7 +205,7 @@ def test_failure_limit_raises():
     state = RunState()
     plan = ds.plan(ds.select(state), state)
     groups = []
-    for i in range(29):  # 29 failed gates: a new batch each time
+    for _i in range(29):  # 29 failed gates: a new batch each time
         groups += _groups_for(plan, [[0, 0]] * 4)
         plan = ds.next_round(groups, state)
         assert plan.total == 8
@@ -202,7 +215,7 @@ def test_failure_limit_raises():
 
 
 def test_config_switch():
-    cfg = load_config(overrides=["filter.names=[\"zero_variance\"]", "control.dynamic_sampling.enabled=true"])
+    cfg = load_config(overrides=['filter.names=["zero_variance"]', "control.dynamic_sampling.enabled=true"])
     assert cfg.control.dynamic_sampling.type == "refill" and target_groups(cfg.control) == 32  # default unchanged
     _, cfg = _wrapped()
     assert target_groups(cfg.control) is None  # no surplus truncation: the batch is B by construction
@@ -211,7 +224,7 @@ def test_config_switch():
     with pytest.raises(UserError, match="zero_variance"):
         load_config(overrides=ZV[1:] + ["filter.names=[]"])
     with pytest.raises(UserError, match="type"):
-        load_config(overrides=ZV + ["control.dynamic_sampling.type=\"filter\""])
+        load_config(overrides=ZV + ['control.dynamic_sampling.type="filter"'])
     shipped = load_config("configs/replace.toml")
     assert shipped.control.dynamic_sampling.type == "replace" and shipped.filter.names == ["zero_variance"]
 
@@ -231,12 +244,22 @@ def _run(tmp_path, schedule, **extra):
         ans = int(a) + int(b)
         return tok.encode(str(ans if schedule(i) else ans + 1))
 
-    o = tiny_overrides(tmp_path, steps=1, **{"filter.names": ["zero_variance"], "eval.at_start": False,
-                                             "model.warm_start.steps": 0, "eval.n_prompts": 2,
-                                             "control.dynamic_sampling.enabled": True,
-                                             "control.dynamic_sampling.type": "replace", **extra})
-    result = rollwise.train(load_config(overrides=as_sets(o)), backend=ScriptedBackend(respond, tok.eos_token_id),
-                            log=lambda m: None)
+    o = tiny_overrides(
+        tmp_path,
+        steps=1,
+        **{
+            "filter.names": ["zero_variance"],
+            "eval.at_start": False,
+            "model.warm_start.steps": 0,
+            "eval.n_prompts": 2,
+            "control.dynamic_sampling.enabled": True,
+            "control.dynamic_sampling.type": "replace",
+            **extra,
+        },
+    )
+    result = rollwise.train(
+        load_config(overrides=as_sets(o)), backend=ScriptedBackend(respond, tok.eos_token_id), log=lambda m: None
+    )
     return json.loads((result.run_dir / "metrics.jsonl").read_text().splitlines()[0])
 
 

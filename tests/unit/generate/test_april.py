@@ -5,10 +5,10 @@ import torch
 
 from rollwise.backends.hf import HFBackend
 from rollwise.backends.scripted import ScriptedBackend
+from rollwise.batch.collate import collate, flatten
 from rollwise.distributed.local import LocalPool
 from rollwise.generate.april import PartialRollouts
 from rollwise.tokens import Codec
-from rollwise.batch.collate import collate, flatten
 from rollwise.trainer.tiny import build_tiny, char_tokenizer
 from rollwise.types import Advantages, Plan, Prompt, Request, Sampling, Verdict
 
@@ -50,7 +50,9 @@ def _scripted_pool(lengths, budget=8, **opts):
         return tok.encode("1" * (lengths[i] - len(text.split("=", 1)[1])), add_special_tokens=False)
 
     backend = ScriptedBackend(respond, eos_id=tok.eos_token_id)
-    pool = LocalPool(backend, codec, lambda p, t: Verdict(1.0 if t.startswith("1") else 0.0), Sampling(1.0, 1.0, budget))
+    pool = LocalPool(
+        backend, codec, lambda p, t: Verdict(1.0 if t.startswith("1") else 0.0), Sampling(1.0, 1.0, budget)
+    )
     buf = PartialRollouts(None, PartialRollouts.Options(**opts), 0)
     return pool, buf, codec
 
@@ -99,7 +101,9 @@ def test_without_overprovisioning_the_step_equals_a_plain_synchronous_rollout(ti
     buf = PartialRollouts(None, PartialRollouts.Options(over_provision=1.0), 0)
     april = buf.wrap_pool(pool).generate(plan, [], 0)
     assert [g.prompt.id for g in april] == [g.prompt.id for g in base]
-    assert [[r.completion_ids for r in g.rollouts] for g in april] == [[r.completion_ids for r in g.rollouts] for g in base]
+    assert [[r.completion_ids for r in g.rollouts] for g in april] == [
+        [r.completion_ids for r in g.rollouts] for g in base
+    ]
     assert buf.buffer == [] and pool.cost.generated_tokens == plain.cost.generated_tokens
 
 
@@ -176,12 +180,12 @@ def test_prefix_modes(mode):
     rows, rewards, gidx = flatten([g])
     batch = collate(rows, rewards, gidx, Advantages(torch.ones(1), torch.ones(1, dtype=torch.bool)), 0)
     p = len(r.prompt_ids)
-    mask = batch.loss_mask[0, p:p + 6].tolist()
+    mask = batch.loss_mask[0, p : p + 6].tolist()
     if mode == "mask":  # 1 exactly on the tokens generated after the last resume (property 5)
         assert r.loss_mask == (0, 0, 1, 1, 1, 1) and mask == [0, 0, 1, 1, 1, 1] and batch.num_loss_tokens == 4
     else:  # keep / tis: every token trains; tis weights come from the per-segment mu (old_logprobs)
         assert r.loss_mask is None and mask == [1.0] * 6 and batch.num_loss_tokens == 6
-    assert batch.policy_versions[0, p:p + 6].tolist() == [0, 0, 1, 1, 1, 1]
+    assert batch.policy_versions[0, p : p + 6].tolist() == [0, 0, 1, 1, 1, 1]
 
 
 def test_tis_mode_requires_an_objective_weight():
@@ -190,7 +194,13 @@ def test_tis_mode_requires_an_objective_weight():
 
     with pytest.raises(UserError, match="tis_level"):
         load_config(overrides=["replay.name=april", 'replay.options={prefix_mode = "tis"}'])
-    load_config(overrides=["replay.name=april", 'replay.options={prefix_mode = "tis"}', 'objective.options={tis_level = "token"}'])
+    load_config(
+        overrides=[
+            "replay.name=april",
+            'replay.options={prefix_mode = "tis"}',
+            'objective.options={tis_level = "token"}',
+        ]
+    )
 
 
 def test_state_dict_round_trip_resumes_identically():
@@ -231,11 +241,17 @@ def test_a_fresh_request_for_a_buffered_prompt_is_skipped(extra, launched, buffe
     assert pool.take_cost().metrics["april/launched_groups"] == launched
 
 
-@pytest.mark.parametrize("override, key", [
-    (["control.name=greso"], "control.name"),
-    (["control.dynamic_sampling.enabled=true", 'filter.names=["zero_variance"]'], "control.dynamic_sampling.enabled"),
-    (["sampling.latr.enabled=true"], "sampling.latr.enabled"),
-])
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        (["control.name=greso"], "control.name"),
+        (
+            ["control.dynamic_sampling.enabled=true", 'filter.names=["zero_variance"]'],
+            "control.dynamic_sampling.enabled",
+        ),
+        (["sampling.latr.enabled=true"], "sampling.latr.enabled"),
+    ],
+)
 def test_config_refuses_controllers_with_per_step_state_and_latr(override, key):
     from rollwise.config import load_config
     from rollwise.registry import UserError

@@ -9,7 +9,16 @@ import random
 import pytest
 import torch
 
-from rollwise.generate.arrol import ArrolPool, Options, PruneHook, QualityHead, auc, balanced_subset, check_step, trim_surplus
+from rollwise.generate.arrol import (
+    ArrolPool,
+    Options,
+    PruneHook,
+    QualityHead,
+    auc,
+    balanced_subset,
+    check_step,
+    trim_surplus,
+)
 from rollwise.types import Plan, Prompt, Request, Sampling, Verdict
 
 
@@ -39,14 +48,18 @@ def test_balanced_subset_exact_size_and_never_worse_than_the_spec_greedy():
         kept = balanced_subset(q, k, 0.5)
         assert len(kept) == k == len(set(kept))
         order = sorted(range(n), key=lambda i: q[i])
-        greedy = order[n - k // 2:] + order[: k - k // 2] if k // 2 else order[:k]
+        greedy = order[n - k // 2 :] + order[: k - k // 2] if k // 2 else order[:k]
         assert _dist(q, kept, 0.5) <= _dist(q, greedy, 0.5) + 1e-12
         if math.comb(n, k) <= 256:  # small groups: the brute-force optimum
             best = min(_dist(q, s, 0.5) for s in itertools.combinations(range(n), k))
             assert _dist(q, kept, 0.5) == pytest.approx(best, abs=1e-9)
         else:  # larger ones: no single swap improves the heuristic's choice
             out = [i for i in range(n) if i not in kept]
-            assert all(_dist(q, [x for x in kept if x != a] + [b], 0.5) >= _dist(q, kept, 0.5) - 1e-12 for a in kept for b in out)
+            assert all(
+                _dist(q, [x for x in kept if x != a] + [b], 0.5) >= _dist(q, kept, 0.5) - 1e-12
+                for a in kept
+                for b in out
+            )
 
 
 def test_survivors_closer_to_rho_than_all_when_a_subset_allows_it():
@@ -291,7 +304,9 @@ def test_pool_prunes_to_n_and_charges_every_generated_token(tiny):
 
 def test_pool_keeps_exactly_n_when_rows_finish_before_the_check_point(tiny):
     # every completion ends (EOS) before the check point: the hook never fires, all N_0 finish
-    pool = ArrolPool(_pool(tiny, wrap=_OnlyEOS, max_batch=5), Options(check_tokens=1, min_examples=0, min_auc=0.0), max_new_tokens=6)
+    pool = ArrolPool(
+        _pool(tiny, wrap=_OnlyEOS, max_batch=5), Options(check_tokens=1, min_examples=0, min_auc=0.0), max_new_tokens=6
+    )
     pool.head.update(torch.randn(8, tiny[0].config.hidden_size), torch.tensor([0.0, 1] * 4))
     calls = []
     verify = pool.pool.verify
@@ -355,13 +370,18 @@ def test_config_validation_names_the_key():
 
 def test_arrol_trains_prunes_and_checkpoints_the_head(tmp_path):
     import rollwise
+    from conftest import as_sets, tiny_overrides
     from rollwise.config import load_config
 
-    from conftest import as_sets, tiny_overrides
-
-    cfg = load_config(overrides=as_sets(tiny_overrides(tmp_path, steps=3, **{"eval.at_start": False}))
-                      + ["sampling.arrol.enabled=true", "sampling.arrol.check_tokens=1",
-                         "sampling.arrol.min_examples=0", "sampling.arrol.min_auc=0.0"])
+    cfg = load_config(
+        overrides=as_sets(tiny_overrides(tmp_path, steps=3, **{"eval.at_start": False}))
+        + [
+            "sampling.arrol.enabled=true",
+            "sampling.arrol.check_tokens=1",
+            "sampling.arrol.min_examples=0",
+            "sampling.arrol.min_auc=0.0",
+        ]
+    )
     rollwise.train(cfg, log=lambda m: None)
     lines = [json.loads(x) for x in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines()]
     assert lines[0]["arrol/active"] == 0.0 and lines[0]["arrol/pruned"] == 0  # no head yet

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rollwise.generate import latr
 from rollwise.backends.hf import HFBackend
-from rollwise.generate.latr import LatrSampler, _Branch, mix_ratio, tree_size
 from rollwise.config import TreeSamplingConfig, load_config
 from rollwise.distributed.local import LocalPool
+from rollwise.generate import latr
+from rollwise.generate.latr import LatrSampler, _Branch, mix_ratio, tree_size
 from rollwise.tokens import Codec
 from rollwise.trainer.tiny import build_tiny
 from rollwise.types import Plan, Prompt, Request, Sampling, Verdict
@@ -51,7 +51,18 @@ def _segments_agree(group):
 
 def test_mix_ratio_schedule_takes_largest_key_at_or_below_step():
     s = {0: 1.0, 10: 0.75, 20: 0.5, 80: 0.25, 200: 0.0}
-    assert [mix_ratio(s, t) for t in (0, 9, 10, 19, 20, 79, 80, 199, 200, 10_000)] == [1, 1, .75, .75, .5, .5, .25, .25, 0, 0]
+    assert [mix_ratio(s, t) for t in (0, 9, 10, 19, 20, 79, 80, 199, 200, 10_000)] == [
+        1,
+        1,
+        0.75,
+        0.75,
+        0.5,
+        0.5,
+        0.25,
+        0.25,
+        0,
+        0,
+    ]
     assert mix_ratio({5: 0.5}, 4) == 0.0  # before the first key: no tree
     assert [tree_size(8, e) for e in (1.0, 0.75, 0.5, 0.25, 0.1, 0.0)] == [8, 6, 4, 2, 0, 0]  # round(8 * 0.1) = 1 -> 0
 
@@ -110,7 +121,7 @@ def test_logprobs_are_the_behaviour_logprobs_of_every_token(tiny):
             full = torch.tensor([prompt + list(c.token_ids)])
             with torch.no_grad():
                 lp = torch.log_softmax(model(full).logits[0].float() / temp, -1)
-            expect = lp[len(prompt) - 1: -1].gather(1, torch.tensor(c.token_ids)[:, None])[:, 0]
+            expect = lp[len(prompt) - 1 : -1].gather(1, torch.tensor(c.token_ids)[:, None])[:, 0]
             assert torch.allclose(expect, torch.tensor(c.logprobs), atol=1e-4)
 
 

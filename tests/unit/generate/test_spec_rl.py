@@ -9,7 +9,12 @@ import torch
 from rollwise.backends.hf import HFBackend
 from rollwise.backends.scripted import ScriptedBackend
 from rollwise.distributed.local import LocalPool
-from rollwise.generate.spec_rl import SpeculativeRollouts, first_rejection, residual_distribution, speculative_distribution
+from rollwise.generate.spec_rl import (
+    SpeculativeRollouts,
+    first_rejection,
+    residual_distribution,
+    speculative_distribution,
+)
 from rollwise.tokens import Codec
 from rollwise.trainer.tiny import build_tiny, char_tokenizer
 from rollwise.types import Plan, Prompt, Request, Sampling, Verdict
@@ -104,7 +109,9 @@ def test_identical_policy_accepts_every_draft_on_the_hf_sampler(tiny):
     plan = Plan(tuple(Request(p, 4) for p in _prompts(5)))
     first, second, cost = _two_steps(pool, spec, plan)
     drafted = sum(len(r.completion_ids) for g in first for r in g.rollouts)
-    assert [[r.completion_ids for r in g.rollouts] for g in second] == [[r.completion_ids for r in g.rollouts] for g in first]
+    assert [[r.completion_ids for r in g.rollouts] for g in second] == [
+        [r.completion_ids for r in g.rollouts] for g in first
+    ]
     assert cost.generated_tokens == 0 and cost.reused_tokens == drafted == cost.verify_tokens
     assert cost.rollouts == 20 and cost.metrics["spec_rl/full_accept_rows"] == 20
     # accepted prefixes are scored by the current policy: their log-probs equal the sampler's
@@ -131,7 +138,9 @@ def test_infinite_lenience_reuses_everything_after_a_weight_change(tiny):
     finally:
         model.load_state_dict(state)
     cost = pool.take_cost()
-    assert [[r.completion_ids for r in g.rollouts] for g in second] == [[r.completion_ids for r in g.rollouts] for g in first]
+    assert [[r.completion_ids for r in g.rollouts] for g in second] == [
+        [r.completion_ids for r in g.rollouts] for g in first
+    ]
     assert cost.generated_tokens == 0 and cost.metrics["spec_rl/accepted_token_frac"] == 1.0
 
 
@@ -146,7 +155,9 @@ def test_rejection_keeps_only_the_prefix_and_continues_within_budget(tiny):
     assert all(len(r.completion_ids) <= 6 for g in second for r in g.rollouts)
     # scripted: answers of 5 digits; make the cached p_old of token 2 huge so it is rejected there
     tok = char_tokenizer()
-    backend = ScriptedBackend(lambda seq, i: tok.encode("12345", add_special_tokens=False), tok.eos_token_id, logprob=-0.5)
+    backend = ScriptedBackend(
+        lambda seq, i: tok.encode("12345", add_special_tokens=False), tok.eos_token_id, logprob=-0.5
+    )
     spool = LocalPool(backend, Codec(tok, use_chat=False), _verify, Sampling(1.0, 1.0, 6))
     spec = SpeculativeRollouts(None, SpeculativeRollouts.Options(bias=0.0), 0)
     sp = spec.wrap_pool(spool)
@@ -209,7 +220,9 @@ def test_a_requested_prefix_keeps_its_own_versions_and_accepted_drafts_are_curre
     """A request continuing an off-policy prefix keeps the request's prefix versions (and log-probs);
     a drafted row's accepted prefix is labelled with the current version (the paper)."""
     tok = char_tokenizer()
-    backend = ScriptedBackend(lambda seq, i: tok.encode("12345", add_special_tokens=False), tok.eos_token_id, logprob=-0.5)
+    backend = ScriptedBackend(
+        lambda seq, i: tok.encode("12345", add_special_tokens=False), tok.eos_token_id, logprob=-0.5
+    )
     pool = LocalPool(backend, Codec(tok, use_chat=False), _verify, Sampling(1.0, 1.0, 6))
     spec = SpeculativeRollouts(None, SpeculativeRollouts.Options(bias=0.0), 0)
     sp = spec.wrap_pool(pool)
@@ -218,7 +231,9 @@ def test_a_requested_prefix_keeps_its_own_versions_and_accepted_drafts_are_curre
     d = spec.cache["p0"][0]
     spec.cache["p0"][0] = type(d)(d.ids, (-0.5, -0.5, 50.0) + d.logprobs[3:], d.finish)  # reject at token 2
     prefix = tuple(tok.encode("12", add_special_tokens=False))
-    out = {g.prompt.id: g for g in sp.generate(Plan((Request(p0, 1), Request(p1, 1, prefix, (-0.1, -0.2), (3, 4)))), [], 5)}
+    out = {
+        g.prompt.id: g for g in sp.generate(Plan((Request(p0, 1), Request(p1, 1, prefix, (-0.1, -0.2), (3, 4)))), [], 5)
+    }
     (cont,) = out["p1"].rollouts
     assert cont.completion_ids[:2] == prefix and cont.logprobs[:2] == (-0.1, -0.2)
     assert cont.token_versions == (3, 4) + (5,) * (len(cont.completion_ids) - 2) and cont.policy_version == 3

@@ -134,7 +134,9 @@ def test_ragged_unsorted_groups_match_each_group_alone(name):
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 5), st.sampled_from([0.0, 0.5, 1.0, 2.0])), min_size=1, max_size=16), st.randoms())
+@given(
+    st.lists(st.tuples(st.integers(0, 5), st.sampled_from([0.0, 0.5, 1.0, 2.0])), min_size=1, max_size=16), st.randoms()
+)
 def test_estimators_are_permutation_equivariant(rows, rnd):
     g = [x for x, _ in rows]
     r = [x for _, x in rows]

@@ -5,7 +5,7 @@ import torch
 
 from rollwise.objectives.gdpo import Condition, GdpoOptions, batch_normalise, condition, gdpo, grpo_sum
 
-S = 0.5 ** 0.5  # 0.7071: (1 - 0.5) / unbiased std of (0, 1) = 0.5 / 0.7071
+S = 0.5**0.5  # 0.7071: (1 - 0.5) / unbiased std of (0, 1) = 0.5 / 0.7071
 
 
 def t(*x):
@@ -14,7 +14,9 @@ def t(*x):
 
 def run(fn, named, gidx, **opts):
     n = len(gidx)
-    return fn(torch.zeros(n), torch.tensor(gidx), GdpoOptions(**opts), named_rewards={k: t(*v) for k, v in named.items()}).values
+    return fn(
+        torch.zeros(n), torch.tensor(gidx), GdpoOptions(**opts), named_rewards={k: t(*v) for k, v in named.items()}
+    ).values
 
 
 def test_grpo_on_sums_collapses_distinct_combinations():
@@ -74,7 +76,9 @@ def test_doubling_a_weight_doubles_its_contribution():
 def test_conditioned_reward_is_zero_when_not_correct():
     got = condition({"correct": t(1, 0, 1), "length": t(1, 1, 0)}, {"length": Condition(on="correct")})
     assert torch.equal(got["length"], t(1, 0, 0)) and torch.equal(got["correct"], t(1, 0, 1))
-    out = run(gdpo, {"correct": [0, 0], "length": [1, 0]}, [0, 0], batch_norm=False, conditions={"length": {"on": "correct"}})
+    out = run(
+        gdpo, {"correct": [0, 0], "length": [1, 0]}, [0, 0], batch_norm=False, conditions={"length": {"on": "correct"}}
+    )
     assert torch.equal(out, torch.zeros(2))  # conditioned length is 0 on both rows: no signal left
 
 

@@ -17,10 +17,10 @@ import math
 
 import pytest
 import torch
+from objtest_utils import make_batch, place
 
 from rollwise.objectives import cispo, dapo, grpo, gspo
 from rollwise.objectives.common import kl_penalty
-from objtest_utils import make_batch, place
 
 E21 = math.exp(21.0)
 E25 = math.exp(25.0)

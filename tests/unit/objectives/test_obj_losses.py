@@ -7,9 +7,9 @@ import math
 
 import pytest
 import torch
+from objtest_utils import make_batch, place
 from pydantic import ValidationError
 
-from objtest_utils import make_batch, place
 from rollwise.objectives import OBJECTIVES
 from rollwise.objectives.common import aggregate, behaviour_weight, kl_penalty
 
@@ -264,9 +264,30 @@ def test_registry_names_resolve_and_validate_options():
     from rollwise.registry import UserError, validate_options
 
     assert OBJECTIVES.names() == sorted(NAMES + ["minpro", "opmd"])
-    assert ADVANTAGES.names() == sorted(["grpo", "dr_grpo", "rloo", "reinforce_pp_baseline", "median", "novelty", "tree",
-                                         "gdpo", "grpo_sum", "mssr", "ettrl", "echo", "ace", "uniqueness", "r3l", "adhint", "v05"])
-    o = validate_options("objective", "dapo", OBJECTIVES.get("dapo"), {"eps_high": 0.3, "aggregation": "seq_mean_token_mean"})
+    assert ADVANTAGES.names() == sorted(
+        [
+            "grpo",
+            "dr_grpo",
+            "rloo",
+            "reinforce_pp_baseline",
+            "median",
+            "novelty",
+            "tree",
+            "gdpo",
+            "grpo_sum",
+            "mssr",
+            "ettrl",
+            "echo",
+            "ace",
+            "uniqueness",
+            "r3l",
+            "adhint",
+            "v05",
+        ]
+    )
+    o = validate_options(
+        "objective", "dapo", OBJECTIVES.get("dapo"), {"eps_high": 0.3, "aggregation": "seq_mean_token_mean"}
+    )
     assert o.eps_high == 0.3 and o.eps_low == 0.2
     with pytest.raises(UserError, match="clip_epsilon"):
         validate_options("objective", "grpo", OBJECTIVES.get("grpo"), {"clip_epsilon": 0.3})

@@ -8,8 +8,8 @@ import dataclasses
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from objtest_utils import make_batch
+
 from rollwise.objectives import OBJECTIVES
 
 NAMES = ["grpo", "dapo", "gspo", "cispo", "decoupled_ppo", "echo"]
@@ -44,10 +44,21 @@ def batches(draw):
     use_slices = draw(st.booleans())
     if use_slices:
         parts = [slice(a, b) for a, b in zip([0, *cuts], [*cuts, B])]
-    extra = draw(st.sampled_from([{}, {"kl_coef": 0.1}, {"entropy_coef": 0.01}, {"tis_level": "sequence"},
-                                  # the peer-convention options (issue #19)
-                                  {"kl_coef": 0.1, "kl_bias_correction": True}, {"kl_coef": 0.1, "kl_cap": 0.05},
-                                  {"count_empty_rows": True}, {"dual_clip": 1.5}]))
+    extra = draw(
+        st.sampled_from(
+            [
+                {},
+                {"kl_coef": 0.1},
+                {"entropy_coef": 0.01},
+                {"tis_level": "sequence"},
+                # the peer-convention options (issue #19)
+                {"kl_coef": 0.1, "kl_bias_correction": True},
+                {"kl_coef": 0.1, "kl_cap": 0.05},
+                {"count_empty_rows": True},
+                {"dual_clip": 1.5},
+            ]
+        )
+    )
     return batch, new, entropy, parts, extra
 
 

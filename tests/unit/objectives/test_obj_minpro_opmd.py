@@ -7,8 +7,8 @@ import math
 
 import pytest
 import torch
-
 from objtest_utils import make_batch
+
 from rollwise.objectives import OBJECTIVES
 from rollwise.objectives.minpro import prefix_min_log_ratio
 
@@ -65,7 +65,9 @@ def test_minpro_micro_batches_add_up():
     new = b.old_logprobs + 0.3 * torch.randn(b.loss_mask.shape, generator=gen, dtype=b.loss_mask.dtype) * b.loss_mask
     fn = OBJECTIVES.get("minpro")
     full = fn(b, new).loss.item()
-    parts = sum(fn(b.rows(s), new[s][:, : b.rows(s).loss_mask.shape[1]]).loss.item() for s in (slice(0, 1), slice(1, 4)))
+    parts = sum(
+        fn(b.rows(s), new[s][:, : b.rows(s).loss_mask.shape[1]]).loss.item() for s in (slice(0, 1), slice(1, 4))
+    )
     assert parts == pytest.approx(full)
 
 

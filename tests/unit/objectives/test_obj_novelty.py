@@ -15,8 +15,12 @@ from rollwise.types import Rollout, Verdict
 
 
 def run(rewards, groups, s, **opts):
-    return novelty(torch.tensor(rewards, dtype=torch.float32), torch.tensor(groups), NoveltyOptions(**opts),
-                   seq_logprob=torch.tensor(s, dtype=torch.float32))
+    return novelty(
+        torch.tensor(rewards, dtype=torch.float32),
+        torch.tensor(groups),
+        NoveltyOptions(**opts),
+        seq_logprob=torch.tensor(s, dtype=torch.float32),
+    )
 
 
 def test_hand_worked_example():
@@ -81,8 +85,10 @@ def test_mean_over_correct_rows():
 
 
 def test_inputs_and_registration():
-    rows = [Rollout("p", (1,), (2, 3), (-1.0, -2.0), "stop", 0, "", Verdict(1.0)),
-            Rollout("p", (1,), (), (), "stop", 0, "", Verdict(0.0))]
+    rows = [
+        Rollout("p", (1,), (2, 3), (-1.0, -2.0), "stop", 0, "", Verdict(1.0)),
+        Rollout("p", (1,), (), (), "stop", 0, "", Verdict(0.0)),
+    ]
     assert torch.allclose(sequence_logprob(rows), torch.tensor([-1.5, 0.0]))
     assert set(advantage_inputs(novelty, rows)) == {"seq_logprob"}
     assert advantage_inputs(grpo, rows) == {}

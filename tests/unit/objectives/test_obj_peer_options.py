@@ -9,8 +9,8 @@ import math
 
 import pytest
 import torch
-
 from objtest_utils import make_batch
+
 from rollwise.objectives import advantages as adv
 from rollwise.objectives import dapo, decoupled_ppo, grpo
 
@@ -58,8 +58,9 @@ def test_reinforce_pp_token_whitening_weighs_rows_by_length():
     # equal lengths with the population variance: token whitening equals sequence whitening
     # (with 'unbiased' they differ by the Bessel factor: n = 20 tokens vs 4 rows)
     pop = {"std": "population"}
-    same = adv.reinforce_pp_baseline(r, g, adv.reinforce_pp_baseline.Options(whiten="token", **pop),
-                                     completion_lengths=torch.full((4,), 5.0))
+    same = adv.reinforce_pp_baseline(
+        r, g, adv.reinforce_pp_baseline.Options(whiten="token", **pop), completion_lengths=torch.full((4,), 5.0)
+    )
     seq_pop = adv.reinforce_pp_baseline(r, g, adv.reinforce_pp_baseline.Options(**pop))
     assert same.values.tolist() == pytest.approx(seq_pop.values.tolist(), rel=1e-6)
     with pytest.raises(ValueError, match="completion_lengths"):
@@ -96,8 +97,9 @@ def test_count_empty_rows_divides_by_every_row():
     assert b.num_sequences == 1
     default = grpo.loss(b, new, grpo.Options(aggregation="seq_mean_token_mean"))
     assert default.loss.item() == pytest.approx(-1.0)
-    counted = grpo.loss(dataclasses.replace(b, num_rows=2), new,
-                        grpo.Options(aggregation="seq_mean_token_mean", count_empty_rows=True))
+    counted = grpo.loss(
+        dataclasses.replace(b, num_rows=2), new, grpo.Options(aggregation="seq_mean_token_mean", count_empty_rows=True)
+    )
     assert counted.loss.item() == pytest.approx(-0.5)
     # seq_mean_token_sum_norm (norm 4): row sum -2 / (1 row * 4) = -0.5; counting both rows -2 / (2 * 4) = -0.25
     norm = {"aggregation": "seq_mean_token_sum_norm", "norm_constant": 4.0}

@@ -60,8 +60,13 @@ def test_ace_needs_its_input_and_a_reference():
 
 def test_ace_length_normalise_divides_by_completion_length():
     # r = [1, 0]: A = [0.7071, -0.7071]; c = 4 over 4 tokens -> 1 -> -0.7071 * (1 + softplus(1))
-    out = ace(T([1.0, 0]), T([0, 0]), AceOptions(length_normalise=True), confidence_shift=T([0.0, 4.0]),
-              completion_lengths=T([2.0, 4.0]))
+    out = ace(
+        T([1.0, 0]),
+        T([0, 0]),
+        AceOptions(length_normalise=True),
+        confidence_shift=T([0.0, 4.0]),
+        completion_lengths=T([2.0, 4.0]),
+    )
     a = 1 / math.sqrt(2)
     assert out.values[1].item() == pytest.approx(-a * (1 + math.log1p(math.e)), abs=1e-5)
 
@@ -90,8 +95,12 @@ def test_uniqueness_one_cluster_recovers_grpo_and_singleton_gets_most():
     same = ["12", "12", "x", "5", "y", "z"]
     out = uniqueness(r, g, UniquenessOptions(clusterer="text"), completion_texts=same)
     assert torch.allclose(out.values, grpo(r, g).values)
-    out2 = uniqueness(T([1.0, 1, 1, 1, 0]), T([0] * 5), UniquenessOptions(clusterer="text"),
-                      completion_texts=["a", "a", "a", "b", "c"])
+    out2 = uniqueness(
+        T([1.0, 1, 1, 1, 0]),
+        T([0] * 5),
+        UniquenessOptions(clusterer="text"),
+        completion_texts=["a", "a", "a", "b", "c"],
+    )
     assert int(out2.values.argmax()) == 3  # the singleton cluster
     # sizes [3, 3, 3, 1] -> u = [1/3 x 3, 1] -> mean 0.5 -> weights [2/3 x 3, 2]
     base = grpo(T([1.0, 1, 1, 1, 0]), T([0] * 5)).values
@@ -143,7 +152,7 @@ def test_r3l_positive_amplification_spec_numbers():
 def test_r3l_binary_group_sum_is_g_p_squared():
     # G = 8, p = 2/8: sum A = 2 * 1 + 6 * (-0.25) = 0.5 = G p^2
     out = r3l(T([1.0, 1, 0, 0, 0, 0, 0, 0]), T([0] * 8))
-    assert out.values.sum().item() == pytest.approx(8 * 0.25 ** 2)
+    assert out.values.sum().item() == pytest.approx(8 * 0.25**2)
 
 
 def test_r3l_paper_rule_sets_maximal_rows_to_alpha():

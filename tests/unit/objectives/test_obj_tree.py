@@ -8,25 +8,34 @@ import pytest
 import torch
 from pydantic import ValidationError
 
+from rollwise.batch.collate import collate
 from rollwise.objectives import ADVANTAGES
 from rollwise.objectives.advantages import GrpoOptions, grpo
 from rollwise.objectives.grpo import loss as grpo_loss
 from rollwise.objectives.inputs import advantage_inputs
 from rollwise.objectives.tree import TreeOptions, tree
-from rollwise.batch.collate import collate
 from rollwise.types import Rollout, TreePath, Verdict
 
 # The 4-leaf binary tree of one group: A -> {B, C}, B -> {L1, L2}, C -> {L3, L4}.
 # Completions have 6 tokens: A = tokens 0-1, B/C = 2-3, leaves = 4-5.
-FOUR = [TreePath((0, 1, 3), (0, 2, 4)), TreePath((0, 1, 4), (0, 2, 4)),
-        TreePath((0, 2, 5), (0, 2, 4)), TreePath((0, 2, 6), (0, 2, 4))]
+FOUR = [
+    TreePath((0, 1, 3), (0, 2, 4)),
+    TreePath((0, 1, 4), (0, 2, 4)),
+    TreePath((0, 2, 5), (0, 2, 4)),
+    TreePath((0, 2, 6), (0, 2, 4)),
+]
 LPS = [(-0.1,) * 6] * 4
 
 
 def run(rewards, paths, groups=None, lps=None, **opts):
     b = len(rewards)
-    return tree(torch.tensor(rewards, dtype=torch.float32), torch.tensor(groups or [0] * b), TreeOptions(**opts),
-                tree_paths=paths, completion_logprobs=lps if lps is not None else [(-0.1,) * 6] * b)
+    return tree(
+        torch.tensor(rewards, dtype=torch.float32),
+        torch.tensor(groups or [0] * b),
+        TreeOptions(**opts),
+        tree_paths=paths,
+        completion_logprobs=lps if lps is not None else [(-0.1,) * 6] * b,
+    )
 
 
 def test_hand_worked_four_leaf_tree():
@@ -47,7 +56,7 @@ def test_hand_worked_four_leaf_tree():
 def test_leaves_and_mean_fusion_properties():
     # Property 1: 2 splits -> 2^2 = 4 leaves; every internal node's reward is the mean of its leaves,
     # visible through the depth means: depth-2 node rewards average to the leaf mean.
-    assert len({p.nodes[-1] for p in FOUR}) == 2 ** 2
+    assert len({p.nodes[-1] for p in FOUR}) == 2**2
     # Property 2: per depth with > 1 node and std > 0 -> mean 0, std 1 (unbiased); single-node depth -> 0.
     a = run([0.3, 0.9, 0.1, 0.5], FOUR)
     leaf = a.values
@@ -126,8 +135,10 @@ def test_per_sequence_mode_and_validation():
 
 
 def test_inputs_collate_and_loss_use_per_token_advantages():
-    rows = [Rollout("p", (1, 2), (5,) * 6, LPS[i], "length", 0, verdict=Verdict(r), tree=FOUR[i])
-            for i, r in enumerate([1, 0, 1, 1])]
+    rows = [
+        Rollout("p", (1, 2), (5,) * 6, LPS[i], "length", 0, verdict=Verdict(r), tree=FOUR[i])
+        for i, r in enumerate([1, 0, 1, 1])
+    ]
     kw = advantage_inputs(tree, rows)
     assert kw["tree_paths"] == FOUR and kw["completion_logprobs"] == LPS
     rw = torch.tensor([1.0, 0, 1, 1])
@@ -141,8 +152,14 @@ def test_inputs_collate_and_loss_use_per_token_advantages():
     out = grpo_loss(batch, new)
     assert abs(float(out.loss.detach()) + float(a.token_values.sum()) / batch.num_loss_tokens) < 1e-5
     # and micro-batches sum to the full loss (token advantages are sliced with the rows)
-    parts = sum(float(grpo_loss(batch.rows(slice(i, i + 1)), new[i:i + 1, : batch.rows(slice(i, i + 1)).input_ids.shape[1]]).loss.detach())
-                for i in range(4))
+    parts = sum(
+        float(
+            grpo_loss(
+                batch.rows(slice(i, i + 1)), new[i : i + 1, : batch.rows(slice(i, i + 1)).input_ids.shape[1]]
+            ).loss.detach()
+        )
+        for i in range(4)
+    )
     assert abs(parts - float(out.loss.detach())) < 1e-5
 
 

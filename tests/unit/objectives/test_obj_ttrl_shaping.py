@@ -22,7 +22,9 @@ G3 = torch.tensor([0, 0, 0])
 # ---------------------------------------------------------------- ETTRL
 def test_adv_res_scales_by_relative_entropy():
     assert torch.allclose(entropy_scale(t(0.5, 1.0, 1.5), G3), t(1.5, 1.0, 0.5))
-    assert torch.allclose(entropy_scale(t(0.2, 0.2, 2.6), G3, clamp=False), t(1.8, 1.8, -0.6), atol=1e-6)  # sign flip as written
+    assert torch.allclose(
+        entropy_scale(t(0.2, 0.2, 2.6), G3, clamp=False), t(1.8, 1.8, -0.6), atol=1e-6
+    )  # sign flip as written
     assert torch.allclose(entropy_scale(t(0.2, 0.2, 2.6), G3), t(1.8, 1.8, 0.0), atol=1e-6)  # clamped
     assert torch.allclose(entropy_scale(t(0.5, 1.0, 1.5), G3).mean(), t(1.0))  # mean Y = 1
     assert torch.equal(entropy_scale(t(0.0, 0.0), torch.tensor([0, 0])), t(1.0, 1.0))  # H_bar = 0 -> Y = 1
@@ -41,7 +43,9 @@ def test_ettrl_signs_never_flip_with_clamp_and_clip_bounds():
     out = ettrl(t(1, 0, 0), G3, EttrlOptions(entropy="surprisal"), completion_logprobs=lps).values
     base = ettrl(t(1, 0, 0), G3, EttrlOptions(mode="clip", beta=100.0)).values
     assert bool(((out * base) >= 0).all()) and out[2] == 0
-    clipped = ettrl(t(1, 0, 0, 0, 0, 0, 0, 0, 0, 0), torch.zeros(10, dtype=torch.long), EttrlOptions(mode="clip")).values
+    clipped = ettrl(
+        t(1, 0, 0, 0, 0, 0, 0, 0, 0, 0), torch.zeros(10, dtype=torch.long), EttrlOptions(mode="clip")
+    ).values
     assert float(clipped.abs().max()) == 2.0  # the lone success has A = 2.846 before the clip
 
 
@@ -69,8 +73,18 @@ def test_ca_clip_objective_clips_each_row_at_its_own_eps():
     # two rows, one loss token each; the old prob of row 0 is 1 (eps 0.125), of row 1 is e^-20 ~ 0 (eps 0.1973)
     old = torch.tensor([[0.0, 0.0], [0.0, -20.0]])
     mask = torch.tensor([[0.0, 1.0], [0.0, 1.0]])
-    b = Batch(torch.zeros(2, 2, dtype=torch.long), torch.ones(2, 2, dtype=torch.bool), mask, old, t(1, 1), t(1, 1),
-              torch.tensor([0, 1]), torch.zeros(2, 2, dtype=torch.long), num_loss_tokens=2, num_sequences=2)
+    b = Batch(
+        torch.zeros(2, 2, dtype=torch.long),
+        torch.ones(2, 2, dtype=torch.bool),
+        mask,
+        old,
+        t(1, 1),
+        t(1, 1),
+        torch.tensor([0, 1]),
+        torch.zeros(2, 2, dtype=torch.long),
+        num_loss_tokens=2,
+        num_sequences=2,
+    )
     new = old + torch.tensor([[0.0, math.log(1.5)], [0.0, math.log(1.5)]])  # ratio 1.5 on both loss tokens
     out = echo.loss(b, new, echo.Options())
     # A = 1, ratio 1.5 clipped to 1 + eps_i: loss = -(1.125 + 1.1973) / 2

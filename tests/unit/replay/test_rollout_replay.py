@@ -9,12 +9,11 @@ import pytest
 import torch
 
 import rollwise
+from conftest import as_sets, tiny_overrides
 from rollwise.config import load_config
 from rollwise.objectives import grpo
 from rollwise.replay.rollout_replay import RolloutReplay, RolloutReplayOptions
 from rollwise.types import Batch, Group, Prompt, Rollout, RunState, Verdict
-
-from conftest import as_sets, tiny_overrides
 
 
 def _group(pid, version=0, scores=(1.0, 0.0)):
@@ -103,9 +102,19 @@ def _batch(mu, prox, adv):
     b, t = mu.shape
     mask = torch.ones(b, t, dtype=torch.float64)
     mask[1, -1] = 0.0  # a padded position
-    return Batch(torch.zeros(b, t, dtype=torch.long), mask.bool(), mask, mu * mask, torch.tensor(adv, dtype=torch.float64),
-                 torch.zeros(b, dtype=torch.float64), torch.arange(b), torch.zeros(b, t, dtype=torch.long),
-                 num_loss_tokens=int(mask.sum()), num_sequences=b, prox_logprobs=prox * mask)
+    return Batch(
+        torch.zeros(b, t, dtype=torch.long),
+        mask.bool(),
+        mask,
+        mu * mask,
+        torch.tensor(adv, dtype=torch.float64),
+        torch.zeros(b, dtype=torch.float64),
+        torch.arange(b),
+        torch.zeros(b, t, dtype=torch.long),
+        num_loss_tokens=int(mask.sum()),
+        num_sequences=b,
+        prox_logprobs=prox * mask,
+    )
 
 
 def _spec_loss(batch, new, eps=0.2):
@@ -139,20 +148,27 @@ def test_replay_clip_is_standard_ppo_when_mu_equals_pi_old():
     prox = -torch.rand(2, 4, generator=g, dtype=torch.float64) * 2
     new = prox + torch.randn(2, 4, generator=g, dtype=torch.float64) * 0.4
     batch = _batch(prox.clone(), prox, [0.7, -1.2])  # fresh rows: mu = pi_old, r_old = 1
-    assert grpo.loss(batch, new, REPLAY_CLIP).loss.item() == pytest.approx(grpo.loss(batch, new, grpo.Options()).loss.item())
+    assert grpo.loss(batch, new, REPLAY_CLIP).loss.item() == pytest.approx(
+        grpo.loss(batch, new, grpo.Options()).loss.item()
+    )
 
 
 # ------------------------------------------------------------------ the loop equivalences
 
 
 def _stable(path):
-    return [{k: v for k, v in json.loads(x).items() if k != "wall_s" and not k.startswith("time/")}
-            for x in path.read_text().splitlines()]
+    return [
+        {k: v for k, v in json.loads(x).items() if k != "wall_s" and not k.startswith("time/")}
+        for x in path.read_text().splitlines()
+    ]
 
 
 def test_fraction_zero_and_staleness_zero_equal_on_policy_in_the_loop(tmp_path):
-    runs = {"on_policy": {}, "fraction0": {"replay.name": "rollout_replay", "replay.options": {"replay_fraction": 0.0}},
-            "staleness0": {"replay.name": "rollout_replay", "replay.options": {"max_staleness": 0}}}
+    runs = {
+        "on_policy": {},
+        "fraction0": {"replay.name": "rollout_replay", "replay.options": {"replay_fraction": 0.0}},
+        "staleness0": {"replay.name": "rollout_replay", "replay.options": {"max_staleness": 0}},
+    }
     lines = {}
     for name, extra in runs.items():
         o = tiny_overrides(tmp_path, name=name, steps=3, **{"eval.at_start": False, "run.threads": 1}, **extra)
@@ -160,8 +176,9 @@ def test_fraction_zero_and_staleness_zero_equal_on_policy_in_the_loop(tmp_path):
         lines[name] = _stable(result.run_dir / "metrics.jsonl")
     assert lines["fraction0"] == lines["on_policy"] == lines["staleness0"]
     # and replay does change the batch: at 0.5 every step after the first trains on twice the groups
-    o = tiny_overrides(tmp_path, name="half", steps=3,
-                       **{"eval.at_start": False, "run.threads": 1, "replay.name": "rollout_replay"})
+    o = tiny_overrides(
+        tmp_path, name="half", steps=3, **{"eval.at_start": False, "run.threads": 1, "replay.name": "rollout_replay"}
+    )
     half = _stable(rollwise.train(load_config(overrides=as_sets(o)), log=lambda m: None).run_dir / "metrics.jsonl")
     assert half[0]["cost/trained_tokens"] == lines["on_policy"][0]["cost/trained_tokens"]
     assert half[-1]["cost/trained_tokens"] > lines["on_policy"][-1]["cost/trained_tokens"]

@@ -10,17 +10,16 @@ import pytest
 import torch
 
 import rollwise
+from conftest import as_sets, tiny_overrides
+from rollwise.batch.collate import flatten
 from rollwise.config import load_config
 from rollwise.objectives import advantages
 from rollwise.registry import UserError
 from rollwise.replay.sapo import Sapo, SapoOptions, publish_record, to_jsonable
 from rollwise.tasks.arithmetic import make
 from rollwise.tokens import Codec
-from rollwise.batch.collate import flatten
 from rollwise.trainer.tiny import char_tokenizer
 from rollwise.types import Group, Prompt, Rollout, RunState, Services, Verdict
-
-from conftest import as_sets, tiny_overrides
 
 
 class FakeTrainer:
@@ -55,8 +54,13 @@ def _peer(tmp_path, task, codec, name="b", seed=0, trainer=None, **opts):
 def _group(prompt, texts, scores=None, version=0):
     """A published-side group: ``texts`` with the publisher's (possibly wrong) verdicts."""
     scores = scores or [1.0] * len(texts)
-    return Group(prompt, tuple(Rollout(prompt.id, (1, 2), (7, 8, 9), (-0.3, -0.2, -0.1), "stop", version, t, Verdict(s))
-                               for t, s in zip(texts, scores)))
+    return Group(
+        prompt,
+        tuple(
+            Rollout(prompt.id, (1, 2), (7, 8, 9), (-0.3, -0.2, -0.1), "stop", version, t, Verdict(s))
+            for t, s in zip(texts, scores)
+        ),
+    )
 
 
 def _mixed(answer):
@@ -91,7 +95,10 @@ def test_the_published_record_is_text_only(tmp_path, task, codec):
         return [x]
 
     assert all(x is None or type(x) in (str, int, float, bool) for x in leaves(rec))
-    assert rec["completions"] == [{"text": "3", "finish": "stop"}, {"text": "4", "finish": "stop"}]  # no ids, no log-probs
+    assert rec["completions"] == [
+        {"text": "3", "finish": "stop"},
+        {"text": "4", "finish": "stop"},
+    ]  # no ids, no log-probs
     assert json.loads(json.dumps(rec)) == rec
     path = _peer(tmp_path, task, codec, name="a").publish([g], 5)
     assert path.name == "step-00000005.jsonl" and [json.loads(x) for x in path.read_text().splitlines()] == [rec]
@@ -232,8 +239,13 @@ def test_a_prompt_from_another_task_seed_is_rebuilt_and_its_colliding_id_renamed
 
 def test_unfinished_completions_get_no_eos_and_long_ones_are_cut(tmp_path, task, codec):
     p = task.train_prompts()[0]
-    g = Group(p, (Rollout(p.id, (1,), (5,), (-1.0,), "length", 0, "12345678901234567890", Verdict(0.0)),
-                  Rollout(p.id, (1,), (5,), (-1.0,), "length", 0, "12", Verdict(0.0))))
+    g = Group(
+        p,
+        (
+            Rollout(p.id, (1,), (5,), (-1.0,), "length", 0, "12345678901234567890", Verdict(0.0)),
+            Rollout(p.id, (1,), (5,), (-1.0,), "length", 0, "12", Verdict(0.0)),
+        ),
+    )
     _peer(tmp_path, task, codec, name="a").publish([g], 0)
     (got,) = _peer(tmp_path, task, codec, external=1, drop_zero_advantage=False).mix([], RunState())
     long, short = got.rollouts
@@ -245,16 +257,18 @@ def test_unfinished_completions_get_no_eos_and_long_ones_are_cut(tmp_path, task,
 
 
 def test_received_rows_carry_the_local_policys_logprobs_so_the_ratio_starts_at_1(tmp_path, task, codec):
-    from rollwise.objectives import grpo
+    from types import SimpleNamespace
+
     from rollwise.batch.collate import collate
+    from rollwise.objectives import grpo
     from rollwise.trainer.tiny import build_tiny
     from rollwise.trainer.trainer import Trainer
 
-    from types import SimpleNamespace
-
     torch.manual_seed(0)
     model, _ = build_tiny("tiny-s", seed=0)
-    cfg = SimpleNamespace(lr=1e-3, betas=(0.9, 0.999), weight_decay=0.0, warmup_steps=0, micro_batch=3, max_grad_norm=1.0)
+    cfg = SimpleNamespace(
+        lr=1e-3, betas=(0.9, 0.999), weight_decay=0.0, warmup_steps=0, micro_batch=3, max_grad_norm=1.0
+    )
     trainer = Trainer(model, grpo.loss, grpo.Options(), cfg, temperature=1.0)
     train = task.train_prompts()
     _publish(tmp_path, task, codec, "a", train[0:2])
@@ -289,7 +303,9 @@ def test_config_refusals_name_the_key(tmp_path):
     with pytest.raises(UserError, match=r"replay\.options\.peer"):
         load_config(overrides=["replay.name=sapo", f'replay.options={{swarm_dir = "{tmp_path}", peer = "a/b"}}'])
     with pytest.raises(UserError, match=r"reward\.ttrl"):
-        load_config(overrides=["replay.name=sapo", f'replay.options.swarm_dir="{tmp_path}"', "reward.ttrl.enabled=true"])
+        load_config(
+            overrides=["replay.name=sapo", f'replay.options.swarm_dir="{tmp_path}"', "reward.ttrl.enabled=true"]
+        )
     blocker = tmp_path / "file"
     blocker.write_text("")
     with pytest.raises(UserError, match=r"replay\.options\.swarm_dir = .* cannot be created"):
@@ -302,8 +318,14 @@ def test_config_refusals_name_the_key(tmp_path):
 
 
 def _stable(path):
-    return [{k: v for k, v in json.loads(x).items() if k != "wall_s" and not k.startswith(("time/", "sapo/", "cost/received"))}
-            for x in path.read_text().splitlines()]
+    return [
+        {
+            k: v
+            for k, v in json.loads(x).items()
+            if k != "wall_s" and not k.startswith(("time/", "sapo/", "cost/received"))
+        }
+        for x in path.read_text().splitlines()
+    ]
 
 
 def _weights(run_dir):
@@ -314,8 +336,10 @@ def _weights(run_dir):
 
 
 def test_external_zero_is_exactly_on_policy_in_the_loop(tmp_path):
-    runs = {"on_policy": {}, "sapo_j0": {"replay.name": "sapo", "replay.options": {"swarm_dir": str(tmp_path / "swarm"),
-                                                                                   "external": 0}}}
+    runs = {
+        "on_policy": {},
+        "sapo_j0": {"replay.name": "sapo", "replay.options": {"swarm_dir": str(tmp_path / "swarm"), "external": 0}},
+    }
     out = {}
     for name, extra in runs.items():
         o = tiny_overrides(tmp_path, name=name, steps=3, **{"eval.at_start": False, "run.threads": 1}, **extra)
@@ -325,20 +349,29 @@ def test_external_zero_is_exactly_on_policy_in_the_loop(tmp_path):
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     lines = [json.loads(x) for x in (out["sapo_j0"] / "metrics.jsonl").read_text().splitlines()]
     assert [x["cost/received_rollouts"] for x in lines] == [0, 0, 0] and lines[0]["sapo/published_groups"] > 0
-    assert sorted(f.name for f in (tmp_path / "swarm" / "seed-0").iterdir()) == [f"step-{s:08d}.jsonl" for s in range(3)]
+    assert sorted(f.name for f in (tmp_path / "swarm" / "seed-0").iterdir()) == [
+        f"step-{s:08d}.jsonl" for s in range(3)
+    ]
 
 
 def test_a_peer_trains_on_what_an_earlier_peer_published(tmp_path):
     """Peer a runs 2 steps alone and publishes; peer b (window 2: both of a's steps) then receives
     a's groups from its first step: they are trained on (more trained tokens than b alone) and
     charged to no generation."""
-    swarm = {"replay.name": "sapo", "replay.options": {"swarm_dir": str(tmp_path / "swarm"), "drop_zero_advantage": False}}
+    swarm = {
+        "replay.name": "sapo",
+        "replay.options": {"swarm_dir": str(tmp_path / "swarm"), "drop_zero_advantage": False},
+    }
     common = {"eval.at_start": False, "run.threads": 1}
 
     def run(name, seed, extra):
         o = tiny_overrides(tmp_path, name=name, steps=2, **common, **{"run.seed": seed}, **extra)
-        return [json.loads(x) for x in (rollwise.train(load_config(overrides=as_sets(o)), log=lambda m: None).run_dir
-                                        / "metrics.jsonl").read_text().splitlines()]
+        return [
+            json.loads(x)
+            for x in (rollwise.train(load_config(overrides=as_sets(o)), log=lambda m: None).run_dir / "metrics.jsonl")
+            .read_text()
+            .splitlines()
+        ]
 
     run("a", 0, {**swarm, "replay.options": {**swarm["replay.options"], "peer": "a", "external": 0}})
     alone = run("b_alone", 1, {})

@@ -11,9 +11,9 @@ from rollwise.config import load_config
 from rollwise.objectives import ADVANTAGES
 from rollwise.registry import UserError
 from rollwise.reward import shape
+from rollwise.reward.fapo import fapo_penalty, first_false_equation, int_value
 from rollwise.tasks.arithmetic import trace
 from rollwise.types import Prompt, Rollout, Verdict
-from rollwise.reward.fapo import fapo_penalty, first_false_equation, int_value
 
 
 def _row(text, score, pid="p"):

@@ -8,14 +8,13 @@ import pytest
 import torch
 
 import rollwise
+from conftest import as_sets, tiny_overrides
 from rollwise.backends.scripted import ScriptedBackend
+from rollwise.batch.collate import flatten
 from rollwise.config import load_config
 from rollwise.registry import UserError
 from rollwise.reward import overlong_limits, sequence_kl, shape
-from rollwise.batch.collate import flatten
 from rollwise.types import Group, Prompt, Rollout, Verdict
-
-from conftest import as_sets, tiny_overrides
 
 
 def _rollout(length, score):
@@ -27,8 +26,11 @@ def _cfg(*overrides):
 
 
 def test_overlong_penalty_hand_example():
-    cfg = _cfg("reward.overlong_penalty.enabled=true", "reward.overlong_penalty.max_len=10",
-               "reward.overlong_penalty.cache_len=4")
+    cfg = _cfg(
+        "reward.overlong_penalty.enabled=true",
+        "reward.overlong_penalty.max_len=10",
+        "reward.overlong_penalty.cache_len=4",
+    )
     rows = [_rollout(n, s) for n, s in [(6, 1.0), (8, 1.0), (10, 0.0), (11, 0.0)]]
     # free up to 10 - 4 = 6 tokens: penalties 0, (6 - 8) / 4 = -0.5, -1, -1 (beyond max_len)
     shaped, m = shape(rows, torch.tensor([1.0, 1.0, 0.0, 0.0]), cfg.reward, max_new_tokens=99)
@@ -53,8 +55,11 @@ def test_shaping_off_is_identity_and_unverified_rows_never_reach_it():
     assert out is rewards and m == {}
     g = Group(Prompt("p", "t", "x", "1"), (_rollout(3, 1.0), _rollout(9, None), _rollout(4, 0.0)))
     rows, rewards, _ = flatten([g])  # the unverified rollout is left out, not scored 0
-    cfg = _cfg("reward.overlong_penalty.enabled=true", "reward.overlong_penalty.max_len=4",
-               "reward.overlong_penalty.cache_len=2")
+    cfg = _cfg(
+        "reward.overlong_penalty.enabled=true",
+        "reward.overlong_penalty.max_len=4",
+        "reward.overlong_penalty.cache_len=2",
+    )
     shaped, _ = shape(rows, rewards, cfg.reward, max_new_tokens=8)
     assert shaped.tolist() == [0.5, -1.0]  # lengths 3 -> (2 - 3) / 2, 4 -> -1
     with pytest.raises(ValueError, match="unverified"):
@@ -89,10 +94,21 @@ def test_loop_applies_the_penalty_and_the_reference_kl(tmp_path):
     # call i answers "1" * (i % 4 + 1): with EOS lengths 2, 3, 4, 5 -> max_len 4, cache 2, free 2:
     # penalties 0, -0.5, -1, -1 -> mean -0.625, 3 of 4 penalised
     backend = ScriptedBackend(lambda seq, i: tok.encode("1" * (i % 4 + 1)), tok.eos_token_id)
-    o = tiny_overrides(tmp_path, steps=1, **{"eval.at_start": False, "model.warm_start.steps": 0, "eval.n_prompts": 2,
-                                             "sampling.max_new_tokens": 8, "reward.overlong_penalty.enabled": True,
-                                             "reward.overlong_penalty.max_len": 4, "reward.overlong_penalty.cache_len": 2,
-                                             "reward.kl.coef": 0.1, "reward.kl.estimator": "k3"})
+    o = tiny_overrides(
+        tmp_path,
+        steps=1,
+        **{
+            "eval.at_start": False,
+            "model.warm_start.steps": 0,
+            "eval.n_prompts": 2,
+            "sampling.max_new_tokens": 8,
+            "reward.overlong_penalty.enabled": True,
+            "reward.overlong_penalty.max_len": 4,
+            "reward.overlong_penalty.cache_len": 2,
+            "reward.kl.coef": 0.1,
+            "reward.kl.estimator": "k3",
+        },
+    )
     result = rollwise.train(load_config(overrides=as_sets(o)), backend=backend, log=lambda m: None)
     m = json.loads((result.run_dir / "metrics.jsonl").read_text().splitlines()[0])
     assert m["reward/overlong_penalty_mean"] == pytest.approx(-0.625)

@@ -1,10 +1,11 @@
 """TTRL majority-vote pseudo-rewards (docs/specs/guidance.md §5.1) with the spec's numbers."""
 
+import torch
+
 from rollwise.eval.metrics import majority_answer
 from rollwise.objectives.advantages import grpo
-from rollwise.types import Group, Plan, Prompt, Rollout, Verdict
 from rollwise.reward.ttrl import Options, TtrlPool, relabel, step_metrics
-import torch
+from rollwise.types import Group, Plan, Prompt, Rollout, Verdict
 
 P = Prompt("p", "arithmetic", "2+3=", "5")
 

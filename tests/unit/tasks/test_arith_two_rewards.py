@@ -46,7 +46,9 @@ def test_named_rewards_input_and_its_errors():
         return Rollout(pid, (1,), (2,), (0.0,), "stop", 0, "", Verdict(1.0, "correct", {}, rewards))
 
     got = named_rewards([row("a", {"correct": 1.0, "format": 0.0}), row("b", {"correct": 0.0, "format": 1.0})])
-    assert torch.equal(got["correct"], torch.tensor([1.0, 0.0])) and torch.equal(got["format"], torch.tensor([0.0, 1.0]))
+    assert torch.equal(got["correct"], torch.tensor([1.0, 0.0])) and torch.equal(
+        got["format"], torch.tensor([0.0, 1.0])
+    )
     with pytest.raises(ValueError, match="'b'"):
         named_rewards([row("a", {"correct": 1.0}), row("b", None)])
     with pytest.raises(ValueError, match="'b'"):

@@ -7,7 +7,7 @@ import pytest
 from rollwise.config import load_config
 from rollwise.registry import UserError
 from rollwise.tasks import pyfunc
-from rollwise.tasks.pyfunc import functions, make, hidden_tests
+from rollwise.tasks.pyfunc import functions, hidden_tests, make
 
 
 def test_level_sizes_by_hand():
@@ -61,7 +61,11 @@ def test_reference_passes_and_wrong_answers_fail():
     assert t.verify(add, "x").reason == "wrong_answer"
     assert t.verify(add, "x +").reason == "syntax_error"
     first, again = t.verify(add, add.answer), t.verify(add, add.answer)
-    assert (first.reason, first.details["cached"], again.details["cached"]) == ("correct", False, True)  # 2nd from the cache
+    assert (first.reason, first.details["cached"], again.details["cached"]) == (
+        "correct",
+        False,
+        True,
+    )  # 2nd from the cache
 
 
 def test_bad_options_fail_naming_the_key():

@@ -80,7 +80,9 @@ def test_chat_template_renders_the_messages_for_an_instruct_tokenizer(tmp_path):
 def test_heldout_split_of_a_datasetdict_and_heldout_path(tmp_path):
     import datasets
 
-    dd = datasets.DatasetDict({"train": datasets.Dataset.from_list(ROWS[:8]), "test": datasets.Dataset.from_list(ROWS[7:])})
+    dd = datasets.DatasetDict(
+        {"train": datasets.Dataset.from_list(ROWS[:8]), "test": datasets.Dataset.from_list(ROWS[7:])}
+    )
     dd.save_to_disk(str(tmp_path / "dd"))
     task = make(str(tmp_path / "dd"), dict(OPTS, heldout_split="test"))
     # test holds i = 7, 8, 9; train rows 1..8 minus i = 7 (in test) -> 7 train prompts
@@ -98,8 +100,9 @@ def test_verifiers_by_name_and_import_path(tmp_path, monkeypatch):
     pkg = tmp_path / "myverifiers"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    (pkg / "rules.py").write_text("from rollwise.types import Verdict\n"
-                                  "def always_right(prompt, completion):\n    return Verdict(1.0, 'plugin')\n")
+    (pkg / "rules.py").write_text(
+        "from rollwise.types import Verdict\ndef always_right(prompt, completion):\n    return Verdict(1.0, 'plugin')\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     path = str(_write(tmp_path, "jsonl"))
     p = make(path, dict(OPTS, verifier="exact")).train_prompts()[0]
@@ -112,11 +115,17 @@ def test_verifiers_by_name_and_import_path(tmp_path, monkeypatch):
         make(path, dict(OPTS, verifier="nope"))
 
 
-@pytest.mark.parametrize("rows, match", [
-    ([{"q": "a", "a": 1}, {"q": "", "a": 2}], r"d.jsonl row 2 column 'q': must be a non-empty string"),
-    ([{"q": "a", "a": 1}, {"q": "b", "a": None}, {"q": "c", "a": 3}], r"d.jsonl row 2 column 'a': must be a non-empty string or number"),
-    ([{"question": "a", "a": 1}], r"d.jsonl: no column 'q' \(the columns are \['question', 'a'\]\)"),
-])
+@pytest.mark.parametrize(
+    "rows, match",
+    [
+        ([{"q": "a", "a": 1}, {"q": "", "a": 2}], r"d.jsonl row 2 column 'q': must be a non-empty string"),
+        (
+            [{"q": "a", "a": 1}, {"q": "b", "a": None}, {"q": "c", "a": 3}],
+            r"d.jsonl row 2 column 'a': must be a non-empty string or number",
+        ),
+        ([{"question": "a", "a": 1}], r"d.jsonl: no column 'q' \(the columns are \['question', 'a'\]\)"),
+    ],
+)
 def test_bad_rows_name_file_row_and_column(tmp_path, rows, match):
     p = tmp_path / "d.jsonl"
     p.write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -21,7 +21,9 @@ def write(path, rows):
 
 @pytest.fixture
 def data(tmp_path):
-    rows = [{"question": f"What is {i}+{i}?", "answer": str(2 * i), "solution": f"\\boxed{{{2 * i}}}"} for i in range(20)]
+    rows = [
+        {"question": f"What is {i}+{i}?", "answer": str(2 * i), "solution": f"\\boxed{{{2 * i}}}"} for i in range(20)
+    ]
     return write(tmp_path / "train.jsonl", rows)
 
 
@@ -48,7 +50,9 @@ def test_options(data, tmp_path):
     ex = t.sft_examples(4, seed=0)
     assert all(target == p.metadata["solution"] for p, target in ex)
     assert len(make(data, heldout_fraction=0.0).heldout_prompts()) == 0
-    held = write(tmp_path / "held.jsonl", [{"question": "What is 0+0?", "answer": 0}, {"question": "new", "answer": 1.5}])
+    held = write(
+        tmp_path / "held.jsonl", [{"question": "What is 0+0?", "answer": 0}, {"question": "new", "answer": 1.5}]
+    )
     t = make(data, heldout_path=str(held))
     assert len(t.train_prompts()) == 19 and t.dropped_overlap == 1
     assert [p.answer for p in t.heldout_prompts()] == ["0", "1.5"]
@@ -65,13 +69,25 @@ def test_duplicate_questions_stay_on_one_side(tmp_path):
 @pytest.mark.parametrize(
     "rows, options, match",
     [
-        (['{"question": "a", "answer": "1"}', "", '{"question": "b", "answer": '], {}, r"bad\.jsonl line 3: malformed JSON"),
-        (['{"question": "a", "answer": "1"}', '[1, 2]'], {}, r"bad\.jsonl line 2: expected a JSON object"),
-        (['{"question": "a", "answer": "1"}', '{"q": "b", "answer": "2"}'], {}, r"bad\.jsonl line 2: missing field 'question'"),
+        (
+            ['{"question": "a", "answer": "1"}', "", '{"question": "b", "answer": '],
+            {},
+            r"bad\.jsonl line 3: malformed JSON",
+        ),
+        (['{"question": "a", "answer": "1"}', "[1, 2]"], {}, r"bad\.jsonl line 2: expected a JSON object"),
+        (
+            ['{"question": "a", "answer": "1"}', '{"q": "b", "answer": "2"}'],
+            {},
+            r"bad\.jsonl line 2: missing field 'question'",
+        ),
         (['{"question": "a"}'], {}, r"bad\.jsonl line 1: missing field 'answer'"),
         (['{"question": "a", "answer": null}'], {}, r"bad\.jsonl line 1: field 'answer' must be"),
         (['{"question": "", "answer": "1"}'], {}, r"bad\.jsonl line 1: field 'question' must be"),
-        (['{"prob": "a", "answer": "1"}'], {"question_field": "problem"}, r"bad\.jsonl line 1: missing field 'problem'"),
+        (
+            ['{"prob": "a", "answer": "1"}'],
+            {"question_field": "problem"},
+            r"bad\.jsonl line 1: missing field 'problem'",
+        ),
         (["", "  "], {}, r"bad\.jsonl has no rows"),
         (['{"question": "a", "answer": "1"}'], {}, r"1 distinct question"),
         (['{"question": "a", "answer": "1"}'], {"verifier": "nope"}, r"unknown verifier 'nope'"),

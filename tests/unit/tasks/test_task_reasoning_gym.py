@@ -42,7 +42,9 @@ def test_config_and_system_prompt_options():
     assert p.messages == ({"role": "user", "content": p.text},)
     assert p.metadata["entry"]["metadata"]["num_terms"] == 2
     assert make("leg_counting", size=2, heldout_size=1, system_prompt="Be brief.").train_prompts()[0].messages[0] == {
-        "role": "system", "content": "Be brief."}
+        "role": "system",
+        "content": "Be brief.",
+    }
     ex = t.sft_examples(3, seed=0)
     assert len(ex) == 3 and all(target == f"<answer>{p.answer}</answer>" for p, target in ex)
     assert all(t.verify(p, target).score == 1.0 for p, target in ex)
@@ -65,13 +67,28 @@ def test_user_errors():
 
 # ---------------------------------------------------------------- composite (a weighted mixture)
 
+
 def test_composite_mixture_from_toml_tables():
     from rollwise.tasks.reasoning_gym import make
 
-    cfg = {"datasets": [{"name": "basic_arithmetic", "weight": 1, "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1,
-                                                                             "max_digits": 1, "operators": ["+"],
-                                                                             "allow_parentheses": False, "allow_negation": False}},
-                        {"name": "leg_counting", "weight": 1, "config": {"min_animals": 1, "max_animals": 2}}]}
+    cfg = {
+        "datasets": [
+            {
+                "name": "basic_arithmetic",
+                "weight": 1,
+                "config": {
+                    "min_terms": 2,
+                    "max_terms": 2,
+                    "min_digits": 1,
+                    "max_digits": 1,
+                    "operators": ["+"],
+                    "allow_parentheses": False,
+                    "allow_negation": False,
+                },
+            },
+            {"name": "leg_counting", "weight": 1, "config": {"min_animals": 1, "max_animals": 2}},
+        ]
+    }
     task = make("composite", {"size": 12, "heldout_size": 4, "config": cfg, "system_prompt": ""})
     sources = {p.metadata["entry"]["metadata"]["source_dataset"] for p in task.train_prompts()}
     assert sources == {"basic_arithmetic", "leg_counting"}

@@ -33,13 +33,16 @@ def test_manifest_lists_every_file_with_its_checksum(tmp_path):
     assert checkpoint.verify(path) is None
 
 
-@pytest.mark.parametrize("damage, problem", [
-    (lambda p: (p / "model.safetensors").write_bytes(b"x" * (p / "model.safetensors").stat().st_size), "checksum"),
-    (lambda p: (p / "state.pt").write_bytes((p / "state.pt").read_bytes()[:10]), "bytes, the manifest says"),
-    (lambda p: (p / "state.pt").unlink(), "state.pt"),  # partly written: list_steps no longer sees it
-    (lambda p: (p / "model.safetensors").unlink(), "model.safetensors is missing"),
-    (lambda p: (p / "manifest.json").write_text("{"), "unreadable manifest"),
-])
+@pytest.mark.parametrize(
+    "damage, problem",
+    [
+        (lambda p: (p / "model.safetensors").write_bytes(b"x" * (p / "model.safetensors").stat().st_size), "checksum"),
+        (lambda p: (p / "state.pt").write_bytes((p / "state.pt").read_bytes()[:10]), "bytes, the manifest says"),
+        (lambda p: (p / "state.pt").unlink(), "state.pt"),  # partly written: list_steps no longer sees it
+        (lambda p: (p / "model.safetensors").unlink(), "model.safetensors is missing"),
+        (lambda p: (p / "manifest.json").write_text("{"), "unreadable manifest"),
+    ],
+)
 def test_corrupted_newest_is_moved_aside_and_the_previous_used(tmp_path, damage, problem):
     _save(tmp_path, 2)
     newest = _save(tmp_path, 4)
@@ -54,8 +57,13 @@ def test_corrupted_newest_is_moved_aside_and_the_previous_used(tmp_path, damage,
     assert checkpoint.list_steps(tmp_path) == [2]
 
 
-@pytest.mark.parametrize("free, writer", [(0, "SafetensorError"),  # full: the weights fail
-                                          (1536 * 1024, "RuntimeError")])  # room for the weights: torch.save fails
+@pytest.mark.parametrize(
+    "free, writer",
+    [
+        (0, "SafetensorError"),  # full: the weights fail
+        (1536 * 1024, "RuntimeError"),
+    ],
+)  # room for the weights: torch.save fails
 def test_real_full_disk_leaves_the_previous_checkpoint_intact(disk, free, writer):
     """A real full file system (tmpfs) at two points of a checkpoint write: whichever writer hits
     it (safetensors' SafetensorError, torch.save's RuntimeError), CheckpointError names the intact
@@ -65,9 +73,12 @@ def test_real_full_disk_leaves_the_previous_checkpoint_intact(disk, free, writer
     before = {p.name: p.read_bytes() for p in good.iterdir()}
     filler = disk.fill(run, leave=free)
     big = torch.nn.Linear(512, 512)  # ~1 MiB of weights, ~1 MiB of state
-    with pytest.raises(checkpoint.CheckpointError, match=r"^disk full \(No space left on device\) while writing checkpoint "
-                       r"step-4 in .*checkpoints; the run stopped\. Checkpoint step-2 is intact: free space on the disk of "
-                       rf"{run}, then continue with: rollwise train --resume {run}$") as e:
+    with pytest.raises(
+        checkpoint.CheckpointError,
+        match=r"^disk full \(No space left on device\) while writing checkpoint "
+        r"step-4 in .*checkpoints; the run stopped\. Checkpoint step-2 is intact: free space on the disk of "
+        rf"{run}, then continue with: rollwise train --resume {run}$",
+    ) as e:
         checkpoint.save(run, 4, big, {"run_state": {"step": 4}, "blob": torch.zeros(256 * 1024)}, keep=1)
     assert type(e.value.__context__).__name__ == writer  # the real exception, recognised
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-2"]  # no .tmp-step-4
@@ -83,8 +94,11 @@ def test_read_only_and_vanished_checkpoint_directories(disk, tmp_path):
     run = disk.tmpfs("16m")
     _save(run, 2)
     disk.read_only(run)
-    with pytest.raises(checkpoint.CheckpointError, match=r"^read-only file system \(Read-only file system\) while writing "
-                       rf"checkpoint step-4 .* Checkpoint step-2 is intact: make {run} writable, then continue with"):
+    with pytest.raises(
+        checkpoint.CheckpointError,
+        match=r"^read-only file system \(Read-only file system\) while writing "
+        rf"checkpoint step-4 .* Checkpoint step-2 is intact: make {run} writable, then continue with",
+    ):
         _save(run, 4)
     disk.unmount(run)  # writable again
     gone = tmp_path / "gone"
@@ -93,8 +107,11 @@ def test_read_only_and_vanished_checkpoint_directories(disk, tmp_path):
     import shutil
 
     shutil.rmtree(gone / "checkpoints")  # deleted under the run
-    with pytest.raises(checkpoint.CheckpointError, match=r"^directory vanished \(No such file or directory\) while writing "
-                       r"checkpoint step-4 .*No checkpoint is left in .*: restore .*, then start again with"):
+    with pytest.raises(
+        checkpoint.CheckpointError,
+        match=r"^directory vanished \(No such file or directory\) while writing "
+        r"checkpoint step-4 .*No checkpoint is left in .*: restore .*, then start again with",
+    ):
         checkpoint.save(gone, 4, torch.nn.Linear(2, 2), {}, keep=5, previous=2)
     assert not (gone / "checkpoints").exists()  # not made anew
     shutil.rmtree(gone)
@@ -122,13 +139,17 @@ def test_storage_failure_recognises_what_writers_really_raise(disk):
             return e
         raise AssertionError("no exception")
 
-    full = [raised(lambda: save_model(m, str(d / "a.safetensors"))),
-            raised(lambda: storage.torch_save({"w": torch.zeros(100_000)}, d / "b.pt")),
-            raised(lambda: storage.torch_save({"w": torch.zeros(10)}, d / "c.pt")),
-            raised(lambda: (d / "e.txt").write_text("x" * 10_000))]
+    full = [
+        raised(lambda: save_model(m, str(d / "a.safetensors"))),
+        raised(lambda: storage.torch_save({"w": torch.zeros(100_000)}, d / "b.pt")),
+        raised(lambda: storage.torch_save({"w": torch.zeros(10)}, d / "c.pt")),
+        raised(lambda: (d / "e.txt").write_text("x" * 10_000)),
+    ]
     assert type(full[0]).__name__ == "SafetensorError"
     assert [storage.failure(e) for e in full] == [errno.ENOSPC] * 4, [repr(e) for e in full]
-    assert storage.failure(raised(lambda: torch.save({"w": torch.zeros(100_000)}, str(d / "p.pt")))) is None  # path: no cause
+    assert (
+        storage.failure(raised(lambda: torch.save({"w": torch.zeros(100_000)}, str(d / "p.pt")))) is None
+    )  # path: no cause
     assert storage.failure(ValueError("os error 28")) is None
     missing = raised(lambda: open(d.parent / "no-such-dir" / "x", "w"))
     assert storage.failure(missing) == errno.ENOENT
@@ -170,16 +191,25 @@ def test_second_process_on_a_run_directory_refuses(tmp_path):
     from rollwise.config import load_config
 
     run_dir = tmp_path / "r"
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from rollwise.trainer.checkpoint import lock_run_dir; "
-                               f"lock_run_dir({str(run_dir)!r}); print('locked', flush=True); time.sleep(60)"],
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from rollwise.trainer.checkpoint import lock_run_dir; "
+            f"lock_run_dir({str(run_dir)!r}); print('locked', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         cfg = load_config(overrides=[f"run.dir={str(tmp_path)!r}".replace("'", '"'), 'run.name="r"'])
         with pytest.raises(UserError, match=rf"run directory .*r is in use by another process \(pid {holder.pid}\)"):
             components.prepare_run_dir(cfg, resume=True)
         with pytest.raises(UserError, match="in use by another process"):  # overwrite must not delete a live run
-            components.prepare_run_dir(cfg.model_copy(update={"run": cfg.run.model_copy(update={"overwrite": True})}), resume=False)
+            components.prepare_run_dir(
+                cfg.model_copy(update={"run": cfg.run.model_copy(update={"overwrite": True})}), resume=False
+            )
         assert (run_dir / ".lock").exists()
     finally:
         holder.kill()

@@ -7,9 +7,16 @@ from rollwise.registry import UserError
 from rollwise.trainer import device as dv
 
 
-@pytest.mark.parametrize("setting,count,want", [
-    ("auto", 0, "cpu"), ("auto", 2, "cuda:0"), ("cpu", 4, "cpu"), ("cuda", 1, "cuda:0"), ("cuda:1", 2, "cuda:1"),
-])
+@pytest.mark.parametrize(
+    "setting,count,want",
+    [
+        ("auto", 0, "cpu"),
+        ("auto", 2, "cuda:0"),
+        ("cpu", 4, "cpu"),
+        ("cuda", 1, "cuda:0"),
+        ("cuda:1", 2, "cuda:1"),
+    ],
+)
 def test_resolution(setting, count, want):
     assert dv.resolve_device(setting, cuda_count=count) == torch.device(want)
 
@@ -20,7 +27,9 @@ def test_cuda_request_without_cuda_names_the_key():
 
 
 def test_cuda_index_beyond_the_devices_is_refused():
-    with pytest.raises(UserError, match=r"model.device = 'cuda:2' but this machine has 2 CUDA device\(s\) \(cuda:0 .. cuda:1\)"):
+    with pytest.raises(
+        UserError, match=r"model.device = 'cuda:2' but this machine has 2 CUDA device\(s\) \(cuda:0 .. cuda:1\)"
+    ):
         dv.resolve_device("cuda:2", cuda_count=2)
 
 
@@ -75,8 +84,9 @@ def test_cpu_run_records_the_device_in_the_ledger(tmp_path):
     import rollwise
     from conftest import as_sets, tiny_overrides
 
-    cfg = rollwise.load_config(overrides=as_sets(tiny_overrides(tmp_path, steps=1, **{"model.warm_start.steps": 0,
-                                                                                        "model.device": "cpu"})))
+    cfg = rollwise.load_config(
+        overrides=as_sets(tiny_overrides(tmp_path, steps=1, **{"model.warm_start.steps": 0, "model.device": "cpu"}))
+    )
     logs = []
     rollwise.train(cfg, log=logs.append)
     line = json.loads((tmp_path / "t" / "metrics.jsonl").read_text().splitlines()[0])

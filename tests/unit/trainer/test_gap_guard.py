@@ -11,7 +11,9 @@ def test_rule_by_hand():
     for gap in (0.010, 0.015, 0.012):  # rounding-level gaps pass and build the history
         assert g.check(gap) is None
     assert g.check(0.04) is None  # 0.04 > 5 x 0.012 = 0.06? no: below both the jump and the floor
-    assert g.check(0.055) is None  # above the floor but 0.055 < 5 x median(0.010, 0.012, 0.015, 0.04) = 5 x 0.015 = 0.075
+    assert (
+        g.check(0.055) is None
+    )  # above the floor but 0.055 < 5 x median(0.010, 0.012, 0.015, 0.04) = 5 x 0.015 = 0.075
     msg = g.check(0.201)  # the TRL report's jump: 0.201 > 5 x 0.015 and > 0.05
     assert msg is not None and "0.2010 nats per token" in msg and "stale weights" in msg
     assert "train.gap_guard.jump = 5.0" in msg
@@ -50,8 +52,13 @@ def _cfg(tmp_path, name, **extra):
     import rollwise
     from conftest import as_sets, tiny_overrides
 
-    return rollwise.load_config(overrides=as_sets(tiny_overrides(tmp_path, name=name, steps=4, **{
-        "model.warm_start.steps": 0, "run.checkpoint_every": 1, **extra})))
+    return rollwise.load_config(
+        overrides=as_sets(
+            tiny_overrides(
+                tmp_path, name=name, steps=4, **{"model.warm_start.steps": 0, "run.checkpoint_every": 1, **extra}
+            )
+        )
+    )
 
 
 def test_wrong_weights_pushed_on_purpose_stop_the_run(tmp_path):
@@ -69,6 +76,9 @@ def test_right_weights_train_through_and_the_guard_can_be_turned_off(tmp_path):
     import rollwise
 
     fine = rollwise.train(_cfg(tmp_path, "fine"), backend=SeparateEngine(bad_from=10**9), log=lambda m: None)
-    off = rollwise.train(_cfg(tmp_path, "off", **{"train.gap_guard.enabled": False}), backend=SeparateEngine(bad_from=2),
-                         log=lambda m: None)
+    off = rollwise.train(
+        _cfg(tmp_path, "off", **{"train.gap_guard.enabled": False}),
+        backend=SeparateEngine(bad_from=2),
+        log=lambda m: None,
+    )
     assert fine.steps == 4 and off.steps == 4

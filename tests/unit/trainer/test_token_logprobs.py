@@ -24,8 +24,10 @@ class _Plain(torch.nn.Module):
 def _batch(tok, include=(True, True, True, False)):
     # prompts and completions of different lengths, so rows carry 0..7 tokens of padding
     pairs = [("12+34=", "46<"), ("1+1=", "2"), ("99+1=", "100 and"), ("5+5=", "10")]
-    rows = [Rollout(f"p{i}", tuple(tok.encode(p)), tuple(tok.encode(c)), tuple([-1.5] * len(tok.encode(c))), "stop", 0)
-            for i, (p, c) in enumerate(pairs)]
+    rows = [
+        Rollout(f"p{i}", tuple(tok.encode(p)), tuple(tok.encode(c)), tuple([-1.5] * len(tok.encode(c))), "stop", 0)
+        for i, (p, c) in enumerate(pairs)
+    ]
     b = len(rows)
     adv = Advantages(torch.tensor([1.0, -0.5, 0.25, 2.0]), torch.tensor(include))
     return collate(rows, torch.zeros(b), torch.zeros(b, dtype=torch.long), adv, pad_id=tok.pad_token_id)
@@ -65,7 +67,9 @@ def test_lm_head_sees_only_completion_positions_and_padding_is_packed_away(monke
     batch = _batch(tok)
     head_rows, dec_shapes = [], []
     fused = trainer.head_logprobs  # the LM head runs inside it (rollwise.trainer.head)
-    monkeypatch.setattr(trainer, "head_logprobs", lambda h, *a, **k: (head_rows.append(h.shape[0]), fused(h, *a, **k))[1])
+    monkeypatch.setattr(
+        trainer, "head_logprobs", lambda h, *a, **k: (head_rows.append(h.shape[0]), fused(h, *a, **k))[1]
+    )
     h2 = model.model.register_forward_hook(lambda m, i, o: dec_shapes.append(tuple(o.last_hidden_state.shape[:2])))
     with torch.no_grad():
         token_logprobs(model, batch, 1.0, chunk=4)
@@ -133,15 +137,18 @@ def test_packing_that_saves_too_few_rows_is_skipped():
 
     model, tok = build_tiny("tiny-s", seed=2)
     pairs = [("12+34=", "46 and")] * 6 + [("1+1=", "2")] * 2
-    rows = [Rollout(f"p{i}", tuple(tok.encode(p)), tuple(tok.encode(c)), tuple([-1.5] * len(tok.encode(c))), "stop", 0)
-            for i, (p, c) in enumerate(pairs)]
+    rows = [
+        Rollout(f"p{i}", tuple(tok.encode(p)), tuple(tok.encode(c)), tuple([-1.5] * len(tok.encode(c))), "stop", 0)
+        for i, (p, c) in enumerate(pairs)
+    ]
     lengths = [len(r.prompt_ids) + len(r.completion_ids) for r in rows]
     assert len(pack_rows(lengths, max(lengths))) == 7 and 7 > PACK_MAX_ROW_FRACTION * 8
     adv = Advantages(torch.ones(8), torch.ones(8, dtype=torch.bool))
     batch = collate(rows, torch.zeros(8), torch.zeros(8, dtype=torch.long), adv, pad_id=tok.pad_token_id)
     seen = []
-    hook = model.model.register_forward_pre_hook(lambda m, a, kw: seen.append((kw["input_ids"].shape[0], kw.get("position_ids"))),
-                                                 with_kwargs=True)
+    hook = model.model.register_forward_pre_hook(
+        lambda m, a, kw: seen.append((kw["input_ids"].shape[0], kw.get("position_ids"))), with_kwargs=True
+    )
     with torch.no_grad():
         fast, _ = token_logprobs(model, batch, 1.0)
     hook.remove()

@@ -8,9 +8,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from rollwise.batch.collate import collate
 from rollwise.config import load_config
 from rollwise.objectives import ADVANTAGES, OBJECTIVES
-from rollwise.batch.collate import collate
 from rollwise.trainer.trainer import Trainer, token_logprobs
 from rollwise.types import Advantages, Rollout
 
@@ -36,6 +36,7 @@ def _spy(fn, seen):
     def wrapped(batch, new_lp, opts, entropy=None):
         seen.append(batch.prox_logprobs)
         return fn(batch, new_lp, opts, entropy=entropy)
+
     return wrapped
 
 
@@ -61,8 +62,13 @@ def test_ess_lr_scaling_uses_the_hand_computed_lr_and_restores_it():
     batch = _const_batch([0.0, math.log(3)])
     grpo = OBJECTIVES.get("grpo")
     seen = []
-    tr = Trainer(ConstLM(), _spy(grpo, seen), grpo.Options(), _train_cfg(
-        "train.lr=0.1", "train.micro_batch=1", "train.ess_lr_scaling.enabled=true"), temperature=1.0)
+    tr = Trainer(
+        ConstLM(),
+        _spy(grpo, seen),
+        grpo.Options(),
+        _train_cfg("train.lr=0.1", "train.micro_batch=1", "train.ess_lr_scaling.enabled=true"),
+        temperature=1.0,
+    )
     used = _record_lr(tr)
     m = tr.optimize(batch)
     assert m["train/ess_ratio"] == pytest.approx(0.8)
@@ -71,9 +77,18 @@ def test_ess_lr_scaling_uses_the_hand_computed_lr_and_restores_it():
     assert tr.optimizer.param_groups[0]["lr"] == pytest.approx(0.1)  # restored after the step
     assert seen == [None, None]  # grpo keeps the sampler's log-probs as "old" (bypass mode)
     # linear rule with rho_base 0.9: min(1, 0.8 / 0.9) = 0.8889
-    tr = Trainer(ConstLM(), grpo, grpo.Options(), _train_cfg(
-        "train.lr=0.1", "train.ess_lr_scaling.enabled=true", "train.ess_lr_scaling.rule=linear",
-        "train.ess_lr_scaling.base_ess_ratio=0.9"), temperature=1.0)
+    tr = Trainer(
+        ConstLM(),
+        grpo,
+        grpo.Options(),
+        _train_cfg(
+            "train.lr=0.1",
+            "train.ess_lr_scaling.enabled=true",
+            "train.ess_lr_scaling.rule=linear",
+            "train.ess_lr_scaling.base_ess_ratio=0.9",
+        ),
+        temperature=1.0,
+    )
     used = _record_lr(tr)
     assert tr.optimize(batch)["train/lr_scale"] == pytest.approx(0.8 / 0.9)
     assert used == [[pytest.approx(0.1 * 0.8 / 0.9)]]
@@ -108,7 +123,7 @@ def test_policy_and_reference_logprobs():
 def _tiny_rows(tok):
     texts = [("3+4=", "7"), ("3+4=", "8"), ("3+4=", "71"), ("3+4=", "7")]
     rows = []
-    for i, (p, c) in enumerate(texts):
+    for _i, (p, c) in enumerate(texts):
         pids = tuple([tok.bos_token_id] + tok.encode(p))
         cids = tuple(tok.encode(c) + [tok.eos_token_id])
         rows.append(Rollout("g0", pids, cids, tuple(-4.0 - 0.1 * j for j in range(len(cids))), "stop", 0))
@@ -147,8 +162,13 @@ def test_update_epochs_take_one_step_each_and_keep_the_pre_update_prox():
     # grpo (bypass mode, ratio against the sampler): 2 epochs == two single-epoch optimize calls.
     # Row 0 answers token 2 with advantage +1, row 1 token 3 with -1: the gradient does not cancel
     rows = [Rollout(f"p{i}", (1,), (t,), (-math.log(V),), "stop", 0) for i, t in enumerate((2, 3))]
-    batch = collate(rows, torch.zeros(2), torch.zeros(2, dtype=torch.long),
-                    Advantages(torch.tensor([1.0, -1.0]), torch.ones(2, dtype=torch.bool)), pad_id=0)
+    batch = collate(
+        rows,
+        torch.zeros(2),
+        torch.zeros(2, dtype=torch.long),
+        Advantages(torch.tensor([1.0, -1.0]), torch.ones(2, dtype=torch.bool)),
+        pad_id=0,
+    )
     grpo = OBJECTIVES.get("grpo")
     two = Trainer(ConstLM(), grpo, grpo.Options(), _train_cfg("train.lr=0.1", "train.epochs=2"), temperature=1.0)
     used = _record_lr(two)

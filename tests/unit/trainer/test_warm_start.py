@@ -1,14 +1,20 @@
 import torch
 
-from rollwise.config import load_config
 from rollwise.components import build_task
+from rollwise.config import load_config
 from rollwise.tokens import Codec
 from rollwise.trainer.tiny import build_tiny
 from rollwise.trainer.warm_start import warm_start
 
 
 def test_second_warm_start_is_loaded_from_cache():
-    cfg = load_config(overrides=["model.warm_start.steps=3", "model.warm_start.batch_size=4", "task.options={n_train=50, n_heldout=10}"])
+    cfg = load_config(
+        overrides=[
+            "model.warm_start.steps=3",
+            "model.warm_start.batch_size=4",
+            "task.options={n_train=50, n_heldout=10}",
+        ]
+    )
     task = build_task(cfg)
     m1, tok = build_tiny("tiny-s", seed=0)
     before = [p.clone() for p in m1.parameters()]
@@ -49,7 +55,13 @@ def _interrupting(monkeypatch, at_step: int, inside_update: bool = False):
 def test_interrupted_warm_start_continues_to_the_uninterrupted_weights(monkeypatch):
     import pytest
 
-    cfg = load_config(overrides=["model.warm_start.steps=12", "model.warm_start.batch_size=4", "task.options={n_train=50, n_heldout=10}"])
+    cfg = load_config(
+        overrides=[
+            "model.warm_start.steps=12",
+            "model.warm_start.batch_size=4",
+            "task.options={n_train=50, n_heldout=10}",
+        ]
+    )
     task, ws_cfg = build_task(cfg), cfg.model.warm_start
     full, tok = build_tiny("tiny-s", seed=0)
     codec = Codec(tok, use_chat=False)
@@ -69,8 +81,10 @@ def test_interrupted_warm_start_continues_to_the_uninterrupted_weights(monkeypat
         with pytest.raises(KeyboardInterrupt):
             warm_start(second, codec, task, ws_cfg, 0, {"k": "cut"}, log=logs.append)
     assert any("continuing from step 5" in x for x in logs)
-    assert any("interrupted after 7 of 12 steps: this session's steps are not kept" in x and "continues from step 5" in x
-               for x in logs)
+    assert any(
+        "interrupted after 7 of 12 steps: this session's steps are not kept" in x and "continues from step 5" in x
+        for x in logs
+    )
     logs = []
     resumed, _ = build_tiny("tiny-s", seed=0)
     assert warm_start(resumed, codec, task, ws_cfg, 0, {"k": "cut"}, log=logs.append) == "trained"

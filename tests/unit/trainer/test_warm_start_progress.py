@@ -3,8 +3,6 @@ before it trains (max_new_tokens shorter than the references; tasks the tiny mod
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 from rollwise.tokens import Codec
 from rollwise.trainer import tiny
 from rollwise.trainer.warm_start import Progress, fit_warnings, format_seconds
@@ -18,7 +16,9 @@ def _codec():
 
 class _Task:
     def __init__(self, questions, targets, sft=True):
-        self.prompts = tuple(Prompt(id=str(i), task="t", text=q, answer=a) for i, (q, a) in enumerate(zip(questions, targets)))
+        self.prompts = tuple(
+            Prompt(id=str(i), task="t", text=q, answer=a) for i, (q, a) in enumerate(zip(questions, targets))
+        )
         self.sft = sft
 
     def train_prompts(self):

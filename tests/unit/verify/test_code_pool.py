@@ -37,12 +37,25 @@ def test_two_workers_verify_concurrently():
 
 
 def test_outcome_counts_by_hand():
-    vs = [Verdict(1.0, "correct", {"isolation": "bwrap"}), Verdict(0.0, "timeout", {"isolation": "bwrap"}),
-          Verdict(1.0, "correct", {"isolation": "bwrap", "cached": True}), Verdict(None, "sandbox_error", {"isolation": "rlimit"}),
-          Verdict(0.0, "wrong"), None]
+    vs = [
+        Verdict(1.0, "correct", {"isolation": "bwrap"}),
+        Verdict(0.0, "timeout", {"isolation": "bwrap"}),
+        Verdict(1.0, "correct", {"isolation": "bwrap", "cached": True}),
+        Verdict(None, "sandbox_error", {"isolation": "rlimit"}),
+        Verdict(0.0, "wrong"),
+        None,
+    ]
     # correct 2, timeout 1, sandbox_error 1, wrong 1, none 1; bwrap 3, rlimit 1; cached 1
-    assert outcome_counts(vs) == {"verify/correct": 2, "verify/timeout": 1, "verify/sandbox_error": 1, "verify/wrong": 1,
-                                  "verify/none": 1, "verify/isolation_bwrap": 3, "verify/isolation_rlimit": 1, "verify/cached": 1}
+    assert outcome_counts(vs) == {
+        "verify/correct": 2,
+        "verify/timeout": 1,
+        "verify/sandbox_error": 1,
+        "verify/wrong": 1,
+        "verify/none": 1,
+        "verify/isolation_bwrap": 3,
+        "verify/isolation_rlimit": 1,
+        "verify/cached": 1,
+    }
     cost = StepCost()
     cost.charge(10, 6, vs, 0.0, 0.0)
     cost.charge(2, 1, [Verdict(0.0, "timeout")], 0.0, 0.0)
@@ -51,7 +64,6 @@ def test_outcome_counts_by_hand():
 
 def test_pyfunc_training_run_records_sandbox_and_outcomes(tmp_path):
     from conftest import as_sets, tiny_overrides
-
     from rollwise.config import load_config
     from rollwise.loop import train
 
@@ -68,6 +80,10 @@ def test_pyfunc_training_run_records_sandbox_and_outcomes(tmp_path):
     for line, n in zip(lines, calls):
         iso = {k: v for k, v in line.items() if k.startswith("verify/isolation_")}
         assert sum(iso.values()) == n == 16  # every verdict of the step (4 prompts x 4 rollouts) says where it ran
-        outcomes = {k: v for k, v in line.items() if k.startswith("verify/") and not k.startswith("verify/isolation_") and k != "verify/cached"}
+        outcomes = {
+            k: v
+            for k, v in line.items()
+            if k.startswith("verify/") and not k.startswith("verify/isolation_") and k != "verify/cached"
+        }
         assert sum(outcomes.values()) == n
         assert line["time/verify_s"] >= 0.0

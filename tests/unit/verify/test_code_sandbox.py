@@ -36,19 +36,24 @@ def sandbox(request):
 
 
 def _prompt(test=CHECK, **meta):
-    return Prompt(id="t/double", task="t", text="", answer=None, metadata={"entry_point": "f", "test": test, "stop": (), **meta})
+    return Prompt(
+        id="t/double", task="t", text="", answer=None, metadata={"entry_point": "f", "test": test, "stop": (), **meta}
+    )
 
 
-@pytest.mark.parametrize("source, reason", [
-    ("def f(x):\n    return 2 * x\n", "correct"),
-    ("def f(x):\n    return x + 2\n", "wrong_answer"),  # f(2) == 4 holds, f(-3) == -1 does not
-    ("def f(x)\n    return 2 * x\n", "syntax_error"),
-    ("def g(x):\n    return 2 * x\n", "no_function"),
-    ("def f(x):\n    raise ValueError('no')\n", "exception"),
-    ("def f(x):\n    return None\n", "wrong_answer"),
-    ("def f(x):\n    return [1] * 10 ** 9\n", "memory"),  # 8 GB of pointers > 512 MiB address space
-    ("def f(x):\n    while True:\n        pass\n", "timeout"),
-])
+@pytest.mark.parametrize(
+    "source, reason",
+    [
+        ("def f(x):\n    return 2 * x\n", "correct"),
+        ("def f(x):\n    return x + 2\n", "wrong_answer"),  # f(2) == 4 holds, f(-3) == -1 does not
+        ("def f(x)\n    return 2 * x\n", "syntax_error"),
+        ("def g(x):\n    return 2 * x\n", "no_function"),
+        ("def f(x):\n    raise ValueError('no')\n", "exception"),
+        ("def f(x):\n    return None\n", "wrong_answer"),
+        ("def f(x):\n    return [1] * 10 ** 9\n", "memory"),  # 8 GB of pointers > 512 MiB address space
+        ("def f(x):\n    while True:\n        pass\n", "timeout"),
+    ],
+)
 def test_outcomes(sandbox, source, reason):
     v = code.verify(_prompt(), source, sandbox)
     assert v.reason == reason, v.details
@@ -66,11 +71,15 @@ def test_could_not_verify_is_none_never_zero(sandbox):
 
 def test_environment_is_clean_and_workdir_empty(sandbox, monkeypatch):
     monkeypatch.setenv("ROLLWISE_TEST_SECRET", "hunter2")
-    test = ("def check(candidate):\n    names, files, wrote = candidate()\n"
-            "    assert set(names) <= {'PATH', 'HOME', 'TMPDIR', 'LANG', 'ROLLWISE_SANDBOX_ID', 'PWD', 'LC_CTYPE'}, names\n"
-            "    assert files == [], files\n    assert wrote == 'ok'\n")
-    src = ("import os\ndef f():\n    files = sorted(os.listdir('.'))\n    open('scratch.txt', 'w').write('ok')\n"
-           "    return sorted(os.environ), files, open('scratch.txt').read()\n")
+    test = (
+        "def check(candidate):\n    names, files, wrote = candidate()\n"
+        "    assert set(names) <= {'PATH', 'HOME', 'TMPDIR', 'LANG', 'ROLLWISE_SANDBOX_ID', 'PWD', 'LC_CTYPE'}, names\n"
+        "    assert files == [], files\n    assert wrote == 'ok'\n"
+    )
+    src = (
+        "import os\ndef f():\n    files = sorted(os.listdir('.'))\n    open('scratch.txt', 'w').write('ok')\n"
+        "    return sorted(os.environ), files, open('scratch.txt').read()\n"
+    )
     v = code.verify(_prompt(test=test), src, sandbox)
     assert v.reason == "correct", v.details
 
@@ -113,12 +122,29 @@ def test_corpus_is_large_enough():
     assert len(CASES) >= 60 and len({c.name for c in CASES}) == len(CASES)
     names = {c.name for c in CASES}
     # issue #28: every way at the verdict that the issue lists has a case
-    for need in ("test_via_frames", "test_via_gc", "check_via_gc_recording_stub", "test_via_proc_self_mem",
-                 "test_via_proc_of_others", "test_via_inherited_fds", "test_via_environ_argv", "forge_load_error_correct",
-                 "forge_reply_stale", "forge_report_after_exit", "cache_across_verifications", "raise_keyboardinterrupt",
-                 "raise_systemexit", "raise_generatorexit", "eq_raises_systemexit", "hash_raises_keyboardinterrupt",
-                 "len_raises_generatorexit", "generator_raises_systemexit", "deep_nesting_return", "huge_int_return",
-                 "ten_million_list_return"):
+    for need in (
+        "test_via_frames",
+        "test_via_gc",
+        "check_via_gc_recording_stub",
+        "test_via_proc_self_mem",
+        "test_via_proc_of_others",
+        "test_via_inherited_fds",
+        "test_via_environ_argv",
+        "forge_load_error_correct",
+        "forge_reply_stale",
+        "forge_report_after_exit",
+        "cache_across_verifications",
+        "raise_keyboardinterrupt",
+        "raise_systemexit",
+        "raise_generatorexit",
+        "eq_raises_systemexit",
+        "hash_raises_keyboardinterrupt",
+        "len_raises_generatorexit",
+        "generator_raises_systemexit",
+        "deep_nesting_return",
+        "huge_int_return",
+        "ten_million_list_return",
+    ):
         assert need in names
 
 
@@ -144,8 +170,14 @@ def test_verdict_cache_keeps_only_deterministic_outcomes(sandbox):
 
 # ---------------------------------------------------------------- issue #28: the verdict, not the machine
 
-HUNTERS = ("test_via_frames", "test_via_gc", "check_via_gc_recording_stub", "test_via_proc_self_mem",
-           "test_via_inherited_fds", "test_via_environ_argv")
+HUNTERS = (
+    "test_via_frames",
+    "test_via_gc",
+    "check_via_gc_recording_stub",
+    "test_via_proc_self_mem",
+    "test_via_inherited_fds",
+    "test_via_environ_argv",
+)
 
 # What the old harness did: the completion ran in a process that had read the job and compiled
 # the test (a fork of it). Here the same, in a plain subprocess, with the test also in the
@@ -181,29 +213,53 @@ def test_hunting_cases_find_the_test_when_it_is_in_their_process(name):
     sandbox the same programs score wrong_answer (test_hostile_corpus_is_contained)."""
     case = next(c for c in VERDICT_CASES if c.name == name)
     env = {"PATH": os.environ.get("PATH", "/usr/bin"), "ROLLWISE_LEAK": CHECK3}
-    out = subprocess.run([sys.executable, "-I", "-c", _SHARED_PROCESS, case.source], env=env, capture_output=True,
-                         text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", _SHARED_PROCESS, case.source], env=env, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout) == [ANSWERS[3], ANSWERS[5], ANSWERS[7]]
 
 
 def test_the_completion_sees_its_source_and_arguments_only(sandbox):
     """The child's frames, globals, environment and argv hold neither the test nor its answers."""
-    src = ("import gc, os, sys\ndef f(x):\n    seen = []\n    fr = sys._getframe()\n    while fr is not None:\n"
-           "        seen.append(repr(sorted(fr.f_locals)) + repr(sorted(fr.f_globals)))\n        fr = fr.f_back\n"
-           "    seen += [repr(sys.argv), repr(dict(os.environ))]\n"
-           "    seen += [repr(o) for o in gc.get_objects() if isinstance(o, dict) and 'test' in o]\n"
-           "    return '\\n'.join(seen)\n")
-    test = ("def check(candidate):\n    seen = candidate(3)\n    assert '918273645' not in seen and 'def check' not in seen, seen\n"
-            "    assert \"'test'\" not in seen and 'prelude' not in seen, seen\n")
+    src = (
+        "import gc, os, sys\ndef f(x):\n    seen = []\n    fr = sys._getframe()\n    while fr is not None:\n"
+        "        seen.append(repr(sorted(fr.f_locals)) + repr(sorted(fr.f_globals)))\n        fr = fr.f_back\n"
+        "    seen += [repr(sys.argv), repr(dict(os.environ))]\n"
+        "    seen += [repr(o) for o in gc.get_objects() if isinstance(o, dict) and 'test' in o]\n"
+        "    return '\\n'.join(seen)\n"
+    )
+    test = (
+        "def check(candidate):\n    seen = candidate(3)\n    assert '918273645' not in seen and 'def check' not in seen, seen\n"
+        "    assert \"'test'\" not in seen and 'prelude' not in seen, seen\n"
+    )
     v = code.verify(_prompt(test=test), src, sandbox)
     assert v.reason == "correct", v.details
 
 
 def test_reply_codec_round_trip_and_limits():
     harness, child = _load("rollwise_sandbox_harness.py"), _load("rollwise_sandbox_child.py")
-    values = [None, True, False, 0, -1, 2 ** 4000 + 7, -(3 ** 900), 1.5, -0.0, float("inf"), "", "é\udc80", b"\x00\xff",
-              [1, [2, (3, 4)]], (), {1, 2}, frozenset({"a"}), {"k": [1.0], 2: None, (1, 2): {"x": b""}}]
+    values = [
+        None,
+        True,
+        False,
+        0,
+        -1,
+        2**4000 + 7,
+        -(3**900),
+        1.5,
+        -0.0,
+        float("inf"),
+        "",
+        "é\udc80",
+        b"\x00\xff",
+        [1, [2, (3, 4)]],
+        (),
+        {1, 2},
+        frozenset({"a"}),
+        {"k": [1.0], 2: None, (1, 2): {"x": b""}},
+    ]
+
     def wire(v):  # the child's own JSON writer (it imports no json), read back by the harness's json
         parts = []
         child.to_json([1, "ok", child.Encoder(1 << 20).enc(v)], parts)
@@ -221,12 +277,12 @@ def test_reply_codec_round_trip_and_limits():
     nan = wire(float("nan"))
     assert nan != nan
     # arguments the other way (trusted -> child): exact plain types only, as marshal carries them
-    harness.plain([2 ** 70, {"a": (1,)}, {frozenset({1})}])
+    harness.plain([2**70, {"a": (1,)}, {frozenset({1})}])
     for bad in ([object()], {"k": iter(())}, (Sub := type("Sub", (int,), {}))(1)):
         with pytest.raises(harness.BadValue):
             harness.plain(bad)
 
-    for bad in ([0] * 100_000, 1 << 10 ** 6, "x" * 200_000, Sub(1), [iter([])]):
+    for bad in ([0] * 100_000, 1 << 10**6, "x" * 200_000, Sub(1), [iter([])]):
         with pytest.raises(child.BadValue):
             child.Encoder(65536).enc(bad)
     deep = []
@@ -235,8 +291,20 @@ def test_reply_codec_round_trip_and_limits():
     with pytest.raises(child.BadValue, match="deeper"):
         child.Encoder(1 << 20).enc(deep)
     # what a forged reply may carry: refused, never decoded into something else
-    forged = [["l", [["l", []]] * 2] * 2, ["S", [["l", []]]], ["d", [[["l", []], ["0"]]]], ["i", "12z"], ["i", 5],
-              ["f", "1" * 100], ["q", 1], ["s"], [], "s", ["d", [["0"]]], ["y", "abc"]]
+    forged = [
+        ["l", [["l", []]] * 2] * 2,
+        ["S", [["l", []]]],
+        ["d", [[["l", []], ["0"]]]],
+        ["i", "12z"],
+        ["i", 5],
+        ["f", "1" * 100],
+        ["q", 1],
+        ["s"],
+        [],
+        "s",
+        ["d", [["0"]]],
+        ["y", "abc"],
+    ]
     nested = ["0"]
     for _ in range(150):
         nested = ["l", [nested]]
@@ -256,10 +324,13 @@ def test_report_needs_the_nonce():
 def test_refusals_cannot_be_swallowed_by_the_test(sandbox):
     """A test that catches everything around the call still fails a refused reply, a non-plain
     return value and an exception outside ``Exception``; an ordinary exception stays catchable."""
-    test = ("def check(candidate):\n    try:\n        candidate(1)\n    except BaseException:\n        pass\n")
-    for src in ("def f(x):\n    return object()\n", "def f(x):\n    raise KeyboardInterrupt\n",
-                "import os\ndef f(x):\n    for fd in range(3, 20):\n        try:\n            os.write(fd, b'[7, \"ok\", [\"0\"]]\\n')\n"
-                "        except OSError:\n            pass\n    return 1\n"):
+    test = "def check(candidate):\n    try:\n        candidate(1)\n    except BaseException:\n        pass\n"
+    for src in (
+        "def f(x):\n    return object()\n",
+        "def f(x):\n    raise KeyboardInterrupt\n",
+        'import os\ndef f(x):\n    for fd in range(3, 20):\n        try:\n            os.write(fd, b\'[7, "ok", ["0"]]\\n\')\n'
+        "        except OSError:\n            pass\n    return 1\n",
+    ):
         v = code.verify(_prompt(test=test), src, sandbox)
         assert v.score == 0.0 and v.reason in ("wrong_answer", "exception"), (src, v.details)
     assert code.verify(_prompt(test=test), "def f(x):\n    raise ValueError(x)\n", sandbox).reason == "correct"
@@ -269,15 +340,31 @@ def test_harness_refuses_to_run_when_it_cannot_hide_its_memory():
     """Without PR_SET_DUMPABLE 0 the child could read the harness's memory: the harness then
     reports harness_error (could not verify), with the nonce so the caller takes that report."""
     path = Path(sandbox_mod.__file__).with_name("rollwise_sandbox_harness.py")
-    script = ("import importlib.util, sys\n"
-              f"spec = importlib.util.spec_from_file_location('h', {str(path)!r})\n"
-              "h = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(h)\n"
-              "h.not_dumpable = lambda: False\nsys.exit(h.main(h.spawn_child()))\n")
-    job = {"prelude": "", "test": CHECK, "source": "def f(x):\n    return 2 * x\n", "entry_point": "f", "nonce": "n0",
-           "guard": False, "workdir": ".", "max_files": 2, "limits": {"cpu_s": 5, "memory_mb": 1024, "output_bytes": 4096}}
+    script = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('h', {str(path)!r})\n"
+        "h = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(h)\n"
+        "h.not_dumpable = lambda: False\nsys.exit(h.main(h.spawn_child()))\n"
+    )
+    job = {
+        "prelude": "",
+        "test": CHECK,
+        "source": "def f(x):\n    return 2 * x\n",
+        "entry_point": "f",
+        "nonce": "n0",
+        "guard": False,
+        "workdir": ".",
+        "max_files": 2,
+        "limits": {"cpu_s": 5, "memory_mb": 1024, "output_bytes": 4096},
+    }
     for patch, want in (("", "correct"), ("h.not_dumpable = lambda: False\n", "harness_error")):
-        out = subprocess.run([sys.executable, "-I", "-c", script.replace("h.not_dumpable = lambda: False\n", patch)],
-                             input=json.dumps(job), capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [sys.executable, "-I", "-c", script.replace("h.not_dumpable = lambda: False\n", patch)],
+            input=json.dumps(job),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         rep = sandbox_mod._report(out.stdout.encode(), "n0")
         assert rep is not None and rep["status"] == want, (out.stdout, out.stderr)
     assert "non-dumpable" in rep["detail"]

@@ -12,7 +12,13 @@ TEST = "def check(candidate):\n    assert candidate(1) == 8\n    assert candidat
 
 
 def _p(text=HEAD, **meta):
-    return Prompt(id="pyfunc/add_7", task="pyfunc", text=text, answer="x + 7", metadata={"entry_point": "add_7", "test": TEST, **meta})
+    return Prompt(
+        id="pyfunc/add_7",
+        task="pyfunc",
+        text=text,
+        answer="x + 7",
+        metadata={"entry_point": "add_7", "test": TEST, **meta},
+    )
 
 
 def test_program_continuation_fence_and_stops():

@@ -5,13 +5,21 @@ from rollwise.verify import REGISTRY
 from rollwise.verify.reasoning_gym import extract
 
 verify = REGISTRY.get("reasoning_gym")
-ENTRY = {"question": "Calculate 5 - 3 - 6.", "answer": "-4",
-         "metadata": {"source_dataset": "basic_arithmetic", "source_index": 0}}
+ENTRY = {
+    "question": "Calculate 5 - 3 - 6.",
+    "answer": "-4",
+    "metadata": {"source_dataset": "basic_arithmetic", "source_index": 0},
+}
 
 
 def P(entry=ENTRY, dataset="basic_arithmetic"):
-    return Prompt(id="p", task="t", text=entry["question"], answer=entry["answer"],
-                  metadata={"dataset": dataset, "config": {}, "entry": entry})
+    return Prompt(
+        id="p",
+        task="t",
+        text=entry["question"],
+        answer=entry["answer"],
+        metadata={"dataset": dataset, "config": {}, "entry": entry},
+    )
 
 
 def test_extract():
