@@ -206,9 +206,47 @@ def check(cfg) -> None:
     check_async(cfg)
     check_data_parallel(cfg)
     check_sampler_entropy(cfg)
+    check_value(cfg)
     from rollwise.reward import overlong_limits
 
     overlong_limits(cfg.reward.overlong_penalty, cfg.sampling.max_new_tokens)
+
+
+def wants_value(cfg, section: str) -> str | None:
+    """The setting of ``section``'s strategy that reads the pass-rate predictor (its record's
+    ``needs_value``: the strategy itself, or one option value), else None."""
+    cls, opts, _ = resolve(cfg, section)
+    need = record(cls).needs_value
+    who = f"{section}.name = {getattr(cfg, section).name!r}"
+    if need is True:
+        return who
+    if need and getattr(opts, need[0], None) == need[1]:
+        return f"{section}.options.{need[0]} = {need[1]!r}"
+    return None
+
+
+def check_value(cfg) -> None:
+    """A strategy that reads predicted pass rates needs ``value.enabled``; the predictor reads the
+    prompt states of the hf backend in the trainer's process (no vLLM, Ray workers or asynchrony)."""
+    wanted = [w for w in (wants_value(cfg, s) for s in ("control", "advantage")) if w is not None]
+    if wanted and not cfg.value.enabled:
+        raise UserError(f"{wanted[0]} reads the pass-rate predictor: set value.enabled = true")
+    if not cfg.value.enabled:
+        return
+    engine = [
+        key
+        for key, on in (
+            ("model.backend = 'vllm'", cfg.model.backend == "vllm"),
+            ("distributed.workers > 0", cfg.distributed.workers > 0),
+            ("train.async", cfg.train.async_.on),
+        )
+        if on
+    ]
+    if engine:
+        raise UserError(
+            f"value.enabled reads prompt states from the hf backend in the trainer's process; it does not run "
+            f"with {engine[0]} (turn one of them off)"
+        )
 
 
 def check_needs(cfg, section: str, rec: Compat) -> None:

@@ -265,6 +265,7 @@ class Assembly:
     trainer: Any = None
     receivers: list = field(default_factory=list)  # engines that get published weights
     services: Any = None  # types.Services handed to the strategies
+    value: Any = None  # the pass-rate predictor (value.enabled; rollwise.value.model.ValueModel), or None
 
 
 @dataclass(frozen=True)
@@ -334,7 +335,10 @@ def assemble(cfg, task, parts: Strategies, wiring: Wiring, dp=None, backend=None
     a.receivers = [a.async_pool] if a.async_pool is not None else weight_receivers(a.backend, base)
     a.trainer.gap_guard = gap_guard(cfg, a.receivers)  # stale weights in a separate engine
     t = a.trainer
-    a.services = Services(task, a.codec, s.max_new_tokens, t.policy_logprobs, t.policy_and_reference_logprobs, t)
+    a.value = build_value(cfg, a)
+    a.services = Services(
+        task, a.codec, s.max_new_tokens, t.policy_logprobs, t.policy_and_reference_logprobs, t, a.value
+    )
     parts.controller.bind(a.services)  # e.g. ADHint's hint prefixes, SAPO's re-scoring of received text
     parts.replay.bind(a.services)
     if cfg.train.async_.periodic:  # periodic asynchrony: groups back-propagated as they arrive (trainer/streaming.py)
@@ -342,6 +346,31 @@ def assemble(cfg, task, parts: Strategies, wiring: Wiring, dp=None, backend=None
 
         a.trainer = StreamingTrainer(a.trainer, wiring.prepare)
     return a
+
+
+def build_value(cfg, a: Assembly):
+    """The pass-rate predictor over the hf backend's prompt states (``value.enabled``), with POISE's
+    trajectory probe when the advantage reads it; None when off."""
+    v = cfg.value
+    if not v.enabled:
+        return None
+    from rollwise.value.model import ValueModel
+
+    return ValueModel(
+        a.backend,
+        a.codec,
+        a.model.config.hidden_size,
+        seed=cfg.run.seed,
+        prompts=a.task.train_prompts(),
+        trajectories="value_baseline" in getattr(a.parts.advantage, "inputs", ()),
+        proj_dim=v.proj_dim,
+        context=v.context,
+        tau=v.tau,
+        steps=v.fit_steps,
+        lr=v.lr,
+        l2=v.l2,
+        min_fit=v.min_fit,
+    )
 
 
 def _precision(cfg, model, log):

@@ -44,6 +44,7 @@ def train(cfg: Config, *, resume: bool = False, backend=None, log=print) -> RunR
                 plan = ctrl.next_round(groups, st)
             kept, dropped = apply_filters(parts.filters, groups, parts.keep_at_most, ctrl)  # keep/drop with reasons
             ctrl.observe(groups, st)  # per-prompt statistics (all groups)
+            predictor = run.observe_values(groups)  # the pass-rate predictor learns the step (value.enabled)
             batch_groups = parts.replay.mix(kept, st)  # fresh + replayed data
             parts.replay.add(kept)
             rows, batch, shaping, advs = make_batch(run, batch_groups)  # shaped rewards, advantages, tensors
@@ -55,7 +56,12 @@ def train(cfg: Config, *, resume: bool = False, backend=None, log=print) -> RunR
             st.policy_version += 1
             metrics["time/weight_sync_s"] = run.sync_weights()  # publish to vLLM / Ray workers (0 for hf)
             metrics.update(
-                step_metrics(groups, dropped, planned), **shaping, **ctrl.metrics, **picked, **parts.replay.metrics
+                step_metrics(groups, dropped, planned),
+                **shaping,
+                **ctrl.metrics,
+                **picked,
+                **parts.replay.metrics,
+                **predictor,
             )  # e.g. SAPO's received rollouts
             line = run.ledger.record(st.step, st.policy_version, run.pool.take_cost(), batch.num_loss_tokens, metrics)
             if st.step == run.start_step:  # step-0 probe: truncation, time, memorisation

@@ -51,6 +51,9 @@ class Compat:
     - ``continues_prefixes``: a controller whose rounds continue prefixes of its own rollouts, so no
       other part may make the training rollouts.
 
+    - ``needs_value``: it reads the pass-rate predictor (``value.enabled``, ``rollwise.value``): True,
+      or ``(option, value)``, the option setting that turns that on.
+
     A controller's planning ahead stays its class attribute ``plans_ahead``
     (``rollwise/control/__init__.py``); an objective's off-policy correction is its options'
     ``needs_prox`` (``rollwise.compat.corrects_off_policy``)."""
@@ -65,6 +68,7 @@ class Compat:
     pairs_with: tuple[str, str] | None = None
     needs_filter: str | None = None
     dynamic_sampling: bool | str = True
+    needs_value: bool | tuple[str, str] = False
     continues_prefixes: bool = False
 
 

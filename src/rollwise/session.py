@@ -188,6 +188,7 @@ class Run:
             "backend": self.backend,
             "arrol": self.arrol,
             "async_pool": self.async_pool,
+            "value": self.value,
         }
 
     def _frozen(self) -> dict:
@@ -253,7 +254,15 @@ class Run:
         self.log(f"resumed from {ckpt} (step {self.state.step})")
 
     # -------------------------------------------------------------- evaluation
+    def observe_values(self, groups) -> dict:
+        """The pass-rate predictor learns the step's groups (``value.enabled``); its ``value/*`` metrics
+        and cost (prefill tokens and seconds, probe fitting seconds) since the last step, else {}."""
+        if self.value is None:
+            return {}
+        return {**self.value.observe(groups, self.state.policy_version), **self.value.take_cost()}
+
     def evaluate(self, record: bool = True) -> dict:
+        outcomes: dict[str, list[bool]] = {}
         m = evaluate(
             self.pool,
             self.task.heldout_prompts(),
@@ -262,7 +271,11 @@ class Run:
             self.cfg.run.seed,
             self.state.step,
             self.state.policy_version,
+            outcomes=outcomes,
         )
+        if self.value is not None:  # the predictor scored on held-out prompts it never trained on
+            prompts = self.task.heldout_prompts()[: self.cfg.eval.n_prompts]
+            m.update(self.value.evaluate(prompts, outcomes, self.state.policy_version, f"step {self.state.step}"))
         if not record:  # `rollwise eval` of a finished run leaves its ledger as it is
             return {"step": self.state.step, **m}
         line = self.ledger.record_eval(self.state.step, m)
@@ -280,6 +293,10 @@ class Run:
             return
         if final or last is None or time.perf_counter() - last >= self.PLOT_EVERY_S:
             self.ledger.plot()
+            if self.value is not None and self.value.curves and self.main:
+                from rollwise.value.metrics import plot_calibration
+
+                plot_calibration(self.value.curves, self.dir / "plots" / "value_calibration.png")
             self._plotted_at, self._plotted_step = time.perf_counter(), self.evals[-1]["step"]
 
     def within_budget(self) -> bool:

@@ -350,7 +350,8 @@ class Services:
     the task, the token codec, ``sampling.max_new_tokens``, the trainer's no-grad log-probs of a
     batch under the current weights (``policy_logprobs``) and with the frozen reference's
     (``policy_and_reference_logprobs``), and ``trainer`` for a strategy that scores the batch with its
-    own loss at the current weights (Prompt-GDRO's per-response losses)."""
+    own loss at the current weights (Prompt-GDRO's per-response losses), and ``value``: the pass-rate
+    predictor (``rollwise.value.model.ValueModel``) when ``value.enabled``, else None."""
 
     task: Any = None
     codec: Any = None
@@ -358,6 +359,7 @@ class Services:
     policy_logprobs: Callable[[Batch], torch.Tensor] | None = None
     policy_and_reference_logprobs: Callable[[Batch], tuple[torch.Tensor, torch.Tensor]] | None = None
     trainer: Any = None
+    value: Any = None
 
 
 @dataclass(frozen=True)
@@ -366,12 +368,14 @@ class AdvantageContext:
     (``rollwise.batch.build.advantage_context``); None where the estimator / controller has none.
 
     ``confidence_shift``: (B,) sampler minus reference log-prob sums (ACE); ``value_prior``: (B,)
-    V0.5's prior; ``prompt_baseline``: (B,) MSSR's baseline; ``weights``: (B,) Prompt-GDRO's row
-    weights, multiplied into the estimator's advantages."""
+    V0.5's prior; ``prompt_baseline``: (B,) MSSR's baseline; ``value_baseline``: (B,) POISE's
+    cross-rollout value baseline; ``weights``: (B,) Prompt-GDRO's row weights, multiplied into the
+    estimator's advantages."""
 
     confidence_shift: torch.Tensor | None = None
     value_prior: torch.Tensor | None = None
     prompt_baseline: torch.Tensor | None = None
+    value_baseline: torch.Tensor | None = None
     weights: torch.Tensor | None = None
 
 

@@ -287,6 +287,23 @@ class HFBackend:
         ids, mask = ids.to(dev), mask.to(dev)
         return ids, mask, (mask.cumsum(1) - 1).clamp(min=0)
 
+    @torch.no_grad()
+    def prompt_states(self, sequences: Sequence[Sequence[int]]) -> torch.Tensor:
+        """(N, H) float32 on the CPU: the last layer's hidden state at each sequence's last token, from
+        the same left-padded prefill ``generate`` runs (no tokens sampled, no cache kept). The
+        pass-rate predictor's features (``rollwise.value``): a prompt's state before any rollout."""
+        out = []
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            for start in range(0, len(sequences), self.max_batch):
+                ids, mask, pos = self.left_pad(sequences[start : start + self.max_batch])
+                res = self._forward(ids, mask, pos, None, hidden=True)
+                out.append(res.hidden_states[-1][:, -1, :].float().cpu())
+        finally:
+            self.model.train(was_training)
+        return torch.cat(out) if out else torch.zeros(0, 0)
+
     def forward_step(self, inp: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache):
         """One cached decoding forward: (last-position logits (B, V) float, new cache)."""
         res = self._forward(inp, mask, pos, cache)

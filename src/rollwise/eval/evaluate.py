@@ -14,7 +14,11 @@ from rollwise.eval.metrics import maj_at_k, pass_at_k
 from rollwise.types import Plan, Request, Sampling
 
 
-def evaluate(pool, prompts, cfg, sampling: Sampling, seed: int, step: int, version: int) -> dict[str, float]:
+def evaluate(
+    pool, prompts, cfg, sampling: Sampling, seed: int, step: int, version: int, outcomes: dict | None = None
+) -> dict[str, float]:
+    """The held-out metrics (module docstring); ``outcomes``, when given, is filled with each prompt's
+    correct flags (prompt id -> [bool], unverified samples left out) for the pass-rate predictor."""
     prompts = list(prompts)[: cfg.n_prompts]
     temp = sampling.temperature if cfg.temperature is None else cfg.temperature
     smp = Sampling(temp, sampling.top_p, sampling.max_new_tokens)
@@ -29,10 +33,12 @@ def evaluate(pool, prompts, cfg, sampling: Sampling, seed: int, step: int, versi
     sums = {k: 0.0 for k in ks}
     maj = {k: 0.0 for k in cfg.k}
     unverified = 0
-    for rolls in by_prompt.values():
+    for pid, rolls in by_prompt.items():
         scores = [r.verdict.score for r in rolls]
         unverified += sum(s is None for s in scores)
         correct = [None if s is None else s >= 0.5 for s in scores]
+        if outcomes is not None:
+            outcomes[pid] = [x for x in correct if x is not None]
         n, c = len(rolls), sum(bool(x) for x in correct)
         for k in ks:
             sums[k] += pass_at_k(n, c, k)

@@ -114,7 +114,25 @@ def value_prior(rows: Sequence[Rollout], controller) -> torch.Tensor:
     return controller.priors(rows)
 
 
-_CONTEXT_INPUTS = ("confidence_shift", "value_prior", "prompt_baseline")  # fields of AdvantageContext
+def value_baseline(rows: Sequence[Rollout], services) -> torch.Tensor:
+    """(B,) POISE's baseline (``objectives/poise.py``): each row gets the value the pass-rate
+    predictor gives *another* rollout of its group (``poise.cross_rollout``), its prompt's state-zero
+    prediction when it is alone. Needs ``value.enabled`` (``services.value``)."""
+    from rollwise.objectives.poise import cross_rollout
+
+    if services is None or services.value is None:
+        raise ValueError("advantage 'poise' needs the pass-rate predictor: set value.enabled = true")
+    value = services.value
+    version = rows[0].policy_version if rows else 0
+    prompts = {r.prompt_id: value.prompt_of(r.prompt_id) for r in rows}
+    zero = value.predict(list(prompts.values()), version)
+    trajectory = value.trajectory_values(rows, version)
+    ids = {pid: k for k, pid in enumerate(dict.fromkeys(r.prompt_id for r in rows))}
+    gidx = torch.tensor([ids[r.prompt_id] for r in rows], dtype=torch.long)
+    return cross_rollout(trajectory, gidx, torch.tensor([zero[r.prompt_id] for r in rows], dtype=trajectory.dtype))
+
+
+_CONTEXT_INPUTS = ("confidence_shift", "value_prior", "prompt_baseline", "value_baseline")  # AdvantageContext fields
 
 
 def advantage_context(
@@ -131,6 +149,8 @@ def advantage_context(
             fields[name] = value_prior(rows, controller)
         elif name == "prompt_baseline" and controller is not None:
             fields[name] = prompt_baseline(rows, controller)
+        elif name == "value_baseline":
+            fields[name] = value_baseline(rows, services)
     weights = controller.row_weights(rows) if controller is not None else None
     return AdvantageContext(**fields, weights=weights)
 
