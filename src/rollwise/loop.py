@@ -44,10 +44,10 @@ def train(cfg: Config, *, resume: bool = False, backend=None, log=print) -> RunR
                 plan = ctrl.next_round(groups, st)
             kept, dropped = apply_filters(parts.filters, groups, parts.keep_at_most, ctrl)  # keep/drop with reasons
             ctrl.observe(groups, st)  # per-prompt statistics (all groups)
-            predictor = run.observe_values(groups)  # the pass-rate predictor learns the step (value.enabled)
             batch_groups = parts.replay.mix(kept, st)  # fresh + replayed data
             parts.replay.add(kept)
             rows, batch, shaping, advs = make_batch(run, batch_groups)  # shaped rewards, advantages, tensors
+            predictor = run.observe_values(groups)  # then the pass-rate predictor learns them (value.enabled)
             t0 = now()  # train time includes D3S (entropy forward)
             batch, picked = run.downsample(batch, rows)  # D3S rows / tokens (off by default)
             metrics = run.trainer.optimize(batch)  # objective + optimizer step

@@ -60,6 +60,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from rollwise.control.base import Controller
 from rollwise.control.budget import StepBudget
 from rollwise.control.history import PromptHistory
+from rollwise.registry import Compat
 from rollwise.types import Group, Plan, Prompt, Request
 
 
@@ -124,11 +125,18 @@ class CuresOptions(BaseModel):
         "(almost uniform), 'paper' one tau [RECON], 'uniform' all equal.",
     )
     tau: float = Field(0.1, gt=0.0, description="tau of the 'paper' sampler (spec suggests 0.05-0.2) [RECON].")
+    rates: Literal["posterior", "predicted"] = Field(
+        "posterior",
+        description="Without a probe (probe_rollouts = 0), sigma_i = sqrt(p_i (1 - p_i)) from the Beta 'posterior' "
+        "(the paper) or from the pass-rate predictor's 'predicted' p_i (value.enabled) [ours]: a prompt predicted "
+        "saturated gets few rollouts before any of its own.",
+    )
 
 
 class CurES(Controller):
     Options = CuresOptions
     plans_ahead = False  # plan() replaces the round context (probe phase, allocation) that next_round reads
+    compat = Compat(needs_value=("rates", "predicted"))
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: CuresOptions | None, seed: int):
         self.cfg = cfg
@@ -141,6 +149,7 @@ class CurES(Controller):
         self.ctx = self._empty_ctx()
         self.metrics: dict[str, float] = {}
         self.step_budget = StepBudget.from_config(cfg, cfg.prompts_per_step * cfg.rollouts_per_prompt)
+        self.value = None  # the pass-rate predictor (rates = "predicted"), bound by the assembler
 
     @staticmethod
     def _empty_ctx() -> dict:
@@ -175,6 +184,9 @@ class CurES(Controller):
         keys.sort(key=lambda t: (-t[0], t[1]))
         return [self.prompts[i] for _, i in keys[:k]]
 
+    def bind(self, services) -> None:
+        self.value = services.value  # rates = "predicted": the pass-rate predictor
+
     # -------------------------------------------------------------- allocation
     def plan(self, prompts: list[Prompt], state) -> Plan:
         unique = list({p.id: p for p in prompts}.values())
@@ -185,7 +197,12 @@ class CurES(Controller):
             plan = self.step_budget.cap([Request(p, self.opts.probe_rollouts) for p in unique], self.history)
             self.ctx["phase"] = "probe"
         else:
-            sig = [math.sqrt(self.posterior(p.id) * (1 - self.posterior(p.id))) for p in unique]
+            if self.opts.rates == "predicted":
+                pred = self.value.predict(unique, state.policy_version)
+                rate = [pred[p.id] for p in unique]
+            else:
+                rate = [self.posterior(p.id) for p in unique]
+            sig = [math.sqrt(r * (1 - r)) for r in rate]
             plan = self._quota_plan(unique, sig, [])
         for r in plan.requests:
             self.ctx["alloc"][r.prompt.id] += r.n

@@ -75,7 +75,8 @@ Logs (``metrics``): ``control/greso_p_easy``, ``control/greso_p_hard`` (after th
 ``control/greso_r_easy``, ``control/greso_r_hard``, ``control/greso_candidates``,
 ``control/greso_skipped_easy``, ``control/greso_skipped_hard``, ``control/greso_skip_frac``
 (skipped / candidates), ``control/greso_zv_frac`` (ZV share of the step's groups) and
-``control/greso_pool`` (non-ZV groups); the loop adds ``control/rounds`` and
+``control/greso_pool`` (non-ZV groups), and with ``first_visit = "predicted"``
+``control/greso_skipped_predicted``; the loop adds ``control/rounds`` and
 ``control/budget_used`` (rollouts planned over all rounds: ZV groups included).
 
 State (checkpointed): the stream (position, shuffle RNG), the skip RNG, ``p_easy``, ``p_hard`` and
@@ -87,6 +88,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -95,6 +97,7 @@ from rollwise.control.rounds import target_groups
 from rollwise.control.source import PromptSource, PromptStream, SourcePart
 from rollwise.registry import Compat
 from rollwise.types import Group, Plan, Prompt, Request
+from rollwise.value.metrics import degenerate_prob
 
 # ------------------------------------------------------------------------- the pure parts
 
@@ -205,6 +208,11 @@ class GRESOOptions(BaseModel):
         None, ge=1, description="Smallest later round (default max(1, B // 4); code: 64 at B = 256)."
     )
     safety: float = Field(1.25, gt=0, description="Safety factor of the next round's size (code: 1.25).")
+    first_visit: Literal["keep", "predicted"] = Field(
+        "keep",
+        description="A prompt with no record yet: 'keep' it (the paper) or skip it with the predicted probability "
+        "p^n + (1-p)^n that its group is zero-variance, p from the pass-rate predictor (value.enabled) [ours].",
+    )
     zeta_cap: float = Field(
         0.95,
         ge=0,
@@ -258,7 +266,7 @@ class GRESO(Controller):
     plans_ahead = False  # select() starts the round context (round prompts, counters) that next_round reads
 
     # GRESO runs its own rounds inside DAPO refill; 'replace' would redraw whole batches through select mid-step
-    compat = Compat(dynamic_sampling="refill")
+    compat = Compat(dynamic_sampling="refill", needs_value=("first_visit", "predicted"))
 
     stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)
 
@@ -277,6 +285,7 @@ class GRESO(Controller):
         self.rng = random.Random(f"greso-{seed}")  # skip decisions; separate from the stream's shuffle
         self.p_easy, self.p_hard = self.opts.p_easy, self.opts.p_hard
         self.metrics: dict[str, float] = {}
+        self.value, self._version = None, 0  # the pass-rate predictor (first_visit = "predicted") and its policy
         self._new_step()
 
     @property
@@ -289,7 +298,7 @@ class GRESO(Controller):
         self._round_ids: list[str] = []  # prompts of the round just generated
         self._rounds = 0
         self._last = False  # the round just generated was marked last
-        self._count = {"candidates": 0, "skipped_easy": 0, "skipped_hard": 0}
+        self._count = {"candidates": 0, "skipped_easy": 0, "skipped_hard": 0, "skipped_predicted": 0}
 
     # -------------------------------------------------------------- skip
     def streaks(self, prompt_id: str) -> tuple[int, int]:
@@ -297,8 +306,20 @@ class GRESO(Controller):
             [r.mean_reward for r in self.history.of(prompt_id)], self.opts.easy_threshold, self.opts.hard_threshold
         )
 
-    def skip(self, prompt_id: str) -> str | None:
-        """ "easy" / "hard" when the prompt is skipped this time, None when it is kept (§1.2)."""
+    def bind(self, services) -> None:
+        self.value = services.value  # first_visit = "predicted": the pass-rate predictor
+
+    def skip(self, prompt_id: str, prompt: Prompt | None = None) -> str | None:
+        """ "easy" / "hard" when the prompt is skipped this time, None when it is kept (§1.2). With
+        ``first_visit = "predicted"`` a prompt never rolled out is skipped with probability
+        ``min(p^n + (1-p)^n, 1 - keep_floor)``, p its predicted pass rate [ours]."""
+        if self.opts.first_visit == "predicted" and prompt is not None and not self.history.of(prompt_id):
+            p = self.value.predict([prompt], self._version)[prompt_id]
+            prob = min(degenerate_prob(p, self.n), 1.0 - self.opts.keep_floor)
+            if self.rng.random() < prob:
+                self._count["skipped_predicted"] += 1
+                return "easy" if p >= 0.5 else "hard"
+            return None
         z_easy, z_hard = self.streaks(prompt_id)
         floor = self.opts.keep_floor
         for kind, p, z in (("easy", self.p_easy, z_easy), ("hard", self.p_hard, z_hard)):
@@ -317,7 +338,7 @@ class GRESO(Controller):
             if p.id in self._step_ids or any(q.id == p.id for q in out):
                 continue
             self._count["candidates"] += 1
-            kind = self.skip(p.id)
+            kind = self.skip(p.id, p)
             if kind is None:
                 out.append(p)
             else:
@@ -327,6 +348,7 @@ class GRESO(Controller):
     # -------------------------------------------------------------- rounds
     def select(self, state) -> list[Prompt]:
         self._new_step()
+        self._version = state.policy_version  # the policy the predictions are made for
         return self.draw(self.s_max)
 
     def _round(self, prompts: list[Prompt], groups: Sequence[Group]) -> Plan:
@@ -393,6 +415,8 @@ class GRESO(Controller):
             "control/greso_zv_frac": zv / max(1, len(groups)),
             "control/greso_pool": float(len(groups) - zv),
         }
+        if self.opts.first_visit == "predicted":  # first visits skipped on the predictor's word (in easy/hard too)
+            self.metrics["control/greso_skipped_predicted"] = float(c["skipped_predicted"])
 
     # -------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict:

@@ -27,6 +27,9 @@ is pluggable (``prior``):
   is biased the way V0 can be (it lags the policy);
 - ``"metadata"``: ``Prompt.metadata["value_prior"]`` (a float in [0, 1]; every train prompt must
   have one, checked at construction);
+- ``"learned"``: the run's pass-rate predictor (``value.enabled``, :mod:`rollwise.value`): a V0-style
+  state-zero prediction from the policy's own prefill state and a context of recently observed
+  prompts, trained online (issue #31) — the closest rollwise has to the paper's V0;
 - ``"package.module:attr"``: a callable ``(prompt) -> float in [0, 1]`` (a V0 service, say).
 
 Metrics: ``control/v05_rejected_frac`` (first test), ``control/v05_extra_rollouts``,
@@ -58,6 +61,7 @@ from rollwise.types import Group, Plan, Prompt, Request, Rollout
 PRIORS = Registry("value prior")
 PRIORS.register("history", None)  # built in the controller (needs its history)
 PRIORS.register("metadata", None)  # read from Prompt.metadata
+PRIORS.register("learned", None)  # the run's pass-rate predictor (value.enabled, rollwise.value)
 
 
 class Options(BaseModel):
@@ -66,7 +70,8 @@ class Options(BaseModel):
     prior: str = Field(
         "history",
         description="Value prior: 'history' (ours: the prompt's recent mean reward, shrunk to the global "
-        "mean), 'metadata' (Prompt.metadata['value_prior']), or 'package.module:attr' (prompt) -> float in [0, 1].",
+        "mean), 'metadata' (Prompt.metadata['value_prior']), 'learned' (the pass-rate predictor, value.enabled), "
+        "or 'package.module:attr' (prompt) -> float in [0, 1].",
     )
     alpha: float = Field(
         0.05, gt=0.0, lt=1.0, description="Level of the two-sided z-test of H0: p = v (spec [RECON] 0.05)."
@@ -108,7 +113,9 @@ def rejects(rbar: float, v: float, n: int, alpha: float) -> bool:
 class V05(Uniform):
     Options = Options
 
-    compat = Compat(dynamic_sampling=False)  # a refill round re-plans mid-step: the v05 advantage would lack its priors
+    compat = Compat(
+        dynamic_sampling=False, needs_value=("prior", "learned")
+    )  # a refill round re-plans mid-step: the v05 advantage would lack its priors
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: Options | None, seed: int):
         super().__init__(prompts, cfg, options, seed)
@@ -147,6 +154,7 @@ class V05(Uniform):
         self._observed: dict[str, float] | None = None  # the plan observe just took (None from the next plan on)
         self._extra = 0
         self._first = True
+        self.value = None  # the pass-rate predictor (prior = "learned"), bound by the assembler
         self.metrics: dict[str, float] = {}
 
     def history_prior(self, prompt_id: str) -> float:
@@ -174,8 +182,14 @@ class V05(Uniform):
             return self._observed
         return self._queued[0] if self._queued else {}
 
+    def bind(self, services) -> None:
+        self.value = services.value  # prior = "learned": the pass-rate predictor (None when value.enabled is off)
+
     def plan(self, prompts: list[Prompt], state) -> Plan:
-        self._queued.append({p.id: self.prior(p) for p in prompts})
+        if self.opts.prior == "learned":  # one batched prediction for the plan's prompts
+            self._queued.append(self.value.predict(prompts, state.policy_version))
+        else:
+            self._queued.append({p.id: self.prior(p) for p in prompts})
         self._observed = None
         self._extra, self._first = 0, True  # this step's rounds all come after its plan call(s)
         trained = self._priors

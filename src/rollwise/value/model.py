@@ -9,8 +9,9 @@ scores the predictions on held-out prompts against their evaluation groups (Brie
 "zero-variance", the calibration curve kept for the run's plot).
 
 Its cost is charged: ``take_cost()`` returns the prompt tokens of the prefill forwards and their
-seconds and the probe's fitting seconds since the last call (the ledger's ``value/*`` columns; the
-evaluation's own forwards are not charged, as evaluation is not).
+seconds and the probe's fitting seconds since the last call (``value/forward_tokens``,
+``time/value_forward_s``, ``time/value_fit_s``; the evaluation's own forwards are not charged, as
+evaluation is not).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ class ValueModel:
         self._prompts = {p.id: p for p in prompts}
         self._states: dict[str, torch.Tensor] = {}
         self._version: int | None = None
-        self._cost = {"value/forward_tokens": 0, "value/forward_s": 0.0, "value/fit_s": 0.0}
+        self._cost = {"value/forward_tokens": 0, "time/value_forward_s": 0.0, "time/value_fit_s": 0.0}
         self.curves: dict[str, list[dict]] = {}  # calibration curve per evaluation step (held-out)
         self._rows = 0  # trajectory rows seen (their probe ids)
 
@@ -65,7 +66,7 @@ class ValueModel:
             t0 = time.perf_counter()
             new = self.backend.prompt_states(seqs)
             if charge:
-                self._cost["value/forward_s"] += time.perf_counter() - t0
+                self._cost["time/value_forward_s"] += time.perf_counter() - t0
                 self._cost["value/forward_tokens"] += sum(len(s) for s in seqs)
             self._states.update({p.id: new[i] for i, p in enumerate(missing)})
         return torch.stack([self._states[p.id] for p in prompts]) if prompts else torch.zeros(0, self.predictor.dim)
@@ -85,7 +86,7 @@ class ValueModel:
         seqs = [tuple(r.prompt_ids) + tuple(r.completion_ids) for r in rows]
         t0 = time.perf_counter()
         states = self.backend.prompt_states(seqs)
-        self._cost["value/forward_s"] += time.perf_counter() - t0
+        self._cost["time/value_forward_s"] += time.perf_counter() - t0
         self._cost["value/forward_tokens"] += sum(len(s) for s in seqs)
         self._rows += len(rows)
         ids = [f"{r.prompt_id}#{self._rows + k}" for k, r in enumerate(rows)]  # unique: no own history
@@ -95,7 +96,7 @@ class ValueModel:
             fit = self.trajectory.update(
                 states[keep], [ids[k] for k in keep], [float(rows[k].reward >= CORRECT) for k in keep], [1] * len(keep)
             )
-            self._cost["value/fit_s"] += fit["value/fit_s"]
+            self._cost["time/value_fit_s"] += fit["value/fit_s"]
         return out
 
     def predict(self, prompts: Sequence, version: int) -> dict[str, float]:
@@ -114,8 +115,8 @@ class ValueModel:
         out = self.predictor.update(
             self.states([p for p, _ in rows], version), [p.id for p, _ in rows], rates, [len(rs) for _, rs in rows]
         )
-        self._cost["value/fit_s"] += out["value/fit_s"]
-        return {k: v for k, v in out.items() if k != "value/fit_s"}
+        self._cost["time/value_fit_s"] += out["value/fit_s"]
+        return {k: v for k, v in out.items() if k != "value/fit_s" and v == v}  # train_loss: once fitted (not NaN)
 
     def evaluate(self, prompts: Sequence, outcomes: dict[str, list[bool]], version: int, label: str) -> dict:
         """Held-out scores of the predictions for ``prompts`` against their evaluation groups
@@ -132,7 +133,7 @@ class ValueModel:
         return {k.replace("value/", "value/heldout_"): v for k, v in out.items()}
 
     def take_cost(self) -> dict:
-        out, self._cost = self._cost, {"value/forward_tokens": 0, "value/forward_s": 0.0, "value/fit_s": 0.0}
+        out, self._cost = self._cost, {"value/forward_tokens": 0, "time/value_forward_s": 0.0, "time/value_fit_s": 0.0}
         return out
 
     def state_dict(self) -> dict:
