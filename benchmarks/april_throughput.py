@@ -195,8 +195,10 @@ def main(argv=None) -> int:
             "temperature": a.temperature,
             "timed_steps": a.steps,
             "torch_threads": torch.get_num_threads(),
-            "backend": "rollwise hf (KV cache), fp32, all pulled rows in one decode batch; finished rows leave it (KV cache compacted) except in the *_nocompact arms",
-            "note": "arms interleaved step by step on the same weights; compare the speedup ratio only (machine load at start: machine.load_avg_1min_at_start)",
+            "backend": "rollwise hf (KV cache), fp32, all pulled rows in one decode batch; finished rows leave it "
+            "(KV cache compacted) except in the *_nocompact arms",
+            "note": "arms interleaved step by step on the same weights; compare the speedup ratio only (machine load "
+            "at start: machine.load_avg_1min_at_start)",
         },
         "arms": arms_out,
         "speedup": {

@@ -293,12 +293,13 @@ def main(argv=None) -> int:
         "machine": benchinfo.machine(),
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "settings": {
-            "backend": f"rollwise hf (KV cache), {a.dtypes[0]} ('bf16': bf16 autocast, fp32 weights), temperature 1, top-p 1, no EOS ids (forced length)",
+            "backend": f"rollwise hf (KV cache), {a.dtypes[0]} ('bf16': bf16 autocast, fp32 weights), temperature 1, "
+            "top-p 1, no EOS ids (forced length)",
             "new_tokens": a.new_tokens,
             "repeats": a.repeats,
             "torch_threads": torch.get_num_threads(),
-            "flops_formula": "per sequence: (p + L - 1) * 2 * P_body + L * 2 * P_head + 4 * layers * hidden * (p + L - 1) * (p + L) / 2; "
-            "P_body = sum of in*out over nn.Linear but the LM head, P_head = hidden*vocab; "
+            "flops_formula": "per sequence: (p + L - 1) * 2 * P_body + L * 2 * P_head + 4 * layers * hidden * (p + L "
+            "- 1) * (p + L) / 2; P_body = sum of in*out over nn.Linear but the LM head, P_head = hidden*vocab; "
             "p prompt tokens, L new tokens; prompt-position logits the backend discards are not counted",
             "bound": "best median torch.mm TFLOP/s over the square sizes, in the compute dtype",
         },

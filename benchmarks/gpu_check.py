@@ -329,8 +329,8 @@ def training(
 
 def demo(run_dir: Path, timeout_s: int) -> dict:
     code = (
-        f"import rollwise; cfg = rollwise.load_config(overrides=['run.dir={run_dir}', 'run.name=demo', 'run.progress=false']); "
-        "r = rollwise.train(cfg); print('RESULT', r.summary())"
+        f"import rollwise; cfg = rollwise.load_config(overrides=['run.dir={run_dir}', 'run.name=demo', "
+        "'run.progress=false']); r = rollwise.train(cfg); print('RESULT', r.summary())"
     )
     env = dict(
         os.environ,

@@ -138,8 +138,9 @@ def main() -> None:
         for a, r in c["arms"].items():
             m = r["metrics"]
             print(
-                f"  {a:14s} tokens to target {m['tokens_to_target']['value']}  per peer {m['tokens_to_target']['per_seed']}  "
-                f"final pass@1 {m['final_pass@1']['value']:.3f} per peer {m['final_pass@1']['per_seed']}"
+                f"  {a:14s} tokens to target {m['tokens_to_target']['value']}  per peer "
+                f"{m['tokens_to_target']['per_seed']}  final pass@1 {m['final_pass@1']['value']:.3f} per peer "
+                f"{m['final_pass@1']['per_seed']}"
             )
     print(f"wrote {args.out}")
 

@@ -765,7 +765,8 @@ def load_gen_throughput() -> dict:
         return json.loads((benchinfo.RESULTS / "gen_throughput.json").read_text())
     except OSError:
         raise SystemExit(
-            "benchmarks/results/gen_throughput.json is missing: run benchmarks/gen_throughput.py or pass the costs as flags"
+            "benchmarks/results/gen_throughput.json is missing: run benchmarks/gen_throughput.py or pass the costs as "
+            "flags"
         ) from None
 
 
@@ -798,7 +799,8 @@ SCENARIOS = {
         "cite": AREAL_CITE,
         "gen_train_devices": (3, 1),  # AReaL: inference:training devices 3:1
         "sync_shares": (0.72, 0.23, 0.05),
-        "share_source": "RollPacker Table 1 (math, Qwen2.5-14B, veRL): rollout 72%, training 23%, the rest 5% (counted as weight sync)",
+        "share_source": "RollPacker Table 1 (math, Qwen2.5-14B, veRL): rollout 72%, training 23%, the rest 5% "
+        "(counted as weight sync)",
     },
     "areal_light_training": {
         "published_speedup": 2.77,
@@ -813,8 +815,8 @@ SCENARIOS = {
         "cite": VERL_CITE,
         "gen_train_devices": (1, 1),
         "sync_shares": _VERL_SHARES,
-        "share_source": "verl README, colocate sync on 128 GPUs: gen 177.85 s, old_log_prob 53.92 + update_actor 113.81 s, "
-        "rest 10.72 s of a 356.30 s step; the async trainer on half the devices, perfect scaling",
+        "share_source": "verl README, colocate sync on 128 GPUs: gen 177.85 s, old_log_prob 53.92 + update_actor "
+        "113.81 s, rest 10.72 s of a 356.30 s step; the async trainer on half the devices, perfect scaling",
     },
     "verl_fully_async_measured_trainer": {
         "published_speedup": 2.35,
@@ -822,8 +824,8 @@ SCENARIOS = {
         "gen_train_devices": (1, 1),
         "sync_shares": _VERL_SHARES,
         "async_train_share": _VERL_ASYNC_UPDATE / _VERL_ROW["step"],
-        "share_source": "as verl_fully_async, but the async trainer costs what verl measured for it: update_actor 113.16 s "
-        "on its 64 GPUs and no old_log_prob recompute (rollout log-probs are used)",
+        "share_source": "as verl_fully_async, but the async trainer costs what verl measured for it: update_actor "
+        "113.16 s on its 64 GPUs and no old_log_prob recompute (rollout log-probs are used)",
     },
 }
 BATCH = {"groups": 512, "group_size": 16}  # AReaL's paper setup and verl's recipe: 512 prompts x 16 responses
@@ -1017,7 +1019,8 @@ def validate_committed(seed: int = 0) -> dict:
             }
         )
     return {
-        "source": "benchmarks/results/scale_out.json (ray_vs_local; medians of steps 2-15; measured step = sum of stage medians)",
+        "source": "benchmarks/results/scale_out.json (ray_vs_local; medians of steps 2-15; measured step = sum of "
+        "stage medians)",
         "rows": out,
     }
 
@@ -1170,7 +1173,8 @@ def parse_args(argv=None):
         "--calibrate",
         default=None,
         metavar="RUN_DIR",
-        help="--validate: the sync run to take costs from, or 'committed' for machine_costs() (default: the first sync run given)",
+        help="--validate: the sync run to take costs from, or 'committed' for machine_costs() (default: the first "
+        "sync run given)",
     )
     p.add_argument(
         "--quiet-frac",
@@ -1203,8 +1207,8 @@ def main(argv=None) -> None:
         out.write_text(json.dumps(result, indent=1) + "\n")
         for r in result["validation"]["runs"]:
             print(
-                f"{r['dir']}: {r['mode']} eta={r['eta']} workers={r['workers']}: measured {r['measured_step_s']:.3f} s/step, "
-                f"predicted {r['predicted_step_s']:.3f} ({r['predicted_error_pct']:+.1f}%)"
+                f"{r['dir']}: {r['mode']} eta={r['eta']} workers={r['workers']}: measured {r['measured_step_s']:.3f} "
+                f"s/step, predicted {r['predicted_step_s']:.3f} ({r['predicted_error_pct']:+.1f}%)"
                 + (
                     f", dedicated trainer {r['predicted_dedicated_trainer_step_s']:.3f}"
                     if "predicted_dedicated_trainer_step_s" in r

@@ -512,7 +512,8 @@ def parse_args(argv=None):
         nargs="+",
         choices=SETTINGS,
         default=["same"],
-        help="same: fp32 on both sides; best: each side's best CPU settings (bf16 autocast where rollwise's compute_dtype auto measures it faster)",
+        help="same: fp32 on both sides; best: each side's best CPU settings (bf16 autocast where rollwise's "
+        "compute_dtype auto measures it faster)",
     )
     ap.add_argument(
         "--profile",
@@ -603,7 +604,8 @@ def main(argv=None) -> int:
                 "rollwise_faster": bool(r["s_per_step_trl_over_rollwise"] and r["s_per_step_trl_over_rollwise"] > 1),
             }
             print(
-                f"  TRL/rollwise s/step {r['s_per_step_trl_over_rollwise']:.2f}x, peak RSS {r['peak_rss_trl_over_rollwise']:.2f}x",
+                f"  TRL/rollwise s/step {r['s_per_step_trl_over_rollwise']:.2f}x, peak RSS "
+                f"{r['peak_rss_trl_over_rollwise']:.2f}x",
                 flush=True,
             )
             want = {
@@ -667,10 +669,12 @@ def main(argv=None) -> int:
                 "warmup_steps": a.warmup,
                 "torch_threads": base["threads"],
                 "lengths": {
-                    "forced": "every completion is max_completion_length tokens (TRL min_new_tokens; rollwise backend without EOS ids)",
+                    "forced": "every completion is max_completion_length tokens (TRL min_new_tokens; rollwise "
+                    "backend without EOS ids)",
                     "natural": "both stop at EOS",
                 },
-                "step_time": "end to end: rollwise metrics.jsonl wall_s deltas, TRL on_step_end deltas; medians over timed steps",
+                "step_time": "end to end: rollwise metrics.jsonl wall_s deltas, TRL on_step_end deltas; medians over "
+                "timed steps",
                 "peak_rss": "each side in its own process, ru_maxrss at its end (imports + model + training)",
                 "prepare_s": round(prepare_s, 2),
             },

@@ -191,7 +191,8 @@ def compare(
         None, "--jobs", "-j", min=1, help="Runs trained at once in separate processes (default: the sweep's jobs)."
     ),
 ):
-    """Run arms x seeds on one budget (skipping finished runs, resuming interrupted ones); write compare.json and report.html."""
+    """Run arms x seeds on one budget (skipping finished runs, resuming interrupted ones); write compare.json and
+    report.html."""
     from rollwise.bench import compare as run_compare
 
     if not config.is_file():

@@ -33,9 +33,9 @@ class Section(BaseModel):
 class RunConfig(Section):
     name: str | None = Field(
         None,
-        description="Run name; the run directory is <dir>/<name>. Default: <task>-<model>-<controller>-<objective>-s<seed>, "
-        "with -2, -3, ... added when a run of that name exists (an explicit name is never reused: "
-        "--resume continues it).",
+        description="Run name; the run directory is <dir>/<name>. Default: "
+        "<task>-<model>-<controller>-<objective>-s<seed>, with -2, -3, ... added when a run of that name exists (an "
+        "explicit name is never reused: --resume continues it).",
     )
     dir: str = Field("runs", description="Parent directory of run directories.")
     seed: int = Field(0, ge=0, description="Seed for model init, prompt order and sampling.")
@@ -167,17 +167,18 @@ class VllmConfig(Section):
 class ModelConfig(Section):
     name: str = Field(
         "tiny",
-        description="'tiny' / 'tiny-s' / 'tiny-m' / 'tiny-l' (built-in), 'smollm2-135m', a local HF model directory, or a .gguf file.",
+        description="'tiny' / 'tiny-s' / 'tiny-m' / 'tiny-l' (built-in), 'smollm2-135m', a local HF model directory, "
+        "or a .gguf file.",
     )
     dtype: Literal["float32", "bfloat16"] = Field("float32", description="Weights and compute dtype.")
     compute_dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto",
-        description="Dtype the policy's matrix products run in (generation, scoring, training) while weights, gradients and "
-        "optimizer state stay in model.dtype (bf16 autocast, fp32 master weights; rollwise.trainer.precision). "
-        "'auto': the faster of the two here: on a CPU, measured on the model's own matrix shapes at the first "
-        "run (a few seconds; bf16 only if >= 1.1x as fast) and cached per CPU and torch version; on CUDA, bfloat16 "
-        "when the GPU supports it. The choice and its reason are logged and written to metrics.jsonl "
-        "(precision/*). An explicit float32 / bfloat16 always wins.",
+        description="Dtype the policy's matrix products run in (generation, scoring, training) while weights, "
+        "gradients and optimizer state stay in model.dtype (bf16 autocast, fp32 master weights; "
+        "rollwise.trainer.precision). 'auto': the faster of the two here: on a CPU, measured on the model's own "
+        "matrix shapes at the first run (a few seconds; bf16 only if >= 1.1x as fast) and cached per CPU and torch "
+        "version; on CUDA, bfloat16 when the GPU supports it. The choice and its reason are logged and written to "
+        "metrics.jsonl (precision/*). An explicit float32 / bfloat16 always wins.",
     )
     device: str = Field(
         "auto",
@@ -232,10 +233,10 @@ class TreeSamplingConfig(Section):
     )
     schedule: dict[int, float] = Field(
         default_factory=lambda: {0: 1.0, 10: 0.75, 20: 0.5, 80: 0.25, 200: 0.0},
-        description="eta by training step: k = round(n * eta) of a group's n rollouts come from the tree (value of the largest "
-        "step key <= step; 0 before the first key; k < 2 means no tree). The step looked up is the policy version "
-        "the rollouts are generated with (RunState.policy_version), which the synchronous training loop advances "
-        "once per step, so it equals the training step. Default: the Countdown script's schedule.",
+        description="eta by training step: k = round(n * eta) of a group's n rollouts come from the tree (value of "
+        "the largest step key <= step; 0 before the first key; k < 2 means no tree). The step looked up is the policy "
+        "version the rollouts are generated with (RunState.policy_version), which the synchronous training loop "
+        "advances once per step, so it equals the training step. Default: the Countdown script's schedule.",
     )
     max_branch_per_token: int = Field(
         2,
@@ -245,7 +246,8 @@ class TreeSamplingConfig(Section):
     tau_abs: float = Field(
         0.25,
         ge=0.0,
-        description="Branch on candidate j only if p_j > tau_abs (raw, temperature-free probability; >= 1 never branches).",
+        description="Branch on candidate j only if p_j > tau_abs (raw, temperature-free probability; >= 1 never "
+        "branches).",
     )
     tau_rel: float = Field(0.15, ge=0.0, description="... and p_1 - p_j < tau_rel.")
     lookahead: list[int] = Field(
@@ -263,13 +265,15 @@ class TreeSamplingConfig(Section):
     )
     keep_math_symbols: bool = Field(
         True,
-        description="Never prune a child whose divergence point is an operator token (+ - * / = ^ ( ) < > %) in the parent.",
+        description="Never prune a child whose divergence point is an operator token (+ - * / = ^ ( ) < > %) in the "
+        "parent.",
     )
     exit_fraction: float = Field(
         0.98,
         gt=0.0,
         le=1.0,
-        description="Leave the tree phase once the full roots reach (exit_fraction - exit_decay * t / force_return_step) of all k's.",
+        description="Leave the tree phase once the full roots reach (exit_fraction - exit_decay * t / "
+        "force_return_step) of all k's.",
     )
     exit_decay: float = Field(0.05, ge=0.0, description="return_nb_thres_decay of the released scripts.")
     force_return_step: int = Field(
@@ -297,7 +301,8 @@ class ArrolOptions(BaseModel):
     check_tokens: int | None = Field(
         None,
         ge=1,
-        description="Check point L_p in generated tokens (default ceil(check_fraction * sampling.max_new_tokens)); must be < max_new_tokens.",
+        description="Check point L_p in generated tokens (default ceil(check_fraction * sampling.max_new_tokens)); "
+        "must be < max_new_tokens.",
     )
     check_fraction: float = Field(
         0.25,
@@ -322,7 +327,8 @@ class ArrolOptions(BaseModel):
         0.6,
         ge=0.0,
         le=1.0,
-        description="... and until its averaged prequential AUC reaches this [RECON] (0 = prune once min_examples is met).",
+        description="... and until its averaged prequential AUC reaches this [RECON] (0 = prune once min_examples is "
+        "met).",
     )
     auc_decay: float = Field(
         0.5,
@@ -459,7 +465,8 @@ class D3SOptions(BaseModel):
     )
     schedule: Literal["linear", "constant"] = Field(
         "linear",
-        description="'linear': ratios rise linearly to 1.0 at ramp_steps, then hold; 'constant': stay at the start values.",
+        description="'linear': ratios rise linearly to 1.0 at ramp_steps, then hold; 'constant': stay at the start "
+        "values.",
     )
     ramp: float = Field(
         0.6,

@@ -166,7 +166,8 @@ def options_text(section: str, name: str | None = None) -> str:
     if model is None:
         return f"{head} takes no options"
     out = [
-        f"{head} options (set as {section}.options.KEY=VALUE{'' if section != 'filter' else ' under filter.options.' + name})"
+        f"{head} options (set as "
+        f"{section}.options.KEY=VALUE{'' if section != 'filter' else ' under filter.options.' + name})"
     ]
     for key, field in model.model_fields.items():
         default = field.get_default(call_default_factory=True)

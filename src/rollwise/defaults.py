@@ -254,7 +254,8 @@ def probe(run, line: dict, seconds: float) -> None:
         and first.get("eval/pass@1", 1.0) < 0.05
     ):
         log(
-            f"warning: training reward {reward:.2f} but held-out pass@1 {first['eval/pass@1']:.3f} at the start: the model "
-            f"has memorised its train split (the warm start: model.warm_start.steps = {cfg.model.warm_start.steps}, "
-            f"model.warm_start.batch_size = {cfg.model.warm_start.batch_size}; fewer steps, or more data)"
+            f"warning: training reward {reward:.2f} but held-out pass@1 {first['eval/pass@1']:.3f} at the start: the "
+            f"model has memorised its train split (the warm start: model.warm_start.steps = "
+            f"{cfg.model.warm_start.steps}, model.warm_start.batch_size = {cfg.model.warm_start.batch_size}; fewer "
+            "steps, or more data)"
         )

@@ -4,8 +4,8 @@ costs), ``eval.jsonl`` (one line per evaluation) and ``plots/``.
 Training costs come only from the pool's ``StepCost`` of training rounds; evaluation is
 recorded separately and never charged. Lines are appended and flushed at once, so a killed run
 loses nothing it had recorded; an append that fails part-way (a full disk) is cut back to the
-line before and stops the run (``rollwise.storage``), so no half line is left; ``truncate(step)`` drops lines written after the checkpoint a
-run resumes from, so a resumed run's files read as if it had never stopped.
+line before and stops the run (``rollwise.storage``), so no half line is left; ``truncate(step)`` drops lines written
+after the checkpoint a run resumes from, so a resumed run's files read as if it had never stopped.
 """
 
 from __future__ import annotations

@@ -393,8 +393,8 @@ class Run:
                         tokens + "  " if unit != "tokens" else ""
                     ) + f"{unit} {spent:,}/{total:,} ({100 * spent / max(1, total):.0f}%)"
                 self.log(
-                    f"step {step - 1} ({step}/{self.cfg.train.steps} done)  reward {kw.get('reward', '-')}  pass@1 {self._acc()}  "
-                    f"{tokens}  {time.perf_counter() - t0:.0f}s"
+                    f"step {step - 1} ({step}/{self.cfg.train.steps} done)  reward {kw.get('reward', '-')}  pass@1 "
+                    f"{self._acc()}  {tokens}  {time.perf_counter() - t0:.0f}s"
                 )
 
             yield line

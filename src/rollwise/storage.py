@@ -110,7 +110,10 @@ def message(code: int, what: str, run_dir: Path | None, then: str | None = None)
     prev, ckpts = latest_step(where), ckpt_dir(where)
     resume = f"rollwise train --resume {where}"
     if prev is not None:
-        return f"{head}; the run stopped. Checkpoint step-{prev} is intact: {fix.format(dir=where)}, then continue with: {resume}"
+        return (
+            f"{head}; the run stopped. Checkpoint step-{prev} is intact: {fix.format(dir=where)}, then continue "
+            f"with: {resume}"
+        )
     return (
         f"{head}; the run stopped. No checkpoint is left in {ckpts}: "
         f"{fix.format(dir=where)}, then start again with: {resume}"

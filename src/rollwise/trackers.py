@@ -27,8 +27,8 @@ Contract:
 
 - Resuming: a resumed run continues the same tracker run (ids kept in
   ``<run>/trackers.json``); tensorboard purges the events at or after the resumed step (and
-  above the resumed token count), so the training curves have no duplicate points; points the others got after the checkpoint
-  are logged again at the same step (W&B keeps its first value of a step).
+  above the resumed token count), so the training curves have no duplicate points; points the others got after the
+  checkpoint are logged again at the same step (W&B keeps its first value of a step).
 - A tracker that raises (at start or mid-run) is reported once through ``log`` and dropped;
   training never stops for a tracker.
 """

@@ -1,7 +1,7 @@
 """Run-level reliability: a real full disk (a size-capped tmpfs) at a checkpoint, a ledger append
 or the final export, a run directory made read-only and a checkpoint directory deleted mid-run
-stop the run with one clear line, and the resumed run matches an uninterrupted one; a corrupted newest checkpoint is skipped with a message;
-``rollwise compare`` killed mid-sweep resumes with finished runs skipped."""
+stop the run with one clear line, and the resumed run matches an uninterrupted one; a corrupted newest checkpoint is
+skipped with a message; ``rollwise compare`` killed mid-sweep resumes with finished runs skipped."""
 
 import json
 import os
@@ -204,7 +204,7 @@ def test_compare_killed_mid_sweep_resumes_with_finished_runs_skipped(tmp_path):
     base = tiny_overrides(tmp_path, steps=3)
     base.pop("run.dir"), base.pop("run.name")
     sets = "\n".join(
-        f"{json.dumps(k)} = {json.dumps(v) if not isinstance(v, dict) else '{' + ', '.join(f'{a} = {json.dumps(b)}' for a, b in v.items()) + '}'}"
+        f"{json.dumps(k)} = {json.dumps(v) if not isinstance(v, dict) else '{' + ', '.join(f'{a} = {json.dumps(b)}' for a, b in v.items()) + '}'}"  # noqa: E501
         for k, v in base.items()
     )
     sweep.write_text(

@@ -99,8 +99,8 @@ class Killed(Exception):
 
 def test_kill_and_resume_trains_every_plan_once_and_keeps_accepted_rollouts(tmp_path, monkeypatch):
     """η = 1, 6 steps, checkpoints every 2: the run dies in step 3's optimizer step (after the step-2
-    checkpoint, whose pool state holds plan 2, drawn at step 1 and maybe generated already); the resumed run's trained prompt sequence
-    equals an uninterrupted run's, and its cost/rollouts too (nothing charged twice or lost)."""
+    checkpoint, whose pool state holds plan 2, drawn at step 1 and maybe generated already); the resumed run's trained
+    prompt sequence equals an uninterrupted run's, and its cost/rollouts too (nothing charged twice or lost)."""
     from rollwise.trainer.trainer import Trainer
 
     extra = {

@@ -34,7 +34,8 @@ import torch
 
 from conftest import as_sets, tiny_overrides
 
-ATOL = 1e-6  # fp32 weights after SGD steps of lr 1 (w - g): measured 1.5e-8 after one step, 6e-8 after two; the steps move them by 0.05
+ATOL = 1e-6  # fp32 weights after SGD steps of lr 1 (w - g): measured 1.5e-8 after one step, 6e-8 after two; the
+# steps move them by 0.05
 
 
 def _free_port() -> int:

@@ -26,14 +26,14 @@ all work the same way) and receives the trainer's published weights (``load_weig
 every optimizer step, through vLLM's in-place ``reload_weights``; the prefix cache is reset so no
 KV block computed with old weights is reused. On a GPU, ``model.vllm.sleep_level`` puts the engine
 to sleep between generations and wakes it in stages around each push (``SleepCycle``); the
-trainer's stale-weight alarm (``train.gap_guard``) stops the run if a push did not arrive. The loop records the seconds as
-``time/weight_sync_s``.
+trainer's stale-weight alarm (``train.gap_guard``) stops the run if a push did not arrive. The loop records the seconds
+as ``time/weight_sync_s``.
 
 Differences from ``hf``: no decode hooks or early stopping (``stop_when``, ``decode_hook``), no
 ``score`` and no entropies, so ARRoL, LATR, APRIL and SPEC-RL need ``hf``, and so does an advantage
-with ``entropy = 'sampler'`` (refused at config load from ``VLLMBackend.compat``, ``rollwise.compat``). vLLM's kernels differ from the trainer's forward, so its log-probs are
-not the trainer's: the trainer logs the gap (``mismatch/*``) and truncated importance sampling
-against the sampler is on by default for this backend (``rollwise.trainer.mismatch``).
+with ``entropy = 'sampler'`` (refused at config load from ``VLLMBackend.compat``, ``rollwise.compat``). vLLM's kernels
+differ from the trainer's forward, so its log-probs are not the trainer's: the trainer logs the gap (``mismatch/*``) and
+truncated importance sampling against the sampler is on by default for this backend (``rollwise.trainer.mismatch``).
 """
 
 from __future__ import annotations

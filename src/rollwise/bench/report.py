@@ -121,7 +121,8 @@ def html(compare: dict, png: bytes, configs: dict[str, str]) -> str:
             warn = " class=warn" if r["stopped_by"] != "budget" else ""
             run_rows.append(
                 f"<tr><td>{H.escape(arm)}</td><td>{H.escape(seed)}</td><td>{_num(r['steps'])}</td>"
-                f"<td{warn}>{H.escape(r['stopped_by'])}</td><td>{_num(r['generated_tokens'])}</td><td>{_num(r['rollouts'])}</td><td>{_num(r['train_s'], 1)}</td>"
+                f"<td{warn}>{H.escape(r['stopped_by'])}</td><td>{_num(r['generated_tokens'])}</td>"
+                f"<td>{_num(r['rollouts'])}</td><td>{_num(r['train_s'], 1)}</td>"
                 f"<td>{_num(r['wall_s'], 1)}</td><td>{_num(r['final_pass@1'])}</td>"
                 f"<td><code>{H.escape(r['dir'])}</code></td></tr>"
             )
@@ -157,11 +158,14 @@ table {{ border-collapse: collapse; margin: 1em 0; font-size: 0.92em; }}
 th, td {{ border: 1px solid #ccc; padding: 0.35em 0.6em; text-align: right; vertical-align: top; }}
 th.arm, td:first-child {{ text-align: left; }}
 thead th {{ background: #f3f3f3; }}
-.ci {{ color: #777; font-size: 0.85em; white-space: nowrap; }} .desc {{ color: #666; font-weight: normal; font-size: 0.8em; }}
+.ci {{ color: #777; font-size: 0.85em; white-space: nowrap; }} \
+.desc {{ color: #666; font-weight: normal; font-size: 0.8em; }}
 .better {{ color: #17803d; }} .worse {{ color: #b42318; }} .same {{ color: #555; }}
-.tag {{ background: #e8eefc; color: #2a4a9a; border-radius: 3px; padding: 0 0.3em; font-size: 0.75em; font-weight: normal; }}
+.tag {{ background: #e8eefc; color: #2a4a9a; border-radius: 3px; padding: 0 0.3em; font-size: 0.75em; \
+font-weight: normal; }}
 .warn {{ color: #b54708; }} pre {{ background: #f7f7f7; padding: 0.8em; overflow-x: auto; font-size: 0.85em; }}
-img {{ max-width: 100%; border: 1px solid #ddd; }} dl {{ display: grid; grid-template-columns: max-content auto; gap: 0.2em 1em; }}
+img {{ max-width: 100%; border: 1px solid #ddd; }} \
+dl {{ display: grid; grid-template-columns: max-content auto; gap: 0.2em 1em; }}
 dt {{ font-weight: 600; }} dd {{ margin: 0; }}
 </style></head><body>
 <h1>rollwise compare: {H.escape(sw["name"])}</h1>
@@ -172,7 +176,8 @@ dt {{ font-weight: 600; }} dd {{ margin: 0; }}
 <dt>budget per run</dt><dd>{budget}</dd>
 <dt>target pass@1</dt><dd>{compare["target"]["value"]:.4f} ({H.escape(compare["target"]["source"])})</dd>
 <dt>AUC range</dt><dd>0 – {compare["auc_tokens"]:,.0f} generated tokens</dd>
-<dt>intervals</dt><dd>{int(ci["level"] * 100)}% {H.escape(ci["method"])}, {ci["resamples"]} resamples, RNG seed {ci["rng_seed"]}</dd>
+<dt>intervals</dt><dd>{int(ci["level"] * 100)}% {H.escape(ci["method"])}, {ci["resamples"]} resamples, \
+RNG seed {ci["rng_seed"]}</dd>
 <dt>machine</dt><dd>{H.escape(machine)}</dd>
 <dt>git</dt><dd>{H.escape(g.get("commit") or "unknown")}{" (with uncommitted changes)" if g.get("dirty") else ""}</dd>
 <dt>created</dt><dd>{H.escape(compare["created"])}</dd>
@@ -181,7 +186,8 @@ dt {{ font-weight: 600; }} dd {{ margin: 0; }}
 <img alt="held-out pass@1 against training generated tokens, per arm" src="data:image/png;base64,{img}">
 <h2>Per arm</h2>
 <p>Value with its interval in brackets, and the ratio to the baseline below: green “better” or red “worse” only where
-the arm's interval and the baseline's do not overlap; where they overlap the data do not tell the two apart. To-target figures are where
+the arm's interval and the baseline's do not overlap; where they overlap the data do not tell the two apart. \
+To-target figures are where
 the arm's mean curve first reaches the target (linear between eval points); “not reached” means within this budget.
 Seconds are compared only between runs that had the machine to themselves: where runs ran at the same time they are
 marked “{H.escape(CONFOUNDED)}”.</p>

@@ -85,7 +85,8 @@ def status(spec: RunSpec) -> str:
         keys = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
         raise UserError(
             f"{d} holds a run made with a different config than this sweep asks for (differs in "
-            f"{', '.join(keys[:6])}{', ...' if len(keys) > 6 else ''}); delete it (or choose another out_dir) to run it again"
+            f"{', '.join(keys[:6])}{', ...' if len(keys) > 6 else ''}); delete it (or choose another out_dir) to run "
+            "it again"
         )
     return "done" if (d / DONE).is_file() else "resume"
 

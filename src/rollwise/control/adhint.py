@@ -77,8 +77,8 @@ def hint_length(w: float, reference_len: int) -> int:
 
 class ADHint(Uniform):
     Options = Options
-    # finish_batch marks the hinted rollouts of the kept groups; naive and hinted rollouts are normalised separately by its
-    # advantage (plain GRPO would pool them); hinted rounds continue prefixes of their own
+    # finish_batch marks the hinted rollouts of the kept groups; naive and hinted rollouts are normalised separately by
+    # its advantage (plain GRPO would pool them); hinted rounds continue prefixes of their own
     compat = Compat(
         batch_statistics=True, pairs_with=("advantage", "adhint"), dynamic_sampling=False, continues_prefixes=True
     )
@@ -103,7 +103,8 @@ class ADHint(Uniform):
         task, codec = services.task, services.codec
         if not hasattr(task, "target"):
             raise UserError(
-                f"control.name = 'adhint' needs reference solutions: task {getattr(task, 'name', task)!r} has no target()"
+                f"control.name = 'adhint' needs reference solutions: task {getattr(task, 'name', task)!r} has no "
+                "target()"
             )
         self.task, self.codec = task, codec
 

@@ -11,12 +11,13 @@ How it is split here (each part exists once):
 
 - The test "does this group carry signal?" is the configured filter chain, which must contain
   ``zero_variance`` (:func:`rollwise.filter.basic.zero_variance`, with its ``tol`` for float
-  rewards; refused without it at config load, ``rollwise.compat.check``); a group counts towards the target when every configured filter keeps it.
+  rewards; refused without it at config load, ``rollwise.compat.check``); a group counts towards the target when every
+  configured filter keeps it.
 - :class:`DynamicSampling` wraps the chosen controller (``components.build_strategies`` does it
   when ``control.dynamic_sampling.enabled``). After each generation round, once the controller's
   own ``next_round`` has nothing more to ask, it draws ``target_groups - passing`` fresh prompts
-  (at most ``prompts_per_step`` per round) from the controller's :class:`~rollwise.control.source.PromptStream` and lets the controller's
-  ``plan`` allocate them, until the target is met or ``max_rounds`` rounds (the first included)
+  (at most ``prompts_per_step`` per round) from the controller's :class:`~rollwise.control.source.PromptStream` and lets
+  the controller's ``plan`` allocate them, until the target is met or ``max_rounds`` rounds (the first included)
   have run. Every round goes through the worker pool, so its tokens, rollouts and verifier calls
   are charged to the ledger; ``control/rounds`` and ``control/budget_used`` log them.
 - The loop's filters then drop the degenerate groups; if more groups pass than ``target_groups``

@@ -122,7 +122,8 @@ class V05(Uniform):
         self.opts = options or Options()
         if self.opts.cap < cfg.rollouts_per_prompt:
             raise UserError(
-                f"control.options.cap ({self.opts.cap}) is below control.rollouts_per_prompt ({cfg.rollouts_per_prompt})"
+                f"control.options.cap ({self.opts.cap}) is below control.rollouts_per_prompt "
+                f"({cfg.rollouts_per_prompt})"
             )
         self.extra_budget = (
             self.opts.extra_budget
@@ -144,8 +145,8 @@ class V05(Uniform):
             ]
             if missing:
                 raise UserError(
-                    f"control.options.prior = 'metadata' needs metadata['value_prior'] in [0, 1] on every train prompt; "
-                    f"missing or out of range on {len(missing)}, e.g. {missing[:3]}"
+                    f"control.options.prior = 'metadata' needs metadata['value_prior'] in [0, 1] on every train "
+                    f"prompt; missing or out of range on {len(missing)}, e.g. {missing[:3]}"
                 )
             self._source = lambda p: float(p.metadata["value_prior"])
         elif self.opts.prior != "history":

@@ -64,8 +64,8 @@ largest ``d``, ``async/plan`` the index of the plan trained (always the step);
 ``async/restarted`` (``discard``) and ``async/discarded_tokens``; ``time/trainer_wait_s`` the
 seconds the loop waited for its plan, ``time/generator_idle_s`` the generator's seconds without
 an admissible plan since the previous step, and ``util/trainer`` / ``util/generator`` the share
-of the step's wall-clock (from one plan's return to the next) each was busy. ``timeline.jsonl`` in the run directory holds one
-line per generation span (per Ray worker when the engine is Ray) and per trainer span (the loop's
+of the step's wall-clock (from one plan's return to the next) each was busy. ``timeline.jsonl`` in the run directory
+holds one line per generation span (per Ray worker when the engine is Ray) and per trainer span (the loop's
 time between two ``generate`` calls: training, evaluation, checkpoints); ``rollwise.eval.plots``
 draws it.
 

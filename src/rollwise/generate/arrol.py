@@ -89,7 +89,8 @@ def check_config(cfg) -> None:
     if at >= limit:
         key = "check_tokens" if a.check_tokens is not None else "check_fraction"
         raise UserError(
-            f"sampling.arrol.{key} puts the check point at {at} tokens; it must be below sampling.max_new_tokens={limit}"
+            f"sampling.arrol.{key} puts the check point at {at} tokens; it must be below "
+            f"sampling.max_new_tokens={limit}"
         )
 
 

@@ -93,7 +93,8 @@ def ace(
         )
     if confidence_shift.shape != rewards.shape:
         raise ValueError(
-            f"confidence_shift must be (B,) like rewards, got {tuple(confidence_shift.shape)} and {tuple(rewards.shape)}"
+            f"confidence_shift must be (B,) like rewards, got {tuple(confidence_shift.shape)} and "
+            f"{tuple(rewards.shape)}"
         )
     if not torch.isfinite(confidence_shift).all():
         raise ValueError("confidence_shift contains NaN or inf")

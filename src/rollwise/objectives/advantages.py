@@ -61,7 +61,8 @@ def _estimator(options: type[BaseModel]) -> Callable:
         def fn(rewards: torch.Tensor, group_index: torch.Tensor, opts: BaseModel | None = None, **inputs) -> Advantages:
             if rewards.dim() != 1 or group_index.shape != rewards.shape:
                 raise ValueError(
-                    f"rewards and group_index must both be (B,), got {tuple(rewards.shape)} and {tuple(group_index.shape)}"
+                    f"rewards and group_index must both be (B,), got {tuple(rewards.shape)} and "
+                    f"{tuple(group_index.shape)}"
                 )
             if not torch.isfinite(rewards).all():
                 raise ValueError("rewards contain NaN or inf (an unverified rollout must be dropped, not scored)")
@@ -239,7 +240,8 @@ class MedianOptions(_Options):
     mad_eps: float = Field(1e-3, gt=0.0, description="Added to the MAD before dividing (MC-GRPO code: 1e-3).")
     scale: Literal["mad", "none"] = Field(
         "mad",
-        description="'mad' divides by MAD + mad_eps (paper); 'none' keeps r - median (ours: MAD is often 0 for binary rewards).",
+        description="'mad' divides by MAD + mad_eps (paper); 'none' keeps r - median (ours: MAD is often 0 for "
+        "binary rewards).",
     )
 
 

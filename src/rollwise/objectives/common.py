@@ -113,13 +113,15 @@ class ObjectiveOptions(BaseModel):
     )
     kl_bias_correction: bool = Field(
         False,
-        description="Multiply the per-token KL by the policy ratio pi_theta/pi_old (the objective's ratio, not detached; "
-        "GSPO: the sequence ratio), as TRL's use_bias_correction_kl does. The kl_sum metric stays the plain estimator.",
+        description="Multiply the per-token KL by the policy ratio pi_theta/pi_old (the objective's ratio, not "
+        "detached; GSPO: the sequence ratio), as TRL's use_bias_correction_kl does. The kl_sum metric stays the "
+        "plain estimator.",
     )
     count_empty_rows: bool = Field(
         False,
         description="With the 'seq_mean_*' aggregations: divide by all rows of the step (batch.num_rows), rows without "
-        "loss tokens included, as TRL's loss_type 'grpo' and 'dr_grpo' do; False divides by rows with >= 1 loss token (verl).",
+        "loss tokens included, as TRL's loss_type 'grpo' and 'dr_grpo' do; False divides by rows with >= 1 loss "
+        "token (verl).",
     )
     entropy_coef: float = Field(
         0.0, ge=0, description="Weight of the entropy bonus (subtracted from the loss; needs an entropy tensor)."
@@ -133,7 +135,8 @@ class ObjectiveOptions(BaseModel):
     tis_cap: float | None = Field(2.0, gt=0, description="Upper bound (cap) of the behaviour weight; None = uncapped.")
     tis_action: Literal["truncate", "mask"] = Field(
         "truncate",
-        description="'truncate' clamps the weight into [tis_low, tis_cap] (TIS); 'mask' zeroes tokens outside it (MIS).",
+        description="'truncate' clamps the weight into [tis_low, tis_cap] (TIS); 'mask' zeroes tokens outside it "
+        "(MIS).",
     )
 
     @property

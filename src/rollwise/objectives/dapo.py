@@ -12,8 +12,8 @@ What lives elsewhere: dynamic sampling (dropping all-equal groups) is a filter
 (``filter/``), the advantage is ``advantages.grpo``. The overlong soft punishment is the pure
 reward-shaping function :func:`overlong_penalty` below, added to the correctness reward by
 :mod:`rollwise.reward` (``reward.overlong_penalty``); refilling the batch after the filter is
-``control.dynamic_sampling`` (:mod:`rollwise.control.rounds`). Differences from the paper: none intended; the KL, entropy and TIS
-options of :class:`~rollwise.objectives.common.ObjectiveOptions` are extras (off by default).
+``control.dynamic_sampling`` (:mod:`rollwise.control.rounds`). Differences from the paper: none intended; the KL,
+entropy and TIS options of :class:`~rollwise.objectives.common.ObjectiveOptions` are extras (off by default).
 """
 
 from __future__ import annotations

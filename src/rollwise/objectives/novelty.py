@@ -53,7 +53,8 @@ class NoveltyOptions(GrpoOptions):
     )
     mean_over: Literal["all", "correct"] = Field(
         "all",
-        description="Rows whose s enters the group mean s_bar: 'all' rows or only the 'correct' ones (A > 0); unverified in the paper.",
+        description="Rows whose s enters the group mean s_bar: 'all' rows or only the 'correct' ones (A > 0); "
+        "unverified in the paper.",
     )
 
 

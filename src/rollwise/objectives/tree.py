@@ -57,16 +57,19 @@ class TreeOptions(BaseModel):
     )
     fusion: Literal["mean", "prob_weighted"] = Field(
         "mean",
-        description="Internal node reward: mean of its leaves, or softmax(alpha * child segment log-prob)-weighted children.",
+        description="Internal node reward: mean of its leaves, or softmax(alpha * child segment log-prob)-weighted "
+        "children.",
     )
     alpha: float = Field(1.0, description="alpha of the probability-weighted fusion (BranchGRPO: 1.0).")
     per_token: bool = Field(
         True,
-        description="Give each segment's tokens its node's advantage (false: every token of a row gets its leaf's advantage).",
+        description="Give each segment's tokens its node's advantage (false: every token of a row gets its leaf's "
+        "advantage).",
     )
     prune_depths: list[int] = Field(
         default_factory=list,
-        description="Node depths (1 = first segment) whose tokens leave the loss (BranchGRPO depth pruning; [] = none).",
+        description="Node depths (1 = first segment) whose tokens leave the loss (BranchGRPO depth pruning; [] = "
+        "none).",
     )
 
 

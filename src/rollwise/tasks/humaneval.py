@@ -80,7 +80,8 @@ class HumanEvalTask(CodeTask):
         if not train:
             if not options.train_on_heldout:
                 raise UserError(
-                    "task 'humaneval': n_heldout = 164 leaves no train problems; lower it or set train_on_heldout = true"
+                    "task 'humaneval': n_heldout = 164 leaves no train problems; lower it or set train_on_heldout = "
+                    "true"
                 )
             train = held
         self._train = tuple(to_prompt(p, options.system_prompt) for p in train)

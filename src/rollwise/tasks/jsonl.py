@@ -5,8 +5,8 @@ Contract:
 - The file (and ``heldout_path``, if given) is read and checked at construction: one JSON object
   per non-blank line, each with a non-empty string ``question_field`` and an ``answer_field``
   (string or number). Every mistake raises ``UserError`` naming the file, and the line number,
-  field and the option that names it (``task.options.answer_field``) where there is one: missing file, malformed JSON, a line that is not an object, a
-  missing or empty field, no rows at all.
+  field and the option that names it (``task.options.answer_field``) where there is one: missing file, malformed JSON, a
+  line that is not an object, a missing or empty field, no rows at all.
 - Splits, both disjoint by question text and in file order:
 
   * with ``heldout_path``: that file is the held-out split; train rows whose question also
@@ -109,7 +109,10 @@ def _field_error(path: Path, n: int, option: str, field: str, row: dict, want: s
             f"{path} line {n}: missing field {field!r} (the line has {sorted(row)}); set task.options.{option} "
             f"to the key that holds it (rollwise config options task jsonl)"
         )
-    return f"{path} line {n}: field {field!r} must be {want}, got {row[field]!r:.80} (the field named by task.options.{option})"
+    return (
+        f"{path} line {n}: field {field!r} must be {want}, got {row[field]!r:.80} (the field named by "
+        f"task.options.{option})"
+    )
 
 
 class JsonlTask:

@@ -139,10 +139,10 @@ def check_fits(plan: MemoryPlan, device_bytes: int, where: str) -> None:
     budget = int(device_bytes * (1 - HEADROOM))
     if plan.total > budget:
         raise UserError(
-            f"the model does not fit {where}: {plan.explain()} needed before activations, but {device_bytes / GIB:.2f} GiB "
-            f"x {1 - HEADROOM:.2f} (headroom for activations) = {budget / GIB:.2f} GiB is available. Use model.lora.enabled "
-            "= true (gradients and moments for the adapters only), model.dtype = 'bfloat16', reward.kl.coef = 0 (no "
-            "reference copy), a smaller vllm.gpu_memory_utilization, or a larger device"
+            f"the model does not fit {where}: {plan.explain()} needed before activations, but {device_bytes / GIB:.2f} "
+            f"GiB x {1 - HEADROOM:.2f} (headroom for activations) = {budget / GIB:.2f} GiB is available. Use "
+            "model.lora.enabled = true (gradients and moments for the adapters only), model.dtype = 'bfloat16', "
+            "reward.kl.coef = 0 (no reference copy), a smaller vllm.gpu_memory_utilization, or a larger device"
         )
 
 

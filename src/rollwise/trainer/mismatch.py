@@ -100,7 +100,10 @@ class GapGuard:
         if gap > self.ceiling:
             why = f"above train.gap_guard.ceiling = {self.ceiling}"
         elif base is not None and gap > self.floor and gap > self.jump * base:
-            why = f"{gap / max(base, 1e-12):.1f}x the median {base:.4f} of the earlier steps (train.gap_guard.jump = {self.jump})"
+            why = (
+                f"{gap / max(base, 1e-12):.1f}x the median {base:.4f} of the earlier steps (train.gap_guard.jump = "
+                f"{self.jump})"
+            )
         if why is None:
             self.history.append(gap)
             return None

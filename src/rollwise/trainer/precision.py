@@ -180,9 +180,9 @@ def measure_pass_seconds(
     """Seconds of one pass through ``shapes``' products (forward + backward, ``rows`` token rows) in
     fp32 and under bf16 autocast on this CPU: ``(fp32_s, bf16_s)``. Each round times every product
     in both dtypes back to back, alternating which goes first; a product's time is its fastest
-    round (the least disturbed by other load), weighted by how often a pass runs it. A product wider than ``MAX_TIMED_OUT`` outputs (the LM
-    head of a large vocabulary) is timed on that many and scaled by its width: its time is linear
-    in the width, which keeps the measurement to a few seconds."""
+    round (the least disturbed by other load), weighted by how often a pass runs it. A product wider than
+    ``MAX_TIMED_OUT`` outputs (the LM head of a large vocabulary) is timed on that many and scaled by its width: its
+    time is linear in the width, which keeps the measurement to a few seconds."""
     gen = torch.Generator().manual_seed(0)
     tensors = []
     for i, o, count in shapes.products():
@@ -346,7 +346,8 @@ def measured_cpu_decision(
             except OSError as e:
                 if log is not None:
                     log(
-                        f"warning: could not cache the compute-dtype measurement in {path} ({e}); the next run measures again"
+                        f"warning: could not cache the compute-dtype measurement in {path} ({e}); the next run "
+                        "measures again"
                     )
     dtype, speedup = choose(fp32_s, bf16_s)
     verdict = "bf16 is" if dtype == torch.bfloat16 else f"bf16 needs >= {BF16_MIN_SPEEDUP:.2f}x; fp32 is"

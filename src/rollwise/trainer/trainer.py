@@ -39,8 +39,8 @@ weight by ``loss_mask``); the micro-batch's rows are packed so the decoder compu
 the LM head and log-softmax run only where a completion token is predicted, in chunks of
 ``LOGIT_CHUNK`` positions, through ``rollwise.trainer.head`` (gradient by formula; the logits are
 kept for the backward when the micro-batch's fit in ``KEEP_LOGITS_BYTES``, rebuilt otherwise).
-``compute_dtype`` (``model.compute_dtype``, ``rollwise.trainer.precision``) runs forward and backward under bf16 autocast while the weights,
-gradients and AdamW state stay fp32 (master weights). ``train.activation_checkpointing``
+``compute_dtype`` (``model.compute_dtype``, ``rollwise.trainer.precision``) runs forward and backward under bf16
+autocast while the weights, gradients and AdamW state stay fp32 (master weights). ``train.activation_checkpointing``
 recomputes each decoder layer's activations in the backward pass (HF gradient checkpointing).
 """
 

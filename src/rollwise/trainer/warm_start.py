@@ -96,7 +96,8 @@ def warm_start(model, codec, task, ws_cfg, seed: int, key: dict, log=print) -> s
         start, torch_rng = _load_partial(partial, model, opt, rng)
         report.done = start
         log(
-            f"warm start: continuing from step {start:,} of {ws_cfg.steps:,} (interrupted before; saved under {cache_root()})"
+            f"warm start: continuing from step {start:,} of {ws_cfg.steps:,} (interrupted before; saved under "
+            f"{cache_root()})"
         )
     model.train()
     at = _Position(start)
@@ -106,8 +107,8 @@ def warm_start(model, codec, task, ws_cfg, seed: int, key: dict, log=print) -> s
         if ws_cfg.cache and at.consistent():
             _save_partial(partial, model, opt, at)
             log(
-                f"warm start interrupted after {at.done:,} of {ws_cfg.steps:,} steps; saved: the next run with this warm start "
-                f"(--resume of this one, or a new one) continues it from step {at.done:,}"
+                f"warm start interrupted after {at.done:,} of {ws_cfg.steps:,} steps; saved: the next run with this "
+                f"warm start (--resume of this one, or a new one) continues it from step {at.done:,}"
             )
         else:
             why = "model.warm_start.cache = false" if not ws_cfg.cache else "interrupted inside an optimizer update"
@@ -117,8 +118,8 @@ def warm_start(model, codec, task, ws_cfg, seed: int, key: dict, log=print) -> s
                 else "starts the warm start again from its first step"
             )
             log(
-                f"warm start interrupted after {at.done:,} of {ws_cfg.steps:,} steps: this session's steps are not kept "
-                f"({why}), so the next run {then}"
+                f"warm start interrupted after {at.done:,} of {ws_cfg.steps:,} steps: this session's steps are not "
+                f"kept ({why}), so the next run {then}"
             )
         raise
     if ws_cfg.cache:
@@ -247,9 +248,9 @@ def fit_warnings(
         median = lens[len(lens) // 2]
         if median > max_new_tokens:
             out.append(
-                f"sampling.max_new_tokens = {max_new_tokens} is shorter than the task's {what} (median {median} tokens with "
-                f"end-of-text, longest {lens[-1]}, e.g. {targets[0]!r:.40}): rollouts are cut before they can answer and "
-                f"rewards stay 0; set sampling.max_new_tokens={lens[-1]} or more"
+                f"sampling.max_new_tokens = {max_new_tokens} is shorter than the task's {what} (median {median} tokens "
+                f"with end-of-text, longest {lens[-1]}, e.g. {targets[0]!r:.40}): rollouts are cut before they can "
+                f"answer and rewards stay 0; set sampling.max_new_tokens={lens[-1]} or more"
             )
     if builtin:
         unk = getattr(codec.tokenizer, "unk_token_id", None)
@@ -257,16 +258,16 @@ def fit_warnings(
         missing = sorted({ch for t in texts for ch in t if unk is not None and codec.encode_text(ch) == [unk]})
         if missing:
             out.append(
-                f"the built-in tiny model's character vocabulary (printable ASCII) lacks {len(missing)} character(s) this "
-                f"task uses ({''.join(missing[:20])!r}): it cannot learn this task's format; use a Hugging Face model "
-                "(model.name=smollm2-135m or a local model directory)"
+                f"the built-in tiny model's character vocabulary (printable ASCII) lacks {len(missing)} character(s) "
+                f"this task uses ({''.join(missing[:20])!r}): it cannot learn this task's format; use a Hugging Face "
+                "model (model.name=smollm2-135m or a local model directory)"
             )
         if context is not None and prompts:
             longest = max(len(codec.encode_prompt(p)) for p in prompts)
             if longest + max_new_tokens > context:
                 out.append(
-                    f"the task's prompts (up to {longest} tokens) plus sampling.max_new_tokens = {max_new_tokens} exceed the "
-                    f"built-in tiny model's context of {context} tokens: it cannot learn this task's format; use a Hugging "
-                    "Face model (model.name=smollm2-135m or a local model directory)"
+                    f"the task's prompts (up to {longest} tokens) plus sampling.max_new_tokens = {max_new_tokens} "
+                    f"exceed the built-in tiny model's context of {context} tokens: it cannot learn this task's "
+                    "format; use a Hugging Face model (model.name=smollm2-135m or a local model directory)"
                 )
     return out

@@ -26,8 +26,8 @@ Outcomes (three, as for every verifier):
   could not run); ``Verdict(None, "bad_reference")`` when the metadata lacks the test.
 
 ``details``: ``detail`` (the sandbox's explanation), ``seconds``, ``isolation`` (``bwrap`` /
-``rlimit``), ``cached``, ``sandbox_id`` (the call's marker, see ``rollwise.verify.sandbox``), and ``answer`` (the program, whitespace-normalised, so maj@k votes over
-identical programs).
+``rlimit``), ``cached``, ``sandbox_id`` (the call's marker, see ``rollwise.verify.sandbox``), and ``answer`` (the
+program, whitespace-normalised, so maj@k votes over identical programs).
 
 ``cache`` (a :class:`VerdictCache`) remembers deterministic outcomes by (prompt id, program):
 identical completions of one prompt are common in a group, and a tiny model repeats itself.

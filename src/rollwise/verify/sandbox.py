@@ -66,8 +66,8 @@ once per process; the choice is in every verdict's details and in the run's log 
   exec, ctypes, or signals to other processes). Weaker than namespaces: the guard is Python-level.
 
 In both, when this process runs as root the sandbox runs as a dedicated unprivileged user (one
-per concurrent call, from ``UID_BASE`` up, offset by the process id), so the process-count limit holds (root is exempt from it)
-and the sandbox cannot signal or read the trainer. Without root the sandbox shares the trainer's
+per concurrent call, from ``UID_BASE`` up, offset by the process id), so the process-count limit holds (root is exempt
+from it) and the sandbox cannot signal or read the trainer. Without root the sandbox shares the trainer's
 user; the process limit is then set relative to that user's current task count.
 
 Clean-up after every call, whatever happened: the session is killed, then every process that
@@ -318,8 +318,8 @@ class Sandbox:
     def describe(self) -> str:
         lim = self.limits
         return (
-            f"code sandbox: {self.isolation} ({self.why}); python {self.python}; limits wall {lim.wall_s}s, cpu {lim.cpu_s}s, "
-            f"memory {lim.memory_mb} MiB, {lim.processes} processes, output {lim.output_bytes} B"
+            f"code sandbox: {self.isolation} ({self.why}); python {self.python}; limits wall {lim.wall_s}s, cpu "
+            f"{lim.cpu_s}s, memory {lim.memory_mb} MiB, {lim.processes} processes, output {lim.output_bytes} B"
         )
 
     # ------------------------------------------------------------ choosing isolation

@@ -68,7 +68,8 @@ def test_bias_of_the_lenient_rule_on_a_one_step_toy_distribution():
     assert 0.5 * (lenient - q).abs().sum().item() == pytest.approx(0.15)
     assert torch.allclose(speculative_distribution(p, q, bias=0.0, residual=True), q)
     assert torch.allclose(residual_distribution(p, q), torch.tensor([0.0, 1.0]))
-    # the bias grows with the lenience: l = e^0.5 accepts min(0.8, 0.82) = 0.8 and min(0.2, 0.82) = 0.2: the draft p itself
+    # the bias grows with the lenience: l = e^0.5 accepts min(0.8, 0.82) = 0.8 and min(0.2, 0.82) = 0.2: the draft p
+    # itself
     assert torch.allclose(speculative_distribution(p, q, bias=0.5), p)
     assert torch.allclose(speculative_distribution(p, q, bias=math.inf), p)
     assert torch.allclose(speculative_distribution(q, q, bias=0.0), q)  # p = q: exact

@@ -70,7 +70,10 @@ def test_chat_template_renders_the_messages_for_an_instruct_tokenizer(tmp_path):
     from rollwise.trainer.tiny import char_tokenizer
 
     tok = char_tokenizer()
-    tok.chat_template = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}{% if add_generation_prompt %}>{% endif %}"
+    tok.chat_template = (
+        "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}"
+        "{% if add_generation_prompt %}>{% endif %}"
+    )
     task = make(str(_write(tmp_path, "jsonl")), dict(OPTS, system_prompt="S", heldout_fraction=0.0))
     p = task.train_prompts()[0]  # row 1: "What is 0 + 0?"
     ids = Codec(tok, use_chat=True).encode_prompt(p)

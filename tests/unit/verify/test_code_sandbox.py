@@ -230,7 +230,8 @@ def test_the_completion_sees_its_source_and_arguments_only(sandbox):
         "    return '\\n'.join(seen)\n"
     )
     test = (
-        "def check(candidate):\n    seen = candidate(3)\n    assert '918273645' not in seen and 'def check' not in seen, seen\n"
+        "def check(candidate):\n    seen = candidate(3)\n"
+        "    assert '918273645' not in seen and 'def check' not in seen, seen\n"
         "    assert \"'test'\" not in seen and 'prelude' not in seen, seen\n"
     )
     v = code.verify(_prompt(test=test), src, sandbox)
@@ -328,7 +329,8 @@ def test_refusals_cannot_be_swallowed_by_the_test(sandbox):
     for src in (
         "def f(x):\n    return object()\n",
         "def f(x):\n    raise KeyboardInterrupt\n",
-        'import os\ndef f(x):\n    for fd in range(3, 20):\n        try:\n            os.write(fd, b\'[7, "ok", ["0"]]\\n\')\n'
+        "import os\ndef f(x):\n    for fd in range(3, 20):\n        try:\n"
+        '            os.write(fd, b\'[7, "ok", ["0"]]\\n\')\n'
         "        except OSError:\n            pass\n    return 1\n",
     ):
         v = code.verify(_prompt(test=test), src, sandbox)
