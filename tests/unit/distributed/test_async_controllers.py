@@ -64,6 +64,7 @@ ACCEPTED = [
     "mssr",
     "v05",
 ]  # v05: priors kept per plan
+NEEDS_VALUE = ["wise2"]  # reads the pass-rate predictor, which refuses asynchrony (value.enabled, compat.check_value)
 
 
 @pytest.mark.parametrize("config, name", REFUSED)
@@ -88,9 +89,15 @@ def test_both_gdro_configs_are_covered():
 def test_every_registered_controller_is_classified():
     """A new controller must be looked at: either refused above or accepted (and driven below)."""
     refused = {name for _, name in REFUSED}
-    assert refused | set(ACCEPTED) == set(REGISTRY.names())
+    assert refused | set(ACCEPTED) | set(NEEDS_VALUE) == set(REGISTRY.names())
     for name in REGISTRY.names():
         assert getattr(REGISTRY.resolve(name).obj, "plans_ahead", True) is (name not in refused), name
+
+
+@pytest.mark.parametrize("name", NEEDS_VALUE)
+def test_a_controller_that_reads_the_predictor_is_refused_with_asynchrony(name):
+    with pytest.raises(UserError, match="value.enabled reads prompt states .* does not run with train.async"):
+        load_config(overrides=[f"control.name={name!r}".replace("'", '"'), "value.enabled=true", *STALE])
 
 
 @pytest.mark.parametrize("name", ACCEPTED)
