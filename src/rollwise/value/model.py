@@ -107,15 +107,27 @@ class ValueModel:
         return {q.id: float(v) for q, v in zip(prompts, p)}
 
     def observe(self, groups: Sequence, version: int) -> dict:
-        """Add the groups with at least one verified reward to the bank and refit the probe."""
+        """Add the groups with at least one verified reward to the bank and refit the probe; returns the
+        bank size, the fit's loss, and how well the step's prompts were predicted *before* this update
+        (``value/train_brier``, ``value/train_auc_degenerate``: None when all or none were degenerate)."""
         rows = [(g.prompt, rs) for g in groups for rs in [g.verified_rewards()] if len(rs) >= 1]
         if not rows:
             return {}
         rates = [sum(r >= CORRECT for r in rs) / len(rs) for _, rs in rows]
-        out = self.predictor.update(
-            self.states([p for p, _ in rows], version), [p.id for p, _ in rows], rates, [len(rs) for _, rs in rows]
+        states, ids, sizes = (
+            self.states([p for p, _ in rows], version),
+            [p.id for p, _ in rows],
+            [len(rs) for _, rs in rows],
         )
+        # the step's own prompts as predicted before this update: how well the choice was informed
+        pred = self.predictor.predict(states, ids).tolist()
+        degenerate = [len({r >= CORRECT for r in rs}) == 1 for _, rs in rows]
+        before = metrics.summary(pred, rates, degenerate, sizes)
+        out = self.predictor.update(states, ids, rates, sizes)
         self._cost["time/value_fit_s"] += out["value/fit_s"]
+        out.update(
+            {"value/train_brier": before["value/brier"], "value/train_auc_degenerate": before["value/auc_degenerate"]}
+        )
         return {k: v for k, v in out.items() if k != "value/fit_s" and v == v}  # train_loss: once fitted (not NaN)
 
     def evaluate(self, prompts: Sequence, outcomes: dict[str, list[bool]], version: int, label: str) -> dict:
