@@ -81,9 +81,8 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rollwise.control.base import Controller
 from rollwise.control.history import CORRECT
-from rollwise.control.source import PromptSource, SourcePart
+from rollwise.control.source import PromptSource, SourceController
 from rollwise.types import Group, Plan, Prompt, Request, Rollout
 
 
@@ -122,13 +121,11 @@ class AR3POOptions(BaseModel):
     )
 
 
-class AR3PO(Controller):
+class AR3PO(SourceController):
     """AR3PO (arXiv 2509.25808), reconstructed: stages until the first success, then response reuse."""
 
     Options = AR3POOptions
     plans_ahead = False  # select() clears, plan() fills the stages that next_round reads
-
-    stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: AR3POOptions | None, seed: int):
         self.cfg = cfg

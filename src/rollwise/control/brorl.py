@@ -42,9 +42,8 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rollwise.control.base import Controller
-from rollwise.control.source import PromptSource, SourcePart
-from rollwise.types import Group, Plan, Prompt, Request
+from rollwise.control.source import PromptSource, SourceController
+from rollwise.types import Plan, Prompt, Request
 
 
 class BroRLOptions(BaseModel):
@@ -58,12 +57,10 @@ class BroRLOptions(BaseModel):
     )
 
 
-class BroRL(Controller):
+class BroRL(SourceController):
     """BroRL (arXiv 2510.01180): a uniform, very large number of rollouts per prompt."""
 
     Options = BroRLOptions
-
-    stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: BroRLOptions | None, seed: int):
         self.cfg = cfg
@@ -86,15 +83,3 @@ class BroRL(Controller):
 
     def plan(self, prompts: list[Prompt], state) -> Plan:
         return self.source.cap([Request(p, self.n) for p in prompts])
-
-    def next_round(self, groups: list[Group], state) -> Plan:
-        return Plan()
-
-    def observe(self, groups: list[Group], state) -> None:
-        self.source.record(groups, state.step)
-
-    def state_dict(self) -> dict:
-        return self.source.state_dict()
-
-    def load_state_dict(self, s: dict) -> None:
-        self.source.load_state_dict(s)

@@ -69,8 +69,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rollwise.control.base import Controller
-from rollwise.control.source import PromptSource, SourcePart
+from rollwise.control.source import PromptSource, SourceController
 from rollwise.types import Group, Plan, Prompt, Request
 
 ZERO_ACC = 1e-6  # p_hat at or below this counts as "no success" (the code's threshold)
@@ -133,13 +132,11 @@ class DARSOptions(BaseModel):
     )
 
 
-class DARS(Controller):
+class DARS(SourceController):
     """DARS (arXiv 2508.13755): stage-1 rollouts, then ΔN top-ups for prompts with p_hat < 0.5."""
 
     Options = DARSOptions
     plans_ahead = False  # select()/plan() reset and fill the stage-1 prompts that next_round tops up
-
-    stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: DARSOptions | None, seed: int):
         self.cfg = cfg
@@ -184,12 +181,6 @@ class DARS(Controller):
         if not requests:
             return Plan()
         return self.source.cap(requests, groups, how="scale")
-
-    def observe(self, groups: list[Group], state) -> None:
-        self.source.record(groups, state.step)
-
-    def state_dict(self) -> dict:
-        return self.source.state_dict()
 
     def load_state_dict(self, s: dict) -> None:
         self.source.load_state_dict(s)

@@ -39,9 +39,8 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rollwise.control.base import Controller
-from rollwise.control.source import PromptSource, PromptStream, SourcePart
-from rollwise.types import Group, Plan, Prompt, Request
+from rollwise.control.source import PromptSource, PromptStream, SourceController
+from rollwise.types import Plan, Prompt, Request
 
 
 class DRIVEOptions(BaseModel):
@@ -71,10 +70,8 @@ class DRIVEOptions(BaseModel):
     min_pool: int = Field(8, ge=1, description="the stage-2 pool never shrinks below this many prompts")
 
 
-class DRIVE(Controller):
+class DRIVE(SourceController):
     Options = DRIVEOptions
-
-    stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: DRIVEOptions | None, seed: int):
         self.cfg, self.seed = cfg, seed
@@ -145,12 +142,6 @@ class DRIVE(Controller):
     def plan(self, prompts: list[Prompt], state) -> Plan:
         n = self.n2 if self.stage == 2 else self.n1
         return self.source.cap([Request(p, n) for p in prompts])
-
-    def next_round(self, groups: list[Group], state) -> Plan:
-        return Plan()
-
-    def observe(self, groups: list[Group], state) -> None:
-        self.source.record(groups, state.step)
 
     def state_dict(self) -> dict:
         return {"stage": self.stage, "pool": [p.id for p in self.stream.prompts], **self.source.state_dict()}

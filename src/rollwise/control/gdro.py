@@ -86,11 +86,10 @@ from typing import Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rollwise.control.base import Controller
-from rollwise.control.source import PromptSource, SourcePart
+from rollwise.control.source import PromptSource, SourceController
 from rollwise.objectives.common import clipped_surrogate, kl_penalty, safe_exp, sequence_mean
 from rollwise.registry import Compat, UserError
-from rollwise.types import Group, Plan, Prompt, Request
+from rollwise.types import Plan, Prompt, Request
 
 DEFAULT_EDGES = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
 
@@ -288,13 +287,12 @@ def fit_total(n: list[int], total: int, lo: int, hi: int, up_key, down_key) -> l
 # ---------------------------------------------------------------------------- the controller
 
 
-class GDRO(Controller):
+class GDRO(SourceController):
     """Multi-Adversary GDRO (module docstring)."""
 
     Options = GdroOptions
     plans_ahead = False  # plan() sets the bins, arms and counts that row_weights and after_update credit
 
-    stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)
     compat = Compat(batch_statistics=True)  # row_weights weighs and scores the whole batch's rows
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: GdroOptions | None, seed: int):
@@ -402,12 +400,6 @@ class GDRO(Controller):
         frac = lambda i, m: target[row_bins[i]] - m[i]  # noqa: E731  (largest remainder first)
         n = fit_total(n, total, o.n_min, o.n_max, frac, lambda i, m: -frac(i, m))
         return n, {b: round(target[b]) for b in order}
-
-    def next_round(self, groups: list[Group], state) -> Plan:
-        return Plan()
-
-    def observe(self, groups: list[Group], state) -> None:
-        self.source.record(groups, state.step)
 
     def _row_bins(self, rows) -> list[int]:
         return [

@@ -92,9 +92,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rollwise.control.base import Controller
 from rollwise.control.rounds import target_groups
-from rollwise.control.source import PromptSource, PromptStream, SourcePart
+from rollwise.control.source import PromptSource, PromptStream, SourceController
 from rollwise.registry import Compat
 from rollwise.types import Group, Plan, Prompt, Request
 from rollwise.value.metrics import degenerate_prob
@@ -258,7 +257,7 @@ class GresoStream(PromptStream):
 # ------------------------------------------------------------------------- the controller
 
 
-class GRESO(Controller):
+class GRESO(SourceController):
     """GRESO (arXiv 2506.02177): probabilistic pre-rollout skipping from ZV streaks, online
     tuning of (p_easy, p_hard), DS rounds of adaptive size."""
 
@@ -267,8 +266,6 @@ class GRESO(Controller):
 
     # GRESO runs its own rounds inside DAPO refill; 'replace' would redraw whole batches through select mid-step
     compat = Compat(dynamic_sampling="refill", needs_value=("first_visit", "predicted"))
-
-    stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: GRESOOptions | None, seed: int):
         self.cfg = cfg
@@ -298,7 +295,8 @@ class GRESO(Controller):
         self._round_ids: list[str] = []  # prompts of the round just generated
         self._rounds = 0
         self._last = False  # the round just generated was marked last
-        self._count = {"candidates": 0, "skipped_easy": 0, "skipped_hard": 0, "skipped_predicted": 0}
+        self._count = {"candidates": 0, "skipped_easy": 0, "skipped_hard": 0}
+        self._skipped_predicted = 0  # first visits skipped on the prediction (first_visit = "predicted")
 
     # -------------------------------------------------------------- skip
     def streaks(self, prompt_id: str) -> tuple[int, int]:
@@ -317,7 +315,7 @@ class GRESO(Controller):
             p = self.value.predict([prompt], self._version)[prompt_id]
             prob = min(degenerate_prob(p, self.n), 1.0 - self.opts.keep_floor)
             if self.rng.random() < prob:
-                self._count["skipped_predicted"] += 1
+                self._skipped_predicted += 1
                 return "easy" if p >= 0.5 else "hard"
             return None
         z_easy, z_hard = self.streaks(prompt_id)
@@ -416,7 +414,7 @@ class GRESO(Controller):
             "control/greso_pool": float(len(groups) - zv),
         }
         if self.opts.first_visit == "predicted":  # first visits skipped on the predictor's word (in easy/hard too)
-            self.metrics["control/greso_skipped_predicted"] = float(c["skipped_predicted"])
+            self.metrics["control/greso_skipped_predicted"] = float(self._skipped_predicted)
 
     # -------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict:

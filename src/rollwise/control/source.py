@@ -20,6 +20,7 @@ import random
 from collections.abc import Sequence
 from typing import Literal
 
+from rollwise.control.base import Controller
 from rollwise.control.budget import StepBudget
 from rollwise.control.history import PromptHistory
 from rollwise.types import Group, Plan, Prompt, Request
@@ -116,3 +117,20 @@ class SourcePart:
 
     def __set__(self, obj, value) -> None:
         setattr(obj.source, self.name, value)
+
+
+class SourceController(Controller):
+    """A controller drawing its prompts from ``self.source`` (a :class:`PromptSource`): ``stream``,
+    ``history`` and ``step_budget`` read as the source's parts, ``observe`` records the step's groups
+    in its history, and the checkpoint state is the source's. Subclasses override what they add."""
+
+    stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()
+
+    def observe(self, groups: list[Group], state) -> None:
+        self.source.record(groups, state.step)
+
+    def state_dict(self) -> dict:
+        return self.source.state_dict()
+
+    def load_state_dict(self, s: dict) -> None:
+        self.source.load_state_dict(s)

@@ -89,8 +89,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rollwise.control.base import Controller
-from rollwise.control.source import PromptSource, SourcePart
+from rollwise.control.source import PromptSource, SourceController
 from rollwise.registry import Compat, UserError
 from rollwise.types import Decision, Group, Plan, Prompt, Request
 
@@ -176,7 +175,7 @@ class SPEEDOptions(BaseModel):
 # ------------------------------------------------------------------------- the controller
 
 
-class SPEED(Controller):
+class SPEED(SourceController):
     """SPEED-RL (arXiv 2506.09016): screen with n_init, continue mixed prompts with n_cont in the
     same call as the next screening, until B groups are finished."""
 
@@ -185,8 +184,6 @@ class SPEED(Controller):
 
     # without its filter the unfinished screens would be trained on; it runs its own rounds
     compat = Compat(needs_filter="speed_complete", dynamic_sampling=False)
-
-    stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: SPEEDOptions | None, seed: int):
         self.cfg = cfg

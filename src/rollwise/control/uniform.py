@@ -14,18 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rollwise.control.base import Controller
 from rollwise.control.budget import cap_plan  # noqa: F401  (cap_plan: re-exported)
-from rollwise.control.source import PromptSource, PromptStream, SourcePart  # noqa: F401  (PromptStream: re-exported)
-from rollwise.types import Group, Plan, Prompt, Request
+from rollwise.control.source import PromptSource, PromptStream, SourceController  # noqa: F401  (PromptStream: re-exported)
+from rollwise.types import Plan, Prompt, Request
 
 
-class Uniform(Controller):
+class Uniform(SourceController):
     def __init__(self, prompts: Sequence[Prompt], cfg, options, seed: int):
         self.cfg = cfg
         self.source = PromptSource(prompts, seed, cfg, cfg.prompts_per_step * cfg.rollouts_per_prompt)
-
-    stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)
 
     @property
     def budget(self) -> int:
@@ -37,15 +34,3 @@ class Uniform(Controller):
 
     def plan(self, prompts: list[Prompt], state) -> Plan:
         return self.source.cap([Request(p, self.cfg.rollouts_per_prompt) for p in prompts])
-
-    def next_round(self, groups: list[Group], state) -> Plan:
-        return Plan()
-
-    def observe(self, groups: list[Group], state) -> None:
-        self.source.record(groups, state.step)
-
-    def state_dict(self) -> dict:
-        return self.source.state_dict()
-
-    def load_state_dict(self, s: dict) -> None:
-        self.source.load_state_dict(s)

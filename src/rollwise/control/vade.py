@@ -61,10 +61,9 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rollwise.control.base import Controller
 from rollwise.control.history import Record
-from rollwise.control.source import PromptSource, SourcePart
-from rollwise.types import Group, Plan, Prompt, Request
+from rollwise.control.source import PromptSource, SourceController
+from rollwise.types import Plan, Prompt, Request
 
 
 class VADEOptions(BaseModel):
@@ -112,12 +111,10 @@ def posterior(records: Sequence[Record], now: int, opts: VADEOptions) -> tuple[f
     return a, b
 
 
-class VADE(Controller):
+class VADE(SourceController):
     """VADE (arXiv 2511.18902) [RECON]: Thompson-sampled top-B by p~(1 - p~) from a candidate pool."""
 
     Options = VADEOptions
-
-    stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: VADEOptions | None, seed: int):
         self.cfg = cfg
@@ -153,12 +150,6 @@ class VADE(Controller):
 
     def plan(self, prompts: list[Prompt], state) -> Plan:
         return self.source.cap([Request(p, self.cfg.rollouts_per_prompt) for p in prompts])
-
-    def next_round(self, groups: list[Group], state) -> Plan:
-        return Plan()
-
-    def observe(self, groups: list[Group], state) -> None:
-        self.source.record(groups, state.step)
 
     def state_dict(self) -> dict:
         return {**self.source.state_dict(), "rng": self.rng.getstate()}

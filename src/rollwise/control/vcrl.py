@@ -62,8 +62,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rollwise.control.base import Controller
-from rollwise.control.source import PromptSource, SourcePart
+from rollwise.control.source import PromptSource, SourceController
 from rollwise.types import Decision, Group, Plan, Prompt, Request
 
 KAPPA_HELP = "Keep groups whose normalised reward variance p = s2 / s2_max is at least kappa (0..1) [RECON default]."
@@ -127,12 +126,10 @@ class VCRLOptions(BaseModel):
     )
 
 
-class VCRL(Controller):
+class VCRL(SourceController):
     """VCRL (arXiv 2509.19803): fresh prompts, then bank refills for groups with p < kappa."""
 
     Options = VCRLOptions
-
-    stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: VCRLOptions | None, seed: int):
         self.cfg = cfg

@@ -89,8 +89,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from rollwise.control.base import Controller
-from rollwise.control.source import PromptSource, SourcePart
+from rollwise.control.source import PromptSource, SourceController
 from rollwise.registry import UserError
 from rollwise.types import Group, Plan, Prompt, Request
 
@@ -364,11 +363,9 @@ def seeded_prompt(prompt: Prompt, exemplars: Sequence[Exemplar], template: str) 
 # ------------------------------------------------------------------ controller
 
 
-class Xrpo(Controller):
+class Xrpo(SourceController):
     Options = XrpoOptions
     plans_ahead = False  # plan() replaces the round context (ids, allocation) that next_round reads
-
-    stream, history, step_budget = SourcePart(), SourcePart(), SourcePart()  # the source's (control/source.py)
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: XrpoOptions | None, seed: int):
         self.cfg = cfg

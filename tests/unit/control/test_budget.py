@@ -140,6 +140,7 @@ NEEDS = {
     "wise": ['filter.names=["speed_complete"]'],
     "adhint": ["advantage.name=adhint"],
     "mssr": ["advantage.name=mssr"],
+    "wise2": ["value.enabled=true"],
 }
 
 
@@ -162,12 +163,17 @@ class _Task:
         return "0,1=1,=1"
 
 
+class _Value:  # the pass-rate predictor (wise2): every prompt a coin
+    def predict(self, prompts, version):
+        return {p.id: 0.5 for p in prompts}
+
+
 def _options(name, cls):
     return cls.Options(**OPTIONS.get(name, {})) if hasattr(cls, "Options") else None
 
 
 def _bound(ctrl):
-    ctrl.bind(Services(_Task(), _Codec()))  # ADHint hints, R3L retries, SCOPE guides: the run binds its task and codec
+    ctrl.bind(Services(_Task(), _Codec(), value=_Value()))  # ADHint hints, R3L retries, SCOPE guides: the run binds its task and codec
     return ctrl
 
 

@@ -76,7 +76,7 @@ def test_greso_first_visit_predicted_skips_confident_first_visits_only():
     solved = sum(int(p.id[1:]) % 2 == 0 for p in out)
     # a solved first visit is kept with 1 - min(1, 0.95) = 0.05, a coin with 1 - (0.5^8 + 0.5^8) = 0.992
     assert solved <= 10 and len(out) == 100
-    assert c._count["skipped_predicted"] > 80
+    assert c._skipped_predicted > 80
     plain = GRESO(ps, cfg, GRESOOptions(), seed=0)
     plain.bind(Services(value=None))  # the default never asks the predictor
     assert len(plain.draw(100)) == 100
