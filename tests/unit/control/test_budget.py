@@ -173,7 +173,8 @@ def _options(name, cls):
 
 
 def _bound(ctrl):
-    ctrl.bind(Services(_Task(), _Codec(), value=_Value()))  # ADHint hints, R3L retries, SCOPE guides: the run binds its task and codec
+    # ADHint hints, R3L retries, SCOPE guides: the run binds its task and codec; wise2 its predictor
+    ctrl.bind(Services(_Task(), _Codec(), value=_Value()))
     return ctrl
 
 
