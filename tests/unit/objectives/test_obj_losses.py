@@ -283,6 +283,7 @@ def test_registry_names_resolve_and_validate_options():
             "r3l",
             "adhint",
             "v05",
+            "poise",
         ]
     )
     o = validate_options(
