@@ -787,7 +787,7 @@ class ValueConfig(Section):
     policy predicted before any rollout of it, from the sampler's prefill state and a context of
     recently observed prompts; trained online on every step's groups. Off by default; the strategies
     that read its predictions (``control.options.prior = 'learned'``, ``first_visit = 'predicted'``,
-    ``rates = 'predicted'``, ``control.name = 'wise2'``, ``advantage.name = 'poise'``) need it on."""
+    ``rates = 'predicted'`` (cures, dars), ``control.name = 'wise2'``, ``advantage.name = 'poise'``) need it on."""
 
     enabled: bool = Field(
         False, description="Build the pass-rate predictor (needs model.backend = 'hf' in this process)."

@@ -57,7 +57,9 @@ Differences from the paper / code, besides the budget and the epoch:
 
 Logs nothing of its own: ``control/rounds`` (2 when any prompt was topped up),
 ``control/budget_used`` and ``control/rollouts_per_prompt_{mean,min,max,p90}`` show the
-allocation. State (checkpointed): the prompt stream and the per-prompt history; the stage-1 set
+allocation. With ``rates = "predicted"`` [ours, issue #31] ``p_hat`` is the pass-rate predictor's
+(``value.enabled``) and each prompt gets ``N + ΔN`` in one round, before any of its rollouts.
+State (checkpointed): the prompt stream and the per-prompt history; the stage-1 set
 is per step and empty between steps, where checkpoints are taken.
 """
 
@@ -70,6 +72,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from rollwise.control.source import PromptSource, SourceController
+from rollwise.registry import Compat
 from rollwise.types import Group, Plan, Prompt, Request
 
 ZERO_ACC = 1e-6  # p_hat at or below this counts as "no success" (the code's threshold)
@@ -130,6 +133,11 @@ class DARSOptions(BaseModel):
         description="Prompts per step = breadth * control.prompts_per_step (DARS-B's large "
         "breadth batch; 1 = plain DARS).",
     )
+    rates: Literal["observed", "predicted"] = Field(
+        "observed",
+        description="p_hat of the schedule: 'observed' in a stage-1 round (the paper), or 'predicted' by the "
+        "pass-rate predictor (value.enabled) before any rollout, so N + delta_N go out in one round [ours].",
+    )
 
 
 class DARS(SourceController):
@@ -137,6 +145,7 @@ class DARS(SourceController):
 
     Options = DARSOptions
     plans_ahead = False  # select()/plan() reset and fill the stage-1 prompts that next_round tops up
+    compat = Compat(needs_value=("rates", "predicted"))
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: DARSOptions | None, seed: int):
         self.cfg = cfg
@@ -147,6 +156,10 @@ class DARS(SourceController):
         # Without budget_rollouts the cap is the most the schedule can ask for (never binds).
         self.source = PromptSource(prompts, seed, cfg, self.prompts_per_step * max(self.n, self.n_max))
         self._stage1: set[str] = set()  # prompt ids planned for stage 1 this step, not yet topped up
+        self.value = None  # the pass-rate predictor (rates = "predicted"), bound by the assembler
+
+    def bind(self, services) -> None:
+        self.value = services.value
 
     @property
     def budget(self) -> int:
@@ -157,6 +170,15 @@ class DARS(SourceController):
         return self.stream.take(self.prompts_per_step)
 
     def plan(self, prompts: list[Prompt], state) -> Plan:
+        if self.opts.rates == "predicted":  # one round: N plus the schedule's top-up for the predicted p
+            pred = self.value.predict(prompts, state.policy_version)
+            o = self.opts
+            return self.source.cap(
+                [
+                    Request(p, self.n + extra_rollouts(pred[p.id], self.n, self.n_max, o.schedule, o.std))
+                    for p in prompts
+                ]
+            )
         plan = self.source.cap([Request(p, self.n) for p in prompts])
         self._stage1 |= {r.prompt.id for r in plan.requests}
         return plan

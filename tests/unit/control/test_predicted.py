@@ -101,3 +101,17 @@ def test_v05_learned_prior_is_the_prediction_for_the_plan():
     c.plan(chosen, RunState())
     assert c._priors == {p.id: fake.rates[p.id] for p in chosen}
     assert c.metrics["control/v05_prior_mean"] == pytest.approx(sum(fake.rates.values()) / 3)
+
+
+def test_dars_predicted_rates_send_n_plus_the_schedules_top_up_in_one_round():
+    from rollwise.control.dars import DARS, DARSOptions
+
+    ps = prompts(2)
+    cfg = control_cfg(prompts_per_step=2, rollouts_per_prompt=4)
+    c = bound(DARS(ps, cfg, DARSOptions(rates="predicted"), seed=0), {"p0": 0.25, "p1": 0.75})
+    chosen = c.select(RunState())
+    plan = c.plan(chosen, RunState())
+    # ET, no std, N = 4: S(0.25) = 2 * 0.25 * 0.75 = 0.375, A_peak = N / 2 = 2 -> ceil(2 / 0.375 - 4) = 2 more;
+    # p >= 0.5 gets none
+    assert {r.prompt.id: r.n for r in plan.requests} == {"p0": 6, "p1": 4}
+    assert not c.next_round([], RunState())  # no stage 2
