@@ -26,7 +26,9 @@ group trained (no filter), so its optimizer steps per generated token stay unifo
 change is *which* prompts fill the step. A candidate not chosen goes back to nothing: it waits for
 its next turn in the stream (the stream moves ``oversample`` times faster than uniform's).
 
-Options: ``oversample`` (candidates per trained prompt), ``skip_above``, ``keep_floor``. Needs
+Options: ``oversample`` (candidates per trained prompt), ``skip_above``, ``keep_floor``, ``rank``
+(false: no preference, the first non-skipped candidates in stream order, so the step keeps uniform's
+mix of prompts minus the confident degenerate ones). Needs
 ``value.enabled = true``. Metrics: ``control/wise2_candidates``, ``control/wise2_skipped``,
 ``control/wise2_pred_mean`` (predicted p of the trained prompts), ``control/wise2_pred_mixed``
 (their mean predicted ``1 - d``).
@@ -56,6 +58,11 @@ class Wise2Options(BaseModel):
     keep_floor: float = Field(
         0.05, ge=0.0, le=1.0, description="Chance that a candidate to skip is kept (exploration)."
     )
+    rank: bool = Field(
+        True,
+        description="Train the candidates most likely to give a mixed group (true), or the first ones in stream "
+        "order that are not skipped (false: uniform's mix minus the confident degenerate ones).",
+    )
 
 
 class Wise2(Uniform):
@@ -82,7 +89,9 @@ class Wise2(Uniform):
         candidates = list(seen.values())
         pred = self.value.predict(candidates, state.policy_version)
         mixed = {p.id: 1.0 - degenerate_prob(pred[p.id], g) for p in candidates}
-        order = sorted(range(len(candidates)), key=lambda i: -mixed[candidates[i].id])  # stable: stream order on ties
+        order = range(len(candidates))  # stream order
+        if self.opts.rank:
+            order = sorted(order, key=lambda i: -mixed[candidates[i].id])  # stable: stream order on ties
         kept, skipped = [], []
         for i in order:
             p = candidates[i]

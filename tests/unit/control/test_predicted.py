@@ -115,3 +115,13 @@ def test_dars_predicted_rates_send_n_plus_the_schedules_top_up_in_one_round():
     # p >= 0.5 gets none
     assert {r.prompt.id: r.n for r in plan.requests} == {"p0": 6, "p1": 4}
     assert not c.next_round([], RunState())  # no stage 2
+
+
+def test_wise2_without_ranking_keeps_stream_order_minus_the_skipped():
+    ps = prompts(6)
+    rates = {"p0": 1.0, "p1": 0.9, "p2": 0.5, "p3": 0.0, "p4": 0.7, "p5": 1.0}
+    cfg = control_cfg(prompts_per_step=2, rollouts_per_prompt=4)
+    c = bound(Wise2(ps, cfg, Wise2Options(oversample=3.0, skip_above=0.8, keep_floor=0.0, rank=False), seed=0), rates)
+    order = [p.id for p in Wise2(ps, cfg, Wise2Options(), seed=0).source.take(6)]  # the same seeded stream
+    kept = [pid for pid in order if pid not in ("p0", "p3", "p5")]
+    assert [p.id for p in c.select(RunState())] == kept[:2]
