@@ -13,7 +13,7 @@ OUT = Path(__file__).resolve().parent / "img" / "architecture.png"
 
 STAGES = [  # (title, folder, what) in loop order
     ("tasks / verify", "tasks/ verify/", "prompts,\nverifiers"),
-    ("control", "control/", "select, plan,\nrounds"),
+    ("control", "control/ value/", "select, plan, rounds;\npass-rate predictor"),
     ("generate", "backends/ generate/", "hf, vllm; LATR,\nARRoL, APRIL, SPEC-RL"),
     ("distributed", "distributed/", "pools: local, Ray,\ndata-parallel, async"),
     ("filter", "filter/", "keep / drop\nwith reasons"),
