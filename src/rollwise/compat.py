@@ -233,19 +233,17 @@ def check_value(cfg) -> None:
         raise UserError(f"{wanted[0]} reads the pass-rate predictor: set value.enabled = true")
     if not cfg.value.enabled:
         return
-    engine = [
-        key
-        for key, on in (
-            ("model.backend = 'vllm'", cfg.model.backend == "vllm"),
-            ("distributed.workers > 0", cfg.distributed.workers > 0),
-            ("train.async", cfg.train.async_.on),
-        )
-        if on
+    # what generates, as the records say: the backend and each pool layer (data-parallel ranks each hold
+    # the same hf module, so that layer is no obstacle)
+    dp = POOLS.get("data_parallel")
+    engine = [(f"model.backend = {cfg.model.backend!r}", backend_part(cfg))] + [
+        (setting, mod) for setting, mod in pools(cfg) if mod is not dp
     ]
-    if engine:
+    lacking = [setting for setting, part in engine if not record(part).decode_hooks]
+    if lacking:
         raise UserError(
             f"value.enabled reads prompt states from the hf backend in the trainer's process; it does not run "
-            f"with {engine[0]} (turn one of them off)"
+            f"with {lacking[0]} (turn one of them off)"
         )
 
 
