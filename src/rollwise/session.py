@@ -273,9 +273,12 @@ class Run:
             self.state.policy_version,
             outcomes=outcomes,
         )
-        if self.value is not None:  # the predictor scored on held-out prompts it never trained on
-            prompts = self.task.heldout_prompts()[: self.cfg.eval.n_prompts]
-            m.update(self.value.evaluate(prompts, outcomes, self.state.policy_version, f"step {self.state.step}"))
+        if self.value is not None:  # the predictor scored on the held-out prompts just evaluated (never trained on)
+            m.update(
+                self.value.evaluate(
+                    self.task.heldout_prompts(), outcomes, self.state.policy_version, f"step {self.state.step}"
+                )
+            )
         if not record:  # `rollwise eval` of a finished run leaves its ledger as it is
             return {"step": self.state.step, **m}
         line = self.ledger.record_eval(self.state.step, m)

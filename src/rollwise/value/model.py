@@ -52,9 +52,22 @@ class ValueModel:
         self._prompts = {p.id: p for p in prompts}
         self._states: dict[str, torch.Tensor] = {}
         self._version: int | None = None
-        self._cost = {"value/forward_tokens": 0, "time/value_forward_s": 0.0, "time/value_fit_s": 0.0}
+        self._cost = self._no_cost()
         self.curves: dict[str, list[dict]] = {}  # calibration curve per evaluation step (held-out)
         self._rows = 0  # trajectory rows seen (their probe ids)
+
+    @staticmethod
+    def _no_cost() -> dict:
+        return {"value/forward_tokens": 0, "time/value_forward_s": 0.0, "time/value_fit_s": 0.0}
+
+    def _forward(self, seqs: list, charge: bool = True) -> torch.Tensor:
+        """The backend's last-token states of ``seqs``; their tokens and seconds charged unless ``charge`` is off."""
+        t0 = time.perf_counter()
+        out = self.backend.prompt_states(seqs)
+        if charge:
+            self._cost["time/value_forward_s"] += time.perf_counter() - t0
+            self._cost["value/forward_tokens"] += sum(len(s) for s in seqs)
+        return out
 
     def states(self, prompts: Sequence, version: int, charge: bool = True) -> torch.Tensor:
         """(N, H) prefill states of ``prompts`` under policy ``version`` (cached for that version)."""
@@ -62,12 +75,7 @@ class ValueModel:
             self._states, self._version = {}, version
         missing = [p for p in dict((p.id, p) for p in prompts if p.id not in self._states).values()]
         if missing:
-            seqs = [self.codec.encode_prompt(p) for p in missing]
-            t0 = time.perf_counter()
-            new = self.backend.prompt_states(seqs)
-            if charge:
-                self._cost["time/value_forward_s"] += time.perf_counter() - t0
-                self._cost["value/forward_tokens"] += sum(len(s) for s in seqs)
+            new = self._forward([self.codec.encode_prompt(p) for p in missing], charge)
             self._states.update({p.id: new[i] for i, p in enumerate(missing)})
         return torch.stack([self._states[p.id] for p in prompts]) if prompts else torch.zeros(0, self.predictor.dim)
 
@@ -83,11 +91,7 @@ class ValueModel:
             raise ValueError("trajectory values need ValueModel(trajectories=True) (advantage 'poise')")
         if not rows:
             return torch.zeros(0, dtype=torch.float64)
-        seqs = [tuple(r.prompt_ids) + tuple(r.completion_ids) for r in rows]
-        t0 = time.perf_counter()
-        states = self.backend.prompt_states(seqs)
-        self._cost["time/value_forward_s"] += time.perf_counter() - t0
-        self._cost["value/forward_tokens"] += sum(len(s) for s in seqs)
+        states = self._forward([tuple(r.prompt_ids) + tuple(r.completion_ids) for r in rows])
         self._rows += len(rows)
         ids = [f"{r.prompt_id}#{self._rows + k}" for k, r in enumerate(rows)]  # unique: no own history
         out = self.trajectory.predict(states, ids)
@@ -131,7 +135,7 @@ class ValueModel:
         return {k: v for k, v in out.items() if k != "value/fit_s" and v == v}  # train_loss: once fitted (not NaN)
 
     def evaluate(self, prompts: Sequence, outcomes: dict[str, list[bool]], version: int, label: str) -> dict:
-        """Held-out scores of the predictions for ``prompts`` against their evaluation groups
+        """Held-out scores of the predictions for those of ``prompts`` that have evaluation groups
         (``outcomes``: prompt id -> correct flags of its evaluation samples); the calibration curve is
         kept under ``label``. The forwards are not charged (evaluation is free in the ledger)."""
         prompts = [p for p in prompts if outcomes.get(p.id)]
@@ -145,7 +149,7 @@ class ValueModel:
         return {k.replace("value/", "value/heldout_"): v for k, v in out.items()}
 
     def take_cost(self) -> dict:
-        out, self._cost = self._cost, {"value/forward_tokens": 0, "time/value_forward_s": 0.0, "time/value_fit_s": 0.0}
+        out, self._cost = self._cost, self._no_cost()
         return out
 
     def state_dict(self) -> dict:
