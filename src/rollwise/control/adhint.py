@@ -39,6 +39,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from rollwise.control.source import restore_rng
 from rollwise.control.uniform import Uniform
 from rollwise.registry import Compat, UserError
 from rollwise.types import Group, Plan, Prompt, Request
@@ -175,5 +176,4 @@ class ADHint(Uniform):
 
     def load_state_dict(self, s: dict) -> None:
         super().load_state_dict(s)
-        v, internal, gauss = s["hint_rng"]
-        self.rng.setstate((v, tuple(internal), gauss))
+        restore_rng(self.rng, s["hint_rng"])

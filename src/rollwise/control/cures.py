@@ -60,6 +60,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from rollwise.control.base import Controller
 from rollwise.control.budget import StepBudget
 from rollwise.control.history import PromptHistory
+from rollwise.control.source import restore_rng
 from rollwise.registry import Compat
 from rollwise.types import Group, Plan, Prompt, Request
 
@@ -252,8 +253,7 @@ class CurES(Controller):
         }
 
     def load_state_dict(self, s: dict) -> None:
-        v, internal, gauss = s["rng"]
-        self.rng.setstate((v, tuple(internal), gauss))
+        restore_rng(self.rng, s["rng"])
         self.history.load_state_dict(s["history"])
         self.counts = {pid: self.history.totals(pid) for pid in self.history.records}
         c = s["ctx"]

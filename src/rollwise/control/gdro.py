@@ -86,7 +86,7 @@ from typing import Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rollwise.control.source import PromptSource, SourceController
+from rollwise.control.source import PromptSource, SourceController, restore_rng
 from rollwise.objectives.common import clipped_surrogate, kl_penalty, safe_exp, sequence_mean
 from rollwise.registry import Compat, UserError
 from rollwise.types import Plan, Prompt, Request
@@ -528,8 +528,7 @@ class GDRO(SourceController):
 
     def load_state_dict(self, s: dict) -> None:
         self.source.load_state_dict(s)
-        v, internal, gauss = s["rng"]
-        self.rng.setstate((v, tuple(internal), gauss))
+        restore_rng(self.rng, s["rng"])
         self.prev_bin = dict(s["prev_bin"])
         self.scores = {int(b): x for b, x in s["scores"].items()}
         self.cum = {int(b): list(v) for b, v in s["cum"].items()}

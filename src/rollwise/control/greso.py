@@ -93,7 +93,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rollwise.control.rounds import target_groups
-from rollwise.control.source import PromptSource, PromptStream, SourceController
+from rollwise.control.source import PromptSource, PromptStream, SourceController, restore_rng
 from rollwise.registry import Compat
 from rollwise.types import Group, Plan, Prompt, Request
 from rollwise.value.metrics import degenerate_prob
@@ -422,7 +422,6 @@ class GRESO(SourceController):
 
     def load_state_dict(self, s: dict) -> None:
         self.source.load_state_dict(s)
-        v, internal, gauss = s["rng"]
-        self.rng.setstate((v, tuple(internal), gauss))
+        restore_rng(self.rng, s["rng"])
         self.p_easy, self.p_hard = float(s["p_easy"]), float(s["p_hard"])
         self._new_step()

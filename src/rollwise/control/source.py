@@ -26,6 +26,13 @@ from rollwise.control.history import PromptHistory
 from rollwise.types import Group, Plan, Prompt, Request
 
 
+def restore_rng(rng: random.Random, state) -> None:
+    """Set ``rng`` to a ``getstate()`` saved in a checkpoint (the saved copy holds the state's inner
+    tuple as a list)."""
+    v, internal, gauss = state
+    rng.setstate((v, tuple(internal), gauss))
+
+
 class PromptStream:
     """Seeded epoch-wise shuffled stream over the train prompts (shared by controllers)."""
 
@@ -55,8 +62,7 @@ class PromptStream:
 
     def load_state_dict(self, s: dict) -> None:
         self.epoch, self.index, self.order = s["epoch"], s["index"], list(s["order"])
-        v, internal, gauss = s["rng"]
-        self.rng.setstate((v, tuple(internal), gauss))
+        restore_rng(self.rng, s["rng"])
 
 
 class PromptSource:

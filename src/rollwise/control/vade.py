@@ -62,7 +62,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from rollwise.control.history import Record
-from rollwise.control.source import PromptSource, SourceController
+from rollwise.control.source import PromptSource, SourceController, restore_rng
 from rollwise.types import Plan, Prompt, Request
 
 
@@ -156,5 +156,4 @@ class VADE(SourceController):
 
     def load_state_dict(self, s: dict) -> None:
         self.source.load_state_dict(s)
-        v, internal, gauss = s["rng"]
-        self.rng.setstate((v, tuple(internal), gauss))
+        restore_rng(self.rng, s["rng"])

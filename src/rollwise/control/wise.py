@@ -46,6 +46,7 @@ from collections.abc import Sequence
 from pydantic import Field
 
 from rollwise.control.greso import skip_probability, streaks
+from rollwise.control.source import restore_rng
 from rollwise.control.speed import SPEED, SPEEDOptions
 from rollwise.types import Prompt
 
@@ -121,5 +122,4 @@ class Wise(SPEED):
 
     def load_state_dict(self, s: dict) -> None:
         super().load_state_dict(s)
-        v, internal, gauss = s["rng"]
-        self.rng.setstate((v, tuple(internal), gauss))
+        restore_rng(self.rng, s["rng"])

@@ -42,6 +42,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rollwise.control.source import restore_rng
 from rollwise.control.uniform import Uniform
 from rollwise.registry import Compat
 from rollwise.types import Prompt
@@ -111,5 +112,4 @@ class Wise2(Uniform):
 
     def load_state_dict(self, s: dict) -> None:
         super().load_state_dict(s)
-        v, internal, gauss = s["rng"]
-        self.rng.setstate((v, tuple(internal), gauss))
+        restore_rng(self.rng, s["rng"])
