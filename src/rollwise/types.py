@@ -73,6 +73,53 @@ class TreePath:
 
 
 @dataclass(frozen=True)
+class ToolCall:
+    """One tool call an episode made (``rollwise.envs``): what was called and how it went."""
+
+    name: str  # tool name as the policy wrote it ("" when the call could not be parsed)
+    arguments: str  # the arguments as the policy wrote them (text)
+    seconds: float  # wall-clock of the call
+    # "ok", "error" (the tool raised / the code failed), "timeout", "truncated" (output cut),
+    # "unknown_tool", "parse_error", "limit" (task.max_tool_calls reached: not run)
+    outcome: str
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One turn of an episode, as indices into its rollout's ``completion_ids``: the policy's
+    tokens are ``[start, end)`` (loss mask 1), the observation appended after them (tool output,
+    environment or verifier feedback; loss mask 0) is ``[end, obs_end)`` (empty on the last turn)."""
+
+    start: int
+    end: int
+    obs_end: int
+    reward: float | None = None  # the environment's reward for this turn's action (None = none given)
+    tool_calls: tuple[ToolCall, ...] = ()
+    anchor: str | None = None  # the observation the turn acted on, as a key (GiGPO's step groups)
+
+
+@dataclass(frozen=True)
+class Episode:
+    """The turns of a multi-turn rollout (docs/architecture.md §11). A single-turn rollout has no
+    ``Episode`` (``Rollout.episode`` None) and is the one-turn case everywhere."""
+
+    turns: tuple[Turn, ...]
+    # why it ended: "done" (the environment ended it), "max_turns", "token_budget", "length"
+    # (a turn hit max_new_tokens and the environment could not go on), "error"
+    end: str = "done"
+
+    @property
+    def tool_calls(self) -> tuple[ToolCall, ...]:
+        return tuple(c for t in self.turns for c in t.tool_calls)
+
+    def policy_tokens(self) -> int:
+        return sum(t.end - t.start for t in self.turns)
+
+    def observation_tokens(self) -> int:
+        return sum(t.obs_end - t.end for t in self.turns)
+
+
+@dataclass(frozen=True)
 class Rollout:
     """One sampled response to a prompt."""
 
@@ -93,6 +140,9 @@ class Rollout:
     loss_mask: tuple[int, ...] | None = None
     # (C,) sampler entropy at each completion token (D3S token selection); None = not recorded.
     entropies: tuple[float, ...] | None = None
+    # Multi-turn rollouts: the turns inside ``completion_ids`` (policy and observation tokens, the
+    # observation tokens with log-prob 0.0 and ``loss_mask`` 0); None = a single-turn rollout.
+    episode: Episode | None = None
 
     @property
     def reward(self) -> float | None:
