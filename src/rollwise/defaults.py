@@ -11,9 +11,10 @@ keys left unset:
   8 and kept between the profile's ``min_new_tokens`` and ``max_new_tokens_cap``. The built-in
   tiny models' tokens are characters; for a pretrained model (Hugging Face / GGUF) a token is
   counted as ``CHARS_PER_TOKEN`` characters (no tokenizer is loaded for this).
-- ``control.prompts_per_step``, ``control.rollouts_per_prompt``, ``train.steps``, ``eval.n_prompts``
-  and ``eval.every`` come from the model's profile (``PROFILES``): the tiny presets' profile is
-  the schema's defaults; a pretrained model gets a run that finishes in reasonable time on a CPU.
+- ``control.prompts_per_step``, ``control.rollouts_per_prompt``, ``train.steps``, ``eval.n_prompts``,
+  ``eval.every`` and (pretrained models) ``sampling.temperature`` come from the model's profile
+  (``PROFILES``): the tiny presets' profile is the schema's defaults; a pretrained model gets a run
+  that finishes in reasonable time on a CPU.
 - A pretrained model with ``train.lr`` unset trains LoRA adapters (``model.lora.enabled``, when
   peft is installed and the key is unset) at the default 2e-4, as the shipped SmolLM2 presets do,
   else a full fine-tune at ``PRETRAINED_FULL_LR``: one full-weight step at 2e-4 turns
@@ -74,11 +75,21 @@ PROFILES = {
     # its untrained or briefly warm-started weights ramble to the limit, so truncation only warns there
     "tiny": Profile("tiny"),
     # a pretrained chat model on a CPU: 4 x 8 rollouts, 40 steps, a 32-prompt held-out evaluation
-    # (the group size stays the schema's 8: benchmarks/regime_smollm2.toml relies on it)
+    # (the group size stays the schema's 8: benchmarks/regime_smollm2.toml relies on it), sampled at
+    # temperature 0.7 with at least 256 new tokens: SmolLM2-135M-Instruct on short arithmetic questions
+    # (examples/arith_qa.jsonl, 16 prompts x 8 samples, 384 tokens) rambles at temperature 1.0 (median
+    # 70 tokens, 10% at 256 or more, 8.6% cut at 384, reward 0.08) and answers at 0.7 (median 48,
+    # 95th percentile 176, 0.8% cut at 384, reward 0.16): benchmarks/results/pretrained_lengths.json
     "pretrained": Profile(
         "pretrained",
-        {"control.prompts_per_step": 4, "train.steps": 40, "eval.n_prompts": 32, "eval.every": 20},
-        min_new_tokens=128,
+        {
+            "control.prompts_per_step": 4,
+            "train.steps": 40,
+            "eval.n_prompts": 32,
+            "eval.every": 20,
+            "sampling.temperature": 0.7,
+        },
+        min_new_tokens=256,
         room=2.0,
         extra=64,
         max_new_tokens_cap=512,

@@ -40,15 +40,18 @@ def test_chat_model_on_jsonl_gets_profile_and_token_room(tmp_path):
     cfg = defaults.resolve(
         load_config(overrides=[f'task.name="jsonl:{p}"', "model.name=smollm2-135m"]), log=logs.append
     )
-    assert cfg.sampling.max_new_tokens == 128  # short answers: the profile's floor, room for reasoning
+    assert cfg.sampling.max_new_tokens == 256  # short answers: the profile's floor, room for reasoning
+    assert cfg.sampling.temperature == 0.7  # the pretrained profile: SmolLM2 rambles at 1.0 (rollwise.defaults)
     assert (cfg.control.prompts_per_step, cfg.control.rollouts_per_prompt, cfg.train.steps) == (4, 8, 40)
     assert cfg.model.warm_start.steps == 1150  # not warm-started (pretrained = false): left as it is
     assert cfg.model.lora.enabled == defaults._has_peft() and cfg.train.lr == (2e-4 if defaults._has_peft() else 1e-6)
     [line] = logs
-    assert "sampling.max_new_tokens = 128" in line and "train.steps = 40" in line
+    assert (
+        "sampling.max_new_tokens = 256" in line and "sampling.temperature = 0.7" in line and "train.steps = 40" in line
+    )
     text = to_toml(cfg)
-    assert "# derived: sampling.max_new_tokens = 128 from" in text
-    assert tomllib.loads(text)["sampling"]["max_new_tokens"] == 128
+    assert "# derived: sampling.max_new_tokens = 256 from" in text
+    assert tomllib.loads(text)["sampling"]["max_new_tokens"] == 256
 
 
 def test_long_references_raise_max_new_tokens(tmp_path):
@@ -82,6 +85,7 @@ def test_explicit_settings_win(tmp_path):
         f'task.name="jsonl:{p}"',
         "model.name=smollm2-135m",
         "sampling.max_new_tokens=8",
+        "sampling.temperature=1.0",
         "train.steps=600",
         "control.prompts_per_step=32",
         "eval.n_prompts=200",
