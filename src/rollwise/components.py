@@ -13,7 +13,7 @@ model is loaded.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -235,16 +235,7 @@ def episode_pool(cfg, backend, codec, task, sampling):
     """The episode pool (``rollwise.generate.episodes``) with the ``task`` section's limits."""
     from rollwise.generate.episodes import EpisodeLimits, EpisodePool
 
-    t = cfg.task
-    limits = EpisodeLimits(
-        t.max_turns,
-        t.max_tool_calls,
-        t.max_episode_tokens,
-        t.max_observation_tokens,
-        t.tool_timeout_s,
-        t.tool_workers,
-        t.episode_schedule,
-    )
+    limits = EpisodeLimits(**{f.name: getattr(cfg.task, f.name) for f in fields(EpisodeLimits)})
     return EpisodePool(backend, codec, task, sampling, limits, max_batch=cfg.model.max_batch)
 
 

@@ -72,7 +72,7 @@ COMPAT = Compat(decode_hooks=False)  # its own generate calls per turn: no rollo
 
 @dataclass(frozen=True)
 class EpisodeLimits:
-    """The ``task`` section's episode keys (``rollwise.config.TaskConfig``)."""
+    """The ``task`` section's episode keys (``rollwise.config.TaskConfig``, same names)."""
 
     max_turns: int = 8
     max_tool_calls: int = 8
@@ -80,7 +80,7 @@ class EpisodeLimits:
     max_observation_tokens: int | None = 64
     tool_timeout_s: float = 10.0
     tool_workers: int = 8
-    schedule: Literal["lockstep", "overlap"] = "lockstep"
+    episode_schedule: Literal["lockstep", "overlap"] = "lockstep"
 
 
 @dataclass
@@ -127,12 +127,12 @@ class EpisodePool:
         codec: Codec,
         task,
         sampling: Sampling,
-        limits: EpisodeLimits = EpisodeLimits(),
+        limits: EpisodeLimits | None = None,
         max_batch: int | None = None,
     ):
         self.backend, self.codec, self.task, self.sampling = backend, codec, task, sampling
         self.verify = task.verify  # what wrappers of a pool read; episodes are judged by their environment
-        self.limits, self.max_batch = limits, max_batch
+        self.limits, self.max_batch = limits or EpisodeLimits(), max_batch
         self.cost = StepCost()
         self._workers: ThreadPoolExecutor | None = None
 
@@ -182,7 +182,7 @@ class EpisodePool:
         """Turns until every episode has ended (module docstring, "Schedules")."""
         ready = [e for e in live if e.end is None]
         pending: dict = {}
-        until = ALL_COMPLETED if self.limits.schedule == "lockstep" else FIRST_COMPLETED
+        until = ALL_COMPLETED if self.limits.episode_schedule == "lockstep" else FIRST_COMPLETED
         while ready or pending:
             if ready:
                 self._turn(ready, sampling, generator, tally)
