@@ -181,6 +181,8 @@ def check(cfg) -> None:
     DETECTORS.resolve(cfg.reward.fapo.detector)  # a UserError naming the known detectors
     for section in ("task", "control", "replay", "advantage", "objective"):
         resolve(cfg, section)
+    if declares_episodes(cfg):  # first: the episode pool replaces what later checks reason about
+        check_episodes(cfg, True)
     _, adv_opts, _ = resolve(cfg, "advantage")
     if getattr(adv_opts, "per_token", False) and cfg.objective.name == "gspo":  # tree advantage, per token
         raise UserError(
@@ -207,8 +209,6 @@ def check(cfg) -> None:
     check_data_parallel(cfg)
     check_sampler_entropy(cfg)
     check_value(cfg)
-    if declares_episodes(cfg):
-        check_episodes(cfg, True)
     from rollwise.reward import overlong_limits
 
     overlong_limits(cfg.reward.overlong_penalty, cfg.sampling.max_new_tokens)

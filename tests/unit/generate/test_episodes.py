@@ -297,3 +297,31 @@ def test_chat_observation_is_the_template_difference():
         True,
     )
     assert list(codec.encode_prompt(p)) + turn + obs == whole
+
+
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("sampling.latr.enabled=true", "sampling.latr.enabled"),
+        ("sampling.arrol.enabled=true", "sampling.arrol.enabled"),
+        ("replay.name=april", "replay.name = 'april'"),
+        ("distributed.workers=2", "distributed.workers = 2"),
+        ("train.async.max_staleness=1", "train.async"),
+        ("reward.ttrl.enabled=true", "reward.ttrl.enabled"),
+    ],
+)
+def test_episodes_refuse_single_completion_parts_at_config_load(override, key):
+    from rollwise.config import load_config
+    from rollwise.registry import UserError
+
+    with pytest.raises(UserError) as e:
+        load_config(None, ["task.name=guess_number", override])
+    assert "runs multi-turn episodes" in str(e.value) and key in str(e.value)
+
+
+def test_episode_keys_load_for_an_env_task_and_the_default_config_is_unchanged():
+    from rollwise.config import load_config
+
+    cfg = load_config(None, ["task.name=guess_number", "task.max_turns=3", "task.episode_schedule=overlap"])
+    assert cfg.task.max_turns == 3 and cfg.task.episode_schedule == "overlap"
+    assert load_config(None, []).task.max_turns == 8
