@@ -26,7 +26,9 @@ ECHO, GDRO, ADHint, R3L, SCOPE), which would compute every step twice; and, once
 known (:func:`check_engine_length`, before the warm start and the engine), a prompt plus
 ``sampling.max_new_tokens`` longer than vLLM's ``max_model_len``. D3S's ``entropy = 'sampler'`` is
 not refused: it documents a fallback to a no-grad trainer forward (``batch/d3s.py``,
-``d3s/entropy_from_trainer``).
+``d3s/entropy_from_trainer``). Multi-turn episodes (an environment task, docs/architecture.md §11)
+refuse the parts that make single completions (:func:`check_episodes`; the assembler checks the
+built task again, so a task factory without the ``episodes`` attribute is caught before the model loads).
 """
 
 from __future__ import annotations
