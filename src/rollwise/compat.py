@@ -26,7 +26,9 @@ ECHO, GDRO, ADHint, R3L, SCOPE), which would compute every step twice; and, once
 known (:func:`check_engine_length`, before the warm start and the engine), a prompt plus
 ``sampling.max_new_tokens`` longer than vLLM's ``max_model_len``. D3S's ``entropy = 'sampler'`` is
 not refused: it documents a fallback to a no-grad trainer forward (``batch/d3s.py``,
-``d3s/entropy_from_trainer``).
+``d3s/entropy_from_trainer``). Multi-turn episodes (an environment task, docs/architecture.md §11)
+refuse the parts that make single completions (:func:`check_episodes`; the assembler checks the
+built task again, so a task factory without the ``episodes`` attribute is caught before the model loads).
 """
 
 from __future__ import annotations
@@ -181,6 +183,8 @@ def check(cfg) -> None:
     DETECTORS.resolve(cfg.reward.fapo.detector)  # a UserError naming the known detectors
     for section in ("task", "control", "replay", "advantage", "objective"):
         resolve(cfg, section)
+    if declares_episodes(cfg):  # first: the episode pool replaces what later checks reason about
+        check_episodes(cfg, True)
     _, adv_opts, _ = resolve(cfg, "advantage")
     if getattr(adv_opts, "per_token", False) and cfg.objective.name == "gspo":  # tree advantage, per token
         raise UserError(
@@ -210,6 +214,60 @@ def check(cfg) -> None:
     from rollwise.reward import overlong_limits
 
     overlong_limits(cfg.reward.overlong_penalty, cfg.sampling.max_new_tokens)
+
+
+# The task section's multi-turn keys (rollwise.config.TaskConfig; rollwise.generate.episodes).
+EPISODE_KEYS = (
+    "max_turns",
+    "max_tool_calls",
+    "max_episode_tokens",
+    "max_observation_tokens",
+    "tool_timeout_s",
+    "tool_workers",
+    "episode_schedule",
+)
+
+
+def declares_episodes(cfg) -> bool:
+    """Whether the task's factory declares an environment task (attribute ``episodes``); the
+    assembler checks the built task too (``rollwise.envs.base.is_env_task``)."""
+    return bool(getattr(resolve(cfg, "task")[0], "episodes", False))
+
+
+def check_episodes(cfg, env: bool) -> None:
+    """Multi-turn episodes (``env``: the task makes environments, docs/architecture.md §11) run in
+    the episode pool, in this process: refused with the parts that make or continue single
+    completions (ARRoL, LATR trees, APRIL, SPEC-RL, prefix-continuing controllers), Ray workers,
+    asynchrony and data-parallel ranks (their pools are single-turn) and TTRL (majority votes on
+    one answer). ``distributed.request_seeds`` works (one seeded episode call per request). A
+    single-turn task refuses episode keys changed from their defaults."""
+    task = cfg.task
+    if not env:
+        fields = type(task).model_fields
+        changed = [k for k in EPISODE_KEYS if getattr(task, k) != fields[k].default]
+        if changed:
+            raise UserError(
+                f"task.{changed[0]} applies to environment tasks (multi-turn episodes, e.g. 'guess_number') only; "
+                f"task.name = {task.name!r} makes single-turn rollouts: remove the setting"
+            )
+        return
+    bad = [f"{key} (makes or continues single completions)" for key, _ in wrappers(cfg)]
+    ctrl = resolve(cfg, "control")[0]
+    if record(ctrl).continues_prefixes:
+        bad.append(f"control.name = {cfg.control.name!r} (continues prefixes of its rollouts)")
+    if cfg.distributed.workers > 0:
+        bad.append(f"distributed.workers = {cfg.distributed.workers} (Ray workers generate single turns)")
+    if cfg.train.async_.on:
+        bad.append("train.async (the asynchronous generator is single-turn)")
+    if POOLS.get("data_parallel").enabled(cfg):
+        bad.append("data-parallel training (torchrun)")
+    if cfg.reward.ttrl.enabled:
+        bad.append("reward.ttrl.enabled (majority votes on one answer)")
+    if bad:
+        raise UserError(
+            f"task.name = {task.name!r} runs multi-turn episodes (rollwise.generate.episodes), which do not run "
+            f"with {'; '.join(bad)}; turn it off"
+        )
 
 
 def wants_value(cfg, section: str) -> str | None:

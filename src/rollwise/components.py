@@ -13,7 +13,7 @@ model is loaded.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +98,7 @@ def build_policy(cfg, task, log=print):
     """Load (or build and warm-start) the policy; returns (model, codec)."""
     import torch
 
+    from rollwise.envs.base import is_env_task
     from rollwise.tokens import Codec
     from rollwise.trainer import tiny
     from rollwise.trainer.device import check_model_fits, resolve_device
@@ -146,7 +147,10 @@ def build_policy(cfg, task, log=print):
         }
         if device.type != "cpu":  # a warm start trained on a GPU is another model (CPU cache keys unchanged)
             key["device"] = device.type
-        how = warm_start(model, codec, task, ws, ws.seed, key, log=log)
+        cut = None
+        if is_env_task(task):  # episodes are laid out with the observation cut (single-turn keys unchanged)
+            cut = key["max_observation_tokens"] = cfg.task.max_observation_tokens
+        how = warm_start(model, codec, task, ws, ws.seed, key, log=log, max_observation_tokens=cut)
         if not builtin:
             model.eval()  # as load_pretrained returns it
         log(f"warm start: {how}")
@@ -198,20 +202,24 @@ def build_pool(cfg, backend, codec, task, sampling, tree, model, log=print, dp=N
     ``distributed.request_seeds``, shared across data-parallel ranks (``dp``, a
     ``data_parallel.DataParallel``; request-seeded too), or Ray rollout workers (``distributed.workers``)."""
     from rollwise.distributed.local import LocalPool
+    from rollwise.envs.base import is_env_task
 
     if cfg.distributed.workers > 0:
         from rollwise.distributed.ray_pool import RayPool
 
         return RayPool(cfg, model, codec, sampling, log=log)
-    pool = LocalPool(
-        backend,
-        codec,
-        task.verify,
-        sampling,
-        max_batch=cfg.model.max_batch,
-        tree=tree,
-        verify_workers=getattr(task, "verify_workers", 1),
-    )
+    if is_env_task(task):  # multi-turn episodes (docs/architecture.md §11)
+        pool = episode_pool(cfg, backend, codec, task, sampling)
+    else:
+        pool = LocalPool(
+            backend,
+            codec,
+            task.verify,
+            sampling,
+            max_batch=cfg.model.max_batch,
+            tree=tree,
+            verify_workers=getattr(task, "verify_workers", 1),
+        )
     if dp is not None:
         from rollwise.distributed.data_parallel import DataParallelPool
 
@@ -221,6 +229,14 @@ def build_pool(cfg, backend, codec, task, sampling, tree, model, log=print, dp=N
 
         pool = SeededPool(pool, cfg.run.seed)
     return pool
+
+
+def episode_pool(cfg, backend, codec, task, sampling):
+    """The episode pool (``rollwise.generate.episodes``) with the ``task`` section's limits."""
+    from rollwise.generate.episodes import EpisodeLimits, EpisodePool
+
+    limits = EpisodeLimits(**{f.name: getattr(cfg.task, f.name) for f in fields(EpisodeLimits)})
+    return EpisodePool(backend, codec, task, sampling, limits, max_batch=cfg.model.max_batch)
 
 
 def gap_guard(cfg, receivers):
@@ -299,6 +315,10 @@ def open_run(cfg, resume: bool, main: bool = True) -> tuple[Path, Any, Strategie
     run_dir = prepare_run_dir(cfg, resume) if main else cfg.run_dir()
     try:
         task = build_task(cfg)
+        from rollwise.compat import check_episodes
+        from rollwise.envs.base import is_env_task
+
+        check_episodes(cfg, is_env_task(task))  # episode keys and the parts episodes refuse, with the built task
         return run_dir, task, build_strategies(cfg, task)
     except BaseException:
         if not existed:  # a run that fails validation leaves no empty directory behind

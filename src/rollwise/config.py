@@ -219,6 +219,35 @@ class TaskConfig(StrategyConfig):
         "(0 = all; like verl's data.train_max_samples): a small pool recurs every few steps, which "
         "history-based strategies (GRESO, SPEC-RL, replay) need. The warm start still uses the whole split.",
     )
+    # Multi-turn episodes (environment tasks, e.g. guess_number; rollwise.generate.episodes, docs/architecture.md §11).
+    max_turns: int = Field(
+        8, ge=1, description="Environment tasks: policy turns per episode at most (the episode ends 'max_turns')."
+    )
+    max_tool_calls: int = Field(
+        8,
+        ge=0,
+        description="Environment tasks: tool calls per episode at most; the tool layer marks further calls 'limit' "
+        "and does not run them.",
+    )
+    max_episode_tokens: int = Field(
+        256,
+        ge=1,
+        description="Environment tasks: policy + observation tokens per episode at most; a turn decodes at most "
+        "min(sampling.max_new_tokens, what is left); the episode ends 'token_budget'.",
+    )
+    max_observation_tokens: int = Field(
+        64, ge=1, description="Environment tasks: an observation (tool output, feedback) is cut to this many tokens."
+    )
+    tool_timeout_s: float = Field(10.0, gt=0, description="Environment tasks: wall-clock limit of one tool call.")
+    tool_workers: int = Field(
+        8, ge=1, description="Environment tasks: environment steps (tool calls) run in parallel, in threads."
+    )
+    episode_schedule: Literal["lockstep", "overlap"] = Field(
+        "lockstep",
+        description="Environment tasks: 'lockstep' = every turn waits for all environment steps (reproducible for a "
+        "seed); 'overlap' = episodes whose step is done generate while others wait on slow tools (faster, not "
+        "bit-reproducible).",
+    )
 
 
 class TreeSamplingConfig(Section):

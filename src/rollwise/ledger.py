@@ -20,6 +20,18 @@ from rollwise.storage import read_jsonl  # noqa: F401 (the reader lives in stora
 COST_KEYS = ("generated_tokens", "trained_tokens", "rollouts", "verifier_calls", "unverified")
 # Rollout-reuse costs (SPEC-RL, rollwise.generate.spec_rl): cumulative, 0 for other strategies.
 REUSE_KEYS = ("reused_tokens", "verify_tokens")
+# Multi-turn episodes (rollwise.generate.episodes): per-step ``episodes/<key>``, written only on steps
+# that ran episodes, so single-turn runs write the lines they always wrote.
+EPISODE_KEYS = ("episodes", "turns", "tool_calls", "tool_s", "observation_tokens", "env_s", "waiting_s")
+
+
+def episode_fields(cost) -> dict:
+    """``episodes/<key>`` of a step's cost (``EPISODE_KEYS``; ``episodes/count`` for the number of
+    episodes), or {} when the step ran none."""
+    if not getattr(cost, "episodes", 0):
+        return {}
+    out = {f"episodes/{k}": getattr(cost, k) for k in EPISODE_KEYS if k != "episodes"}
+    return {"episodes/count": cost.episodes, **out}
 
 
 class Ledger:
@@ -61,6 +73,7 @@ class Ledger:
         line.update({f"cost/{k}": v for k, v in self.totals.items()})
         line.update({"time/generate_s": cost.generate_s, "time/verify_s": cost.verify_s})
         line.update(self.facts)
+        line.update(episode_fields(cost))
         line.update(getattr(cost, "metrics", None) or {})
         line.update(extra)
         if self.device is not None:

@@ -469,7 +469,10 @@ def regime_metrics(groups) -> dict:
     verified = [v for v in (g.verified_rewards() for g in groups) if len(v) >= 2]
     n = max(1, len(verified))
     lengths = [len(r.completion_ids) for g in groups for r in g.rollouts] or [0]
-    cut = sum(r.finish == "length" for g in groups for r in g.rollouts)
+    # an episode counts when a turn was cut at max_new_tokens (Episode.end "length"), not when it ran out of turns
+    cut = sum(
+        r.finish == "length" if r.episode is None else r.episode.end == "length" for g in groups for r in g.rollouts
+    )
     return {
         "groups/all_correct_frac": sum(min(v) >= CORRECT for v in verified) / n,
         "groups/all_wrong_frac": sum(max(v) < CORRECT for v in verified) / n,

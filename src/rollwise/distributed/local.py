@@ -34,6 +34,15 @@ class StepCost:
     verify_s: float = 0.0
     reused_tokens: int = 0  # completion tokens taken from earlier rollouts, not generated (SPEC-RL)
     verify_tokens: int = 0  # tokens scored by a verification forward pass (SPEC-RL)
+    # Multi-turn episodes (rollwise.generate.episodes; 0 for single-turn rollouts): ``generated_tokens``
+    # stays the policy tokens decoded; observation tokens are appended, never decoded.
+    episodes: int = 0
+    turns: int = 0
+    tool_calls: int = 0
+    tool_s: float = 0.0  # seconds of the tool calls (summed over episodes; they run concurrently)
+    observation_tokens: int = 0
+    env_s: float = 0.0  # seconds of environment steps (summed over episodes)
+    waiting_s: float = 0.0  # wall seconds generation waited for environment steps
     metrics: dict = field(default_factory=dict)  # per-step metrics of a rollout strategy (april/*, spec_rl/*)
 
     def charge(

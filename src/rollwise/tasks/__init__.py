@@ -13,6 +13,7 @@ REGISTRY.register("jsonl", "rollwise.tasks.jsonl:make", takes_arg=True)
 REGISTRY.register("hf", "rollwise.tasks.hf_dataset:make", takes_arg=True)
 REGISTRY.register("pyfunc", "rollwise.tasks.pyfunc:make")
 REGISTRY.register("humaneval", "rollwise.tasks.humaneval:make")
+REGISTRY.register("guess_number", "rollwise.envs.guess:make")  # multi-turn (rollwise.envs, issue #30)
 
 
 def build(cfg):

@@ -8,6 +8,11 @@ so the second run skips this phase. An interrupted warm start (Ctrl-C, SIGTERM) 
 at its last completed step (model, optimizer, RNG states; not when the interrupt lands inside an
 optimizer update) and the next warm start with the same key continues from it, ending with the
 weights an uninterrupted one gives.
+
+Environment tasks (multi-turn episodes, docs/architecture.md §11) train on ``episode_examples``:
+each demonstration laid out exactly as the episode pool lays out an episode
+(``rollwise.tokens.episode_ids``: the actions and their EOS in the loss, the observations as
+context only). Single-turn tasks keep their examples, rows and cache keys.
 """
 
 from __future__ import annotations
@@ -67,8 +72,12 @@ def format_seconds(s: float) -> str:
     return f"{s // 60} min {s % 60} s" if s >= 60 else f"{s} s"
 
 
-def warm_start(model, codec, task, ws_cfg, seed: int, key: dict, log=print) -> str:
-    """Train ``model`` in place (or load the cached result). Returns "cached", "trained" or "skipped"."""
+def warm_start(
+    model, codec, task, ws_cfg, seed: int, key: dict, log=print, max_observation_tokens: int | None = None
+) -> str:
+    """Train ``model`` in place (or load the cached result). Returns "cached", "trained" or "skipped".
+    ``max_observation_tokens``: the cut of an environment task's observations (``task.max_observation_tokens``;
+    the caller puts it in ``key``)."""
     if ws_cfg.steps == 0:
         return "skipped"
     # the OTR fields enter the key only when chosen, so SFT warm starts keep their cache entries
@@ -78,7 +87,7 @@ def warm_start(model, codec, task, ws_cfg, seed: int, key: dict, log=print) -> s
         load_model(model, str(path))
         return "cached"
     try:
-        examples = task.sft_examples(ws_cfg.steps * ws_cfg.batch_size, seed)
+        examples = _examples(codec, task, ws_cfg.steps * ws_cfg.batch_size, seed, max_observation_tokens)
     except NotImplementedError:
         log(f"task {task.name!r} has no reference completions; warm start skipped")
         return "skipped"
@@ -197,18 +206,41 @@ def _torch_rng(dev) -> tuple:
     return torch.get_rng_state(), (torch.cuda.get_rng_state(dev) if dev.type == "cuda" else None)
 
 
+def _examples(codec, task, n: int, seed: int, max_observation_tokens: int | None) -> list:
+    """The warm start's examples: ``(prompt, target text)`` pairs of a single-turn task
+    (``sft_examples``), or ``(prompt, completion ids, loss mask)`` of an environment task's
+    demonstrations (``episode_examples``, laid out by ``rollwise.tokens.episode_ids``)."""
+    from rollwise.envs.base import is_env_task
+
+    if not is_env_task(task):
+        return task.sft_examples(n, seed)
+    from rollwise.tokens import episode_ids
+
+    return [(p, *episode_ids(codec, p, steps, max_observation_tokens)) for p, steps in task.episode_examples(n, seed)]
+
+
+def _row(codec, example, eos: int) -> tuple[tuple[int, ...], list[int], list[int] | None]:
+    """(prompt ids, completion ids, loss mask or None = all) of one example (``_examples``)."""
+    if len(example) == 3:
+        p, ids, mask = example
+        return codec.encode_prompt(p), list(ids), list(mask)
+    p, t = example
+    return codec.encode_prompt(p), codec.encode_text(t) + [eos], None
+
+
 def _steps(model, codec, examples, ws_cfg, rng, opt, report, at: _Position, eos: int, pad: int, dev) -> None:
     for step in range(at.done, ws_cfg.steps):
         at.rng = (rng.getstate(), _torch_rng(dev))
         chunk = [examples[rng.randrange(len(examples))] for _ in range(ws_cfg.batch_size)]
-        rows = [(codec.encode_prompt(p), codec.encode_text(t) + [eos]) for p, t in chunk]
-        width = max(len(p) + len(t) for p, t in rows)
+        rows = [_row(codec, ex, eos) for ex in chunk]
+        width = max(len(p) + len(t) for p, t, _ in rows)
         ids = torch.full((len(rows), width), pad, dtype=torch.long)
         labels = torch.full((len(rows), width), -100, dtype=torch.long)
         attn = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, (p, t) in enumerate(rows):
+        for i, (p, t, mask) in enumerate(rows):
             ids[i, : len(p) + len(t)] = torch.tensor(list(p) + t)
-            labels[i, len(p) : len(p) + len(t)] = torch.tensor(t)
+            target = t if mask is None else [x if m else -100 for x, m in zip(t, mask)]  # observations: no loss
+            labels[i, len(p) : len(p) + len(t)] = torch.tensor(target)
             attn[i, : len(p) + len(t)] = 1
         ids, labels, attn = ids.to(dev), labels.to(dev), attn.to(dev)  # the model's device (model.device)
         if ws_cfg.objective == "otr":  # One-Token Rollout (rollwise.objectives.otr) instead of cross-entropy

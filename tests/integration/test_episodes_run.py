@@ -1,0 +1,98 @@
+"""Multi-turn episodes end to end (issue #30, docs/architecture.md §11): guess_number on the tiny
+model with checkpoint and resume, the ledger's episodes/* fields, request seeds, and single-turn
+runs untouched by the episode pool."""
+
+import json
+
+import pytest
+
+import rollwise
+from conftest import as_sets, tiny_overrides
+from rollwise.config import load_config
+from rollwise.registry import UserError
+
+TIMINGS = ("wall_s", "time/", "episodes/tool_s", "episodes/env_s", "episodes/waiting_s")
+
+
+def guess(tmp_path, **extra):
+    return tiny_overrides(
+        tmp_path,
+        steps=4,
+        **{
+            "task.name": "guess_number",
+            "task.options": {"n_train": 64, "n_heldout": 8},
+            "task.max_turns": 5,
+            "sampling.max_new_tokens": 4,
+            "control.prompts_per_step": 2,
+            "eval.n_prompts": 4,
+            "eval.every": 2,
+            "run.checkpoint_every": 2,
+            "model.warm_start.steps": 30,
+            **extra,
+        },
+    )
+
+
+def stable(path):
+    return [
+        {k: v for k, v in json.loads(x).items() if not k.startswith(TIMINGS)} for x in path.read_text().splitlines()
+    ]
+
+
+def test_guess_number_trains_and_resume_matches_uninterrupted(tmp_path):
+    base = guess(tmp_path)
+    full = rollwise.train(load_config(overrides=as_sets(dict(base, **{"run.name": "full"}))), log=lambda m: None)
+    part = dict(base, **{"run.name": "part", "train.steps": 2})
+    rollwise.train(load_config(overrides=as_sets(part)), log=lambda m: None)
+    resumed = rollwise.train(
+        load_config(overrides=as_sets(dict(part, **{"train.steps": 4}))), resume=True, log=lambda m: None
+    )
+    a, b = stable(full.run_dir / "metrics.jsonl"), stable(resumed.run_dir / "metrics.jsonl")
+    assert len(a) == 4 and a == b
+    assert stable(full.run_dir / "eval.jsonl") == stable(resumed.run_dir / "eval.jsonl")
+    assert (full.run_dir / "checkpoints" / "step-4" / "model.safetensors").exists()
+    for m in a:  # 2 prompts x 4 episodes a step, 1..5 turns each; observations never count as generated
+        assert m["episodes/count"] == 8 and 8 <= m["episodes/turns"] <= 40
+        assert m["episodes/observation_tokens"] > 0 and m["episodes/tool_calls"] == 0
+        assert sum(v for k, v in m.items() if k.startswith("episodes/end_")) == 8
+        assert 0.0 <= m["reward/mean"] <= 1.0
+    line = json.loads((full.run_dir / "metrics.jsonl").read_text().splitlines()[0])
+    assert {"episodes/tool_s", "episodes/waiting_s", "episodes/env_s"} <= set(line)
+    assert a[-1]["cost/generated_tokens"] == a[-1]["cost/trained_tokens"]  # every policy token trained, no observation
+
+
+def test_guess_number_with_request_seeds(tmp_path):
+    o = guess(
+        tmp_path, **{"distributed.request_seeds": True, "train.steps": 1, "eval.every": 0, "eval.at_start": False}
+    )
+    res = rollwise.train(load_config(overrides=as_sets(o)), log=lambda m: None)
+    [m] = stable(res.run_dir / "metrics.jsonl")
+    assert m["episodes/count"] == 8
+
+
+def test_single_turn_runs_keep_the_local_pool_and_their_ledger_lines(tmp_path, monkeypatch):
+    """The default arithmetic task: LocalPool, rollouts without episodes or masks, no episodes/* keys.
+    (Bit-identity with the code before the episode pool was checked once against commit b2d2414:
+    identical metrics, evaluations and step-3 checkpoint hash; see the ep-core branch's report.)"""
+    from rollwise import components
+    from rollwise.distributed.local import LocalPool
+
+    pools, real = [], components.build_pool
+
+    def spy(*a, **k):
+        pools.append(real(*a, **k))
+        return pools[-1]
+
+    monkeypatch.setattr(components, "build_pool", spy)
+    cfg = load_config(overrides=as_sets(tiny_overrides(tmp_path, steps=1, **{"eval.at_start": False})))
+    res = rollwise.train(cfg, log=lambda m: None)
+    assert type(pools[0]) is LocalPool
+    [m] = stable(res.run_dir / "metrics.jsonl")
+    assert not any(k.startswith("episodes/") for k in m)
+
+
+def test_episode_keys_on_a_single_turn_task_are_refused(tmp_path):
+    cfg = load_config(overrides=as_sets(tiny_overrides(tmp_path, steps=1, **{"task.max_turns": 3})))
+    with pytest.raises(UserError, match="task.max_turns applies to environment tasks"):
+        rollwise.train(cfg, log=lambda m: None)
+    assert not (tmp_path / "t").exists()  # refused before anything is written
