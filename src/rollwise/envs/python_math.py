@@ -38,7 +38,7 @@ from rollwise.verify.sandbox import Limits, Sandbox
 NAME = "python_math"
 
 # Runs inside the sandbox (standard library, Python 3.8+): CELLS and CAP are prepended.
-_RUNNER = '''
+_RUNNER = """
 def rollwise_cells():
     import ast, sys
 
@@ -77,7 +77,7 @@ def rollwise_cells():
     except BaseException as e:
         error = ("%s: %s" % (type(e).__name__, e)).replace("\\n", " ")[:300]
     return "%d %s\\n%s" % (out.total, error, "".join(out.parts))
-'''
+"""
 
 # kind -> (draw parameters, question, reference answer, demonstration cells)
 _P = {

@@ -19,7 +19,7 @@ shortest path (non-slippery). ``verify`` replays a completion's actions, one per
 
 ``gym:<env_id>``: any registered gymnasium environment with text (ansi) observations and a
 ``Discrete(n)`` action space; actions are ``0 .. n-1`` or names from the ``actions`` option; colour
-codes are stripped. Prompts are reset seeds (held-out seeds disjoint from train). It has no
+codes are stripped (option ``highlight`` writes a character over highlighted cells). Prompts are reset seeds (held-out seeds disjoint from train). It has no
 demonstrations (``episode_examples`` is empty: there is no generic solver).
 
 Not included: TextArena (arXiv 2504.11442) and GEM adapters. Their games are multi-player or
@@ -220,13 +220,17 @@ class GymTask(_GymTask):
         self.action_names.update({a.lower(): i for i, a in enumerate(options.actions)})
         intro = f"{env_id}: one action per turn, of {', '.join(options.actions or map(str, range(n)))}."
         base = options.seed * 10_000_000
-        self._heldout = tuple(self._prompt(f"gym:{env_id}/{s}", intro, s, {}) for s in range(base, base + options.n_heldout))
+        self._heldout = tuple(
+            self._prompt(f"gym:{env_id}/{s}", intro, s, {}) for s in range(base, base + options.n_heldout)
+        )
         start = base + 5_000_000
-        self._train = tuple(self._prompt(f"gym:{env_id}/{s}", intro, s, {}) for s in range(start, start + options.n_train))
+        self._train = tuple(
+            self._prompt(f"gym:{env_id}/{s}", intro, s, {}) for s in range(start, start + options.n_train)
+        )
 
     def make_env(self, prompt: Prompt) -> GymEnv:
         env = gymnasium().make(self.env_id, render_mode="ansi", **self.options.env_kwargs)
-        return GymEnv(env, self.action_names)
+        return GymEnv(env, self.action_names, player=self.options.highlight or None)
 
     def episode_examples(self, n: int, seed: int) -> list:
         return []
@@ -263,6 +267,12 @@ class _FrozenOptions(_Splits):
 class _GymOptions(_Splits):
     env_kwargs: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of gymnasium.make")
     actions: list[str] = Field(default_factory=list, description="names of the actions 0..n-1 (besides the digits)")
+    highlight: str = Field(
+        default="",
+        max_length=1,
+        description="a character written over each cell the ansi rendering highlights (background colour), "
+        "e.g. the agent's; empty: the cell's own character (what only colour shows is lost)",
+    )
 
 
 make_frozenlake.Options = _FrozenOptions

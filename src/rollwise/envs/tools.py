@@ -125,7 +125,9 @@ class TagFormat:
         calls = []
         for m in re.finditer(rf"<({names})>(?:(.*?)</\1>)?", text, re.S):
             if m.group(2) is None:
-                calls.append(Call(m.group(1), text[m.end() :], error=f"<{m.group(1)}> is not closed by </{m.group(1)}>"))
+                calls.append(
+                    Call(m.group(1), text[m.end() :], error=f"<{m.group(1)}> is not closed by </{m.group(1)}>")
+                )
             else:
                 calls.append(Call(m.group(1), m.group(2), m.group(2)))
         return calls
