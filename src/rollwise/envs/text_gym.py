@@ -19,8 +19,9 @@ shortest path (non-slippery). ``verify`` replays a completion's actions, one per
 
 ``gym:<env_id>``: any registered gymnasium environment with text (ansi) observations and a
 ``Discrete(n)`` action space; actions are ``0 .. n-1`` or names from the ``actions`` option; colour
-codes are stripped (option ``highlight`` writes a character over highlighted cells). Prompts are reset seeds (held-out seeds disjoint from train). It has no
-demonstrations (``episode_examples`` is empty: there is no generic solver).
+codes are stripped (option ``highlight`` writes a character over highlighted cells). Prompts are
+reset seeds (held-out seeds disjoint from train). It has no demonstrations (``episode_examples``
+is empty: there is no generic solver).
 
 Not included: TextArena (arXiv 2504.11442) and GEM adapters. Their games are multi-player or
 need their own observation wrappers and installs; a ``gym:`` environment covers the single-player
