@@ -142,9 +142,9 @@ class FrozenLakeTask(_GymTask):
 
     def __init__(self, options: make_frozenlake.Options):
         self.options = o = options
+        gymnasium()  # a clear error when it is missing
         from gymnasium.envs.toy_text.frozen_lake import generate_random_map
 
-        gymnasium()
         seen: dict[tuple, int] = {}
         splits: dict[str, list[Prompt]] = {"heldout": [], "train": []}
         seed = o.seed * 10_000_000

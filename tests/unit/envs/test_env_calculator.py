@@ -63,8 +63,14 @@ def test_splits_disjoint_and_sized():
 
 
 @pytest.mark.parametrize(
-    "opts,key", [({"digits": [30]}, "digits"), ({"ops": ["/"]}, "ops"), ({"max_tool_calls": -1}, "max_tool_calls"),
-                 ({"bogus": 1}, "bogus"), ({"format": "xml"}, "format")]
+    "opts,key",
+    [
+        ({"digits": [30]}, "digits"),
+        ({"ops": ["/"]}, "ops"),
+        ({"max_tool_calls": -1}, "max_tool_calls"),
+        ({"bogus": 1}, "bogus"),
+        ({"format": "xml"}, "format"),
+    ],
 )
 def test_bad_options_name_the_key(opts, key):
     with pytest.raises(UserError, match=key):

@@ -58,8 +58,13 @@ def test_demonstrations_replay_to_reward_1():
 
 @pytest.mark.parametrize(
     "opts,key",
-    [({"inner": "nope"}, "nope"), ({"inner": "multi_attempt"}, "inner"), ({"max_attempts": 0}, "max_attempts"),
-     ({"inner_options": {"bogus": 1}}, "bogus"), ({"inner": "calculator"}, "environment task")],
+    [
+        ({"inner": "nope"}, "nope"),
+        ({"inner": "multi_attempt"}, "inner"),
+        ({"max_attempts": 0}, "max_attempts"),
+        ({"inner_options": {"bogus": 1}}, "bogus"),
+        ({"inner": "calculator"}, "environment task"),
+    ],
 )
 def test_bad_options_name_the_key(opts, key):
     with pytest.raises(UserError, match=key):

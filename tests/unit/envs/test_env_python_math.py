@@ -8,7 +8,9 @@ from rollwise.registry import UserError
 
 @pytest.fixture(scope="module")
 def t():
-    return make(None, {"n_train": 30, "n_heldout": 6, "tool_timeout_s": 3.0, "max_output_chars": 50, "max_tool_calls": 20})
+    return make(
+        None, {"n_train": 30, "n_heldout": 6, "tool_timeout_s": 3.0, "max_output_chars": 50, "max_tool_calls": 20}
+    )
 
 
 def episode(t, i=0):
@@ -93,7 +95,11 @@ def test_splits_disjoint(t):
 
 @pytest.mark.parametrize(
     "opts,key",
-    [({"kinds": ["calculus"]}, "kinds"), ({"sandbox": {"wall_s": 9}}, "tool_timeout_s"), ({"tool_timeout_s": 0}, "tool_timeout_s")],
+    [
+        ({"kinds": ["calculus"]}, "kinds"),
+        ({"sandbox": {"wall_s": 9}}, "tool_timeout_s"),
+        ({"tool_timeout_s": 0}, "tool_timeout_s"),
+    ],
 )
 def test_bad_options_name_the_key(opts, key):
     with pytest.raises(UserError, match=key):
@@ -107,4 +113,6 @@ def test_rlimit_isolation_contains_a_read_outside(tmp_path):
     env = episode(t)
     res = env.step(f"<python>print(open({str(secret)!r}).read())</python>")
     assert res.tool_calls[0].outcome == "error" and "12345" not in res.observation
-    assert env.step("<python>x = 2\n</python><python>print(x * 21)</python>").observation == "<out></out><out>42\n</out>"
+    assert (
+        env.step("<python>x = 2\n</python><python>print(x * 21)</python>").observation == "<out></out><out>42\n</out>"
+    )
