@@ -13,7 +13,13 @@ REGISTRY.register("jsonl", "rollwise.tasks.jsonl:make", takes_arg=True)
 REGISTRY.register("hf", "rollwise.tasks.hf_dataset:make", takes_arg=True)
 REGISTRY.register("pyfunc", "rollwise.tasks.pyfunc:make")
 REGISTRY.register("humaneval", "rollwise.tasks.humaneval:make")
-REGISTRY.register("guess_number", "rollwise.envs.guess:make")  # multi-turn (rollwise.envs, issue #30)
+# multi-turn environments (rollwise.envs, docs/architecture.md §11)
+REGISTRY.register("guess_number", "rollwise.envs.guess:make")
+REGISTRY.register("calculator", "rollwise.envs.calculator:make")
+REGISTRY.register("python_math", "rollwise.envs.python_math:make")
+REGISTRY.register("frozenlake", "rollwise.envs.text_gym:make_frozenlake")
+REGISTRY.register("gym", "rollwise.envs.text_gym:make_gym", takes_arg=True)
+REGISTRY.register("multi_attempt", "rollwise.envs.multi_attempt:make")
 
 
 def build(cfg):

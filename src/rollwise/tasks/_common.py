@@ -61,3 +61,24 @@ def holdout_questions(questions: Sequence[str], fraction: float, seed: int, sour
             )
         k = min(max(k, 1), len(distinct) - 1)
     return set(random.Random(seed).sample(distinct, k))
+
+
+def draw_splits(draw, n_train: int, n_heldout: int, seed: int, name: str) -> tuple[list, list]:
+    """(train, held-out) items from ``draw(rng) -> (key, item)``, distinct by key, the two disjoint;
+    held-out first from its own stream (it does not depend on ``n_train``). ``UserError`` naming
+    ``name`` when the draws keep repeating (the space is too small for the sizes asked)."""
+    seen: set = set()
+    out = []
+    for split, n in (("heldout", n_heldout), ("train", n_train)):
+        rng, items, misses = random.Random(f"rollwise-{name}-{split}-{seed}"), [], 0
+        while len(items) < n:
+            key, item = draw(rng)
+            if key in seen:
+                misses += 1
+                if misses > 1000 + 20 * n:
+                    raise UserError(f"task {name!r}: cannot draw {n} distinct {split} items; lower n_{split}")
+                continue
+            seen.add(key)
+            items.append(item)
+        out.append(items)
+    return out[1], out[0]

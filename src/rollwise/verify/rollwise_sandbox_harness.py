@@ -19,7 +19,9 @@ Order of events (the point is that the completion's process never holds the test
    (it lowers its own limits before compiling the source);
 5. run the trusted prelude and test here; ``check(candidate)`` calls a proxy that sends each
    call's arguments to the child (``marshal``: trusted plain data) and receives its reply (one
-   JSON line, untrusted, checked here), numbered; the verdict is decided here.
+   JSON line, untrusted, checked here), numbered; the verdict is decided here. A test may leave
+   a str in its global ``REPORT``, which the report carries back when the check passed (capped at
+   ``output_bytes``; ``Sandbox.call`` uses it for a tool's output; the code verifier's tests never set it).
 
 What crosses from the child is refused unless it is the reply to the call just made, of a known
 kind, plain data within the reply cap (``output_bytes`` + 4 KiB a line) and 100 levels of nesting,
@@ -424,6 +426,9 @@ def main(spawned):
     if drain.over:
         status, detail = "output_limit", "output passed %d bytes" % drain.cap
     out.update(status=status, detail=detail[:500], output_bytes=drain.total, calls=state["seq"])
+    value = trusted.get("REPORT") if status == "correct" else None
+    if type(value) is str:  # a str the trusted test chose to report (``Sandbox.call``), capped like a reply
+        out["value"] = value[:reply_bytes]
     return emit(out)
 
 

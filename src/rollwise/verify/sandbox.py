@@ -114,6 +114,9 @@ FAILURES = (
     "exited",
 )
 
+# the trusted test of ``Sandbox.call``: the harness reports a str left in REPORT
+_CALL_TEST = "def check(candidate):\n    global REPORT\n    REPORT = candidate()\n    assert type(REPORT) is str\n"
+
 Isolation = Literal["auto", "bwrap", "rlimit"]
 
 
@@ -358,6 +361,12 @@ class Sandbox:
         self.code = _code_dir(self.python)
         return self._run_once(self.isolation, source, test, entry_point, prelude)
 
+    def call(self, source: str, entry_point: str) -> SandboxResult:
+        """Run ``entry_point()`` defined by ``source`` and bring back the str it returns (a tool's
+        output: ``rollwise.envs.python_math``) in ``extra["value"]``, under the same isolation and
+        limits as a check; status ``"correct"`` when it returned a str, else the failure."""
+        return self.run(source, _CALL_TEST, entry_point)
+
     def _command(self, isolation: str, workdir: str, token: str) -> list[str]:
         py = ["-I", "-S", "-B"]
         code_dir, harness = self.code
@@ -504,7 +513,7 @@ class Sandbox:
             isolation,
             int(rep.get("output_bytes", 0)),
             int(rep.get("calls", 0)),
-            {"sandbox_id": token},
+            {"sandbox_id": token, **({"value": rep["value"]} if isinstance(rep.get("value"), str) else {})},
         )
 
 

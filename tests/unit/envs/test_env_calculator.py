@@ -1,0 +1,77 @@
+"""calculator: the safe calc tool, rewards, demonstrations, splits, options."""
+
+import json
+
+import pytest
+
+from rollwise.envs.calculator import calc, make
+from rollwise.registry import UserError
+
+
+def task(**kw):
+    return make(None, {"n_train": 40, "n_heldout": 10, **kw})
+
+
+def test_calc_parses_and_never_evals():
+    assert calc("1234567+890123") == "2124690"
+    assert calc(" (12-20)*3 ") == "-24"
+    for bad in ("__import__('os')", "2**10", "1/2", "1.5+1", "True+1", "x+1", "9" * 300):
+        with pytest.raises(ValueError):
+            calc(bad)
+
+
+def test_episode_by_hand():
+    t = task()
+    p = t.train_prompts()[0]
+    a, op, b = p.metadata["expr"].partition("+") if "+" in p.metadata["expr"] else p.metadata["expr"].partition("-")
+    want = int(a) + int(b) if op == "+" else int(a) - int(b)
+    env = t.environment(p)
+    env.reset(0)
+    r1 = env.step(f"<calc>{p.metadata['expr']}</calc>")
+    assert (r1.observation, r1.reward, r1.done) == (f"<out>{want}</out>", 0.0, False)
+    r2 = env.step(str(want + 1))  # wrong answer: reward 0, done
+    assert (r2.reward, r2.done, r2.verdict.reason) == (0.0, True, "wrong")
+    env.reset(0)
+    assert env.step(str(want)).reward == 1.0  # answering without the tool is allowed
+
+
+@pytest.mark.parametrize("fmt", ["tag", "json"])
+def test_demonstrations_replay_to_reward_1(fmt):
+    t = task(format=fmt)
+    for p, pairs in t.episode_examples(5, seed=1):
+        env = t.environment(p)
+        env.reset(p.metadata.get("seed", 0))
+        for action, observation in pairs:
+            res = env.step(action)
+            assert res.observation == observation
+        assert res.done and res.reward == 1.0
+        assert len(pairs) == 2 and pairs[-1][1] == ""
+    if fmt == "json":
+        call = json.loads(pairs[0][0].removeprefix("<tool_call>").removesuffix("</tool_call>"))
+        assert call == {"name": "calc", "arguments": {"expression": p.metadata["expr"]}}
+        assert p.messages and "calc" in p.messages[-1]["content"]
+
+
+def test_splits_disjoint_and_sized():
+    t = task(digits=[5], ops=["-"])
+    train, held = {p.id for p in t.train_prompts()}, {p.id for p in t.heldout_prompts()}
+    assert len(train) == 40 and len(held) == 10 and not train & held
+    for p in t.train_prompts():
+        a, b = p.metadata["expr"].split("-")
+        assert len(a) == len(b) == 5 and int(a) >= int(b)
+    assert [p.id for p in task().heldout_prompts()] == [p.id for p in task(n_train=7).heldout_prompts()]
+
+
+@pytest.mark.parametrize(
+    "opts,key",
+    [
+        ({"digits": [30]}, "digits"),
+        ({"ops": ["/"]}, "ops"),
+        ({"max_tool_calls": -1}, "max_tool_calls"),
+        ({"bogus": 1}, "bogus"),
+        ({"format": "xml"}, "format"),
+    ],
+)
+def test_bad_options_name_the_key(opts, key):
+    with pytest.raises(UserError, match=key):
+        make(None, opts)
