@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from pydantic import ValidationError
 
 from rollwise.batch.collate import collate, flatten
 from rollwise.objectives import ADVANTAGES
@@ -242,7 +243,7 @@ def test_registered_with_options_and_refused_with_gspo():
         assert set(fn.inputs) == {"episodes", "completion_lengths"}
         for info in fn.Options.model_fields.values():
             assert info.description
-        with pytest.raises(Exception):
+        with pytest.raises(ValidationError):
             fn.Options(unknown=1)
         load_config(overrides=[f'advantage.name="{name}"'])
         with pytest.raises(UserError, match="per-token"):
