@@ -185,7 +185,12 @@ def check(cfg) -> None:
         resolve(cfg, section)
     if declares_episodes(cfg):  # first: the episode pool replaces what later checks reason about
         check_episodes(cfg, True)
-    _, adv_opts, _ = resolve(cfg, "advantage")
+    adv_fn, adv_opts, _ = resolve(cfg, "advantage")
+    if cfg.objective.name == "gspo" and getattr(adv_fn, "per_token", False):  # turn_return, gigpo: per turn
+        raise UserError(
+            f"advantage.name = {cfg.advantage.name!r} gives per-token (per-turn) advantages, which objective "
+            "'gspo' (sequence-level) cannot use; choose another objective"
+        )
     if getattr(adv_opts, "per_token", False) and cfg.objective.name == "gspo":  # tree advantage, per token
         raise UserError(
             "advantage.options.per_token = true gives per-token advantages, which objective 'gspo' "

@@ -38,6 +38,7 @@ REGISTRY.register("v05", "rollwise.control.v05:V05")
 REGISTRY.register("scope", "rollwise.control.scope:SCOPE")
 REGISTRY.register("gdro", "rollwise.control.gdro:GDRO")
 REGISTRY.register("mssr", "rollwise.control.mssr:MSSR")
+REGISTRY.register("roc", "rollwise.control.roc:RoC")
 REGISTRY.hints["dapo"] = (
     "DAPO is a filter plus dynamic sampling, not a controller: set filter.names = ['zero_variance'] and "
     "control.dynamic_sampling.enabled = true (objective.name = 'dapo' for its clip-higher loss); "

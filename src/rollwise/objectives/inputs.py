@@ -52,6 +52,12 @@ def confidence_shift(rows: Sequence[Rollout], services: Services) -> torch.Tenso
     return diff.sum(dim=1)
 
 
+def episodes(rows: Sequence[Rollout]) -> list:
+    """Each row's ``Rollout.episode`` (None for a single-turn rollout), for the multi-turn credit
+    assignment (``objectives/turn_return.py``, ``objectives/gigpo.py``)."""
+    return [getattr(r, "episode", None) for r in rows]
+
+
 def completion_lengths(rows: Sequence[Rollout]) -> torch.Tensor:
     """(B,) float: each row's completion length in tokens."""
     return torch.tensor([float(len(r.completion_ids)) for r in rows], dtype=torch.float32)
@@ -105,6 +111,7 @@ _INPUTS = {
     "hint_tokens": hint_tokens,
     "named_rewards": named_rewards,
     "completion_entropies": completion_entropies,
+    "episodes": episodes,
 }
 
 

@@ -63,7 +63,8 @@ ACCEPTED = [
     "scope",
     "mssr",
     "v05",
-]  # v05: priors kept per plan
+    "roc",
+]  # v05: priors kept per plan; roc: its draw is keyed by the group, not the plan
 NEEDS_VALUE = ["wise2"]  # reads the pass-rate predictor, which refuses asynchrony (value.enabled, compat.check_value)
 
 

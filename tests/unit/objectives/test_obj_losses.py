@@ -284,6 +284,8 @@ def test_registry_names_resolve_and_validate_options():
             "adhint",
             "v05",
             "poise",
+            "turn_return",
+            "gigpo",
         ]
     )
     o = validate_options(
