@@ -107,7 +107,6 @@ class _Options(ToolOptions):
     n_train: int = Field(default=5000, ge=1, le=1_000_000, description="number of distinct train expressions")
     n_heldout: int = Field(default=200, ge=1, le=100_000, description="number of distinct held-out expressions")
     seed: int = Field(default=0, ge=0, description="fixes both splits")
-    tool_timeout_s: float = Field(1.0, gt=0, le=600, description="wall-clock seconds per tool call")
 
     @field_validator("digits")
     @classmethod
@@ -126,3 +125,4 @@ class _Options(ToolOptions):
 
 
 make.Options = _Options
+make.episodes = True  # an environment task: rollwise.compat checks the episode keys from the config alone

@@ -110,3 +110,4 @@ class _Options(BaseModel):
 
 
 make.Options = _Options
+make.episodes = True  # an environment task: rollwise.compat checks the episode keys from the config alone

@@ -9,7 +9,7 @@ a cell is the answer: its last integer, judged by ``rollwise.verify.exact``.
 (``rollwise.verify.sandbox.Sandbox.call``: the code verifier's isolation and limits, not a copy)
 which first re-runs the episode's earlier *successful* cells, output discarded, then the new cell,
 whose output alone is shown. Variables, functions and imports carry over; so does the cost: a cell's
-time limit (``tool_timeout_s``, which replaces ``sandbox.wall_s``) covers the replay, and side
+time limit (the run's ``task.tool_timeout_s``, which replaces ``sandbox.wall_s``) covers the replay, and side
 effects are repeated (a cell that draws random numbers draws them again). A cell that raises,
 times out or is killed is not kept. ToRL (arXiv 2503.23383) and ReTool (arXiv 2504.11536) keep one
 live interpreter per trajectory instead; rStar2-Agent (arXiv 2508.20722) serves calls from an
@@ -156,7 +156,12 @@ class PythonCells:
         return text
 
     def tool(self) -> Tool:
-        return Tool.from_function(self.python, own_timeout=True)
+        return Tool.from_function(self.python, set_timeout=self.set_timeout)
+
+    def set_timeout(self, seconds: float) -> None:
+        """``task.tool_timeout_s`` as the sandbox's wall-clock limit of a cell (replay included)."""
+        if seconds != self.sandbox.limits.wall_s:
+            self.sandbox = Sandbox(self.sandbox.limits.model_copy(update={"wall_s": seconds}))
 
 
 class PythonMathTask(ToolTask):
@@ -164,7 +169,7 @@ class PythonMathTask(ToolTask):
 
     def __init__(self, options: make.Options):
         self.options = o = options
-        self.sandbox = Sandbox(o.sandbox.model_copy(update={"wall_s": o.tool_timeout_s}))
+        self.sandbox = Sandbox(o.sandbox)  # wall_s: task.tool_timeout_s, set before each cell
 
         def draw(rng: random.Random):
             kind = rng.choice(o.kinds)
@@ -213,11 +218,10 @@ class _Options(ToolOptions):
     n_train: int = Field(default=2000, ge=1, le=1_000_000, description="number of distinct train problems")
     n_heldout: int = Field(default=100, ge=1, le=100_000, description="number of distinct held-out problems")
     seed: int = Field(default=0, ge=0, description="fixes both splits")
-    tool_timeout_s: float = Field(
-        5.0, gt=0, le=600, description="wall-clock seconds per cell, sandbox start and replay of earlier cells included"
-    )
     sandbox: Limits = Field(
-        default_factory=Limits, description="the sandbox's limits (rollwise.verify.sandbox); wall_s is tool_timeout_s"
+        default_factory=Limits,
+        description="the sandbox's limits (rollwise.verify.sandbox); a cell's wall-clock limit (sandbox start and "
+        "replay of earlier cells included) is the run's task.tool_timeout_s",
     )
 
     @field_validator("kinds")
@@ -231,8 +235,9 @@ class _Options(ToolOptions):
     @model_validator(mode="after")
     def _wall(self):
         if "wall_s" in self.sandbox.model_fields_set:
-            raise ValueError("sandbox.wall_s is not used here: set tool_timeout_s (the limit per cell)")
+            raise ValueError("sandbox.wall_s is not used here: set task.tool_timeout_s (the limit per cell)")
         return self
 
 
 make.Options = _Options
+make.episodes = True  # an environment task: rollwise.compat checks the episode keys from the config alone

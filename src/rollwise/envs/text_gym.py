@@ -278,3 +278,4 @@ class _GymOptions(_Splits):
 
 make_frozenlake.Options = _FrozenOptions
 make_gym.Options = _GymOptions
+make_frozenlake.episodes = make_gym.episodes = True  # environment tasks (rollwise.compat)

@@ -29,7 +29,7 @@ Plain Python tools run in a daemon thread joined for ``tool_timeout_s``. A threa
 a hung pure-Python tool keeps its thread (and CPU) after the call times out. Use such tools only
 for trusted, bounded code (``calc``); anything untrusted runs in a process. **Model-written code
 always runs in the code verifier's sandbox** (``rollwise.verify.sandbox``, see
-``rollwise.envs.python_math``); such a tool enforces the time limit itself (``own_timeout``) and
+``rollwise.envs.python_math``); such a tool enforces the time limit itself (``Tool.set_timeout``) and
 reports it by raising ``ToolFailure("timeout", ...)``.
 
 **ToolEnv.** A turn with tool calls runs them and returns their outputs (reward 0, not done). A turn
@@ -54,6 +54,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rollwise.config import TaskConfig
 from rollwise.envs.base import StepResult
 from rollwise.tasks._common import sample_prompts
 from rollwise.types import Prompt, ToolCall, Verdict
@@ -75,10 +76,14 @@ class Tool:
     description: str
     parameters: Mapping[str, Any]  # JSON schema of an object: {"type", "properties", "required"}
     fn: Callable[..., str]
-    own_timeout: bool = False  # the function enforces tool_timeout_s itself (a sandboxed tool)
+    # A tool that enforces the time limit itself (a sandboxed tool) is told ``task.tool_timeout_s``
+    # here before each call, and the runner waits for it; None: the runner joins its thread for that long.
+    set_timeout: Callable[[float], None] | None = None
 
     @classmethod
-    def from_function(cls, fn: Callable[..., str], name: str | None = None, own_timeout: bool = False) -> Tool:
+    def from_function(
+        cls, fn: Callable[..., str], name: str | None = None, set_timeout: Callable[[float], None] | None = None
+    ) -> Tool:
         doc = inspect.getdoc(fn) or ""
         description = doc.split("\n\n")[0].replace("\n", " ").strip()
         arg_docs = dict(re.findall(r"^\s+(\w+)\s*(?:\([^)]*\))?:\s*(.+)$", doc.split("Args:", 1)[-1], re.M))
@@ -92,7 +97,7 @@ class Tool:
             if p.default is inspect.Parameter.empty:
                 required.append(p.name)
         params = {"type": "object", "properties": props, "required": required}
-        return cls(name or fn.__name__, description, params, fn, own_timeout)
+        return cls(name or fn.__name__, description, params, fn, set_timeout)
 
     def schema(self) -> dict:
         """The tool as ``apply_chat_template(tools=[...])`` takes it."""
@@ -175,21 +180,24 @@ FORMATS = {"tag": TagFormat(), "json": JsonFormat()}
 
 
 class ToolOptions(BaseModel):
-    """The tool limits every tool task takes (its ``Options`` extend this)."""
+    """The options every tool task takes (its ``Options`` extend this). The per-episode call budget
+    and the per-call time limit are the run's ``task.max_tool_calls`` / ``task.tool_timeout_s``, handed
+    to each episode's environment by the episode pool (``ToolEnv.set_tool_limits``)."""
 
     model_config = ConfigDict(extra="forbid")
 
     format: Literal["tag", "json"] = Field(
         "tag", description="call format: 'tag' (<calc>1+2</calc>, for the tiny model) or 'json' (<tool_call>{...})"
     )
-    max_tool_calls: int = Field(4, ge=0, le=1000, description="tool calls allowed per episode; more are not run")
-    tool_timeout_s: float = Field(2.0, gt=0, le=600, description="wall-clock seconds per tool call")
     max_output_chars: int = Field(
         400, ge=1, le=1_000_000, description="characters of a tool's output shown; the rest is cut"
     )
 
 
 # ---------------------------------------------------------------- running calls
+
+
+_TASK_DEFAULTS = TaskConfig.model_fields  # the run's task.max_tool_calls / task.tool_timeout_s defaults
 
 
 class ToolRunner:
@@ -199,8 +207,8 @@ class ToolRunner:
         self,
         tools: Sequence[Tool],
         fmt: str = "tag",
-        max_tool_calls: int = 4,
-        tool_timeout_s: float = 2.0,
+        max_tool_calls: int = _TASK_DEFAULTS["max_tool_calls"].default,
+        tool_timeout_s: float = _TASK_DEFAULTS["tool_timeout_s"].default,
         max_output_chars: int = 400,
     ):
         self.tools = {t.name: t for t in tools}
@@ -211,7 +219,7 @@ class ToolRunner:
     @classmethod
     def from_options(cls, tools: Sequence[Tool], options: ToolOptions) -> ToolRunner:
         o = options
-        return cls(tools, o.format, o.max_tool_calls, o.tool_timeout_s, o.max_output_chars)
+        return cls(tools, o.format, max_output_chars=o.max_output_chars)
 
     def run(self, text: str) -> tuple[str, tuple[ToolCall, ...]] | None:
         """(observation, calls) for a turn with calls; None for a turn without one (the answer)."""
@@ -246,7 +254,9 @@ class ToolRunner:
 
         th = threading.Thread(target=target, daemon=True, name=f"rollwise-tool-{tool.name}")
         th.start()
-        th.join(None if tool.own_timeout else self.timeout)
+        if tool.set_timeout is not None:
+            tool.set_timeout(self.timeout)
+        th.join(None if tool.set_timeout is not None else self.timeout)
         if th.is_alive():  # the thread cannot be killed; it runs on (see the module docstring)
             return "timeout", f"timeout: no result after {self.timeout:g}s"
         err = box.get("err")
@@ -275,6 +285,13 @@ class ToolEnv:
 
     def reset(self, seed: int) -> None:
         self.runner = self.make_runner()  # a fresh budget (and tool state) per episode
+
+    def set_tool_limits(self, calls_left: int, timeout_s: float) -> None:
+        """The episode pool's ``task.max_tool_calls`` (as the calls this episode has left) and
+        ``task.tool_timeout_s``, before each step."""
+        if self.runner is None:
+            self.reset(0)
+        self.runner.max_tool_calls, self.runner.timeout = self.runner.used + calls_left, timeout_s
 
     def step(self, action: str) -> StepResult:
         if self.runner is None:

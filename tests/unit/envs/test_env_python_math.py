@@ -8,14 +8,13 @@ from rollwise.registry import UserError
 
 @pytest.fixture(scope="module")
 def t():
-    return make(
-        None, {"n_train": 30, "n_heldout": 6, "tool_timeout_s": 3.0, "max_output_chars": 50, "max_tool_calls": 20}
-    )
+    return make(None, {"n_train": 30, "n_heldout": 6, "max_output_chars": 50})
 
 
 def episode(t, i=0):
     env = t.environment(t.train_prompts()[i])
     env.reset(0)
+    env.set_tool_limits(20, 3.0)  # what the episode pool hands over: task.max_tool_calls, task.tool_timeout_s
     return env
 
 
@@ -98,7 +97,7 @@ def test_splits_disjoint(t):
     [
         ({"kinds": ["calculus"]}, "kinds"),
         ({"sandbox": {"wall_s": 9}}, "tool_timeout_s"),
-        ({"tool_timeout_s": 0}, "tool_timeout_s"),
+        ({"tool_timeout_s": 3}, "tool_timeout_s"),  # the run's task.tool_timeout_s, not a task option
     ],
 )
 def test_bad_options_name_the_key(opts, key):

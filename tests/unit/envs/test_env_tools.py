@@ -137,3 +137,14 @@ def test_reset_gives_a_fresh_budget():
 def test_tag_text_to_an_int_tool_is_an_error(bad):
     _, calls = runner().run(bad)
     assert calls[0].outcome == "error"  # str + int
+
+
+def test_the_pools_limits_reach_the_tool_env():
+    """``task.max_tool_calls`` / ``task.tool_timeout_s`` arrive through ``set_tool_limits`` before each step:
+    one call left, then the next call is not run; a 0.05 s limit times out the slow tool."""
+    env = ToolEnv(Prompt("p", "t", "q", "5"), lambda p, t: Verdict(1.0), lambda: runner(max_tool_calls=10))
+    env.reset(0)
+    env.set_tool_limits(1, 0.05)
+    assert [c.outcome for c in env.step("<slow>x</slow>").tool_calls] == ["timeout"]
+    env.set_tool_limits(0, 0.05)  # the pool counted the call above
+    assert [c.outcome for c in env.step("<echo>hi</echo>").tool_calls] == ["limit"]
