@@ -193,12 +193,12 @@ def derive(cfg, task) -> dict[str, tuple[object, str]]:
 
 
 def references(task) -> list[str]:
-    """The task's reference completions: warm-start targets (a sample of up to 256), else answers."""
-    n = min(256, len(task.train_prompts()))
-    try:
-        return [t for _, t in task.sft_examples(n, 0) if t]
-    except (NotImplementedError, AttributeError):
-        return [p.answer for p in task.train_prompts()[:n] if p.answer]
+    """The task's reference completions (a sample of up to 256; 32 demonstrations of an environment
+    task, whose actions are the references: ``tasks._common.reference_completions``)."""
+    from rollwise.envs.base import is_env_task
+    from rollwise.tasks._common import reference_completions
+
+    return reference_completions(task, 32 if is_env_task(task) else 256)[0]
 
 
 def resolve(cfg, log=print):

@@ -200,3 +200,17 @@ def test_pretrained_full_fine_tune_gets_a_small_lr(tmp_path):
         log=lambda m: None,
     )
     assert (out.model.lora.enabled, out.train.lr) == (False, defaults.PRETRAINED_FULL_LR)
+
+
+def test_an_environment_task_derives_from_its_demonstrated_actions():
+    """calculator: the references are the demonstrated turns (a '<calc>...</calc>' call, then the number),
+    not a single completion: max_new_tokens bounds a turn (rollwise.envs.base)."""
+    from rollwise import tasks
+    from rollwise.tasks._common import reference_completions
+
+    cfg = load_config(overrides=['task.name="calculator"', "task.options={n_train=40, n_heldout=4}"])
+    refs, what = reference_completions(tasks.build(cfg), 8)
+    assert what == "demonstrated actions" and len(refs) == 16  # 8 demonstrations x (call, answer)
+    assert all(r.startswith("<calc>") for r in refs[::2]) and all(r.lstrip("-").isdigit() for r in refs[1::2])
+    out = defaults.resolve(cfg, log=lambda m: None)
+    assert out.sampling.max_new_tokens >= max(len(r) for r in defaults.references(tasks.build(cfg))) + 1

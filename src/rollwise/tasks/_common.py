@@ -82,3 +82,19 @@ def draw_splits(draw, n_train: int, n_heldout: int, seed: int, name: str) -> tup
             items.append(item)
         out.append(items)
     return out[1], out[0]
+
+
+def reference_completions(task, n: int) -> tuple[list[str], str]:
+    """Up to ``n`` of the task's reference completions (train split, seed 0) and what they are: an
+    environment task's demonstrated actions, one per turn (``sampling.max_new_tokens`` bounds a turn;
+    ``rollwise.envs.base``), else its warm-start targets, else its reference answers."""
+    from rollwise.envs.base import is_env_task
+
+    n = min(n, len(task.train_prompts()))
+    if is_env_task(task):
+        demos = task.episode_examples(n, 0)
+        return [a for _, turns in demos for a, _ in turns if a], "demonstrated actions"
+    try:
+        return [t for _, t in task.sft_examples(n, 0) if t], "warm-start targets"
+    except (NotImplementedError, AttributeError):
+        return [p.answer for p in task.train_prompts()[:n] if p.answer], "reference answers"

@@ -263,17 +263,14 @@ def fit_warnings(
     task, codec, max_new_tokens: int, context: int | None = None, builtin: bool = False, n: int = 64
 ) -> list[str]:
     """Warnings, before any training, when a run cannot score however long it trains: the task's
-    reference completions (warm-start targets, else reference answers; end-of-text included) are
+    reference completions (``tasks._common.reference_completions``; end-of-text included) are
     longer than ``sampling.max_new_tokens``; and, for the built-in tiny model (``builtin``), the
     task uses characters its character-level tokenizer lacks, or its prompts do not fit the
     model's ``context`` with ``max_new_tokens`` after them. Looks at the first ``n`` train examples."""
     prompts = list(task.train_prompts()[:n])
-    try:
-        targets = [t for _, t in task.sft_examples(n, 0)]
-        what = "warm-start targets"
-    except NotImplementedError:
-        targets = [p.answer for p in prompts if p.answer]
-        what = "reference answers"
+    from rollwise.tasks._common import reference_completions
+
+    targets, what = reference_completions(task, n)
     out = []
     if targets:
         lens = sorted(len(codec.encode_text(t)) + 1 for t in targets)
