@@ -2,7 +2,9 @@
 
 The one place that knows how a ``Prompt`` is shown to a model: plain text with a BOS for the
 built-in character model, or the tokenizer's chat template when the prompt has ``messages`` and
-the tokenizer has a template. Backends only ever see token ids.
+the tokenizer has a template (a prompt's ``metadata["tools"]``, tool schemas, go to the template's
+``tools=`` when it renders tools, else into a system message: ``tool_instructions``). Backends only
+ever see token ids.
 
 Episodes (docs/architecture.md §11) append observations after the policy's turns without ever
 re-tokenising earlier text: ``encode_observation`` gives the ids of one observation (plain text
@@ -12,11 +14,23 @@ prompt), and ``episode_ids`` lays out a whole demonstration exactly as the episo
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from rollwise.types import Prompt
+
+
+def tool_instructions(tools: Sequence[dict]) -> str:
+    """A system message describing ``tools`` (``Tool.schema()`` dicts) and the JSON call format
+    (``rollwise.envs.tools``), for chat templates that do not render tools themselves."""
+    return (
+        "You can call these tools:\n"
+        + "\n".join(json.dumps(t.get("function", t)) for t in tools)
+        + '\nTo call one, write <tool_call>{"name": "NAME", "arguments": {...}}</tool_call> and end your turn; '
+        "its result comes back as <tool_response>...</tool_response>."
+    )
 
 
 @dataclass
@@ -35,8 +49,10 @@ class Codec:
         """Whether ``prompt`` is shown through the tokenizer's chat template."""
         return bool(self.use_chat and prompt.messages and getattr(self.tokenizer, "chat_template", None))
 
-    def _template(self, messages, generation_prompt: bool) -> list[int]:
-        out = self.tokenizer.apply_chat_template(messages, add_generation_prompt=generation_prompt, tokenize=True)
+    def _template(self, messages, generation_prompt: bool, **extra) -> list[int]:
+        out = self.tokenizer.apply_chat_template(
+            messages, add_generation_prompt=generation_prompt, tokenize=True, **extra
+        )
         return list(out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out)
 
     def encode_prompt(self, prompt: Prompt) -> tuple[int, ...]:
@@ -44,7 +60,12 @@ class Codec:
         if ids is None:
             tok = self.tokenizer
             if self.chat(prompt):
-                ids = tuple(self._template(list(map(dict, prompt.messages)), True))
+                messages, tools, extra = list(map(dict, prompt.messages)), prompt.metadata.get("tools"), {}
+                if tools and "tools" in str(self.tokenizer.chat_template):  # the template renders tools itself
+                    extra = {"tools": list(tools)}
+                elif tools:  # a template without tools (SmolLM2's): the tools in a system message
+                    messages = [{"role": "system", "content": tool_instructions(tools)}, *messages]
+                ids = tuple(self._template(messages, True, **extra))
             else:
                 bos = [tok.bos_token_id] if tok.bos_token_id is not None else []
                 ids = tuple(bos + tok.encode(prompt.text, add_special_tokens=False))

@@ -78,9 +78,10 @@ class CalculatorTask(ToolTask):
 
     def _prompt(self, expr: str) -> Prompt:
         chat_form = None
-        if self.options.format == "json":  # a chat model: say what to do; tools through tool_schemas()
+        if self.options.format == "json":  # a chat model: say what to do; the tools go with the prompt
             chat_form = chat(f"Compute {expr}. Call the calc tool, then reply with the integer only.", None)
-        return Prompt(f"{NAME}/{expr}", NAME, expr + "=", calc(expr), chat_form, {"expr": expr})
+        meta = {"expr": expr, **self.chat_tools()}
+        return Prompt(f"{NAME}/{expr}", NAME, expr + "=", calc(expr), chat_form, meta)
 
     def tools(self) -> list[Tool]:
         return [CALC]

@@ -190,7 +190,7 @@ class PythonMathTask(ToolTask):
         text = f"{question.format(**params)} {how}, then reply with the number only."
         meta = {"kind": kind, "params": params, "cot": True}  # cot: the answer is the turn's last integer
         chat_form = chat(text, None) if self.options.format == "json" else None
-        return Prompt(f"{NAME}/{key}", NAME, text, str(answer(**params)), chat_form, meta)
+        return Prompt(f"{NAME}/{key}", NAME, text, str(answer(**params)), chat_form, {**meta, **self.chat_tools()})
 
     def tools(self) -> list[Tool]:
         return [PythonCells(self.sandbox, self.options.max_output_chars).tool()]

@@ -331,6 +331,12 @@ class ToolTask:
         """The tools as ``apply_chat_template(tools=...)`` takes them (chat models, format 'json')."""
         return [t.schema() for t in self.tools()]
 
+    def chat_tools(self) -> dict:
+        """A prompt's metadata entry ``tools`` in format 'json' (``Codec.encode_prompt`` hands it to the
+        chat template, or describes the tools in a system message when the template renders none); ``{}``
+        in format 'tag'."""
+        return {"tools": tuple(self.tool_schemas())} if self.options.format == "json" else {}
+
     def environment(self, prompt: Prompt) -> ToolEnv:
         return ToolEnv(prompt, self.verify, lambda: ToolRunner.from_options(self.tools(), self.options))
 
