@@ -96,3 +96,48 @@ def test_episode_keys_on_a_single_turn_task_are_refused(tmp_path):
     with pytest.raises(UserError, match="task.max_turns applies to environment tasks"):
         rollwise.train(cfg, log=lambda m: None)
     assert not (tmp_path / "t").exists()  # refused before anything is written
+
+
+KILL_CHILD = r"""
+import os, signal, sys
+from pathlib import Path
+metrics, calls = Path(os.environ["ROLLWISE_TEST_RUN"]) / "metrics.jsonl", [0]
+from rollwise.envs.guess import GuessEnv
+real = GuessEnv.step
+def step(self, action):
+    if os.environ.get("ROLLWISE_TEST_KILL") and metrics.exists() and len(metrics.read_text().splitlines()) >= 2:
+        calls[0] += 1
+        if calls[0] == 5:  # mid-episode-batch: step 2's episodes, some stepped, others not yet
+            os.kill(os.getpid(), signal.SIGKILL)
+    return real(self, action)
+GuessEnv.step = step
+from rollwise.cli import main
+main(sys.argv[1:])
+"""
+
+
+def test_a_run_killed_mid_episode_batch_resumes_to_the_uninterrupted_result(tmp_path):
+    """SIGKILL inside an environment step of training step 2's episodes (a real kill of a child
+    process), then ``--resume``: the run ends with the uninterrupted run's metrics and evaluations
+    (step 2's episodes are generated again from the step-1 checkpoint's state)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    base = guess(tmp_path, **{"run.checkpoint_every": 1, "eval.every": 4})  # evaluations at steps 0 and 4 only
+    sets = lambda o: sum((["--set", s] for s in as_sets(o)), [])  # noqa: E731
+
+    def launch(args, name, kill):
+        env = dict(os.environ, ROLLWISE_TEST_RUN=str(tmp_path / name), ROLLWISE_TEST_KILL="1" if kill else "")
+        return subprocess.run([sys.executable, "-c", KILL_CHILD, *args], env=env, capture_output=True, timeout=600)
+
+    full = launch(["train", *sets(dict(base, **{"run.name": "full"}))], "full", False)
+    assert full.returncode == 0, full.stderr.decode()[-3000:]
+    killed = launch(["train", *sets(dict(base, **{"run.name": "killed"}))], "killed", True)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-3000:]
+    assert len((tmp_path / "killed" / "metrics.jsonl").read_text().splitlines()) == 2  # steps 0 and 1 only
+    resumed = launch(["train", "--resume", str(tmp_path / "killed")], "killed", False)
+    assert resumed.returncode == 0, resumed.stderr.decode()[-3000:]
+    assert stable(tmp_path / "killed" / "metrics.jsonl") == stable(tmp_path / "full" / "metrics.jsonl")
+    assert stable(tmp_path / "killed" / "eval.jsonl") == stable(tmp_path / "full" / "eval.jsonl")
