@@ -51,7 +51,7 @@ Costs: ``StepCost.generated_tokens`` stays the policy ids decoded; ``episodes``,
 ``tool_calls``, ``tool_s``, ``observation_tokens``, ``env_s`` and ``waiting_s`` (wall seconds
 generation waited for environment steps; also charged as ``time/verify_s``) reach
 ``metrics.jsonl`` as ``episodes/*`` (``rollwise.ledger.episode_fields``), end reasons as
-``episodes/end_<reason>``.
+``episodes/end_<reason>``, tool calls by outcome as ``episodes/tool_<outcome>``.
 """
 
 from __future__ import annotations
@@ -307,6 +307,8 @@ class EpisodePool:
         ends: dict[str, int] = {}
         for _, r in out:
             ends[f"episodes/end_{r.episode.end}"] = ends.get(f"episodes/end_{r.episode.end}", 0) + 1
+            for call in r.episode.tool_calls:  # episodes/tool_ok, tool_error, tool_timeout, tool_parse_error, ...
+                ends[f"episodes/tool_{call.outcome}"] = ends.get(f"episodes/tool_{call.outcome}", 0) + 1
         c.count(**ends, **({"episodes/obs_truncated": tally.truncated} if tally.truncated else {}))
 
 

@@ -232,6 +232,7 @@ def test_tool_calls_and_costs_reach_the_ledger_fields(tmp_path):
     assert (cost.episodes, cost.turns, cost.tool_calls, cost.rollouts) == (2, 6, 4, 2)
     assert cost.generated_tokens == 6 * 2 and cost.observation_tokens == 2 * 2 * 4
     assert cost.tool_s == pytest.approx(0.04) and cost.waiting_s >= 0 and cost.metrics["episodes/end_done"] == 2
+    assert cost.metrics["episodes/tool_ok"] == 4  # tool calls by outcome
     ledger = Ledger(tmp_path)
     line = ledger.record(0, 1, cost, 12, {})
     assert line["episodes/count"] == 2 and line["episodes/turns"] == 6 and line["episodes/tool_calls"] == 4
