@@ -38,7 +38,7 @@ from typing import Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from rollwise.objectives.turn_return import episode_table, labels, normalised, place_turns, turn_rewards
+from rollwise.objectives.turn_return import episode_table, normalised, turn_advantages, turn_rewards
 from rollwise.types import Advantages, Episode
 
 
@@ -84,23 +84,12 @@ def gigpo(
         dtype=torch.float32,
     )
     episode = normalised(totals, group_index, opts.eps, opts.std, opts.scale)
-    keys, flat = [], []
-    for i, turns in enumerate(row_turns):
-        gi = int(group_index[i])
-        for k, t in enumerate(turns):
-            keys.append((gi, "anchor", t.anchor) if t.anchor is not None else (gi, "turn", i, k))
-            flat.append(returns[i][k])
-    step = normalised(torch.tensor(flat, dtype=torch.float32), labels(keys), opts.eps, opts.std, opts.scale)
-    per_turn, at = [], 0
-    for i, g in enumerate(returns):
-        per_turn.append([float(episode[i]) + opts.omega * float(s) for s in step[at : at + len(g)]])
-        at += len(g)
-    values = torch.tensor([v[0] for v in per_turn], dtype=torch.float32)
-    return Advantages(
-        values,
-        torch.ones_like(values, dtype=torch.bool),
-        token_values=place_turns(row_turns, per_turn, width),
-    )
+    keys = [
+        (int(group_index[i]), "anchor", t.anchor) if t.anchor is not None else (int(group_index[i]), "turn", i, k)
+        for i, turns in enumerate(row_turns)
+        for k, t in enumerate(turns)
+    ]
+    return turn_advantages(row_turns, returns, keys, width, opts, base=episode, weight=opts.omega)
 
 
 gigpo.Options = GigpoOptions  # type: ignore[attr-defined]

@@ -126,6 +126,23 @@ def place_turns(
     return out
 
 
+def turn_advantages(row_turns, returns, keys, width: int, opts, base=None, weight: float = 1.0) -> Advantages:
+    """Every turn's return ``returns[i][k]`` normalised among the turns that share its key (``keys``,
+    flat in row-then-turn order); turn k of row i gets ``base[i] + weight *`` that (``base`` None: 0)
+    on its policy tokens, and the row's summary ``values`` is its first turn's."""
+    flat = torch.tensor([x for g in returns for x in g], dtype=torch.float32)
+    adv = normalised(flat, labels(keys), opts.eps, opts.std, opts.scale)
+    per_turn, at = [], 0
+    for i, g in enumerate(returns):
+        shift = 0.0 if base is None else float(base[i])
+        per_turn.append([shift + weight * float(a) for a in adv[at : at + len(g)]])
+        at += len(g)
+    values = torch.tensor([v[0] for v in per_turn], dtype=torch.float32)
+    return Advantages(
+        values, torch.ones_like(values, dtype=torch.bool), token_values=place_turns(row_turns, per_turn, width)
+    )
+
+
 def episode_table(rewards: torch.Tensor, episodes, completion_lengths, outcome: str, gamma: float):
     """``(row_turns, returns, width)``: each row's turns (:func:`turns_of`), each turn's return
     ``G_k`` (:func:`turn_rewards`, :func:`discounted_returns`) and the longest completion."""
@@ -167,23 +184,12 @@ def turn_return(
     if group_index.shape != rewards.shape:
         raise ValueError(f"group_index must be (B,) like rewards, got {tuple(group_index.shape)}")
     row_turns, returns, width = episode_table(rewards, episodes, completion_lengths, opts.outcome, opts.gamma)
-    keys, flat = [], []
-    for i, g in enumerate(returns):
-        gi = int(group_index[i])
-        for k, x in enumerate(g):
-            keys.append((gi, k) if opts.normalise == "turn_index" else gi)
-            flat.append(x)
-    adv = normalised(torch.tensor(flat, dtype=torch.float32), labels(keys), opts.eps, opts.std, opts.scale)
-    per_turn, at = [], 0
-    for g in returns:
-        per_turn.append(adv[at : at + len(g)].tolist())
-        at += len(g)
-    values = torch.tensor([v[0] for v in per_turn], dtype=torch.float32)
-    return Advantages(
-        values,
-        torch.ones_like(values, dtype=torch.bool),
-        token_values=place_turns(row_turns, per_turn, width),
-    )
+    keys = [
+        (int(group_index[i]), k) if opts.normalise == "turn_index" else int(group_index[i])
+        for i, g in enumerate(returns)
+        for k in range(len(g))
+    ]
+    return turn_advantages(row_turns, returns, keys, width, opts)
 
 
 turn_return.Options = TurnReturnOptions  # type: ignore[attr-defined]
