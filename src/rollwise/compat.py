@@ -242,10 +242,12 @@ def declares_episodes(cfg) -> bool:
 def check_episodes(cfg, env: bool) -> None:
     """Multi-turn episodes (``env``: the task makes environments, docs/architecture.md §11) run in
     the episode pool, in this process: refused with the parts that make or continue single
-    completions (ARRoL, LATR trees, APRIL, SPEC-RL, prefix-continuing controllers), Ray workers,
-    asynchrony and data-parallel ranks (their pools are single-turn) and TTRL (majority votes on
-    one answer). ``distributed.request_seeds`` works (one seeded episode call per request). A
-    single-turn task refuses episode keys changed from their defaults."""
+    completions (ARRoL, LATR trees, APRIL, SPEC-RL, prefix-continuing controllers), Ray workers
+    and data-parallel ranks (their pools are single-turn), asynchrony that streams or stops plans
+    mid-generation (bounded staleness with ``on_new_weights = "finish"`` runs: the generator's engine
+    is the episode pool over its own weights) and TTRL (majority votes on one answer).
+    ``distributed.request_seeds`` works (one seeded episode call per request). A single-turn task
+    refuses episode keys changed from their defaults."""
     task = cfg.task
     if not env:
         fields = type(task).model_fields
@@ -262,8 +264,12 @@ def check_episodes(cfg, env: bool) -> None:
         bad.append(f"control.name = {cfg.control.name!r} (continues prefixes of its rollouts)")
     if cfg.distributed.workers > 0:
         bad.append(f"distributed.workers = {cfg.distributed.workers} (Ray workers generate single turns)")
-    if cfg.train.async_.on:
-        bad.append("train.async (the asynchronous generator is single-turn)")
+    a = cfg.train.async_
+    if a.on and (a.periodic or a.on_new_weights != "finish"):  # whole plans of episodes run ahead (async_pool)
+        bad.append(
+            "train.async.periodic or train.async.on_new_weights other than 'finish' (the generator runs whole "
+            "episodes of a plan)"
+        )
     if POOLS.get("data_parallel").enabled(cfg):
         bad.append("data-parallel training (torchrun)")
     if cfg.reward.ttrl.enabled:

@@ -141,3 +141,28 @@ def test_a_run_killed_mid_episode_batch_resumes_to_the_uninterrupted_result(tmp_
     assert resumed.returncode == 0, resumed.stderr.decode()[-3000:]
     assert stable(tmp_path / "killed" / "metrics.jsonl") == stable(tmp_path / "full" / "metrics.jsonl")
     assert stable(tmp_path / "killed" / "eval.jsonl") == stable(tmp_path / "full" / "eval.jsonl")
+
+
+def test_async_episodes_at_eta_zero_equal_the_synchronous_run_and_run_ahead_at_eta_one(tmp_path):
+    """train.async's generator runs the episode pool over its own weights: at max_staleness 0 the run is
+    the synchronous one (the generator's utilisation lines aside); at 1, with decoupled PPO, plans of
+    episodes run one version ahead. Stopping plans mid-generation is refused for episodes."""
+    sync = rollwise.train(load_config(overrides=as_sets(guess(tmp_path, **{"run.name": "sync"}))), log=lambda m: None)
+    eta0 = guess(tmp_path, **{"run.name": "eta0", "train.async.enabled": True, "train.async.max_staleness": 0})
+    eta0 = rollwise.train(load_config(overrides=as_sets(eta0)), log=lambda m: None)
+    skip = lambda lines: [{k: v for k, v in m.items() if not k.startswith(("util/", "async/"))} for m in lines]  # noqa: E731
+    assert skip(stable(eta0.run_dir / "metrics.jsonl")) == skip(stable(sync.run_dir / "metrics.jsonl"))
+    eta1 = guess(
+        tmp_path,
+        **{
+            "run.name": "eta1",
+            "train.async.enabled": True,
+            "train.async.max_staleness": 1,
+            "objective.name": "decoupled_ppo",
+        },
+    )
+    lines = stable(rollwise.train(load_config(overrides=as_sets(eta1)), log=lambda m: None).run_dir / "metrics.jsonl")
+    assert len(lines) == 4 and all(m["episodes/count"] == 8 for m in lines)
+    assert any(m.get("async/staleness_1", 0) > 0 for m in lines[1:])  # episodes of the version before trained
+    with pytest.raises(UserError, match="on_new_weights"):
+        load_config(overrides=as_sets(dict(eta1, **{"train.async.on_new_weights": "interrupt"})))
