@@ -241,9 +241,9 @@ def declares_episodes(cfg) -> bool:
 
 def check_episodes(cfg, env: bool) -> None:
     """Multi-turn episodes (``env``: the task makes environments, docs/architecture.md §11) run in
-    the episode pool, in this process: refused with the parts that make or continue single
-    completions (ARRoL, LATR trees, APRIL, SPEC-RL, prefix-continuing controllers), Ray workers
-    and data-parallel ranks (their pools are single-turn), asynchrony that streams or stops plans
+    the episode pool (in this process, or in each Ray worker): refused with the parts that make or
+    continue single completions (ARRoL, LATR trees, APRIL, SPEC-RL, prefix-continuing controllers),
+    data-parallel ranks (their pool is single-turn), asynchrony that streams or stops plans
     mid-generation (bounded staleness with ``on_new_weights = "finish"`` runs: the generator's engine
     is the episode pool over its own weights) and TTRL (majority votes on one answer).
     ``distributed.request_seeds`` works (one seeded episode call per request). A single-turn task
@@ -262,8 +262,6 @@ def check_episodes(cfg, env: bool) -> None:
     ctrl = resolve(cfg, "control")[0]
     if record(ctrl).continues_prefixes:
         bad.append(f"control.name = {cfg.control.name!r} (continues prefixes of its rollouts)")
-    if cfg.distributed.workers > 0:
-        bad.append(f"distributed.workers = {cfg.distributed.workers} (Ray workers generate single turns)")
     a = cfg.train.async_
     if a.on and (a.periodic or a.on_new_weights != "finish"):  # whole plans of episodes run ahead (async_pool)
         bad.append(

@@ -13,7 +13,7 @@ model is loaded.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -209,7 +209,9 @@ def build_pool(cfg, backend, codec, task, sampling, tree, model, log=print, dp=N
 
         return RayPool(cfg, model, codec, sampling, log=log)
     if is_env_task(task):  # multi-turn episodes (docs/architecture.md §11)
-        pool = episode_pool(cfg, backend, codec, task, sampling)
+        from rollwise.generate.episodes import EpisodePool
+
+        pool = EpisodePool.for_run(cfg, backend, codec, task, sampling)
     else:
         pool = LocalPool(
             backend,
@@ -229,14 +231,6 @@ def build_pool(cfg, backend, codec, task, sampling, tree, model, log=print, dp=N
 
         pool = SeededPool(pool, cfg.run.seed)
     return pool
-
-
-def episode_pool(cfg, backend, codec, task, sampling):
-    """The episode pool (``rollwise.generate.episodes``) with the ``task`` section's limits."""
-    from rollwise.generate.episodes import EpisodeLimits, EpisodePool
-
-    limits = EpisodeLimits(**{f.name: getattr(cfg.task, f.name) for f in fields(EpisodeLimits)})
-    return EpisodePool(backend, codec, task, sampling, limits, max_batch=cfg.model.max_batch)
 
 
 def gap_guard(cfg, receivers):

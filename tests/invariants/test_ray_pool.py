@@ -34,9 +34,12 @@ def _run(tmp_path, name, **extra):
     return res
 
 
+EPISODE_SECONDS = ("episodes/tool_s", "episodes/env_s", "episodes/waiting_s")  # wall-clock, like time/*
+
+
 def _lines(path):
     return [
-        {k: v for k, v in json.loads(x).items() if k != "wall_s" and not k.startswith("time/")}
+        {k: v for k, v in json.loads(x).items() if k != "wall_s" and not k.startswith(("time/", *EPISODE_SECONDS))}
         for x in path.read_text().splitlines()
     ]
 
@@ -174,3 +177,21 @@ def test_request_split_balances_rollouts():
     assert split("abcd", [4, 4, 1, 1], 2) == [[0, 2], [1, 3]]
     # 3 workers, sizes 5, 1, 1, 1: w0=5, w1=1, w2=1, then w1 (1 <= 1, lowest) -> loads 5, 2, 1
     assert split("abcd", [5, 1, 1, 1], 3) == [[0], [1, 3], [2]]
+
+
+def test_ray_workers_run_episodes_like_the_local_pool(tmp_path):
+    """guess_number (multi-turn, rollwise.envs.guess): each Ray worker runs an episode pool and the
+    environments in its own process; with request seeds the run equals the local episode pool's."""
+    episodes = {
+        "task.name": "guess_number",
+        "task.options": {"n_train": 32, "n_heldout": 8},
+        "task.max_turns": 4,
+        "sampling.max_new_tokens": 4,
+        "model.warm_start.steps": 20,
+        "eval.n_prompts": 4,
+    }
+    here = _run(tmp_path, "local", **{**episodes, "distributed.request_seeds": True})
+    there = _run(tmp_path, "ray", **{**episodes, "distributed.workers": 2})
+    _same(here, there)
+    lines = [json.loads(x) for x in (there.run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert all(line["episodes/count"] == 4 * 4 and line["episodes/turns"] >= 16 for line in lines)

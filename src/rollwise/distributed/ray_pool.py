@@ -145,12 +145,15 @@ def connect(dcfg, log=print):
 
 
 class RolloutWorker:
-    """One Ray actor: a backend, the task's verifier and a ``LocalPool`` around them."""
+    """One Ray actor: a backend, the task's verifier and a ``LocalPool`` around them (an
+    ``EpisodePool`` for an environment task: its environments and tools run in the actor)."""
 
     def __init__(self, spec: dict):
         from rollwise import tasks
         from rollwise.config import Config
         from rollwise.distributed.local import LocalPool
+        from rollwise.envs.base import is_env_task
+        from rollwise.generate.episodes import EpisodePool
         from rollwise.tokens import Codec
 
         torch.set_num_threads(spec["threads"])
@@ -176,14 +179,17 @@ class RolloutWorker:
             backend = build_backend(cfg, codec, model=self.model, compute_dtype=compute)
         self.backend = backend
         task = tasks.build(cfg)
-        self.pool = LocalPool(
-            backend,
-            codec,
-            task.verify,
-            spec["sampling"],
-            max_batch=cfg.model.max_batch,
-            verify_workers=getattr(task, "verify_workers", 1),
-        )
+        if is_env_task(task):  # multi-turn episodes: the environments run here, where the episodes are generated
+            self.pool = EpisodePool.for_run(cfg, backend, codec, task, spec["sampling"])
+        else:
+            self.pool = LocalPool(
+                backend,
+                codec,
+                task.verify,
+                spec["sampling"],
+                max_batch=cfg.model.max_batch,
+                verify_workers=getattr(task, "verify_workers", 1),
+            )
         self.version = -1
 
     def load_weights(self, version: int, weights: dict) -> int:

@@ -136,6 +136,12 @@ class EpisodePool:
         self.cost = StepCost()
         self._workers: ThreadPoolExecutor | None = None
 
+    @classmethod
+    def for_run(cls, cfg, backend, codec: Codec, task, sampling: Sampling) -> EpisodePool:
+        """The pool with the ``task`` section's limits (the run's base pool, or a Ray worker's)."""
+        limits = EpisodeLimits(**{f.name: getattr(cfg.task, f.name) for f in dataclasses.fields(EpisodeLimits)})
+        return cls(backend, codec, task, sampling, limits, max_batch=cfg.model.max_batch)
+
     def close(self) -> None:
         if self._workers is not None:
             self._workers.shutdown(wait=True)

@@ -306,7 +306,6 @@ def test_chat_observation_is_the_template_difference():
         ("sampling.latr.enabled=true", "sampling.latr.enabled"),
         ("sampling.arrol.enabled=true", "sampling.arrol.enabled"),
         ("replay.name=april", "replay.name = 'april'"),
-        ("distributed.workers=2", "distributed.workers = 2"),
         ("train.async.periodic=true", "train.async.periodic"),
         ("reward.ttrl.enabled=true", "reward.ttrl.enabled"),
     ],
