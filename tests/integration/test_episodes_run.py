@@ -166,3 +166,45 @@ def test_async_episodes_at_eta_zero_equal_the_synchronous_run_and_run_ahead_at_e
     assert any(m.get("async/staleness_1", 0) > 0 for m in lines[1:])  # episodes of the version before trained
     with pytest.raises(UserError, match="on_new_weights"):
         load_config(overrides=as_sets(dict(eta1, **{"train.async.on_new_weights": "interrupt"})))
+
+
+# Controllers that need more than a control.name to run: the option (or sections) that let them.
+NEEDS = {
+    "wise2": {"value.enabled": True},
+    "mssr": {"advantage.name": "mssr"},
+    "speed": {"filter.names": ["speed_complete"], "control.rollouts_per_prompt": 8},
+    "wise": {"filter.names": ["speed_complete"], "control.rollouts_per_prompt": 8},
+}
+# Controllers refused for what the environment task lacks, not for episodes as such (message fragment).
+LACKS = {"scope": "needs reference solutions"}
+
+
+@pytest.mark.parametrize("name", __import__("rollwise.control", fromlist=["REGISTRY"]).REGISTRY.names())
+def test_every_controller_runs_on_episodes_or_is_refused_at_load(tmp_path, name):
+    """A group is the episodes of one prompt: every registered controller trains 2 steps of guess_number
+    (its per-prompt statistics, rounds and budget on episode rewards), or is refused when the config
+    loads, naming the episodes (those that continue prefixes of single completions)."""
+    o = guess(
+        tmp_path,
+        **{
+            "run.name": name,
+            "train.steps": 2,
+            "control.name": name,
+            "model.warm_start.steps": 10,
+            "eval.every": 0,
+            "run.checkpoint_every": 0,
+            **NEEDS.get(name, {}),
+        },
+    )
+    try:
+        cfg = load_config(overrides=as_sets(o))
+    except UserError as e:
+        assert "multi-turn episodes" in str(e) and name in str(e)
+        return
+    if name in LACKS:
+        with pytest.raises(UserError, match=LACKS[name]):
+            rollwise.train(cfg, log=lambda m: None)
+        return
+    res = rollwise.train(cfg, log=lambda m: None)
+    lines = stable(res.run_dir / "metrics.jsonl")
+    assert len(lines) == 2 and all(m["episodes/count"] >= 1 for m in lines)
