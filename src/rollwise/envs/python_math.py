@@ -28,9 +28,9 @@ import random
 
 from pydantic import Field, field_validator, model_validator
 
-from rollwise.envs.tools import Tool, ToolFailure, ToolOptions, ToolTask
+from rollwise.envs.tools import FORMATS, Tool, ToolFailure, ToolOptions, ToolTask
 from rollwise.registry import UserError
-from rollwise.tasks._common import chat, coerce_options, draw_splits
+from rollwise.tasks._common import chat, coerce_options, draw_splits, sample_prompts
 from rollwise.types import Prompt, Verdict
 from rollwise.verify import exact
 from rollwise.verify.sandbox import Limits, Sandbox
@@ -201,6 +201,20 @@ class PythonMathTask(ToolTask):
     def demo(self, prompt: Prompt) -> tuple[list[str], str]:
         cells = _P[prompt.metadata["kind"]][3]
         return [c.format(**prompt.metadata["params"]) for c in cells], str(prompt.answer)
+
+    def episode_examples(self, n: int, seed: int) -> list[tuple[Prompt, tuple[tuple[str, str], ...]]]:
+        """Demonstrations without a sandboxed process each: a demonstration's cells print nothing but
+        the last, which prints the reference answer, so their outputs are known (the tests replay
+        demonstrations through the sandbox and compare every observation). A warm start of thousands
+        of examples would otherwise start thousands of sandboxed processes first."""
+        fmt, tool = FORMATS[self.options.format], self.tools()[0]
+        out = []
+        for p in sample_prompts(self._train, n, seed):
+            cells, answer = self.demo(p)
+            shown = [""] * (len(cells) - 1) + [f"{p.answer}\n"]
+            pairs = tuple((fmt.call(tool, c), fmt.result(o)) for c, o in zip(cells, shown))
+            out.append((p, (*pairs, (answer, ""))))
+        return out
 
     def describe_verifier(self) -> str:
         return self.sandbox.describe()
