@@ -79,6 +79,7 @@ class HFBackend:
         self.model = model
         self.compute_dtype = compute_dtype  # autocast dtype of the forwards (None / float32: none)
         self._keeps_logits = _accepts_logits_to_keep(model)
+        self._cache = _cache_argument(model)
         self.eos_ids = torch.tensor(sorted(set(eos_ids)), dtype=torch.long)
         self._eos_set = frozenset(int(i) for i in eos_ids)
         self.pad_id = pad_id
@@ -177,9 +178,8 @@ class HFBackend:
         if self._keeps_logits:
             kw["logits_to_keep"] = 1  # the LM head only where a token is sampled (prefill included)
         with autocast(self.compute_dtype, inp.device):
-            return self.model(
-                input_ids=inp, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True, **kw
-            )
+            kw[self._cache] = cache
+            return self.model(input_ids=inp, attention_mask=mask, position_ids=pos, use_cache=True, **kw)
 
     def _generate_chunk(
         self, seqs, sampling: Sampling, gen, limits=None, stop=None, hook=None, offset=0
@@ -216,7 +216,7 @@ class HFBackend:
         for t in range(steps if len(act) else 0):
             want = hook is not None and bool(hook.wants(t))
             res = self._forward(inp, mask, pos, cache, hidden=want)
-            cache = res.past_key_values
+            cache = getattr(res, self._cache)
             logits = res.logits[:, -1, :].float()
             if want:
                 hidden = res.hidden_states[-1][:, -1, :]
@@ -307,7 +307,21 @@ class HFBackend:
     def forward_step(self, inp: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache):
         """One cached decoding forward: (last-position logits (B, V) float, new cache)."""
         res = self._forward(inp, mask, pos, cache)
-        return res.logits[:, -1, :].float(), res.past_key_values
+        return res.logits[:, -1, :].float(), getattr(res, self._cache)
+
+
+def _cache_argument(model) -> str:
+    """The name under which ``model.forward`` takes and returns its KV cache: ``cache`` from
+    transformers 5.2x on (where ``past_key_values`` still works but prints a FutureWarning on every
+    forward), else ``past_key_values``. A peft wrapper is looked through to its base model."""
+    import inspect
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    try:
+        params = inspect.signature(base.forward).parameters
+    except (TypeError, ValueError):  # pragma: no cover - builtins
+        return "past_key_values"
+    return "cache" if "cache" in params else "past_key_values"
 
 
 def _accepts_logits_to_keep(model) -> bool:
