@@ -172,9 +172,6 @@ class VLLMBackend:
         if not torch.cuda.is_available():
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, int(-(-opts.kv_cache_gib // 1)))))
         check_architecture(config, model_name)
-        logging.getLogger("vllm").setLevel(
-            opts.log_level.upper()
-        )  # model.vllm.log_level: known-harmless warnings hidden
         self.eos_ids = sorted(set(int(i) for i in eos_ids))
         self.max_batch = max_batch
         self.generator = torch.Generator().manual_seed(seed)
@@ -186,6 +183,13 @@ class VLLMBackend:
         (Path(self._dir.name) / "config.json").write_text(json.dumps(cfg))
         positions = getattr(config, "max_position_embeddings", None) or 4096
         from vllm import LLM
+
+        # model.vllm.log_level: known-harmless warnings hidden. vLLM (re)configures its loggers when the
+        # engine starts (its LoggingConfig, default VLLM_LOGGING_LEVEL = INFO), which undid a level set on the
+        # "vllm" logger before: the level goes in as the engine's own logging config
+        logging.getLogger("vllm").setLevel(opts.log_level.upper())
+        logging_config = _logging_config(opts.log_level.upper())
+        level = {} if logging_config is None else {"logging_config": logging_config}
 
         kwargs = dict(
             model=self._dir.name,
@@ -210,7 +214,7 @@ class VLLMBackend:
             kwargs["gpu_memory_utilization"] = opts.gpu_memory_utilization
             kwargs["enable_sleep_mode"] = opts.sleep_level > 0
         try:
-            self.llm = LLM(**kwargs)
+            self.llm = LLM(**kwargs, **level)
         except Exception as e:  # vLLM's own error, re-raised naming the keys to change
             raise UserError(
                 f"model.backend = 'vllm' could not start an engine for model.name = {model_name!r}: "
@@ -315,3 +319,12 @@ class VLLMBackend:
     def close(self) -> None:
         self.llm = None
         self._dir.cleanup()
+
+
+def _logging_config(level: str):
+    """vLLM's ``LoggingConfig`` at ``level`` (vLLM releases that have it; else None: the default)."""
+    try:
+        from vllm.config.logging import LoggingConfig
+    except ImportError:  # older vLLM: its loggers follow the "vllm" logger's level
+        return None
+    return LoggingConfig(log_level=level)

@@ -243,3 +243,27 @@ def test_smollm2_greedy_equals_hf_token_for_token(tiny_engine):
     assert [c.token_ids for c in got] == [c.token_ids for c in want]
     assert any(c.finish == "stop" for c in got)  # at least one short answer ends with <|im_end|>
     assert max(abs(a - b) for g, w in zip(got, want) for a, b in zip(g.logprobs, w.logprobs)) < 5e-3
+
+
+def test_a_fresh_process_with_the_vllm_backend_prints_no_vllm_log_lines(tmp_path):
+    """model.vllm.log_level = "error" holds in a fresh process (vLLM configures its loggers when the engine
+    starts; a level set on the "vllm" logger alone let ~50 INFO/WARNING lines through, a ValueError
+    traceback among them): a 1-step run prints no vLLM INFO or WARNING line."""
+    import subprocess
+    import sys
+
+    sets = [
+        "model.backend=vllm",
+        "model.name=tiny-s",
+        "train.steps=1",
+        f"run.dir={tmp_path}",
+        "eval.n_prompts=4",
+        "model.warm_start.steps=0",
+        "control.prompts_per_step=2",
+        "control.rollouts_per_prompt=2",
+    ]
+    args = [sys.executable, "-m", "rollwise.cli", "train", *sum((["--set", s] for s in sets), [])]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    text = out.stdout + out.stderr
+    assert " INFO " not in text and " WARNING " not in text and "Traceback" not in text
