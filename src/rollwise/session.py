@@ -40,8 +40,9 @@ class RunResult:
 
     def summary(self) -> str:
         a, b = self.first_eval.get("eval/pass@1"), self.last_eval.get("eval/pass@1")
+        n = self.last_eval.get("eval/n_prompts")
         acc = (
-            f"held-out pass@1 {a:.3f} -> {b:.3f} ({100 * (b - a):+.1f} pts)"
+            f"held-out pass@1 {a:.3f} -> {b:.3f} ({100 * (b - a):+.1f} pts{within_noise(a, b, n)})"
             if a is not None and b is not None
             else "no evaluation"
         )
@@ -49,6 +50,20 @@ class RunResult:
             f"{self.steps} steps, {acc}, {self.totals.get('generated_tokens', 0):,} generated tokens, "
             f"{self.totals.get('rollouts', 0):,} rollouts"
         )
+
+
+def within_noise(a: float, b: float, n: float | None) -> str:
+    """``"; within noise: ±X pts at 2 standard errors over N prompts"`` when a change of held-out pass@1 from
+    ``a`` to ``b``, each measured on ``n`` prompts, is smaller than two standard errors of a difference of two
+    pass rates (sqrt(a(1-a)/n + b(1-b)/n), every prompt counted as one trial: conservative when a prompt has
+    several samples); "" when it is larger or ``n`` is unknown. E.g. 0.141 -> 0.172 on 16 prompts: 2 SE =
+    25.7 pts, so the +3.1 is within noise."""
+    if not n:
+        return ""
+    two_se = 2 * math.sqrt((a * (1 - a) + b * (1 - b)) / n)
+    if abs(b - a) >= two_se:
+        return ""
+    return f"; within noise: ±{100 * two_se:.1f} pts at 2 standard errors over {int(n)} prompts"
 
 
 def warn_eval_prompts(cfg, task, log) -> None:

@@ -1,0 +1,27 @@
+"""The run's closing line says when its held-out change is within the evaluation's noise (issue #32)."""
+
+from pathlib import Path
+
+from rollwise.session import RunResult, within_noise
+
+
+def test_within_noise_by_hand():
+    # 0.5 -> 0.6 on 100 prompts: 2 * sqrt((0.25 + 0.24) / 100) = 2 * 0.07 = 0.14 > 0.10: within noise
+    assert within_noise(0.5, 0.6, 100) == "; within noise: ±14.0 pts at 2 standard errors over 100 prompts"
+    # 0.5 -> 0.7: 2 * sqrt((0.25 + 0.21) / 100) = 0.1356 < 0.20: a measured change, nothing added
+    assert within_noise(0.5, 0.7, 100) == ""
+    assert within_noise(0.5, 0.6, None) == ""  # prompt count unknown: no claim either way
+
+
+def test_summary_carries_the_note():
+    r = RunResult(
+        Path("x"),
+        3,
+        {"eval/pass@1": 0.140625, "eval/n_prompts": 16.0},
+        {"eval/pass@1": 0.171875, "eval/n_prompts": 16.0},
+        {"generated_tokens": 6194, "rollouts": 96},
+    )
+    assert r.summary() == (
+        "3 steps, held-out pass@1 0.141 -> 0.172 (+3.1 pts; within noise: ±25.7 pts at 2 standard errors over "
+        "16 prompts), 6,194 generated tokens, 96 rollouts"
+    )
