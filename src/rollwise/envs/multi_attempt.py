@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from rollwise.envs.base import StepResult
+from rollwise.envs.base import StepResult, is_env_task
 from rollwise.registry import UserError, validate_options
 from rollwise.tasks._common import coerce_options
 from rollwise.types import Prompt, Verdict
@@ -61,7 +61,7 @@ class MultiAttemptTask:
         self.options = options
         res = tasks.REGISTRY.resolve(options.inner)
         self.inner = res.obj(res.arg, validate_options("task", options.inner, res.obj, dict(options.inner_options)))
-        if getattr(self.inner, "environment", None) is not None:
+        if is_env_task(self.inner):
             raise UserError(f"task {NAME!r}: inner {options.inner!r} is already an environment task")
         relabel = lambda ps: tuple(dataclasses.replace(p, task=NAME) for p in ps)  # noqa: E731
         self._train, self._heldout = relabel(self.inner.train_prompts()), relabel(self.inner.heldout_prompts())

@@ -112,9 +112,6 @@ class _Tally:
     generate_s: float = 0.0
     waiting_s: float = 0.0
     env_s: float = 0.0
-    tool_calls: int = 0
-    tool_s: float = 0.0
-    observation_tokens: int = 0
     truncated: int = 0
 
 
@@ -255,8 +252,6 @@ class EpisodePool:
             return
         calls = tuple(res.tool_calls)
         e.tool_calls_used += sum(c.outcome != "limit" for c in calls)
-        tally.tool_calls += len(calls)
-        tally.tool_s += sum(c.seconds for c in calls)
         e.last, lim = res, self.limits
         reason = _end_reason(res.done, len(e.turns) + 1, finish, budget_cut, end, lim)
         obs: list[int] = []
@@ -273,7 +268,6 @@ class EpisodePool:
         e.mask += [0] * len(obs)
         e.entropies = None if e.entropies is None else e.entropies + [0.0] * len(obs)
         e.turns.append(Turn(start, end, end + len(obs), res.reward, calls, res.anchor))
-        tally.observation_tokens += len(obs)
         e.end = reason
 
     # ------------------------------------------------------------ records and costs
@@ -301,13 +295,16 @@ class EpisodePool:
         )
 
     def _charge(self, out, tally: _Tally) -> None:
+        """The call's cost: what the episodes record (turns, tool calls and their seconds, observation
+        tokens) read from them; what only the call saw (tokens decoded, seconds) from ``tally``."""
         c = self.cost
         c.charge(tally.decoded, len(out), [r.verdict for _, r in out], tally.generate_s, tally.waiting_s)
+        episodes = [r.episode for _, r in out]
         c.episodes += len(out)
-        c.turns += sum(len(r.episode.turns) for _, r in out)
-        c.tool_calls += tally.tool_calls
-        c.tool_s += tally.tool_s
-        c.observation_tokens += tally.observation_tokens
+        c.turns += sum(len(ep.turns) for ep in episodes)
+        c.tool_calls += sum(len(ep.tool_calls) for ep in episodes)
+        c.tool_s += sum(call.seconds for ep in episodes for call in ep.tool_calls)
+        c.observation_tokens += sum(ep.observation_tokens() for ep in episodes)
         c.env_s += tally.env_s
         c.waiting_s += tally.waiting_s
         ends: dict[str, int] = {}
