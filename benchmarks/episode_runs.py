@@ -1,0 +1,66 @@
+"""Per-run summary of an episode sweep (issue #30): held-out pass@1 curve, steps, policy and observation
+tokens, episodes, turns, tool calls and their outcomes, tool-error rate, wall seconds, one JSON.
+
+    python benchmarks/episode_runs.py runs/compare/episodes_calc benchmarks/results/episodes_calc/runs.json
+
+Reads each run's metrics.jsonl and eval.jsonl (the ledger's episodes/* lines); the tool-error rate is
+every outcome but ``tool_ok`` over the tool calls. Per arm (run names ``<arm>-s<seed>``) it gives the
+mean of the per-run tool-error rates and of the step counts."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchinfo  # noqa: E402
+
+
+def run_summary(d: Path) -> dict:
+    ev = [json.loads(line) for line in open(d / "eval.jsonl")]
+    m = [json.loads(line) for line in open(d / "metrics.jsonl")]
+    outcomes: dict[str, float] = {}
+    for line in m:
+        for k, v in line.items():
+            if k.startswith("episodes/tool_") and k not in ("episodes/tool_s", "episodes/tool_calls"):
+                outcomes[k] = outcomes.get(k, 0) + v
+    calls = sum(x["episodes/tool_calls"] for x in m)
+    return {
+        "curve": [(e["step"], e["eval/pass@1"]) for e in ev],
+        "steps": len(m),
+        "generated_tokens": m[-1]["cost/generated_tokens"],
+        "observation_tokens": sum(x["episodes/observation_tokens"] for x in m),
+        "episodes": sum(x["episodes/count"] for x in m),
+        "turns": sum(x["episodes/turns"] for x in m),
+        "tool_calls": calls,
+        "tool_outcomes": outcomes,
+        "tool_error_rate": round(1 - outcomes.get("episodes/tool_ok", 0) / calls, 4) if calls else None,
+        "wall_s": m[-1]["wall_s"],
+    }
+
+
+def main(sweep_dir: str, out: str) -> None:
+    runs = {d.name: run_summary(d) for d in sorted(Path(sweep_dir).iterdir()) if (d / "metrics.jsonl").exists()}
+    arms: dict[str, list[dict]] = {}
+    for name, r in runs.items():
+        arms.setdefault(name.rsplit("-s", 1)[0], []).append(r)
+    summary = {
+        arm: {
+            "runs": len(rs),
+            "mean_steps": sum(r["steps"] for r in rs) / len(rs),
+            "mean_tool_error_rate": sum(r["tool_error_rate"] or 0 for r in rs) / len(rs),
+            "pass@1_first_last": [(r["curve"][0][1], r["curve"][-1][1]) for r in rs],
+        }
+        for arm, rs in arms.items()
+    }
+    doc = {"sweep_dir": sweep_dir, "arms": summary, "runs": runs, "machine": benchinfo.machine()}
+    doc["created"] = benchinfo.stamp()
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(doc, indent=1) + "\n")
+    for arm, s in summary.items():
+        print(arm, s)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:3])
