@@ -107,6 +107,8 @@ def train(
         say(_resume_hint(cfg.run_dir()), highlight=False, soft_wrap=True)
         raise
     say(f"[green]done[/]: {result.summary()}", soft_wrap=True)
+    if hint := result.noise_hint():
+        say(f"[yellow]note[/]: {hint}", highlight=False, soft_wrap=True)
     say(f"files: {result.run_dir}/ (metrics.jsonl, eval.jsonl, plots/, checkpoints/)")
     _stop_ray()
 

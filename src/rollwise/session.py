@@ -51,9 +51,20 @@ class RunResult:
             f"{self.totals.get('rollouts', 0):,} rollouts"
         )
 
+    def noise_hint(self) -> str:
+        """The line that follows a summary whose held-out change is within noise ("" otherwise): what would
+        measure one."""
+        a, b = self.first_eval.get("eval/pass@1"), self.last_eval.get("eval/pass@1")
+        if a is None or b is None or not within_noise(a, b, self.last_eval.get("eval/n_prompts")):
+            return ""
+        return (
+            "this run measured no held-out gain (nor loss): more held-out prompts (eval.n_prompts, up to the task's "
+            "held-out split) narrow the interval, more steps (train.steps) give training the time to move it"
+        )
+
 
 def within_noise(a: float, b: float, n: float | None) -> str:
-    """``"; within noise: ±X pts at 2 standard errors over N prompts"`` when a change of held-out pass@1 from
+    """``"; no measured change: within ±X pts, 2 standard errors over N prompts"`` when a change of held-out pass@1 from
     ``a`` to ``b``, each measured on ``n`` prompts, is smaller than two standard errors of a difference of two
     pass rates (sqrt(a(1-a)/n + b(1-b)/n), every prompt counted as one trial: conservative when a prompt has
     several samples); "" when it is larger or ``n`` is unknown. E.g. 0.141 -> 0.172 on 16 prompts: 2 SE =
@@ -63,7 +74,7 @@ def within_noise(a: float, b: float, n: float | None) -> str:
     two_se = 2 * math.sqrt((a * (1 - a) + b * (1 - b)) / n)
     if abs(b - a) >= two_se:
         return ""
-    return f"; within noise: ±{100 * two_se:.1f} pts at 2 standard errors over {int(n)} prompts"
+    return f"; no measured change: within ±{100 * two_se:.1f} pts, 2 standard errors over {int(n)} prompts"
 
 
 def warn_eval_prompts(cfg, task, log) -> None:
