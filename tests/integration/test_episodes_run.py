@@ -246,3 +246,26 @@ def test_each_built_in_environment_trains_in_the_loop(tmp_path, name):
     lines = stable(res.run_dir / "metrics.jsonl")
     assert len(lines) == 2 and all(m["episodes/count"] == 8 and m["episodes/turns"] >= 8 for m in lines)
     assert all(sum(v for k, v in m.items() if k.startswith("episodes/end_")) == 8 for m in lines)
+
+
+def test_a_textarena_game_trains_in_the_loop(tmp_path):
+    """textarena:<env_id> (rollwise.envs.textarena_env) trains 2 steps of episodes on the tiny model (no warm start:
+    the adapter has no demonstrations; short instructions fit the tiny model's context)."""
+    pytest.importorskip("textarena")
+    o = guess(
+        tmp_path,
+        **{
+            "run.name": "textarena",
+            "task.name": "textarena:GuessTheNumber-v0",
+            "task.options": {"n_train": 8, "n_heldout": 2, "instructions": "guess 1-20 [n]:"},
+            "task.max_turns": 3,
+            "train.steps": 2,
+            "model.warm_start.steps": 0,
+            "eval.every": 0,
+            "run.checkpoint_every": 0,
+        },
+    )
+    res = rollwise.train(load_config(overrides=as_sets(o)), log=lambda m: None)
+    lines = stable(res.run_dir / "metrics.jsonl")
+    assert len(lines) == 2 and all(m["episodes/count"] == 8 and m["episodes/turns"] >= 8 for m in lines)
+    assert all(sum(v for k, v in m.items() if k.startswith("episodes/end_")) == 8 for m in lines)

@@ -23,9 +23,10 @@ codes are stripped (option ``highlight`` writes a character over highlighted cel
 reset seeds (held-out seeds disjoint from train). It has no demonstrations (``episode_examples``
 is empty: there is no generic solver).
 
-Not included: TextArena (arXiv 2504.11442) and GEM adapters. Their games are multi-player or
-need their own observation wrappers and installs; a ``gym:`` environment covers the single-player
-text games that expose gymnasium's API.
+TextArena (arXiv 2504.11442) and GEM have adapters of their own: ``textarena:<env_id>``
+(``rollwise.envs.textarena_env``, single-player games; TextArena's API is multi-player, not
+gymnasium's) and ``gem:<env_id>`` (``rollwise.envs.gem_env``, GEM's gymnasium-like text API).
+Each is an optional extra imported on use; their docstrings list the games known to work offline.
 """
 
 from __future__ import annotations

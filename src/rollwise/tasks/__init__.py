@@ -19,6 +19,8 @@ REGISTRY.register("calculator", "rollwise.envs.calculator:make")
 REGISTRY.register("python_math", "rollwise.envs.python_math:make")
 REGISTRY.register("frozenlake", "rollwise.envs.text_gym:make_frozenlake")
 REGISTRY.register("gym", "rollwise.envs.text_gym:make_gym", takes_arg=True)
+REGISTRY.register("textarena", "rollwise.envs.textarena_env:make", takes_arg=True)
+REGISTRY.register("gem", "rollwise.envs.gem_env:make", takes_arg=True)
 REGISTRY.register("multi_attempt", "rollwise.envs.multi_attempt:make")
 
 
