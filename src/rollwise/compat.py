@@ -214,6 +214,7 @@ def check(cfg) -> None:
     check_workers(cfg)
     check_async(cfg)
     check_data_parallel(cfg)
+    check_fsdp(cfg)
     check_sampler_entropy(cfg)
     check_value(cfg)
     from rollwise.reward import overlong_limits
@@ -552,6 +553,23 @@ def check_data_parallel(cfg) -> None:
         raise UserError(
             f"{', '.join(local_only)} drives the sampler in one process, which data-parallel training "
             "(torchrun) does not share across ranks; turn it off, or run one process"
+        )
+
+
+def check_fsdp(cfg) -> None:
+    """FSDP2 training (``train.fsdp``, rollwise.distributed.fsdp) shards the training state of data-parallel
+    ranks: it needs data-parallel training (torchrun), and a full fine-tune (not LoRA)."""
+    if not cfg.train.fsdp:
+        return
+    if not POOLS.get("data_parallel").enabled(cfg):
+        raise UserError(
+            "train.fsdp = true shards the training state across torchrun's data-parallel ranks: start at least 2 "
+            "processes (torchrun --nproc_per_node 2 -m rollwise.cli train ...), or set train.fsdp = false"
+        )
+    if cfg.model.lora.enabled:
+        raise UserError(
+            "train.fsdp = true with model.lora.enabled = true is not supported (LoRA trains adapters well under 1% "
+            "of the weights, which need no sharding): set train.fsdp = false, or model.lora.enabled = false"
         )
 
 

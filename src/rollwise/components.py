@@ -98,6 +98,7 @@ def build_policy(cfg, task, log=print):
     """Load (or build and warm-start) the policy; returns (model, codec)."""
     import torch
 
+    from rollwise.distributed.data_parallel import env_world_size
     from rollwise.envs.base import is_env_task
     from rollwise.tokens import Codec
     from rollwise.trainer import tiny
@@ -134,6 +135,7 @@ def build_policy(cfg, task, log=print):
         lora=cfg.model.lora.enabled,
         reference=cfg.reward.kl.coef > 0,
         engine_share=engine,
+        shards=env_world_size() if cfg.train.fsdp else 1,
     )  # before the weights move there
     model = model.to(device)  # the warm start, the reference copy, the sampler and the trainer follow it
     if builtin or (ws.pretrained and ws.steps > 0):  # a pretrained model only on request (model.warm_start.pretrained)

@@ -119,7 +119,9 @@ def _policy(run_dir: Path):
     from rollwise import components
     from rollwise.config import load_config
 
-    cfg = load_config(run_dir / "config.resolved.toml", ["model.warm_start.steps=0", "run.progress=false"])
+    cfg = load_config(
+        run_dir / "config.resolved.toml", ["model.warm_start.steps=0", "run.progress=false", "train.fsdp=false"]
+    )
     model, codec = components.build_policy(cfg, components.build_task(cfg), log=lambda m: None)
     return cfg, model, codec
 

@@ -105,6 +105,7 @@ def evaluate_run(
         "run.report_to=[]",
         "distributed.workers=0",
         "distributed.data_parallel=false",
+        "train.fsdp=false",  # the checkpoints hold whole weights
     ]
     if saved.get("distributed", {}).get("workers", 0) > 0:
         sets.append("distributed.request_seeds=true")

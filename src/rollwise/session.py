@@ -124,6 +124,8 @@ class Run:
         self.start_step = self.state.step  # finish(): a resumed run that trains no step leaves its final/ as it is
         if self.dp is not None:  # rank 0 releases the others; every rank takes rank 0's weights
             self.dp.lead(self.cfg, [self.model, self.trainer.ref_model])
+        if cfg.train.fsdp:  # the trainer shards a copy; self.model stays whole (rollwise.distributed.fsdp)
+            self.trainer.shard()
         self.sync_weights()  # the engines start from the trainer's weights (warm-started or resumed)
         self.trackers = self._open_trackers() if cfg.run.report_to and self.main else None
 
@@ -225,6 +227,8 @@ class Run:
 
     def checkpoint(self) -> Path | None:
         if not self.main:  # rank 0 saves the (identical) state of every data-parallel rank
+            if getattr(self.trainer, "fsdp", False):  # ... but gathers FSDP's optimizer shards from every rank
+                self.trainer.state_dict()
             return None
         if self.async_pool is not None:  # the generator's current plan finishes first (AsyncPool.paused)
             with self.async_pool.paused():
@@ -346,7 +350,10 @@ class Run:
         if not self.evals or self.evals[-1]["step"] != self.state.step:
             self.evaluate()
         saved = checkpoint.list_steps(self.dir)
-        if not saved or saved[-1] != self.state.step:
+        missing = not saved or saved[-1] != self.state.step
+        if self.dp is not None:  # rank 0's listing decides: every rank takes part in an FSDP checkpoint
+            missing = self.dp.all_gather(missing)[0]
+        if missing:
             self.checkpoint()
         from rollwise import storage
         from rollwise.export import write_hf  # final/: the trained model as a Hugging Face directory

@@ -41,7 +41,10 @@ differs from one process by float summation order only (tests/invariants/test_da
 Limits (refused by :func:`check_config` with the key to change): Ray rollout workers
 (``distributed.workers > 0``), rollout strategies that drive the sampler in this process
 (ARRoL, LATR trees, APRIL, SPEC-RL), and ``model.backend = "vllm"`` (one engine per rank on
-one device is not handled). No FSDP: every rank holds the whole model and optimizer state.
+one device is not handled). Every rank holds the whole model and optimizer state, unless
+``train.fsdp = true``: then the trainer shards them with FSDP2 (``rollwise.distributed.fsdp``),
+whose reduce-scatter replaces :meth:`DataParallel.all_reduce_grads`, and each rank keeps one whole
+copy of the weights for its sampler.
 
 Process group: ``gloo`` on CPU; where every local rank has a GPU, ``cpu:gloo,cuda:nccl`` (CUDA
 tensors go through NCCL, CPU tensors and the object collectives through gloo) after

@@ -14,6 +14,9 @@ per trainable weight, an optional frozen reference copy, plus the share a coloca
 reserves (``vllm.gpu_memory_utilization``). Activations and the kept log-prob budget come on top
 and scale with the micro-batch, so the check leaves ``HEADROOM`` of the device free for them.
 It is arithmetic, not a measurement: ``benchmarks/gpu_check.py`` measures peak memory on a GPU.
+With FSDP (``train.fsdp``, ``shards = W`` ranks; ``rollwise.distributed.fsdp``) the trained weights,
+their gradients and moments are divided by W (rounded up), and a whole generation copy of the
+weights (the ``hf`` sampler's) is added; the reference copy stays whole.
 """
 
 from __future__ import annotations
@@ -103,34 +106,49 @@ class MemoryPlan:
     optimizer: int
     reference: int
     engine: int  # a colocated vLLM engine's reservation
+    generation: int = 0  # FSDP: the sampler's whole copy of the weights
+    shards: int = 1  # FSDP ranks the weights, gradients and moments are divided over
 
     @property
     def total(self) -> int:
-        return self.weights + self.gradients + self.optimizer + self.reference + self.engine
+        return self.weights + self.gradients + self.optimizer + self.reference + self.engine + self.generation
 
     def explain(self) -> str:
+        per = f" (1/{self.shards})" if self.shards > 1 else ""
         parts = [
-            ("weights", self.weights),
-            ("gradients", self.gradients),
-            ("AdamW moments (fp32)", self.optimizer),
+            ("weights" + per, self.weights),
+            ("gradients" + per, self.gradients),
+            ("AdamW moments (fp32)" + per, self.optimizer),
             ("reference copy", self.reference),
+            ("generation copy", self.generation),
             ("colocated vLLM", self.engine),
         ]
         return " + ".join(f"{name} {b / GIB:.2f}" for name, b in parts if b) + f" = {self.total / GIB:.2f} GiB"
 
 
 def training_memory(
-    n_params: int, trainable: int, dtype_bytes: int, reference: bool, engine_share: float = 0.0, device_bytes: int = 0
+    n_params: int,
+    trainable: int,
+    dtype_bytes: int,
+    reference: bool,
+    engine_share: float = 0.0,
+    device_bytes: int = 0,
+    shards: int = 1,
 ) -> MemoryPlan:
     """The arithmetic: ``n_params`` weights of ``dtype_bytes`` each, ``trainable`` of them with a
     gradient (same dtype) and two fp32 AdamW moments, a frozen reference copy when ``reference``,
-    and ``engine_share`` of ``device_bytes`` for a colocated engine."""
+    and ``engine_share`` of ``device_bytes`` for a colocated engine. With ``shards = W > 1`` (FSDP)
+    weights, gradients and moments are ``ceil(count / W)`` per rank, plus a whole generation copy."""
+    per = -(-n_params // shards)
+    per_trainable = -(-trainable // shards)
     return MemoryPlan(
-        weights=n_params * dtype_bytes,
-        gradients=trainable * dtype_bytes,
-        optimizer=trainable * 8,
+        weights=per * dtype_bytes,
+        gradients=per_trainable * dtype_bytes,
+        optimizer=per_trainable * 8,
         reference=n_params * dtype_bytes if reference else 0,
         engine=int(engine_share * device_bytes),
+        generation=n_params * dtype_bytes if shards > 1 else 0,
+        shards=shards,
     )
 
 
@@ -142,21 +160,28 @@ def check_fits(plan: MemoryPlan, device_bytes: int, where: str) -> None:
             f"the model does not fit {where}: {plan.explain()} needed before activations, but {device_bytes / GIB:.2f} "
             f"GiB x {1 - HEADROOM:.2f} (headroom for activations) = {budget / GIB:.2f} GiB is available. Use "
             "model.lora.enabled = true (gradients and moments for the adapters only), model.dtype = 'bfloat16', "
-            "reward.kl.coef = 0 (no reference copy), a smaller vllm.gpu_memory_utilization, or a larger device"
+            "reward.kl.coef = 0 (no reference copy), a smaller vllm.gpu_memory_utilization, train.fsdp = true "
+            "under torchrun (weights, gradients and moments sharded across the ranks), or a larger device"
         )
 
 
 def check_model_fits(
-    model, device: torch.device, dtype_bytes: int, lora: bool, reference: bool, engine_share: float = 0.0
+    model,
+    device: torch.device,
+    dtype_bytes: int,
+    lora: bool,
+    reference: bool,
+    engine_share: float = 0.0,
+    shards: int = 1,
 ) -> MemoryPlan | None:
     """``training_memory`` of a loaded (CPU) ``model`` against ``device``'s memory, before it moves
     there; None on CPU (host memory is not checked). With ``lora`` the adapters' gradients and
-    moments are left out (well under 1% of the weights)."""
+    moments are left out (well under 1% of the weights); ``shards``: FSDP ranks (``train.fsdp``)."""
     if device.type != "cuda":
         return None
     n = sum(p.numel() for p in model.parameters())
     total = torch.cuda.get_device_properties(device).total_memory
-    plan = training_memory(n, 0 if lora else n, dtype_bytes, reference, engine_share, total)
+    plan = training_memory(n, 0 if lora else n, dtype_bytes, reference, engine_share, total, shards)
     check_fits(plan, total, f"{device} ({torch.cuda.get_device_name(device)})")
     return plan
 

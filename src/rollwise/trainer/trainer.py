@@ -32,6 +32,10 @@ Options the trainer serves (each computed here, its math living in ``objectives/
   rank trains on its contiguous share of the batch's rows (still divided by the global counts),
   and before clipping the gradients are summed over the ranks, and the loss, metric sums,
   mismatch and ESS log-weights gathered, so every rank takes the one-process step.
+- **FSDP2** (``train.fsdp``; ``shard``, ``rollwise.distributed.fsdp``): the trainer trains a sharded
+  copy (AdamW over its shards; FSDP sums the gradients in each backward) and keeps the model it
+  was given whole as ``full_model``, refreshed after every optimizer step: the sampler's module,
+  and what the no-grad whole-batch passes read. Every rank runs the same number of passes.
 
 Speed and memory (issue #13; ``token_logprobs``): log-probs, entropies, proximal and reference
 log-probs exist only at completion positions (0 elsewhere, which no objective reads: they all
@@ -138,8 +142,19 @@ def token_logprobs(
     the model's packed-sequence mask) go to the decoder only when a row holds two sequences.
     Other models (test doubles) take the full path: one forward, every position's logits.
     ``compute_dtype`` runs the forward under autocast; logits are cast to fp32 before the
-    log-softmax either way.
+    log-softmax either way. An FSDP-sharded model (``rollwise.distributed.fsdp``) runs it inside a
+    call of its root module, which gathers the root group's parameters.
     """
+    from rollwise.distributed import fsdp
+
+    if fsdp.is_sharded(model):
+        return fsdp.call_as_root(
+            model, _token_logprobs, model, batch, temperature, with_entropy, where, compute_dtype, chunk
+        )
+    return _token_logprobs(model, batch, temperature, with_entropy, where, compute_dtype, chunk)
+
+
+def _token_logprobs(model, batch, temperature, with_entropy, where, compute_dtype, chunk):
     ids, attn = batch.input_ids, batch.attention_mask.bool()
     where = (completion_positions(batch) if where is None else where.bool()) & attn
     where[:, 0] = False
@@ -243,22 +258,52 @@ class Trainer:
         self.temperature = temperature
         self.needs_prox = bool(getattr(options, "needs_prox", False))
         self.kl_in_loss = bool(getattr(options, "kl_coef", 0.0))
-        params = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(
-            params, lr=train_cfg.lr, betas=tuple(train_cfg.betas), weight_decay=train_cfg.weight_decay
-        )
-        warm = max(1, train_cfg.warmup_steps)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: min(1.0, (s + 1) / warm))
+        self.full_model = None  # FSDP (``shard``): the whole model the sampler and the scoring passes read
+        self.optimizer, self.scheduler = self._optimizer(model)
         self.gap_guard = None  # mismatch.GapGuard, set by the session when the sampler is a separate engine
         self.ref_model = None
         if self.kl_in_loss or reference:
             self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
 
+    def _optimizer(self, model):
+        """AdamW over ``model``'s trainable parameters and its linear warm-up schedule."""
+        c = self.cfg
+        params = [p for p in model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(params, lr=c.lr, betas=tuple(c.betas), weight_decay=c.weight_decay)
+        warm = max(1, c.warmup_steps)
+        return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warm))
+
+    @property
+    def fsdp(self) -> bool:
+        """Whether the trained model is sharded (``shard``)."""
+        return self.full_model is not None
+
+    @property
+    def scoring_model(self):
+        """The model no-grad passes over whole batches read: the whole copy under FSDP (the same
+        weights, no collectives), else the trained model."""
+        return self.full_model if self.fsdp else self.model
+
+    def shard(self) -> None:
+        """FSDP2 (``train.fsdp``; ``rollwise.distributed.fsdp``): train a sharded copy of the model
+        with AdamW over its shards, and keep ``self.model`` whole as ``full_model`` (refreshed after
+        every optimizer step). The optimizer and scheduler state (a resumed run's) carries over.
+        Every data-parallel rank calls it, with the same weights (after ``DataParallel.lead``)."""
+        from rollwise.distributed import fsdp
+
+        if self.fsdp:
+            return
+        state = self.state_dict()  # a plain AdamW: full tensors
+        device = next(self.model.parameters()).device
+        self.full_model, self.model = self.model, fsdp.shard(self.model, device)
+        self.optimizer, self.scheduler = self._optimizer(self.model)
+        self.load_state_dict(state)
+
     def micro_batches(self, batch: Batch, shard: bool = False):
         """Yield ``(rows, micro_batch)``: the slice of ``batch`` and its rows trimmed to their
         longest sequence, on the model's device (global counts kept, see ``Batch.rows``). With
         ``shard`` and data parallel, only this rank's rows (``DataParallel.shard``)."""
-        device = next(self.model.parameters()).device
+        device = next(self.scoring_model.parameters()).device
         here = self.dp.shard(batch.size) if shard and self.dp is not None else range(batch.size)
         for start in range(here.start, here.stop, self.cfg.micro_batch):
             rows = slice(start, min(start + self.cfg.micro_batch, here.stop))
@@ -279,7 +324,7 @@ class Trainer:
         """(B, T) log-probs of ``batch.input_ids`` under ``model`` (default: the current weights)
         at the completion positions, without gradient, micro-batched, zero-padded back to the
         batch's width (the KL reference; SAPO's received rollouts, rollwise.replay.sapo)."""
-        return self._whole_batch(batch, self.model if model is None else model, entropy=False)
+        return self._whole_batch(batch, self.scoring_model if model is None else model, entropy=False)
 
     @torch.no_grad()
     def _whole_batch(self, batch: Batch, model, entropy: bool) -> torch.Tensor:
@@ -303,7 +348,7 @@ class Trainer:
     def token_entropy(self, batch: Batch) -> torch.Tensor:
         """(B, T) entropy of the current policy at each position (as ``token_logprobs``), without
         gradient, micro-batched, zero-padded back to the batch's width (D3S token scores)."""
-        return self._whole_batch(batch, self.model, entropy=True)
+        return self._whole_batch(batch, self.scoring_model, entropy=True)
 
     def _ess_scale(self, log_w: list[torch.Tensor], has_tokens: list[torch.Tensor]) -> tuple[float, float]:
         """(rho, lr scale) of the step from per-row sequence log-weights, gathered over micro-batches."""
@@ -327,8 +372,13 @@ class Trainer:
     def _prox_up_front(self, batch: Batch) -> list[torch.Tensor]:
         """Log-probs of the pre-update weights per micro-batch (several update epochs), in train
         mode like the one-epoch path, whose prox is the loss forward's own."""
-        self.model.train()
-        return [self._logprobs(self.model, mb)[0] for _, mb in self.micro_batches(batch, shard=True)]
+        model = self.scoring_model  # under FSDP the whole copy: row shards differ in micro-batches
+        was_training = model.training
+        model.train()
+        try:
+            return [self._logprobs(model, mb)[0] for _, mb in self.micro_batches(batch, shard=True)]
+        finally:
+            model.train(was_training)
 
     def _epoch(self, batch: Batch, prox_up_front: list[torch.Tensor] | None) -> dict[str, float]:
         """One optimizer step over every micro-batch of ``batch``."""
@@ -343,6 +393,8 @@ class Trainer:
         self.model.train()
         acc = acc if acc is not None else Accumulated()
         ess_on = bool(getattr(self.cfg, "ess_lr_scaling", None) and self.cfg.ess_lr_scaling.enabled)
+        # FSDP: the passes the other ranks run beyond this rank's, before any (each pass is a collective)
+        padding = self._padding_passes(batch) if self.fsdp else 0
         for i, (_, mb) in enumerate(self.micro_batches(batch, shard=True)):
             if mb.loss_mask.sum() == 0:
                 continue
@@ -364,14 +416,38 @@ class Trainer:
                 acc.sums[k] = acc.sums.get(k, 0.0) + float(v)
             if "entropy_sum" not in out.metrics:  # objectives built on common.finish report it already
                 acc.sums["entropy_sum"] = acc.sums.get("entropy_sum", 0.0) + float((ent.detach() * mb.loss_mask).sum())
+        if padding:
+            self._pad_passes(batch, padding)
         return acc
+
+    def _padding_passes(self, batch: Batch) -> int:
+        """FSDP: how many passes the rank with the most micro-batches with loss tokens runs beyond
+        this rank's (a collective; every rank calls it before its first pass)."""
+        from rollwise.distributed.fsdp import pass_count
+
+        here = self.dp.shard(batch.size)
+        mine = sum(
+            bool(batch.loss_mask[lo : min(lo + self.cfg.micro_batch, here.stop)].any())
+            for lo in range(here.start, here.stop, self.cfg.micro_batch)
+        )
+        return pass_count(mine) - mine
+
+    def _pad_passes(self, batch: Batch, n: int) -> None:
+        """FSDP: ``n`` zero-weight forward/backward passes, so this rank runs as many as the rank
+        with the most (each pass is a collective). A pass reads one row with loss tokens, so it
+        reaches every parameter a real pass reaches; its gradient is exactly zero."""
+        row = int((batch.loss_mask != 0).any(dim=1).nonzero()[0])
+        mb = batch.rows(slice(row, row + 1)).to(next(self.scoring_model.parameters()).device)
+        for _ in range(n):
+            (self._logprobs(self.model, mb)[0].sum() * 0.0).backward()
 
     def step(self, batch: Batch, acc: Accumulated, grad_scale: float = 1.0) -> dict[str, float]:
         """Clip and take the optimizer step on the accumulated gradients (first multiplied by
         ``grad_scale``, as is the reported loss); returns the step's ``train/*`` metrics."""
         params = [p for p in self.model.parameters() if p.requires_grad]
         if self.dp is not None:  # data parallel: the step's gradient is the sum over every rank's rows
-            self.dp.all_reduce_grads(params)
+            if not self.fsdp:  # FSDP summed them in each backward (reduce-scatter)
+                self.dp.all_reduce_grads(params)
             acc.loss, acc.sums, acc.gap, acc.log_w, acc.has_tokens = self.dp.combine(
                 acc.loss, acc.sums, acc.gap, acc.log_w, acc.has_tokens
             )
@@ -387,7 +463,10 @@ class Trainer:
                 if p.grad is not None:
                     p.grad.mul_(grad_scale)
         clip = self.cfg.max_grad_norm if self.cfg.max_grad_norm > 0 else math.inf
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, clip)
+        grad_norm = float(
+            grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
+        )  # FSDP: a DTensor
         extra = {}
         scale = 1.0
         if acc.log_w:
@@ -401,6 +480,10 @@ class Trainer:
             g["lr"] = lr
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
+        if self.fsdp:  # the sampler's whole copy takes the new weights
+            from rollwise.distributed.fsdp import copy_full
+
+            copy_full(self.model, self.full_model)
         metrics = {
             "train/loss": acc.loss * grad_scale,
             "train/grad_norm": grad_norm,
@@ -414,8 +497,20 @@ class Trainer:
         return metrics
 
     def state_dict(self) -> dict:
-        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+        """Optimizer and scheduler state; under FSDP the moments gathered to full tensors (the format
+        of one process; a collective: every rank calls it)."""
+        opt = self.optimizer.state_dict()
+        if self.fsdp:
+            from rollwise.distributed.fsdp import full_optimizer_state
+
+            opt = full_optimizer_state(opt)
+        return {"optimizer": opt, "scheduler": self.scheduler.state_dict()}
 
     def load_state_dict(self, s: dict) -> None:
-        self.optimizer.load_state_dict(s["optimizer"])
+        opt = s["optimizer"]
+        if self.fsdp:  # full tensors (state_dict's format): this rank's shard of each
+            from rollwise.distributed.fsdp import shard_optimizer_state
+
+            opt = shard_optimizer_state(opt, [p for g in self.optimizer.param_groups for p in g["params"]])
+        self.optimizer.load_state_dict(opt)
         self.scheduler.load_state_dict(s["scheduler"])

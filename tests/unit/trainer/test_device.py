@@ -61,6 +61,31 @@ def test_memory_arithmetic_by_hand():
     assert lora.total == 4000
 
 
+def test_fsdp_memory_arithmetic_by_hand():
+    # 1,001 weights in bf16 over 4 FSDP ranks (train.fsdp): ceil(1001 / 4) = 251 per rank, so 502 bytes of
+    # weights + 502 of gradients + 2,008 of Adam moments (8 per weight), plus the whole generation copy
+    # (2,002) and the whole reference (2,002): 7,016 bytes, against 2,002 + 2,002 + 8,008 + 2,002 = 14,014
+    # unsharded
+    plan = dv.training_memory(1001, 1001, 2, reference=True, shards=4)
+    assert (plan.weights, plan.gradients, plan.optimizer, plan.generation, plan.reference) == (
+        502,
+        502,
+        2008,
+        2002,
+        2002,
+    )
+    assert plan.total == 7016
+    assert dv.training_memory(1001, 1001, 2, reference=True).total == 14_014
+    # 7B in fp32 over 8 ranks: 3.26 + 3.26 + 6.52 per rank + 26.08 generation copy = 39.12 GiB < 72 GiB: fits
+    # where one device is refused (test below: 104.31 GiB)
+    plan = dv.training_memory(7_000_000_000, 7_000_000_000, 4, reference=False, shards=8)
+    assert plan.explain() == (
+        "weights (1/8) 3.26 + gradients (1/8) 3.26 + AdamW moments (fp32) (1/8) 6.52 + generation copy 26.08 "
+        "= 39.12 GiB"
+    )
+    dv.check_fits(plan, 80 * dv.GIB, "x")
+
+
 def test_a_model_that_does_not_fit_is_refused_with_the_arithmetic():
     # 7B in fp32, full fine-tune, no reference: 28 + 28 + 56 = 112 GB > 0.9 x 80 GiB
     plan = dv.training_memory(7_000_000_000, 7_000_000_000, 4, reference=False)
