@@ -776,6 +776,13 @@ class DistributedConfig(Section):
         "locally with this machine's CPUs).",
     )
     cpus_per_worker: int = Field(1, ge=1, description="CPUs reserved for each rollout worker (its torch threads).")
+    gpus_per_worker: float = Field(
+        0.0,
+        ge=0.0,
+        description="GPUs Ray reserves for each rollout worker (0 = none: the worker generates on its CPUs; "
+        "1 = a GPU of its own, where its hf model or vLLM engine runs; a fraction shares one GPU between "
+        "workers). Refused before the model loads when the cluster has fewer GPUs than workers x this.",
+    )
     request_seeds: bool = Field(
         False,
         description="Seed each request's rollouts from (run.seed, policy version, prompt id, request "

@@ -10,7 +10,11 @@ needs:
 
 - **Start.** ``connect`` starts Ray locally with this machine's CPUs, or joins the cluster at
   ``distributed.address``; it refuses an unreachable address and more workers than the CPUs
-  (``workers * cpus_per_worker``) before the model is loaded. Each worker rebuilds the task (for
+  (``workers * cpus_per_worker``) or GPUs (``workers * gpus_per_worker``) before the model is
+  loaded. A worker given GPUs (``distributed.gpus_per_worker > 0``) owns them as Ray assigns
+  them (``CUDA_VISIBLE_DEVICES``): its ``hf`` model moves to ``cuda`` and its vLLM engine starts
+  there, so generation runs on other GPUs than the trainer's (weights still travel through Ray's
+  object store, not NCCL). Each worker rebuilds the task (for
   its verifier) from the run's config and an empty model of the policy's architecture; it holds
   no weights of its own until the first push.
 - **Weights.** After every optimizer step the trainer's published weights
@@ -110,6 +114,9 @@ def connect(dcfg, log=print):
             f"{need} CPUs; this machine has {os.cpu_count()}: lower distributed.workers, or join a cluster "
             "with distributed.address"
         )
+    local_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if dcfg.address is None and dcfg.workers * dcfg.gpus_per_worker > local_gpus:
+        _refuse_gpus(dcfg, local_gpus, "this machine")
     if dcfg.address is not None:
         host, port = _parse_address(dcfg.address)
         try:
@@ -132,13 +139,24 @@ def connect(dcfg, log=print):
                 f"distributed.address = {dcfg.address!r}: Ray could not start or join the cluster: "
                 f"{type(e).__name__}: {e}"
             ) from None
-    cpus = ray.cluster_resources().get("CPU", 0)
+    resources = ray.cluster_resources()
+    cpus = resources.get("CPU", 0)
     if need > cpus:
         raise UserError(
             f"distributed.workers = {dcfg.workers} x distributed.cpus_per_worker = {dcfg.cpus_per_worker} needs "
             f"{need} CPUs; the Ray cluster has {cpus:g}: lower distributed.workers or add nodes"
         )
+    if dcfg.workers * dcfg.gpus_per_worker > resources.get("GPU", 0):
+        _refuse_gpus(dcfg, resources.get("GPU", 0), "the Ray cluster")
     return ray
+
+
+def _refuse_gpus(dcfg, have: float, where: str) -> None:
+    raise UserError(
+        f"distributed.workers = {dcfg.workers} x distributed.gpus_per_worker = {dcfg.gpus_per_worker:g} needs "
+        f"{dcfg.workers * dcfg.gpus_per_worker:g} GPUs; {where} has {have:g}: lower distributed.gpus_per_worker "
+        "(0 generates on CPUs) or add GPU nodes"
+    )
 
 
 # ---------------------------------------------------------------- Ray workers
@@ -158,6 +176,8 @@ class RolloutWorker:
 
         torch.set_num_threads(spec["threads"])
         cfg = Config.model_validate(spec["cfg"])
+        # a worker given GPUs generates on the first one Ray assigned it (CUDA_VISIBLE_DEVICES), else on its CPUs
+        device = torch.device("cuda", 0) if spec["gpus"] > 0 else torch.device("cpu")
         codec = Codec(spec["tokenizer"], use_chat=spec["use_chat"])
         from rollwise.backends import build as build_backend
 
@@ -170,11 +190,12 @@ class RolloutWorker:
                 self.model = AutoModelForCausalLM.from_config(spec["config"]).eval()
             if cfg.model.dtype == "bfloat16":
                 self.model = self.model.to(torch.bfloat16)
+            self.model = self.model.to(device)
             from rollwise.trainer.precision import resolve_compute_dtype
 
-            # model.compute_dtype on this worker's machine ("auto": measured here, or this machine's cached timings)
+            # model.compute_dtype on this worker's device ("auto": measured here, or this machine's cached timings)
             compute = resolve_compute_dtype(
-                cfg.model.compute_dtype, "cpu", self.model.config, weights_dtype=next(self.model.parameters()).dtype
+                cfg.model.compute_dtype, device, self.model.config, weights_dtype=next(self.model.parameters()).dtype
             )
             backend = build_backend(cfg, codec, model=self.model, compute_dtype=compute)
         self.backend = backend
@@ -270,16 +291,17 @@ class RayPool:
             "tokenizer": codec.tokenizer,
             "use_chat": codec.use_chat,
             "threads": cfg.distributed.cpus_per_worker,
+            "gpus": cfg.distributed.gpus_per_worker,
             "sampling": sampling,
         }
-        self._cpus = cfg.distributed.cpus_per_worker
+        self._cpus, self._gpus = cfg.distributed.cpus_per_worker, cfg.distributed.gpus_per_worker
         self._weights = None  # (version, object ref) of the latest published weights
         self.actors = [self._start() for _ in range(cfg.distributed.workers)]
         log(f"ray pool: {len(self.actors)} rollout workers ({cfg.model.backend} backend)")
         weakref.finalize(self, _kill, self.ray, self.actors)
 
     def _start(self):
-        cls = self.ray.remote(num_cpus=self._cpus, max_restarts=0)(RolloutWorker)
+        cls = self.ray.remote(num_cpus=self._cpus, num_gpus=self._gpus, max_restarts=0)(RolloutWorker)
         actor = cls.remote(self._spec)
         if self._weights is not None:
             self.ray.get(actor.load_weights.remote(*self._weights))

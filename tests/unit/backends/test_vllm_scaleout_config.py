@@ -78,6 +78,22 @@ def test_more_workers_than_cpus_before_the_model_loads(tmp_path, extras, no_mode
         Run(cfg, log=lambda *a: None)
 
 
+def test_more_gpu_workers_than_gpus_before_the_model_loads(tmp_path, extras, no_model):
+    import torch
+
+    from rollwise.session import Run
+
+    extras(ray=True)
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    cfg = _cfg(tmp_path, **{"distributed.workers": 1, "distributed.gpus_per_worker": gpus + 1})
+    with pytest.raises(
+        UserError,
+        match=rf"distributed.workers = 1 x distributed.gpus_per_worker = {gpus + 1} needs {gpus + 1} GPUs; this "
+        rf"machine has {gpus}: lower distributed.gpus_per_worker",
+    ):
+        Run(cfg, log=lambda *a: None)
+
+
 def test_unreachable_address_before_the_model_loads(tmp_path, extras, no_model):
     from rollwise.session import Run
 
