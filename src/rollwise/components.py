@@ -147,6 +147,8 @@ def build_policy(cfg, task, log=print):
             "task": cfg.task.name,
             "task_options": {k: v for k, v in cfg.task.options.items() if k not in reward_only},
         }
+        if digest := getattr(task, "data_digest", None):  # a user's data file: its rows, not only its name
+            key["data"] = digest
         if device.type != "cpu":  # a warm start trained on a GPU is another model (CPU cache keys unchanged)
             key["device"] = device.type
         cut = None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
 from collections.abc import Mapping, Sequence
 from types import SimpleNamespace
@@ -98,3 +100,11 @@ def reference_completions(task, n: int) -> tuple[list[str], str]:
         return [t for _, t in task.sft_examples(n, 0) if t], "warm-start targets"
     except (NotImplementedError, AttributeError):
         return [p.answer for p in task.train_prompts()[:n] if p.answer], "reference answers"
+
+
+def prompts_digest(prompts: Sequence[Prompt]) -> str:
+    """A fingerprint of a task's prompts as read from the user's data (ids, text, chat messages, reference
+    answers, metadata): the warm start's cache key carries it, so an edited data file (even with as many
+    rows) trains a new warm start instead of loading the one made from the old rows."""
+    rows = [(p.id, p.text, p.answer, p.messages, p.metadata) for p in prompts]
+    return hashlib.sha256(json.dumps(rows, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -37,7 +37,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rollwise.registry import UserError
-from rollwise.tasks._common import chat, coerce_options, holdout_questions
+from rollwise.tasks._common import chat, coerce_options, holdout_questions, prompts_digest
 from rollwise.types import Prompt, Verdict
 
 FORMATS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet", ".arrow": "arrow"}
@@ -172,6 +172,7 @@ class HFDatasetTask:
             held_q = holdout_questions([r[q] for _, r in rows], options.heldout_fraction, options.seed, self.name)
             self._heldout = tuple(self._prompt("row", n, r) for n, r in rows if r[q] in held_q)
         self._train = tuple(self._prompt("row", n, r) for n, r in rows if r[q] not in held_q)
+        self.data_digest = prompts_digest(self._train)  # the warm start's cache key (components)
         self.dropped_overlap = len(rows) - len(self._train) if (options.heldout_path or options.heldout_split) else 0
         if not self._train:
             raise UserError(f"hf task: every question of {path} is in the held-out set")

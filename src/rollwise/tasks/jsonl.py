@@ -33,7 +33,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rollwise.registry import UserError
-from rollwise.tasks._common import chat, coerce_options, holdout_questions, sample_prompts
+from rollwise.tasks._common import chat, coerce_options, holdout_questions, prompts_digest, sample_prompts
 from rollwise.types import Prompt, Verdict
 
 
@@ -140,6 +140,7 @@ class JsonlTask:
             train = [(n, row) for n, row in rows if row[q] not in held_q]
             self._heldout = tuple(self._prompt("line", n, row, path) for n, row in rows if row[q] in held_q)
         self._train = tuple(self._prompt("line", n, row, path) for n, row in train)
+        self.data_digest = prompts_digest(self._train)  # the warm start's cache key (components)
 
     def _prompt(self, kind: str, n: int, row: dict[str, Any], source: str) -> Prompt:
         o = self.options

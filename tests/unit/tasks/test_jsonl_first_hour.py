@@ -57,3 +57,30 @@ def test_fewer_held_out_prompts_than_configured_is_warned(tmp_path, monkeypatch)
         rollwise.train(cfg, log=logs.append)
     [w] = [m for m in logs if "held-out prompts" in m]
     assert "uses 5 held-out prompts, not eval.n_prompts = 200" in w
+
+
+def test_an_edited_data_file_trains_a_new_warm_start(tmp_path):
+    """The warm start's cache is keyed by the file's rows, not only its name: the same path with one answer
+    changed (as many rows) trains anew; the unchanged file loads the cached one."""
+    import rollwise
+    from conftest import as_sets, tiny_overrides
+
+    rows = [{"question": f"{i}+1", "answer": str(i + 1)} for i in range(40)]
+    p = _file(tmp_path, rows)
+
+    def warm(name):
+        o = tiny_overrides(
+            tmp_path / "runs",
+            name=name,
+            steps=1,
+            **{"task.name": f"jsonl:{p}", "task.options": {"solution_field": "answer"}},
+        )
+        logs = []
+        rollwise.train(load_config(overrides=as_sets({**o, "model.warm_start.steps": 2})), log=logs.append)
+        return [m for m in logs if m.startswith("warm start: ") and m.split(": ")[1] in ("trained", "cached")]
+
+    assert warm("a") == ["warm start: trained"]
+    assert warm("b") == ["warm start: cached"]
+    rows[7]["answer"] = "9"  # one answer changed, as many rows
+    _file(tmp_path, rows)
+    assert warm("c") == ["warm start: trained"]
