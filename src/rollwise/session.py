@@ -227,7 +227,7 @@ class Run:
 
     def checkpoint(self) -> Path | None:
         if not self.main:  # rank 0 saves the (identical) state of every data-parallel rank
-            if getattr(self.trainer, "fsdp", False):  # ... but gathers FSDP's optimizer shards from every rank
+            if self.cfg.train.fsdp:  # ... but gathers FSDP's optimizer shards from every rank
                 self.trainer.state_dict()
             return None
         if self.async_pool is not None:  # the generator's current plan finishes first (AsyncPool.paused)
