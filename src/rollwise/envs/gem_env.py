@@ -37,16 +37,15 @@ reasoning-gym; rollwise's own ``reasoning_gym:`` and ``hf:`` tasks cover those s
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from rollwise.envs._library import LibraryRandom
+from rollwise.envs._library import LibraryOptions, LibraryRandom, LibraryTask
 from rollwise.envs.base import StepResult
 from rollwise.registry import UserError
 from rollwise.tasks._common import coerce_options
-from rollwise.types import Prompt, Verdict
+from rollwise.types import Verdict
 
 DEFAULT = "game:GuessTheNumber-v0-easy"
 _BOXED = re.compile(r"\\boxed\{[^{}]*\}")
@@ -94,8 +93,10 @@ class GemEnv:
         return StepResult("", reward, True, verdict=Verdict(self.total, why, {"final": obs}), anchor=before)
 
 
-class GemTask:
+class GemTask(LibraryTask):
     """``gem:<env_id>`` (see the module docstring)."""
+
+    ACTIONS = _BOXED  # what verify replays
 
     def __init__(self, env_id: str, options: make.Options):
         self.env_id, self.options, self.name = env_id, options, f"gem:{env_id}"
@@ -107,9 +108,7 @@ class GemTask:
             raise
         except Exception as e:  # noqa: BLE001  e.g. a corpus or data set it would download
             raise UserError(f"task {self.name!r}: GEM cannot start it: {_why(e)}{OFFLINE}") from e
-        self._heldout = tuple(self._prompt(s) for s in range(base, base + options.n_heldout))
-        start = base + 5_000_000
-        self._train = tuple(self._prompt(s) for s in range(start, start + options.n_train))
+        self._splits(base)
 
     def make_env(self) -> GemEnv:
         try:
@@ -119,34 +118,6 @@ class GemTask:
             raise UserError(f"task {self.name!r}: GEM cannot make it: {_why(e)}{OFFLINE}") from e
         return GemEnv(env, self.options.instructions)
 
-    def _prompt(self, seed: int) -> Prompt:
-        env = self.make_env()
-        env.reset(seed)
-        return Prompt(f"{self.name}/{seed}", self.name, env.first + "\n", None, metadata={"seed": seed})
-
-    def train_prompts(self) -> Sequence[Prompt]:
-        return self._train
-
-    def heldout_prompts(self) -> Sequence[Prompt]:
-        return self._heldout
-
-    def environment(self, prompt: Prompt) -> GemEnv:
-        return self.make_env()
-
-    def verify(self, prompt: Prompt, completion: str) -> Verdict:
-        """Replays the completion's ``\\boxed{...}`` actions in order: the episode's verdict, or
-        *could not verify* (reason ``not_done``) when they do not end it."""
-        env = self.make_env()
-        env.reset(int(prompt.metadata.get("seed", 0)))
-        for move in _BOXED.findall(completion):
-            res = env.step(move)
-            if res.done:
-                return res.verdict
-        return Verdict(None, "not_done")
-
-    def episode_examples(self, n: int, seed: int) -> list:
-        return []
-
 
 def make(arg: str | None, options=None) -> GemTask:
     """Task factory: ``gem:<env_id>`` (``gem`` alone: ``gem:game:GuessTheNumber-v0-easy``)."""
@@ -154,12 +125,7 @@ def make(arg: str | None, options=None) -> GemTask:
     return GemTask(env_id, coerce_options(make.Options, options, f"gem:{env_id}"))
 
 
-class _Options(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    n_train: int = Field(default=512, ge=1, le=1_000_000, description="number of train prompts (reset seeds)")
-    n_heldout: int = Field(default=64, ge=1, le=100_000, description="number of held-out prompts (reset seeds)")
-    seed: int = Field(default=0, ge=0, le=100, description="fixes both splits' seed ranges")
+class _Options(LibraryOptions):
     env_kwargs: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of gem.make")
     instructions: str = Field(
         default="", description="text shown in place of the reset observation (the instructions); empty: GEM's own"

@@ -44,16 +44,15 @@ with its error.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from rollwise.envs._library import LibraryRandom
+from rollwise.envs._library import LibraryOptions, LibraryRandom, LibraryTask
 from rollwise.envs.base import StepResult
 from rollwise.registry import UserError
 from rollwise.tasks._common import coerce_options
-from rollwise.types import Prompt, Verdict
+from rollwise.types import Verdict
 
 DEFAULT = "GuessTheNumber-v0"
 _ACTION = re.compile(r"\[[^\[\]]*\]")
@@ -131,8 +130,10 @@ class TextArenaEnv:
         return StepResult("", score, True, verdict=verdict, anchor=before)
 
 
-class TextArenaTask:
+class TextArenaTask(LibraryTask):
     """``textarena:<env_id>`` (see the module docstring)."""
+
+    ACTIONS = _ACTION  # what verify replays
 
     def __init__(self, env_id: str, options: make.Options):
         self.env_id, self.options, self.name = env_id, options, f"textarena:{env_id}"
@@ -149,9 +150,7 @@ class TextArenaTask:
             raise UserError(f"task {self.name!r}: TextArena cannot start it: {_why(e)}{OFFLINE}") from e
         if not probe.single:
             self._multi(None)
-        self._heldout = tuple(self._prompt(s) for s in range(base, base + options.n_heldout))
-        start = base + 5_000_000
-        self._train = tuple(self._prompt(s) for s in range(start, start + options.n_train))
+        self._splits(base)
 
     def _multi(self, e: Exception | None):
         why = f" ({e})" if e else ""
@@ -168,34 +167,6 @@ class TextArenaTask:
             raise UserError(f"task {self.name!r}: TextArena cannot make it: {_why(e)}{OFFLINE}") from e
         return TextArenaEnv(unwrapped(env, self.ta), self.ta, self.options.instructions, self.options.bracket_actions)
 
-    def _prompt(self, seed: int) -> Prompt:
-        env = self.make_env()
-        env.reset(seed)
-        return Prompt(f"{self.name}/{seed}", self.name, env.first + "\n", None, metadata={"seed": seed})
-
-    def train_prompts(self) -> Sequence[Prompt]:
-        return self._train
-
-    def heldout_prompts(self) -> Sequence[Prompt]:
-        return self._heldout
-
-    def environment(self, prompt: Prompt) -> TextArenaEnv:
-        return self.make_env()
-
-    def verify(self, prompt: Prompt, completion: str) -> Verdict:
-        """Replays the completion's bracketed actions (``[...]``) in order: the game's verdict, or
-        *could not verify* (reason ``not_done``) when they do not end it."""
-        env = self.make_env()
-        env.reset(int(prompt.metadata.get("seed", 0)))
-        for move in _ACTION.findall(completion):
-            res = env.step(move)
-            if res.done:
-                return res.verdict
-        return Verdict(None, "not_done")
-
-    def episode_examples(self, n: int, seed: int) -> list:
-        return []
-
 
 def make(arg: str | None, options=None) -> TextArenaTask:
     """Task factory: ``textarena:<env_id>`` (``textarena`` alone: ``textarena:GuessTheNumber-v0``)."""
@@ -203,12 +174,7 @@ def make(arg: str | None, options=None) -> TextArenaTask:
     return TextArenaTask(env_id, coerce_options(make.Options, options, f"textarena:{env_id}"))
 
 
-class _Options(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    n_train: int = Field(default=512, ge=1, le=1_000_000, description="number of train prompts (reset seeds)")
-    n_heldout: int = Field(default=64, ge=1, le=100_000, description="number of held-out prompts (reset seeds)")
-    seed: int = Field(default=0, ge=0, le=100, description="fixes both splits' seed ranges")
+class _Options(LibraryOptions):
     env_kwargs: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of textarena.make")
     instructions: str = Field(
         default="",
