@@ -68,10 +68,12 @@ def within_noise(a: float, b: float, n: float | None) -> str:
     ``a`` to ``b``, each measured on ``n`` prompts, is smaller than two standard errors of a difference of two
     pass rates (sqrt(a(1-a)/n + b(1-b)/n), every prompt counted as one trial: conservative when a prompt has
     several samples); "" when it is larger or ``n`` is unknown. E.g. 0.141 -> 0.172 on 16 prompts: 2 SE =
-    25.7 pts, so the +3.1 is within noise."""
+    25.7 pts, so the +3.1 is within noise. A rate of exactly 0 or 1 is taken as half a prompt away from it
+    (1/(2n)), so 0 -> 0 on 64 prompts is "within ±3.1 pts", not a change measured exactly."""
     if not n:
         return ""
-    two_se = 2 * math.sqrt((a * (1 - a) + b * (1 - b)) / n)
+    a_, b_ = (min(max(x, 0.5 / n), 1 - 0.5 / n) for x in (a, b))
+    two_se = 2 * math.sqrt((a_ * (1 - a_) + b_ * (1 - b_)) / n)
     if abs(b - a) >= two_se:
         return ""
     return f"; no measured change: within ±{100 * two_se:.1f} pts, 2 standard errors over {int(n)} prompts"

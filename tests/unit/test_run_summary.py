@@ -11,6 +11,10 @@ def test_within_noise_by_hand():
     # 0.5 -> 0.7: 2 * sqrt((0.25 + 0.21) / 100) = 0.1356 < 0.20: a measured change, nothing added
     assert within_noise(0.5, 0.7, 100) == ""
     assert within_noise(0.5, 0.6, None) == ""  # prompt count unknown: no claim either way
+    # 0 -> 0 on 64 prompts: each rate taken as 1/128; 2 * sqrt(2 * (1/128)(127/128) / 64) = 0.0311
+    assert within_noise(0.0, 0.0, 64) == "; no measured change: within ±3.1 pts, 2 standard errors over 64 prompts"
+    assert within_noise(1.0, 1.0, 16)  # 1 -> 1 likewise (1 - 1/32 each: ±12.3 pts)
+    assert within_noise(0.0, 0.25, 64) == ""  # 2 * sqrt((0.0078 + 0.1875) / 64) = 0.110 < 0.25: a change
 
 
 def test_summary_carries_the_note():
