@@ -195,3 +195,33 @@ def test_ray_workers_run_episodes_like_the_local_pool(tmp_path):
     _same(here, there)
     lines = [json.loads(x) for x in (there.run_dir / "metrics.jsonl").read_text().splitlines()]
     assert all(line["episodes/count"] == 4 * 4 and line["episodes/turns"] >= 16 for line in lines)
+
+
+def test_without_an_address_a_run_starts_its_own_ray_beside_a_running_cluster(tmp_path):
+    """`ray start --head` left running (the README's Ray line) and then a run without distributed.address
+    (the README's async line): the run starts a Ray of its own instead of failing to join that cluster
+    ("num_cpus and num_gpus must not be provided")."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import ray
+
+    from rollwise.config import DistributedConfig
+    from rollwise.distributed.ray_pool import connect
+
+    ray_cli = shutil.which("ray") or str(Path(sys.executable).with_name("ray"))
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    subprocess.run(
+        [ray_cli, "start", "--head", "--num-cpus", "1", "--port", "6391"], check=True, env=env, capture_output=True
+    )
+    try:
+        if ray.is_initialized():
+            ray.shutdown()
+        r = connect(DistributedConfig(workers=1), log=lambda *a: None)
+        assert r.is_initialized() and not r.get_runtime_context().gcs_address.endswith(":6391")
+    finally:
+        ray.shutdown()
+        subprocess.run([ray_cli, "stop", "--force"], env=env, capture_output=True)

@@ -131,7 +131,15 @@ def connect(dcfg, log=print):
     if not ray.is_initialized():
         try:
             if dcfg.address is None:
-                ray.init(num_cpus=os.cpu_count(), include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+                # "local": a Ray of its own even where `ray start` left a cluster running (joining one is
+                # distributed.address's job; without it, ray.init would join that cluster and refuse num_cpus)
+                ray.init(
+                    address="local",
+                    num_cpus=os.cpu_count(),
+                    include_dashboard=False,
+                    logging_level="ERROR",
+                    log_to_driver=False,
+                )
             else:
                 ray.init(address=dcfg.address, logging_level="ERROR", log_to_driver=False)
         except Exception as e:
