@@ -99,7 +99,9 @@ def _run_on_ray(paths: list[tuple[Path, Path]], cpus: int, address: str | None, 
 
     from rollwise.distributed.ray_pool import connect
 
-    ray = connect(SimpleNamespace(workers=len(paths), cpus_per_worker=cpus, address=address), log=log)
+    ray = connect(
+        SimpleNamespace(workers=len(paths), cpus_per_worker=cpus, gpus_per_worker=0, address=address), log=log
+    )
     task = ray.remote(num_cpus=cpus, max_retries=0)(_peer_process)
     refs = [task.remote(str(c), str(lg), env) for c, lg in paths]
     for (c, _), _ref in zip(paths, refs):

@@ -89,7 +89,9 @@ def warm_start(
     try:
         examples = _examples(codec, task, ws_cfg.steps * ws_cfg.batch_size, seed, max_observation_tokens)
     except NotImplementedError:
-        log(f"task {task.name!r} has no reference completions; warm start skipped")
+        examples = []
+    if not examples:  # e.g. a library game (textarena:, gem:, gym:) has no solver to demonstrate it
+        log(f"task {task.name!r} has no reference completions or demonstrations; warm start skipped")
         return "skipped"
     log(
         f"warm start: {ws_cfg.steps:,} supervised steps x {ws_cfg.batch_size} examples of {task.name} "
