@@ -91,7 +91,10 @@ def warm_start(
     except NotImplementedError:
         examples = []
     if not examples:  # e.g. a library game (textarena:, gem:, gym:) has no solver to demonstrate it
-        log(f"task {task.name!r} has no reference completions or demonstrations; warm start skipped")
+        log(
+            f"task {task.name!r} has no reference completions or demonstrations; warm start skipped (the built-in "
+            "tiny model starts from random weights: use a pretrained model, e.g. model.name=smollm2-135m)"
+        )
         return "skipped"
     log(
         f"warm start: {ws_cfg.steps:,} supervised steps x {ws_cfg.batch_size} examples of {task.name} "
