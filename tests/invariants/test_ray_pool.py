@@ -203,8 +203,11 @@ def test_without_an_address_a_run_starts_its_own_ray_beside_a_running_cluster(tm
     ("num_cpus and num_gpus must not be provided")."""
     import os
     import shutil
+    import signal
+    import socket
     import subprocess
     import sys
+    import time
     from pathlib import Path
 
     import ray
@@ -214,14 +217,30 @@ def test_without_an_address_a_run_starts_its_own_ray_beside_a_running_cluster(tm
 
     ray_cli = shutil.which("ray") or str(Path(sys.executable).with_name("ray"))
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-    subprocess.run(
-        [ray_cli, "start", "--head", "--num-cpus", "1", "--port", "6391"], check=True, env=env, capture_output=True
+    # a cluster in the foreground (--block), in its own process group: stopped below without `ray stop`,
+    # which would stop every Ray on the machine
+    head = subprocess.Popen(
+        [ray_cli, "start", "--head", "--block", "--num-cpus", "1", "--port", "6391"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     try:
+        for _ in range(120):  # up to 60 s for the head to listen
+            try:
+                socket.create_connection(("127.0.0.1", 6391), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.5)
         if ray.is_initialized():
             ray.shutdown()
         r = connect(DistributedConfig(workers=1), log=lambda *a: None)
         assert r.is_initialized() and not r.get_runtime_context().gcs_address.endswith(":6391")
     finally:
         ray.shutdown()
-        subprocess.run([ray_cli, "stop", "--force"], env=env, capture_output=True)
+        os.killpg(head.pid, signal.SIGTERM)
+        try:
+            head.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
