@@ -288,13 +288,24 @@ def fit_warnings(
             )
     if builtin:
         unk = getattr(codec.tokenizer, "unk_token_id", None)
-        texts = [p.text for p in prompts] + list(targets)
-        missing = sorted({ch for t in texts for ch in t if unk is not None and codec.encode_text(ch) == [unk]})
+
+        def lacks(texts) -> list[str]:
+            return sorted({ch for t in texts for ch in t if unk is not None and codec.encode_text(ch) == [unk]})
+
+        missing = lacks(targets)
         if missing:
             out.append(
                 f"the built-in tiny model's character vocabulary (printable ASCII) lacks {len(missing)} character(s) "
-                f"this task uses ({''.join(missing[:20])!r}): it cannot learn this task's format; use a Hugging Face "
-                "model (model.name=smollm2-135m or a local model directory)"
+                f"this task's {what} use ({''.join(missing[:20])!r}): it cannot learn this task's format; use a "
+                "Hugging Face model (model.name=smollm2-135m or a local model directory)"
+            )
+        unseen = [ch for ch in lacks(p.text for p in prompts) if ch not in missing]
+        if unseen:  # only the prompts have them: the model reads <unk> there and can still answer
+            out.append(
+                f"the built-in tiny model's character vocabulary (printable ASCII) lacks {len(unseen)} character(s) "
+                f"of this task's prompts ({''.join(unseen[:20])!r}): it reads them all as one unknown token, so where "
+                "they carry the question's meaning (an operator, a letter) it cannot learn the task; layout (a newline)"
+                " does no harm; a Hugging Face model (model.name=smollm2-135m) reads them"
             )
         if context is not None and prompts:
             longest = max(len(codec.encode_prompt(p)) for p in prompts)
