@@ -26,6 +26,11 @@ from rollwise.types import Prompt, Verdict
 _LOCK = threading.Lock()
 
 
+def why(e: Exception) -> str:
+    """A library's exception in one line for a UserError: its type and first 300 characters."""
+    return f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
+
+
 class LibraryRandom:
     """The global random states one library environment sees (see the module docstring)."""
 

@@ -41,7 +41,7 @@ from typing import Any
 
 from pydantic import Field
 
-from rollwise.envs._library import LibraryOptions, LibraryRandom, LibraryTask
+from rollwise.envs._library import LibraryOptions, LibraryRandom, LibraryTask, why
 from rollwise.envs.base import StepResult
 from rollwise.registry import UserError
 from rollwise.tasks._common import coerce_options
@@ -58,10 +58,6 @@ def gem(task: str = "gem"):
     except ImportError as e:
         raise UserError(f"task {task!r} needs GEM (gem-llm): pip install 'rollwise[gem]'") from e
     return g
-
-
-def _why(e: Exception) -> str:
-    return f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
 
 
 class GemEnv:
@@ -107,7 +103,7 @@ class GemTask(LibraryTask):
         except UserError:
             raise
         except Exception as e:  # noqa: BLE001  e.g. a corpus or data set it would download
-            raise UserError(f"task {self.name!r}: GEM cannot start it: {_why(e)}{OFFLINE}") from e
+            raise UserError(f"task {self.name!r}: GEM cannot start it: {why(e)}{OFFLINE}") from e
         self._splits(base)
 
     def make_env(self) -> GemEnv:
@@ -115,7 +111,7 @@ class GemTask(LibraryTask):
             with LibraryRandom().use(0):  # GEM's games reset (and draw) when constructed
                 env = self.gem.make(self.env_id, **self.options.env_kwargs)
         except Exception as e:  # noqa: BLE001  an unknown id, a game that does not start
-            raise UserError(f"task {self.name!r}: GEM cannot make it: {_why(e)}{OFFLINE}") from e
+            raise UserError(f"task {self.name!r}: GEM cannot make it: {why(e)}{OFFLINE}") from e
         return GemEnv(env, self.options.instructions)
 
 

@@ -48,7 +48,7 @@ from typing import Any
 
 from pydantic import Field
 
-from rollwise.envs._library import LibraryOptions, LibraryRandom, LibraryTask
+from rollwise.envs._library import LibraryOptions, LibraryRandom, LibraryTask, why
 from rollwise.envs.base import StepResult
 from rollwise.registry import UserError
 from rollwise.tasks._common import coerce_options
@@ -59,10 +59,6 @@ _ACTION = re.compile(r"\[[^\[\]]*\]")
 
 
 OFFLINE = " (rollwise.envs.textarena_env lists the single-player games known to work offline)"
-
-
-def _why(e: Exception) -> str:
-    return f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
 
 
 def textarena(task: str = "textarena"):
@@ -145,9 +141,9 @@ class TextArenaTask(LibraryTask):
         except (AssertionError, ValueError) as e:  # the games' own checks of num_players
             if "player" in str(e).lower():
                 self._multi(e)
-            raise UserError(f"task {self.name!r}: TextArena cannot start it: {_why(e)}") from e
+            raise UserError(f"task {self.name!r}: TextArena cannot start it: {why(e)}") from e
         except Exception as e:  # noqa: BLE001  e.g. a corpus it would download, an API key it needs
-            raise UserError(f"task {self.name!r}: TextArena cannot start it: {_why(e)}{OFFLINE}") from e
+            raise UserError(f"task {self.name!r}: TextArena cannot start it: {why(e)}{OFFLINE}") from e
         if not probe.single:
             self._multi(None)
         self._splits(base)
@@ -164,7 +160,7 @@ class TextArenaTask(LibraryTask):
             with LibraryRandom().use(0):  # some games draw at construction
                 env = self.ta.make(self.env_id, **self.options.env_kwargs)
         except Exception as e:  # noqa: BLE001  an unknown id, a game that does not import
-            raise UserError(f"task {self.name!r}: TextArena cannot make it: {_why(e)}{OFFLINE}") from e
+            raise UserError(f"task {self.name!r}: TextArena cannot make it: {why(e)}{OFFLINE}") from e
         return TextArenaEnv(unwrapped(env, self.ta), self.ta, self.options.instructions, self.options.bracket_actions)
 
 
