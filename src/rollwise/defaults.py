@@ -11,8 +11,8 @@ keys left unset:
   8 and kept between the profile's ``min_new_tokens`` and ``max_new_tokens_cap``. The built-in
   tiny models' tokens are characters; for a pretrained model (Hugging Face / GGUF) a token is
   counted as ``CHARS_PER_TOKEN`` characters (no tokenizer is loaded for this).
-- ``control.prompts_per_step``, ``control.rollouts_per_prompt``, ``train.steps``, ``eval.n_prompts``,
-  ``eval.every`` and (pretrained models) ``sampling.temperature`` come from the model's profile
+- ``control.prompts_per_step``, ``control.rollouts_per_prompt``, ``train.steps``, ``train.micro_batch``,
+  ``eval.n_prompts``, ``eval.every`` and (pretrained models) ``sampling.temperature`` come from the model's profile
   (``PROFILES``): the tiny presets' profile is the schema's defaults; a pretrained model gets a run
   that finishes in reasonable time on a CPU.
 - A pretrained model with ``train.lr`` unset trains LoRA adapters (``model.lora.enabled``, when
@@ -79,10 +79,15 @@ PROFILES = {
     # temperature 0.7 with at least 256 new tokens: SmolLM2-135M-Instruct on short arithmetic questions
     # (examples/arith_qa.jsonl, 16 prompts x 8 samples, 384 tokens) rambles at temperature 1.0 (median
     # 70 tokens, 10% at 256 or more, 8.6% cut at 384, reward 0.08) and answers at 0.7 (median 48,
-    # 95th percentile 176, 0.8% cut at 384, reward 0.16): benchmarks/results/pretrained_lengths.json
+    # 95th percentile 176, 0.8% cut at 384, reward 0.16): benchmarks/results/pretrained_lengths.json.
+    # Training passes of 4 rows: SmolLM2-135M in fp32 keeps 0.8-1.0 GB of activations per 560-token row
+    # for its backward (measured, LoRA, sdpa attention), so the schema's 128 rows put a whole 32-rollout
+    # step in one pass: textarena:GuessTheNumber-v0 (a ~300-token prompt + 256 episode tokens) was killed
+    # for memory at 24 GB; at 8 rows it peaked at 11.9 GB
     "pretrained": Profile(
         "pretrained",
         {
+            "train.micro_batch": 4,
             "control.prompts_per_step": 4,
             "train.steps": 40,
             "eval.n_prompts": 32,

@@ -43,6 +43,15 @@ def test_chat_model_on_jsonl_gets_profile_and_token_room(tmp_path):
     assert cfg.sampling.max_new_tokens == 256  # short answers: the profile's floor, room for reasoning
     assert cfg.sampling.temperature == 0.7  # the pretrained profile: SmolLM2 rambles at 1.0 (rollwise.defaults)
     assert (cfg.control.prompts_per_step, cfg.control.rollouts_per_prompt, cfg.train.steps) == (4, 8, 40)
+    # training passes of 4 rows, not the schema's 128: a whole step in one pass ran out of 24 GB
+    assert cfg.train.micro_batch == 4
+    assert (
+        defaults.resolve(
+            load_config(overrides=[f'task.name="jsonl:{p}"', "model.name=smollm2-135m", "train.micro_batch=16"]),
+            log=lambda m: None,
+        ).train.micro_batch
+        == 16
+    )
     assert cfg.model.warm_start.steps == 1150  # not warm-started (pretrained = false): left as it is
     assert cfg.model.lora.enabled == defaults._has_peft() and cfg.train.lr == (2e-4 if defaults._has_peft() else 1e-6)
     [line] = logs
@@ -91,6 +100,7 @@ def test_explicit_settings_win(tmp_path):
         "eval.n_prompts=200",
         "eval.every=50",
         "train.lr=2e-4",
+        "train.micro_batch=128",
     ]
     cfg = load_config(overrides=sets)
     assert defaults.resolve(cfg, log=lambda m: None) is cfg
