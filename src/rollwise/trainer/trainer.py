@@ -57,7 +57,7 @@ import math
 import torch
 
 from rollwise.objectives.ess import ess_lr_scale, ess_ratio
-from rollwise.trainer.device import CPU_KEEP_LOGITS_BYTES, keep_logits_bytes
+from rollwise.trainer.device import CPU_KEEP_LOGITS_BYTES, available_bytes, check_activations, keep_logits_bytes
 from rollwise.trainer.head import fusable, head_logprobs, reference_head_logprobs
 from rollwise.trainer.mismatch import MismatchMeter, StaleWeightsError
 from rollwise.trainer.precision import autocast
@@ -258,6 +258,7 @@ class Trainer:
         self.temperature = temperature
         self.needs_prox = bool(getattr(options, "needs_prox", False))
         self.kl_in_loss = bool(getattr(options, "kl_coef", 0.0))
+        self._host_available = False  # MemAvailable at the first training pass (device.check_activations)
         self.full_model = None  # FSDP (``shard``): the whole model the sampler and the scoring passes read
         self.optimizer, self.scheduler = self._optimizer(model)
         self.gap_guard = None  # mismatch.GapGuard, set by the session when the sampler is a separate engine
@@ -398,6 +399,7 @@ class Trainer:
         for i, (_, mb) in enumerate(self.micro_batches(batch, shard=True)):
             if mb.loss_mask.sum() == 0:
                 continue
+            self._check_memory(mb)
             mb = self._with_reference(mb)
             new_lp, ent = self._logprobs(self.model, mb, with_entropy=True)
             # pre-update policy: this forward before the first update (module docstring)
@@ -419,6 +421,15 @@ class Trainer:
         if padding:
             self._pad_passes(batch, padding)
         return acc
+
+    def _check_memory(self, mb: Batch) -> None:
+        """``device.check_activations`` of a training pass, against the memory available at the first."""
+        if self._host_available is False:
+            self._host_available = available_bytes()
+        param = next(self.model.parameters())
+        elem = torch.finfo(self.compute_dtype or param.dtype).bits // 8
+        checkpointing = bool(getattr(self.cfg, "activation_checkpointing", False))
+        check_activations(self.model, param.device, *mb.input_ids.shape, elem, checkpointing, self._host_available)
 
     def _padding_passes(self, batch: Batch) -> int:
         """FSDP: how many passes the rank with the most micro-batches with loss tokens runs beyond

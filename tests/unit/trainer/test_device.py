@@ -124,3 +124,59 @@ def test_the_models_attend_with_sdpa():
     from rollwise.trainer.tiny import build_tiny
 
     assert build_tiny("tiny-s")[0].config._attn_implementation == "sdpa"
+
+
+def test_activation_arithmetic_by_hand():
+    # hidden 4, 2 layers, 3 rows x 5 tokens, fp32: 15 tokens x 2 layers x 28 x 4 values x 4 bytes
+    assert dv.activation_bytes(4, 2, 3, 5, 4, checkpointing=False) == 15 * 2 * 112 * 4 == 13_440
+    # checkpointing: each layer's input (2 x 4 values) + one layer's 112, a token
+    assert dv.activation_bytes(4, 2, 3, 5, 4, checkpointing=True) == 15 * (8 + 112) * 4 == 7_200
+    # SmolLM2-135M (30 layers x 576), one 560-token fp32 row: 1.08 GB (0.77-1.02 GB measured)
+    assert round(dv.activation_bytes(576, 30, 1, 560, 4, False) / 1e9, 2) == 1.08
+
+
+def test_a_training_pass_past_the_host_memory_is_refused_naming_the_keys():
+    from rollwise.trainer.tiny import build_tiny
+
+    model = build_tiny("tiny-s")[0]  # 2 layers x 128 hidden: 28,672 bytes a token in fp32
+    cpu = torch.device("cpu")
+    need = dv.activation_bytes(128, 2, 8, 100, 4, False)
+    assert need == 8 * 100 * 28_672
+    dv.check_activations(model, cpu, 8, 100, 4, False, available=need * 2)  # fits: no error
+    with pytest.raises(UserError, match=r"8 rows x 100 tokens .* lower train.micro_batch, or set train.activation_"):
+        dv.check_activations(model, cpu, 8, 100, 4, False, available=need)  # over 90% of it
+    with pytest.raises(UserError) as e:
+        dv.check_activations(model, cpu, 8, 100, 4, True, available=need // 20)
+    assert "activation_checkpointing" not in str(e.value)  # already on: only the micro-batch is left
+    dv.check_activations(model, torch.device("cuda:0"), 8, 100, 4, False, available=1)  # CUDA raises its own
+    dv.check_activations(model, cpu, 8, 100, 4, False, available=None)  # no MemAvailable: not checked
+    assert dv.available_bytes() > 0  # Linux: /proc/meminfo
+
+
+def test_the_trainer_checks_each_pass_before_its_forward():
+    from rollwise.batch.collate import collate
+    from rollwise.config import load_config
+    from rollwise.objectives import OBJECTIVES
+    from rollwise.trainer.tiny import build_tiny
+    from rollwise.trainer.trainer import Trainer
+    from rollwise.types import Advantages, Rollout
+
+    model = build_tiny("tiny-s")[0]
+    rows = [Rollout(f"p{i}", (5, 6), (7, 8, 9), (-1.0, -1.0, -1.0), "stop", 0) for i in range(4)]
+    batch = collate(
+        rows,
+        torch.zeros(4),
+        torch.arange(4) // 2,
+        Advantages(torch.tensor([1.0, -1, 1, -1]), torch.ones(4, dtype=torch.bool)),
+        pad_id=0,
+    )
+    grpo = OBJECTIVES.get("grpo")
+    tr = Trainer(model, grpo, grpo.Options(), load_config(overrides=["train.micro_batch=2"]).train, temperature=1.0)
+    before = [p.detach().clone() for p in model.parameters()]
+    tr._host_available = dv.activation_bytes(128, 2, 2, 5, 4, False)  # 2 rows x 5 tokens: over 90% of it
+    with pytest.raises(UserError, match=r"2 rows x 5 tokens"):
+        tr.optimize(batch)
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # refused before any update
+    tr._host_available = 100 * dv.activation_bytes(128, 2, 2, 5, 4, False)
+    tr.optimize(batch)  # room enough: it trains
+    assert not all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
