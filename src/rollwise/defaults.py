@@ -19,6 +19,8 @@ keys left unset:
   peft is installed and the key is unset) at the default 2e-4, as the shipped SmolLM2 presets do,
   else a full fine-tune at ``PRETRAINED_FULL_LR``: one full-weight step at 2e-4 turns
   SmolLM2-135M's 3% truncated completions into 91% (measured on 2 CPU cores).
+- ``eval.n_prompts`` is at most the task's held-out split (``session.warn_eval_prompts`` warns only
+  when a set value asks for more).
 - ``model.warm_start.batch_size`` is at most the train split's size and ``model.warm_start.steps``
   at most ``WARM_EPOCHS`` passes over it (never more than the schema's default), for tasks read from
   data (a task class with ``WARM_START_SIZED = False``, the built-in arithmetic generator, keeps
@@ -153,6 +155,10 @@ def derive(cfg, task) -> dict[str, tuple[object, str]]:
                 "model at the default 2e-4 breaks it in one step",
             )
     base = getattr(task, "_task", task)  # the warm start uses the whole train split (task.max_train_prompts)
+    if not is_set(cfg, "eval.n_prompts"):
+        held = len(task.heldout_prompts())
+        if held < out.get("eval.n_prompts", (cfg.eval.n_prompts,))[0]:
+            out["eval.n_prompts"] = (held, f"the task's held-out split, which has {held} prompts")
     if not is_set(cfg, "sampling.max_new_tokens"):
         refs = references(base)
         if refs:

@@ -55,6 +55,14 @@ def test_fewer_held_out_prompts_than_configured_is_warned(tmp_path, monkeypatch)
     logs = []
     with pytest.raises(Stop):
         rollwise.train(cfg, log=logs.append)
+    # left unset, eval.n_prompts follows the split: said once among the derived defaults, no warning
+    [d] = [m for m in logs if m.startswith("defaults for")]
+    assert "eval.n_prompts = 5 (the task's held-out split, which has 5 prompts)" in d
+    assert not [m for m in logs if m.startswith("warning") and "held-out prompts" in m]
+    # set explicitly, it wins, and the shortfall is warned
+    logs = []
+    with pytest.raises(Stop):
+        rollwise.train(cfg.model_copy(update={"eval": cfg.eval.model_copy(update={"n_prompts": 200})}), log=logs.append)
     [w] = [m for m in logs if "held-out prompts" in m]
     assert "uses 5 held-out prompts, not eval.n_prompts = 200" in w
 
