@@ -109,7 +109,7 @@ def train(
     say(f"[green]done[/]: {result.summary()}", soft_wrap=True)
     if hint := result.noise_hint():
         say(f"[yellow]note[/]: {hint}", highlight=False, soft_wrap=True)
-    say(f"files: {result.run_dir}/ (metrics.jsonl, eval.jsonl, plots/, checkpoints/)")
+    say(f"files: {result.run_dir}/ (metrics.jsonl, eval.jsonl, plots/, checkpoints/)", soft_wrap=True)
     _stop_ray()
 
 
@@ -167,7 +167,7 @@ def eval_cmd(
         temperature=temperature,
         samples=samples,
         n_prompts=n_prompts,
-        log=lambda s: console.print(f"[dim]{escape(s)}[/]", highlight=False),
+        log=lambda s: console.print(f"[dim]{escape(s)}[/]", highlight=False, soft_wrap=True),
     )
     console.print(
         f"evaluated {run_dir / 'checkpoints' / m.pop('checkpoint')} (trained steps: {m.pop('step')})",
@@ -303,9 +303,14 @@ def export(
     from rollwise.export import export_run
 
     out = export_run(
-        run_dir, out_dir, step=step, adapter=adapter, gguf=gguf, log=lambda m: console.print(f"[dim]{m}[/]")
+        run_dir,
+        out_dir,
+        step=step,
+        adapter=adapter,
+        gguf=gguf,
+        log=lambda m: console.print(f"[dim]{escape(m)}[/]", highlight=False, soft_wrap=True),
     )
-    console.print(f"[green]exported[/]: {out}/", highlight=False)
+    console.print(f"[green]exported[/]: {out}/", highlight=False, soft_wrap=True)
 
 
 @app.command()

@@ -134,3 +134,6 @@ def test_rank_other_than_0_prints_no_header_or_closing_lines(tmp_path, capsys, m
     cli.main(["train", *[s.replace('run.name="r1"', 'run.name="r0"') for s in sets]])
     out = capsys.readouterr().out
     assert "rollwise run" in out and "done" in out
+    # the closing path line is one line however long the run directory (the console wraps at 80 columns)
+    [files] = [line for line in out.splitlines() if line.startswith("files:")]
+    assert len(files) > 80 and files.endswith("(metrics.jsonl, eval.jsonl, plots/, checkpoints/)")
