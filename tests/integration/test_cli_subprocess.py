@@ -182,3 +182,16 @@ def test_messages_with_brackets_are_printed_whole(tmp_path):
     bad.write_text('{"q": "1+1", "answer": "2"}\n')
     rc, out = _cli(tmp_path, "config", "show", "--set", f"task.name=jsonl:{bad}")
     assert rc == 2 and "the line has ['answer', 'q']" in out and "task.options.question_field" in out
+
+
+def test_a_piped_run_prints_no_progress_bars(tmp_path):
+    # in a pipe or a log, rollwise's bar gives way to plain lines, and transformers' bars ("Writing model
+    # shards" when final/ is written) are off too: no carriage-return lines
+    rc, out = _cli(
+        tmp_path,
+        "train",
+        *("--set", "model.warm_start.steps=0", "--set", "train.steps=1", "--set", "eval.n_prompts=4"),
+        *("--set", "control.prompts_per_step=2", "--set", f"run.dir={tmp_path / 'runs'}"),
+    )
+    assert rc == 0 and "files:" in out and (tmp_path / "runs").is_dir()
+    assert "Writing model shards" not in out and "\r" not in out
