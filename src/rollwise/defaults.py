@@ -19,8 +19,8 @@ keys left unset:
   peft is installed and the key is unset) at the default 2e-4, as the shipped SmolLM2 presets do,
   else a full fine-tune at ``PRETRAINED_FULL_LR``: one full-weight step at 2e-4 turns
   SmolLM2-135M's 3% truncated completions into 91% (measured on 2 CPU cores).
-- ``eval.n_prompts`` is at most the task's held-out split (``session.warn_eval_prompts`` warns only
-  when a set value asks for more).
+- ``eval.n_prompts`` is at most the task's held-out split (``warn_eval_prompts`` warns when a set
+  value asks for more).
 - ``model.warm_start.batch_size`` is at most the train split's size and ``model.warm_start.steps``
   at most ``WARM_EPOCHS`` passes over it (never more than the schema's default), for tasks read from
   data (a task class with ``WARM_START_SIZED = False``, the built-in arithmetic generator, keeps
@@ -212,12 +212,24 @@ def references(task) -> list[str]:
     return reference_completions(task, 32 if is_env_task(task) else 256)[0]
 
 
+def warn_eval_prompts(cfg, task, log) -> None:
+    """Evaluation takes the first ``eval.n_prompts`` held-out prompts: say so when the split has fewer."""
+    held = len(task.heldout_prompts())
+    if held < cfg.eval.n_prompts:
+        log(
+            f"warning: evaluation uses {held} held-out prompts, not eval.n_prompts = {cfg.eval.n_prompts}: the task's "
+            f"held-out split has only {held} (pass@1 is then coarse: steps of {1 / max(1, held):.3f})"
+        )
+
+
 def resolve(cfg, log=print):
     """``cfg`` with the derived defaults filled in (the same object when nothing is derived)."""
     from rollwise import tasks
     from rollwise.config import Config
 
     task = tasks.build(cfg)
+    if is_set(cfg, "eval.n_prompts"):  # unset, it follows the held-out split (derive)
+        warn_eval_prompts(cfg, task, log)
     derived = derive(cfg, task)
     if not derived:
         return cfg

@@ -79,16 +79,6 @@ def within_noise(a: float, b: float, n: float | None) -> str:
     return f"; no measured change: within ±{100 * two_se:.1f} pts, 2 standard errors over {int(n)} prompts"
 
 
-def warn_eval_prompts(cfg, task, log) -> None:
-    """Evaluation takes the first ``eval.n_prompts`` held-out prompts: say so when the split has fewer."""
-    held = len(task.heldout_prompts())
-    if held < cfg.eval.n_prompts:
-        log(
-            f"warning: evaluation uses {held} held-out prompts, not eval.n_prompts = {cfg.eval.n_prompts}: the task's "
-            f"held-out split has only {held} (pass@1 is then coarse: steps of {1 / max(1, held):.3f})"
-        )
-
-
 def without_warm_start(cfg: Config) -> Config:
     """``cfg`` with ``model.warm_start.steps = 0`` (a resumed run's weights come from its checkpoint)."""
     ws = cfg.model.warm_start.model_copy(update={"steps": 0})
@@ -107,7 +97,6 @@ class Run:
         self.dir, task, parts = components.open_run(cfg, resume, self.main)  # rejects bad input before the model loads
         if not resume:
             self._write_config()
-        warn_eval_prompts(cfg, task, log)
         random.seed(cfg.run.seed), np.random.seed(cfg.run.seed), torch.manual_seed(cfg.run.seed)
         ckpt = checkpoint.latest(self.dir, log=log) if resume else None
         wiring = components.Wiring(lambda: self.state, self.dir, self._stream_batch, log)
