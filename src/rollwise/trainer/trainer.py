@@ -247,7 +247,8 @@ class Trainer:
         self.model = model
         self.dp = data_parallel  # rollwise.distributed.data_parallel.DataParallel, or None (one process)
         self.compute_dtype = compute_dtype  # autocast dtype of forward and backward; weights stay as they are
-        if getattr(train_cfg, "activation_checkpointing", False):
+        self.checkpointing = bool(getattr(train_cfg, "activation_checkpointing", False))
+        if self.checkpointing:
             if not hasattr(model, "gradient_checkpointing_enable"):
                 raise ValueError(
                     "train.activation_checkpointing needs a Hugging Face model (gradient_checkpointing_enable)"
@@ -428,8 +429,7 @@ class Trainer:
             self._host_available = available_bytes()
         param = next(self.model.parameters())
         elem = torch.finfo(self.compute_dtype or param.dtype).bits // 8
-        checkpointing = bool(getattr(self.cfg, "activation_checkpointing", False))
-        check_activations(self.model, param.device, *mb.input_ids.shape, elem, checkpointing, self._host_available)
+        check_activations(self.model, param.device, *mb.input_ids.shape, elem, self.checkpointing, self._host_available)
 
     def _padding_passes(self, batch: Batch) -> int:
         """FSDP: how many passes the rank with the most micro-batches with loss tokens runs beyond
