@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from rollwise import progress
 from rollwise.registry import UserError
 
 app = typer.Typer(
@@ -422,9 +423,9 @@ def main(argv: list[str] | None = None) -> None:
     # The command line never downloads (the library itself loads with local_files_only and sets no
     # variable): set before transformers / huggingface_hub are imported, which read it at import.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    if os.environ.get("ROLLWISE_PROGRESS") == "plain" or not sys.stdout.isatty():
+    if progress.plain():
         # no transformers progress bars ("Loading weights", "Writing model shards") where rollwise's own
-        # bar gives way to plain lines (session._bar): in a log or a pipe their carriage returns are noise
+        # bar gives way to plain lines: in a log or a pipe their carriage returns are noise
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     global _TERMINATED
     _TERMINATED = False  # main() called again in one process (tests, notebooks)

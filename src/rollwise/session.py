@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rollwise import components, defaults, reward
+from rollwise import components, defaults, progress, reward
 from rollwise import resume as resume_check
 from rollwise.batch.build import apply_filters, make_batch
 from rollwise.config import Config, to_toml
@@ -402,10 +402,7 @@ class Run:
         if not self.cfg.run.progress or not self.main:
             yield lambda **kw: None
             return
-        import os
-        import sys
-
-        if os.environ.get("ROLLWISE_PROGRESS") == "plain" or not sys.stdout.isatty():
+        if progress.plain():
             every = max(1, self.cfg.train.steps // 100)
             t0 = time.perf_counter()
 
