@@ -280,6 +280,7 @@ class Assembly:
     receivers: list = field(default_factory=list)  # engines that get published weights
     services: Any = None  # types.Services handed to the strategies
     value: Any = None  # the pass-rate predictor (value.enabled; rollwise.value.model.ValueModel), or None
+    verifier_facts: dict = field(default_factory=dict)  # e.g. sandbox/* of a code task, on every ledger line
 
 
 @dataclass(frozen=True)
@@ -342,8 +343,9 @@ def assemble(cfg, task, parts: Strategies, wiring: Wiring, dp=None, backend=None
     a.backend = backend if backend is not None else build_backend(cfg, a.model, a.codec, cfg.run.seed, a.compute_dtype)
     _record_entropy(cfg, a.backend, parts)
     describe = getattr(task, "describe_verifier", None)
-    if describe is not None:  # e.g. which code sandbox is active (verify/sandbox.py)
+    if describe is not None:  # e.g. which code sandbox is active (verify/sandbox.py), and its ledger facts
         log(describe())
+        a.verifier_facts = task.verifier_facts()
     tree = tree_sampler(cfg, a.backend, a.codec)  # LATR (sampling.latr), or None
     a.pool = base = build_pool(cfg, a.backend, a.codec, task, a.sampling, tree, a.model, log=log, dp=dp)
     for applies, wrap in ROLLOUT_WRAPPERS:

@@ -103,8 +103,11 @@ class Run:
         built = cfg if ckpt is None else without_warm_start(cfg)  # weights from the checkpoint: no warm start
         vars(self).update(vars(components.assemble(built, task, parts, wiring, dp, backend)))  # parts: run attributes
         self.ledger = Ledger(
-            self.dir, write=self.main, facts=self.precision.ledger_fields(), device=next(self.model.parameters()).device
-        )  # precision/* and device/* on every line
+            self.dir,
+            write=self.main,
+            facts=self.precision.ledger_fields() | self.verifier_facts,
+            device=next(self.model.parameters()).device,
+        )  # precision/*, sandbox/* (code tasks) and device/* on every line
         self.state = RunState(seed=cfg.run.seed)
         self.evals: list[dict] = []
         self.saved_step: int | None = None  # the newest checkpoint this run wrote or resumed from

@@ -219,6 +219,9 @@ class PythonMathTask(ToolTask):
     def describe_verifier(self) -> str:
         return self.sandbox.describe()
 
+    def verifier_facts(self) -> dict:
+        return self.sandbox.ledger_facts()
+
 
 def make(arg: str | None, options=None) -> PythonMathTask:
     """Task factory: ``python_math`` (no argument)."""

@@ -39,6 +39,9 @@ class CodeTask:
     def describe_verifier(self) -> str:
         return self.sandbox.describe() + f"; {self.verify_workers} worker(s)"
 
+    def verifier_facts(self) -> dict:
+        return self.sandbox.ledger_facts()
+
     def target(self, prompt: Prompt) -> str:
         """The reference solution as a continuation of the prompt."""
         return str(prompt.answer)

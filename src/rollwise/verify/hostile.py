@@ -37,7 +37,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from rollwise.verify.sandbox import MARKER, Sandbox
+from rollwise.verify.sandbox import Sandbox, marked
 
 CHECK1 = "def check(candidate):\n    assert candidate() == 1\n"
 CHECK2 = "def check(candidate):\n    assert candidate() == 2\n"
@@ -160,8 +160,9 @@ CASES: tuple[Case, ...] = (
     _c("kill_trainer", "import os\ndef f():\n    os.kill({PID}, 9)\n    return 1\n", "exception"),
     _c(
         "ctypes_kill_parent",
-        "import ctypes, os\ndef f():\n    ctypes.CDLL(None).kill(os.getppid(), 9)\n    return 1\n",
-        {"killed", "exception"},
+        # 1 only when the signal was sent (a refused kill returns -1): a pass only if the attack worked
+        "import ctypes, os\ndef f():\n    return 1 if ctypes.CDLL(None).kill(os.getppid(), 9) == 0 else 0\n",
+        {"killed", "exception", "wrong_answer"},
     ),
     _c("os_exit", "import os\ndef f():\n    os._exit(0)\n", "exited"),
     _c("sys_exit_at_import", "raise SystemExit(0)\ndef f():\n    return 1\n", "exception"),
@@ -294,7 +295,99 @@ def _forge(lines):
             pass
 """
 
+# Switches the rlimit guard off from inside: the audit hook's policy lives in its closure cells,
+# which ``gc`` reaches and which can be rewritten (the reason that guard is a defence in depth only,
+# and the rlimit isolation is confined by the kernel). ``_unguard(pid)`` also lets signals reach ``pid``.
+_UNGUARD = r"""import gc, json, os, signal, socket, time
+def _unguard(pid=0):
+    for o in gc.get_objects():
+        if type(o).__name__ == "function" and o.__name__ == "hook" and o.__closure__:
+            for name, cell in zip(o.__code__.co_freevars, o.__closure__):
+                new = {"blocked": ("\0none",), "roots": ("/",), "work": "/", "path_events": (),
+                       "inside": lambda path, where: True, "max_files": 1 << 30, "me": pid}
+                if name in new:
+                    cell.cell_contents = new[name]
+def _parent(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("PPid:"):
+                return int(line.split()[1])
+"""
+
+# The forged pass: a detached grandchild stops the trainer (the harness's parent), reads the
+# harness's report (with its nonce) from the trainer's end of the pipe through /proc/<trainer>/fd,
+# writes it back as "correct", and lets the trainer go on.
+_FORGE_REPORT = (
+    _UNGUARD
+    + r"""def _rewrite(trainer):
+    deadline = time.time() + 4
+    while time.time() < deadline:
+        for fd in os.listdir("/proc/%d/fd" % trainer):
+            path = "/proc/%d/fd/%s" % (trainer, fd)
+            try:
+                if not os.readlink(path).startswith("pipe:"):
+                    continue
+                r = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+                try:
+                    data = os.read(r, 1 << 16)
+                finally:
+                    os.close(r)
+            except OSError:
+                continue
+            for line in data.splitlines():
+                try:
+                    rep = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(rep, dict) and "nonce" in rep:
+                    rep.update(status="correct", detail="")
+                    w = os.open(path, os.O_WRONLY)
+                    os.write(w, (json.dumps(rep) + "\n").encode())
+                    os.close(w)
+                    return
+        time.sleep(0.002)
+def f(x):
+    try:
+        trainer = _parent(os.getppid())
+        _unguard(trainer)
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                try:
+                    os.kill(trainer, signal.SIGSTOP)
+                    try:
+                        _rewrite(trainer)
+                    finally:
+                        os.kill(trainer, signal.SIGCONT)
+                finally:
+                    os._exit(0)
+            os._exit(0)
+        os.wait()
+        for _ in range(400):
+            with open("/proc/%d/stat" % trainer) as s:
+                if s.read().rsplit(")", 1)[1].split()[0] in "tT":
+                    break
+            time.sleep(0.005)
+    except BaseException:
+        pass
+    return 0
+"""
+)
+
 VERDICT_CASES: tuple[Case, ...] = (
+    # -- the guard switched off from inside, then the trainer's own descriptors, files, signals
+    _c("guard_off_forge_report_via_trainer_fd", _FORGE_REPORT, "wrong_answer", CHECK3),
+    _c(
+        "guard_off_escape",
+        _UNGUARD
+        + "def f():\n    _unguard({PID})\n    got = 0\n"
+        + "    try:\n        open('{OUTSIDE}/rollwise_pwned_unguarded', 'w').write('x')\n    except OSError:\n        pass\n"
+        + "    try:\n        socket.create_connection(('127.0.0.1', {PORT}), 1).close()\n    except OSError:\n        pass\n"
+        + "    try:\n        got = '{SECRET}' in open('/proc/{PID}/environ').read()\n    except OSError:\n        pass\n"
+        + "    try:\n        os.kill({PID}, 0)\n        got = 1\n    except OSError:\n        pass\n"
+        + "    return 1 if got else 0\n",
+        "wrong_answer",
+    ),
     # -- the hidden test looked for in memory and in what the process was handed
     _c(
         "test_via_frames",
@@ -525,12 +618,11 @@ def _leftovers(sandbox_id: str | None) -> list[int]:
     grandchild inherits it), or the case's ``sleep 61`` running as the sandbox user."""
     out = []
     me = os.getpid()
-    needle = f"{MARKER}={sandbox_id}".encode()
     for d in os.listdir("/proc"):
         if not d.isdigit() or int(d) == me:
             continue
         try:
-            if sandbox_id and needle in Path(f"/proc/{d}/environ").read_bytes().split(b"\0"):
+            if sandbox_id and marked(d, sandbox_id):
                 out.append(int(d))
             elif (
                 Path(f"/proc/{d}/cmdline").read_bytes().startswith(b"sleep\x0061") and os.stat(f"/proc/{d}").st_uid != 0

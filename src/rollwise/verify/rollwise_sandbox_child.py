@@ -17,13 +17,17 @@ would pull in ``re`` and ``enum``), so starting it costs a fork.
 
 Protocol. Harness -> child (trusted data): 4-byte big-endian length + ``marshal`` (version 4):
 
-- once: ``{"source", "entry_point", "limits", "guard", "workdir", "max_files", "reply_bytes"}``;
-  the child lowers its own resource limits before compiling the source;
+- once: ``{"source", "entry_point", "limits", "confine", "guard", "workdir", "max_files",
+  "reply_bytes"}``; the child lowers its own resource limits, confines itself (``confine``,
+  see :func:`confine`) and installs the guard before compiling the source;
 - per call ``n`` (1, 2, ...): ``(n, args, kwargs)``, plain values.
 
 Child -> harness (untrusted, parsed with ``json`` and checked there): one JSON line per message,
 
-- ``[0, "started"]`` before reading anything (the child is running), then ``[0, "ready"]`` or
+- ``[0, "started"]`` before reading anything (the child is running); when asked to confine
+  itself, ``[0, "confined", description]`` or ``[0, "confine_error", detail]`` (then it exits
+  without running the source: the harness reports that it could not verify); both are sent
+  before any untrusted code runs, so the completion cannot forge them; then ``[0, "ready"]`` or
   ``[0, "load_error", status, detail]``;
 - per call: ``[n, "ok", value]`` (tagged plain data, see :class:`Encoder`), ``[n, "bad", why]``
   (not plain data, or too large), ``[n, "exc", type name, message, is_exception]``
@@ -149,6 +153,142 @@ def apply_limits(lim):
         setl(resource.RLIMIT_FSIZE, lim["file_mb"] * 1024 * 1024)
     setl(resource.RLIMIT_NOFILE, 64)
     setl(resource.RLIMIT_CORE, 0)
+
+
+# ---------------------------------------------------------------- confinement (rlimit isolation)
+
+# Landlock (Linux 5.13+, no privileges needed): filesystem rights by ABI version, the rights a
+# rule on a regular file may carry, network (ABI 4: TCP bind/connect) and scopes (ABI 6:
+# abstract UNIX sockets and signals outside the domain).
+LL_EXECUTE, LL_WRITE_FILE, LL_READ_FILE, LL_READ_DIR = 1, 2, 4, 8
+LL_FS = ((1, (1 << 13) - 1), (2, 1 << 13), (3, 1 << 14), (5, 1 << 15))  # REFER, TRUNCATE, IOCTL_DEV
+LL_FILE_RIGHTS = LL_EXECUTE | LL_WRITE_FILE | LL_READ_FILE | (1 << 14) | (1 << 15)
+SYS_LANDLOCK = (444, 445, 446)  # create_ruleset, add_rule, restrict_self: one number on every architecture
+PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
+# seccomp: (audit arch, syscalls refused with EPERM). kill, tkill, tgkill, rt_sigqueueinfo,
+# rt_tgsigqueueinfo, ptrace, process_vm_readv/writev, perf_event_open, pidfd_send_signal,
+# io_uring_setup, pidfd_open, pidfd_getfd, process_madvise, socket (socketpair stays).
+SECCOMP_DENY = {
+    "x86_64": (0xC000003E, (62, 200, 234, 129, 297, 101, 310, 311, 298, 424, 425, 434, 438, 440, 41)),
+    "aarch64": (0xC00000B7, (129, 130, 131, 138, 240, 117, 270, 271, 241, 424, 425, 434, 438, 440, 198)),
+}
+
+
+def confine(workdir):
+    """Kernel-enforced confinement of this process and everything it starts, irrevocable once set
+    and applied before any untrusted code runs (the completion cannot switch it off, unlike the
+    audit-hook guard, whose state lives in Python objects the completion can reach):
+
+    - Landlock: reads only in the standard library (its ``site-packages`` excepted) and the
+      directories of the shared libraries already mapped (where ``dlopen`` finds the rest); reads
+      and writes only in ``workdir``; no ``execve`` anywhere; nothing in ``/proc`` (no other
+      process's descriptors, memory or environment, the trainer's report pipe included), no TCP;
+      from ABI 6 no signals and no abstract UNIX sockets outside the domain. Landlock also denies
+      ptrace of processes outside the domain.
+    - seccomp (x86_64, aarch64): no signals to any process (``kill`` and its kin), no ptrace,
+      no cross-process memory calls, no pidfds, no io_uring, no sockets (``socketpair`` stays);
+      a system call of another ABI (i386, x32) kills the process.
+
+    Written with ``ctypes`` system calls rather than a package because this interpreter runs
+    isolated (``-I -S``, standard library only; it may not be the trainer's). Returns a
+    description; raises OSError when the kernel refuses any part (the caller reports the
+    sandbox as unable to verify, and the completion never runs)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    sc = libc.syscall
+    sc.restype = ctypes.c_long
+
+    def fail(what):
+        err = ctypes.get_errno()
+        raise OSError(err, "%s: %s" % (what, os.strerror(err)))
+
+    abi = sc(SYS_LANDLOCK[0], None, ctypes.c_size_t(0), ctypes.c_uint32(1))  # LANDLOCK_CREATE_RULESET_VERSION
+    if abi < 1:
+        fail("Landlock is not available (Linux 5.13+ with Landlock enabled)")
+    arch = SECCOMP_DENY.get(os.uname().machine)
+    if arch is None:
+        raise OSError("no seccomp filter for the %s architecture" % os.uname().machine)
+    fs = 0
+    for version, rights in LL_FS:
+        if abi >= version:
+            fs |= rights
+    attr = (ctypes.c_uint64 * 3)(fs, 3 if abi >= 4 else 0, 3 if abi >= 6 else 0)
+    size = 24 if abi >= 6 else 16 if abi >= 4 else 8
+    ruleset = sc(SYS_LANDLOCK[0], ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
+    if ruleset < 0:
+        fail("landlock_create_ruleset")
+
+    class PathBeneath(ctypes.Structure):
+        _pack_ = 1
+        _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+    def allow(path, rights):
+        try:
+            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        except OSError:
+            return  # a path this machine lacks grants nothing
+        try:
+            if not os.path.isdir(path):
+                rights &= LL_FILE_RIGHTS
+            rule = PathBeneath(rights & fs, fd)
+            if sc(SYS_LANDLOCK[1], ctypes.c_int(ruleset), ctypes.c_int(1), ctypes.byref(rule), ctypes.c_uint32(0)) < 0:
+                fail("landlock_add_rule %s" % path)
+        finally:
+            os.close(fd)
+
+    read = LL_READ_FILE | LL_READ_DIR
+    stdlib = os.path.realpath(os.path.dirname(os.__file__))
+    for name in os.listdir(stdlib):
+        if name not in ("site-packages", "dist-packages"):
+            allow(os.path.join(stdlib, name), read)
+    libs = set()
+    with open("/proc/self/maps") as f:
+        for line in f:
+            parts = line.split(None, 5)
+            if len(parts) == 6 and parts[5].startswith("/") and ".so" in parts[5]:
+                libs.add(os.path.realpath(parts[5].strip()))
+    for lib in sorted(libs):
+        d = os.path.dirname(lib)
+        if d == stdlib or d.startswith(stdlib + "/"):
+            continue  # lib-dynload: granted above
+        # a directory above the standard library (``<prefix>/lib`` holding libpython) would grant
+        # its site-packages too: there, the mapped file alone
+        allow(lib if stdlib.startswith(d + "/") else d, read)
+    allow("/etc/ld.so.cache", LL_READ_FILE)
+    for dev in ("/dev/null", "/dev/zero", "/dev/urandom"):
+        allow(dev, LL_READ_FILE | LL_WRITE_FILE)
+    allow(os.path.realpath(workdir), fs & ~LL_EXECUTE)
+
+    # seccomp: check the architecture, refuse other ABIs, then the listed calls
+    code, deny = arch
+
+    class Filter(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+    class Prog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Filter))]
+
+    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
+    kill, eperm, allow_all = 0x80000000, 0x00050000 | 1, 0x7FFF0000
+    prog = [(ld, 0, 0, 4), (jeq, 1, 0, code), (ret, 0, 0, kill), (ld, 0, 0, 0)]
+    if os.uname().machine == "x86_64":
+        prog += [(jge, 0, 1, 0x40000000), (ret, 0, 0, kill)]  # x32 system calls
+    for nr in deny:
+        prog += [(jeq, 0, 1, nr), (ret, 0, 0, eperm)]
+    prog.append((ret, 0, 0, allow_all))
+    filters = (Filter * len(prog))(*[Filter(*p) for p in prog])
+    fprog = Prog(len(prog), filters)
+
+    prctl = libc.prctl
+    if prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        fail("prctl(PR_SET_NO_NEW_PRIVS)")
+    if sc(SYS_LANDLOCK[2], ctypes.c_int(ruleset), ctypes.c_uint32(0)) < 0:
+        fail("landlock_restrict_self")
+    os.close(ruleset)
+    if prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+        fail("prctl(PR_SET_SECCOMP)")
+    return "landlock ABI %d + seccomp" % abi
 
 
 # ---------------------------------------------------------------- guard (rlimit isolation)
@@ -283,6 +423,12 @@ def main():
     init = receive()
     source, entry_point, budget = init["source"], init["entry_point"], int(init["reply_bytes"])
     apply_limits(init.get("limits") or {})
+    if init.get("confine"):  # before the guard, which refuses ctypes; before any untrusted code
+        try:
+            send([0, "confined", confine(init["workdir"])])
+        except Exception as e:  # noqa: BLE001 - any failure: the completion must not run unconfined
+            send([0, "confine_error", "%s: %s" % (type(e).__name__, e)])
+            os._exit(0)
     if init.get("guard"):
         install_guard(init["workdir"], int(init.get("max_files") or 4))
     del init

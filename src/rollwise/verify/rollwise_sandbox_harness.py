@@ -12,11 +12,13 @@ Order of events (the point is that the completion's process never holds the test
 2. make this process non-dumpable (``prctl``; without it the harness refuses to run: could not
    verify), so the child cannot read ``/proc/<harness>/{mem,environ,fd}`` or ptrace it;
 3. read the job from stdin to its end, ``{"limits", "source", "entry_point", "prelude", "test",
-   "guard", "workdir", "max_files", "nonce"}`` (the pipe is empty before any untrusted code runs),
+   "confine", "guard", "workdir", "max_files", "nonce"}`` (the pipe is empty before any untrusted code runs),
    and lower this process's resource limits (CPU seconds, address space, processes, file size,
    open files, no core dumps);
-4. send the child only what it needs: the source, the entry point, its limits and guard settings
-   (it lowers its own limits before compiling the source);
+4. send the child only what it needs: the source, the entry point, its limits, confinement and
+   guard settings (it lowers its own limits and confines itself before compiling the source; when
+   confinement was asked for and the child cannot confirm it, the harness reports
+   ``harness_error``: could not verify, and the source never runs);
 5. run the trusted prelude and test here; ``check(candidate)`` calls a proxy that sends each
    call's arguments to the child (``marshal``: trusted plain data) and receives its reply (one
    JSON line, untrusted, checked here), numbered; the verdict is decided here. A test may leave
@@ -304,6 +306,7 @@ def main(spawned):
     init = {
         "source": job["source"],
         "entry_point": job["entry_point"],
+        "confine": bool(job.get("confine")),
         "guard": bool(job.get("guard")),
         "workdir": job.get("workdir") or ".",
         "max_files": job.get("max_files") or 4,
@@ -383,6 +386,13 @@ def main(spawned):
         if started != [0, "started"]:
             refuse("wrong_answer", "refused a first message that is not the child's start")
         first = recv()
+        if job.get("confine"):  # sent before any untrusted code ran: the completion cannot forge it
+            if type(first) is list and len(first) == 3 and first[:2] == [0, "confine_error"]:
+                raise HarnessError("could not confine the completion: %s" % (first[2],))
+            if not (type(first) is list and len(first) == 3 and first[:2] == [0, "confined"]):
+                raise HarnessError("the child did not confirm its confinement")
+            out["confinement"] = str(first[2])[:200]
+            first = recv()
         if first == [0, "ready"]:
             check(candidate)
             status = "correct"

@@ -31,9 +31,9 @@ and its stdin pipe is drained before untrusted code runs); whether its answers w
 (beyond the fact that the test goes on calling: the first failed assert ends the verification);
 other verifications' calls or results (one process and one empty working directory per
 verification, removed after it; the verdict cache keys on (prompt id, program)); the trainer's
-files, home, ``/tmp``, environment or processes (bwrap: not mounted, other namespaces; rlimit: a
-different uid when run as root, and the audit-hook guard); the network (bwrap: an empty network
-namespace; rlimit: the guard).
+files, home, ``/tmp``, environment or processes (bwrap: not mounted, other namespaces; rlimit: the
+kernel confinement below, or a different uid when run as root); the network (bwrap: an empty
+network namespace; rlimit: the seccomp filter, or the guard as root without confinement).
 
 It can write anything to its reply pipe (that descriptor lives in its process), which is worth
 exactly what returning a value is worth: the harness accepts only the reply numbered for the call
@@ -45,11 +45,36 @@ harness's report: the harness's stdout is not among its descriptors, ``/proc/<ha
 closed, and a line without the call's nonce (which only this process and the harness hold) is
 ignored. The verdict is ``correct`` only when ``check`` returned normally in the harness.
 
-Limits of this model: in the rlimit fallback *without root* the child runs as the trainer's user,
-so the trainer's ``/proc/<pid>/{mem,environ}`` (which hold the tests) are closed only by the
-Python-level audit-hook guard (and by Yama's ptrace scope where the kernel has it); use bwrap or
-run as root there. Resource exhaustion is bounded by the limits below, not prevented, and a
-completion can always fail itself (``could not verify`` is reserved for the harness failing).
+Kernel confinement (``rollwise_sandbox_child.confine``), applied by the child to itself before
+the source is compiled, irrevocably, and inherited by everything it starts: Landlock (reads only
+in the standard library and the shared-library directories, writes only in its working
+directory, no ``execve``, nothing under ``/proc``, no TCP; from Landlock ABI 6 no signals outside
+the sandbox) and a seccomp filter (no ``kill`` and its kin, ptrace, cross-process memory calls,
+pidfds, io_uring or sockets). So a completion that switches off the Python-level guard (its state
+lives in objects ``gc`` reaches) still cannot open another process's descriptors or memory,
+signal it, or reach the report pipe. A confinement probe runs once per process (its effect is
+checked: a confined program cannot open ``/proc/self/status``); where it works it is used in
+both isolations, and ``describe()``, every verdict's details (``confinement``) and the ledger
+(``sandbox/*``) say so.
+
+What rollwise promises, by setting:
+
+- bwrap (any user): namespaces; the harness is the sandbox's PID 1 (``--as-pid-1``), so no
+  dumpable process of the sandbox holds the report pipe (bwrap's own reaper did, and a
+  completion could read and rewrite the report through ``/proc/1/fd``); plus the confinement
+  where the kernel has it.
+- rlimit, trainer not root: runs only where the confinement works (Linux 5.13+ with Landlock,
+  x86_64 or aarch64); elsewhere a code task refuses to start, naming how to get isolation,
+  unless ``unsafe = true`` (trusted code only: the log's line and the ledger say UNSAFE; a
+  completion can then forge its pass).
+- rlimit, trainer root: a dedicated uid per call (it cannot open or signal the trainer), the
+  guard, and the confinement where the kernel has it.
+
+Not promised: resource exhaustion is bounded by the limits below, not prevented; a completion
+can always fail itself (``could not verify`` is reserved for the harness failing); Landlock
+before ABI 3 cannot forbid truncating a file the process could already reach (none outside its
+working directory, since it cannot open them); without ABI 6, signals are refused by the
+seccomp filter only.
 
 Isolation, chosen by ``isolation`` (``"auto"`` picks the first that works on this machine, probed
 once per process; the choice is in every verdict's details and in the run's log and ledger):
@@ -61,18 +86,21 @@ once per process; the choice is in every verdict's details and in the run's log 
   PID 1 dies with its parent, which takes every process of the call with it.
 - ``"rlimit"`` (fallback where bubblewrap is missing or cannot create namespaces): the same
   harness and resource limits in a plain subprocess whose working directory is a fresh private
-  temporary directory, plus an in-process audit-hook guard in the completion's process (writes
-  only in that directory, reads only there and in the standard library, no sockets, subprocesses,
-  exec, ctypes, or signals to other processes). Weaker than namespaces: the guard is Python-level.
+  temporary directory, the kernel confinement above, and an in-process audit-hook guard in the
+  completion's process (writes only in that directory, reads only there and in the standard
+  library, no sockets, subprocesses, exec, ctypes, or signals to other processes): a defence in
+  depth, Python-level, which a completion can switch off.
 
 In both, when this process runs as root the sandbox runs as a dedicated unprivileged user (one
 per concurrent call, from ``UID_BASE`` up, offset by the process id), so the process-count limit holds (root is exempt
 from it) and the sandbox cannot signal or read the trainer. Without root the sandbox shares the trainer's
 user; the process limit is then set relative to that user's current task count.
 
-Clean-up after every call, whatever happened: the session is killed, then every process that
-carries the call's marker in its initial environment (``ROLLWISE_SANDBOX_ID``; a detached
-grandchild inherits it) is killed, then the temporary directory is removed.
+Clean-up after every call, whatever happened: the session is killed, then every process of the
+call (:func:`marked`: the call's token as the harness's last argument, which its forks keep, or
+``ROLLWISE_SANDBOX_ID`` in the initial environment, which a detached grandchild inherits) is
+killed, then the temporary directory is removed. Under bwrap the harness dies with its parent
+(``--die-with-parent``) and, as PID 1, takes every process of the namespace with it.
 """
 
 from __future__ import annotations
@@ -149,6 +177,13 @@ class Limits(BaseModel):
         le=1 << 30,
         description="Most bytes the completion may print (and most per return value); more is 'output_limit'.",
     )
+    unsafe: bool = Field(
+        False,
+        description="Run completions without operating-system confinement where none can be had "
+        "(no bubblewrap namespaces, no Landlock and seccomp, not root). A completion can then forge "
+        "its pass and reach the trainer's files and processes: for trusted code only. Off: such a "
+        "machine refuses to start a code task, naming how to get isolation.",
+    )
     python: str = Field(
         "",
         description="Interpreter that runs inside the sandbox (standard library only); empty: "
@@ -220,8 +255,25 @@ class _Uids:
 
 
 _UIDS = _Uids()
-_PROBED: dict[tuple, tuple[str, str]] = {}
+_PROBED: dict[tuple, tuple[bool, str]] = {}
 _PROBE_LOCK = threading.Lock()
+CHECK_ONE = "def check(c):\n    assert c() == 1\n"
+_CONFINE_PROBE = (
+    "def f():\n    try:\n        open('/proc/self/status').close()\n    except OSError:\n"
+    "        return 1\n    return 0\n"
+)
+UNSAFE_WARNING = (
+    "WARNING: UNSAFE CODE EXECUTION: completions run as this user with no operating-system confinement "
+    "(task.options.sandbox.unsafe = true); a completion can forge its pass and reach this process"
+)
+
+
+def _probed(key: tuple, probe) -> tuple[bool, str]:
+    """``probe()``'s answer, computed once per process for ``key``."""
+    with _PROBE_LOCK:
+        if key not in _PROBED:
+            _PROBED[key] = probe()
+        return _PROBED[key]
 
 
 def _user_tasks(uid: int) -> int:
@@ -276,22 +328,27 @@ def _code_dir(python: str) -> tuple[str, str]:
         return _CODE[python]
 
 
+def marked(pid: str | int, token: str) -> bool:
+    """Whether process ``pid`` belongs to the call ``token``: ``MARKER=token`` in its initial
+    environment (a detached grandchild inherits it), or the token as its last argument (the
+    harness and whatever it forks carry it in their command line, which stays readable when the
+    harness is non-dumpable and its environment is not)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            if f.read().split(b"\0")[-2:-1] == [token.encode()]:
+                return True
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f"{MARKER}={token}".encode() in f.read().split(b"\0")
+    except OSError:
+        return False
+
+
 def sweep(token: str) -> int:
-    """SIGKILL every process whose initial environment carries ``MARKER=token``; repeats until
-    none is left (a fork loop can add one between scans). Returns how many were killed."""
-    needle = f"{MARKER}={token}".encode()
+    """SIGKILL every process of the call ``token`` (:func:`marked`); repeats until none is left
+    (a fork loop can add one between scans). Returns how many were killed."""
     killed = 0
     for _ in range(50):
-        found = []
-        for d in os.listdir("/proc"):
-            if not d.isdigit():
-                continue
-            try:
-                with open(f"/proc/{d}/environ", "rb") as f:
-                    if needle in f.read().split(b"\0"):
-                        found.append(int(d))
-            except OSError:
-                pass
+        found = [int(d) for d in os.listdir("/proc") if d.isdigit() and int(d) != os.getpid() and marked(d, token)]
         if not found:
             break
         for pid in found:
@@ -316,50 +373,81 @@ class Sandbox:
 
             raise UserError(f"task.options.sandbox.python: {self.python!r} is not an executable file")
         self.code = _code_dir(self.python)
+        self.confine = False  # rlimit: the child confines itself (Landlock + seccomp) before the source runs
+        self.unsafe = False  # rlimit without root and without confinement, opted into (limits.unsafe)
+        self.isolation = "bwrap"  # set by _choose: the isolation the probes run under
         self.isolation, self.why = self._choose(self.limits.isolation)
 
     def describe(self) -> str:
         lim = self.limits
-        return (
+        line = (
             f"code sandbox: {self.isolation} ({self.why}); python {self.python}; limits wall {lim.wall_s}s, cpu "
             f"{lim.cpu_s}s, memory {lim.memory_mb} MiB, {lim.processes} processes, output {lim.output_bytes} B"
         )
+        return (UNSAFE_WARNING + "; " + line) if self.unsafe else line
+
+    def ledger_facts(self) -> dict:
+        """What the run's ledger records on every line about the code it ran (``sandbox/*``)."""
+        return {"sandbox/isolation": self.isolation, "sandbox/confined": self.confine, "sandbox/unsafe": self.unsafe}
 
     # ------------------------------------------------------------ choosing isolation
     def _choose(self, wanted: str) -> tuple[str, str]:
-        if wanted == "rlimit":
-            return "rlimit", "asked for"
-        key = (self.python, os.geteuid())
-        with _PROBE_LOCK:
-            if key not in _PROBED:
-                _PROBED[key] = self._probe_bwrap()
-        ok, why = _PROBED[key]
-        if ok == "bwrap":
-            return "bwrap", why
-        if wanted == "bwrap":
-            from rollwise.registry import UserError
+        from rollwise.registry import UserError
 
-            raise UserError(
-                f"task.options.sandbox.isolation = 'bwrap' but bubblewrap cannot run here: {why}; "
-                "install it (apt-get install bubblewrap) or use 'auto' / 'rlimit'"
-            )
-        return "rlimit", f"fallback: {why}"
+        why = "asked for"
+        if wanted != "rlimit":
+            ok, why = _probed(("bwrap", self.python, os.geteuid()), self._probe_bwrap)
+            if ok:  # namespaces isolate; the kernel's confinement is added where it works
+                self.confine, how = _probed(("confine-bwrap", self.python, os.geteuid()), self._probe_confine)
+                return "bwrap", f"{why}; " + (f"confined by {how}" if self.confine else f"not confined: {how}")
+            if wanted == "bwrap":
+                raise UserError(
+                    f"task.options.sandbox.isolation = 'bwrap' but bubblewrap cannot run here: {why}; "
+                    "install it (apt-get install bubblewrap) or use 'auto' / 'rlimit'"
+                )
+            why = f"fallback: {why}"
+        self.isolation = "rlimit"
+        ok, how = _probed(("confine", self.python, os.geteuid()), self._probe_confine)
+        if ok:
+            self.confine = True
+            return "rlimit", f"{why}; confined by {how}"
+        if os.geteuid() == 0:
+            return "rlimit", f"{why}; no Landlock/seccomp confinement ({how}): a dedicated user and the guard"
+        if self.limits.unsafe:
+            self.unsafe = True
+            return "rlimit", f"{why}; NOT CONFINED ({how}), task.options.sandbox.unsafe = true"
+        raise UserError(
+            "no isolation for untrusted code on this machine: bubblewrap cannot create namespaces "
+            f"({why}) and the kernel refused Landlock/seccomp confinement ({how}), and this process is "
+            "not root; a completion could forge its pass. Get isolation with `apt-get install bubblewrap` "
+            "and unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, or on Ubuntu "
+            "kernel.apparmor_restrict_unprivileged_userns=0), or a Linux 5.13+ kernel with Landlock "
+            "enabled; or, for trusted code only, set task.options.sandbox.unsafe = true"
+        )
 
-    def _probe_bwrap(self) -> tuple[str, str]:
+    def _probe_bwrap(self) -> tuple[bool, str]:
         if shutil.which("bwrap") is None:
-            return "rlimit", "bwrap not installed"
+            return False, "bwrap not installed"
         res = self._run_once(
             "bwrap", "def f():\n    return 1\n", "def check(c):\n    assert c() == 1\n", "f", "", probe=True
         )
         if res.status == "correct":
-            return "bwrap", "bubblewrap namespaces work"
-        return "rlimit", f"bwrap probe failed: {res.status}: {res.detail[:200]}"
+            return True, "bubblewrap namespaces work"
+        return False, f"bwrap probe failed: {res.status}: {res.detail[:200]}"
+
+    def _probe_confine(self) -> tuple[bool, str]:
+        """Whether the child can confine itself here, checked by its effect: with the guard off, a
+        confined program cannot open its own ``/proc/self/status``."""
+        res = self._run_once(self.isolation, _CONFINE_PROBE, CHECK_ONE, "f", "", probe=True, confine=True)
+        if res.status == "correct":
+            return True, res.extra.get("confinement", "Landlock + seccomp")
+        return False, f"{res.status}: {res.detail[:200]}"
 
     # ------------------------------------------------------------ one call
     def run(self, source: str, test: str, entry_point: str, prelude: str = "") -> SandboxResult:
         """Run ``check(candidate)`` from ``test`` against ``entry_point`` defined by ``source``."""
         self.code = _code_dir(self.python)
-        return self._run_once(self.isolation, source, test, entry_point, prelude)
+        return self._run_once(self.isolation, source, test, entry_point, prelude, confine=self.confine)
 
     def call(self, source: str, entry_point: str) -> SandboxResult:
         """Run ``entry_point()`` defined by ``source`` and bring back the str it returns (a tool's
@@ -371,9 +459,13 @@ class Sandbox:
         py = ["-I", "-S", "-B"]
         code_dir, harness = self.code
         if isolation == "rlimit":
-            return [self.python, *py, str(Path(code_dir) / harness)]
+            return [self.python, *py, str(Path(code_dir) / harness), token]
         lim = self.limits
-        args = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr"]
+        # --as-pid-1: the harness itself (non-dumpable) is the namespace's PID 1. bwrap's own reaper
+        # would be PID 1 otherwise: a dumpable process of the sandbox's user holding the report pipe,
+        # which the completion could open through /proc/1/fd and rewrite
+        args = ["bwrap", "--unshare-all", "--as-pid-1", "--die-with-parent", "--new-session"]
+        args += ["--ro-bind", "/usr", "/usr"]
         for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
             if os.path.islink(top):
                 args += ["--symlink", os.readlink(top), top]
@@ -411,10 +503,17 @@ class Sandbox:
             MARKER,
             token,
         ]
-        return args + [self.python, *py, f"{INNER_DIR}/{harness}"]
+        return args + [self.python, *py, f"{INNER_DIR}/{harness}", token]  # the token: see marked()
 
     def _run_once(
-        self, isolation: str, source: str, test: str, entry_point: str, prelude: str, probe: bool = False
+        self,
+        isolation: str,
+        source: str,
+        test: str,
+        entry_point: str,
+        prelude: str,
+        probe: bool = False,
+        confine: bool | None = None,
     ) -> SandboxResult:
         lim = self.limits
         t0 = time.perf_counter()
@@ -438,7 +537,8 @@ class Sandbox:
                 "source": source,
                 "entry_point": entry_point,
                 "nonce": nonce,
-                "guard": isolation == "rlimit",
+                "confine": self.confine if confine is None else confine,
+                "guard": isolation == "rlimit" and not probe,  # the confinement probe checks the kernel alone
                 "workdir": inner_work,
                 "max_files": max(1, lim.disk_mb // lim.file_mb) + 1,
                 "limits": {
@@ -513,7 +613,11 @@ class Sandbox:
             isolation,
             int(rep.get("output_bytes", 0)),
             int(rep.get("calls", 0)),
-            {"sandbox_id": token, **({"value": rep["value"]} if isinstance(rep.get("value"), str) else {})},
+            {
+                "sandbox_id": token,
+                **({"value": rep["value"]} if isinstance(rep.get("value"), str) else {}),
+                **({"confinement": rep["confinement"]} if isinstance(rep.get("confinement"), str) else {}),
+            },
         )
 
 

@@ -87,3 +87,6 @@ def test_pyfunc_training_run_records_sandbox_and_outcomes(tmp_path):
         }
         assert sum(outcomes.values()) == n
         assert line["time/verify_s"] >= 0.0
+        # the ledger says where the code ran and whether the kernel confined it (issue #40)
+        assert line["sandbox/isolation"] in ("bwrap", "rlimit") and line["sandbox/unsafe"] is False
+        assert isinstance(line["sandbox/confined"], bool)
