@@ -5,11 +5,13 @@ at the precision it is written with, in a file named by the table's section: a r
 ``benchmarks/results/`` (``compare.json``, ``x.json``, ``a*.json``, ``d/{a,b}.json``; a sweep
 ``x.toml`` or a script ``x.py`` names ``benchmarks/results/x/`` and ``benchmarks/results/x.json``)
 or another committed document (``docs/regime.md`` for published figures). ``136k`` is a value that
-rounds to 136 thousand, ``41%`` (or 41 in a ``%`` column) also a share 0.41, a number in a ``GFLOP/s`` column a rate in
-FLOP/s, and a number in a ``÷`` column may also be the ratio of two numbers of its own row. Prose
-(figures with decimals, ``k`` or ``%``) is checked the same way in the sections of
-``PROSE_SECTIONS``, except in a paragraph marked ``NOT_REPRODUCED`` and the bullets that follow it
-(figures whose ledgers were not committed, given with the command that would write them).
+rounds to 136 thousand, ``41%`` (or 41 in a ``%`` column) also a share 0.41, a number in a
+``GFLOP/s`` column a rate in FLOP/s, and a number in a ``÷`` column may also be the ratio of two
+numbers of its own row. Prose (figures with decimals, ``k`` or ``%``) is checked the same way in
+the sections of ``PROSE_SECTIONS``, except in a paragraph marked ``NOT_REPRODUCED`` and the bullets
+that follow it (figures whose ledgers were not committed, given with the command that would write
+them). The check is that a figure has a source, not that it is the right entry of it: a figure
+found anywhere in the named files passes.
 """
 
 import bisect
