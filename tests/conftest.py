@@ -2,6 +2,8 @@ import os
 
 import pytest
 
+from leftovers import pytest_configure, pytest_sessionfinish  # noqa: F401  (the session leaves nothing behind)
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 

@@ -107,11 +107,12 @@ def train(
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (main() turns it into this)
         say(_resume_hint(cfg.run_dir()), highlight=False, soft_wrap=True)
         raise
+    finally:
+        _stop_ray()
     say(f"[green]done[/]: {result.summary()}", soft_wrap=True)
     if hint := result.noise_hint():
         say(f"[yellow]note[/]: {hint}", highlight=False, soft_wrap=True)
     say(f"files: {result.run_dir}/ (metrics.jsonl, eval.jsonl, plots/, checkpoints/)", soft_wrap=True)
-    _stop_ray()
 
 
 def _resume_hint(run_dir: Path) -> str:
@@ -135,12 +136,15 @@ def _resume_hint(run_dir: Path) -> str:
 
 
 def _stop_ray() -> None:
-    """Shut down a Ray this process started before the interpreter tears down: after asynchronous
-    runs on Ray workers, 3 of ~24 benchmark processes segfaulted at exit (exit -11, every file already
-    written) while Ray's own exit hook ran; an explicit shutdown while the interpreter is whole avoids it."""
-    ray = sys.modules.get("ray")
-    if ray is not None and ray.is_initialized():
-        ray.shutdown()
+    """Shut down a Ray this process started before the interpreter tears down, however the run ended:
+    after asynchronous runs on Ray workers, 3 of ~24 benchmark processes segfaulted at exit (exit -11,
+    every file already written) while Ray's own exit hook ran; an explicit shutdown while the interpreter
+    is whole avoids it. The run has done so already once its pools were closed (``Run.close``); this is
+    the net for a failure before the run existed. Through ``ray_pool.shutdown``, so that pools built on
+    this Ray never call into it afterwards (issue #47)."""
+    ray_pool = sys.modules.get("rollwise.distributed.ray_pool")
+    if ray_pool is not None:
+        ray_pool.shutdown()
 
 
 @app.command("eval")

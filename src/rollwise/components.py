@@ -189,6 +189,16 @@ def check_runtime(cfg, log=print) -> None:
         connect(cfg.distributed, log=log)
 
 
+def release_runtime(cfg) -> None:
+    """What ``check_runtime`` started, stopped: the Ray of ``distributed.workers > 0`` (``ray_pool.shutdown``:
+    a Ray this process started; a joined cluster keeps running). Called once the run's pools are closed
+    (``Run.close``), on success, error, Ctrl-C and SIGTERM alike (issue #47)."""
+    if cfg.distributed.workers > 0:
+        from rollwise.distributed import ray_pool
+
+        ray_pool.shutdown()
+
+
 def build_backend(cfg, model, codec, seed: int, compute_dtype=None):
     """The rollout engine in this process (``model.backend``, through ``rollwise.backends.build``), or
     None when rollout workers (``distributed.workers > 0``) each build their own. ``compute_dtype``: the
@@ -274,6 +284,7 @@ class Assembly:
     compute_dtype: Any = None
     backend: Any = None  # the engine in this process (None with Ray workers)
     pool: Any = None  # what the loop generates through: the base pool inside the rollout wrappers
+    base_pool: Any = None  # the pool build_pool made (closed after the wrappers and the async generator)
     async_pool: Any = None
     arrol: Any = None
     trainer: Any = None
@@ -347,7 +358,7 @@ def assemble(cfg, task, parts: Strategies, wiring: Wiring, dp=None, backend=None
         log(describe())
         a.verifier_facts = task.verifier_facts()
     tree = tree_sampler(cfg, a.backend, a.codec)  # LATR (sampling.latr), or None
-    a.pool = base = build_pool(cfg, a.backend, a.codec, task, a.sampling, tree, a.model, log=log, dp=dp)
+    a.pool = a.base_pool = base = build_pool(cfg, a.backend, a.codec, task, a.sampling, tree, a.model, log=log, dp=dp)
     for applies, wrap in ROLLOUT_WRAPPERS:
         if applies(cfg, a):
             a.pool = wrap(cfg, a, wiring)

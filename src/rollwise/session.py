@@ -101,6 +101,15 @@ class Run:
         ckpt = checkpoint.latest(self.dir, log=log) if resume else None
         wiring = components.Wiring(lambda: self.state, self.dir, self._stream_batch, log)
         built = cfg if ckpt is None else without_warm_start(cfg)  # weights from the checkpoint: no warm start
+        try:
+            self._set_up(built, task, parts, wiring, dp, backend, resume, ckpt, changes)
+        except BaseException:  # Ray may be up already (check_runtime): the pools built so far closed, Ray stopped
+            self._release()
+            raise
+
+    def _set_up(self, built, task, parts, wiring, dp, backend, resume, ckpt, changes) -> None:
+        """``__init__`` from the assembly on (``__init__`` releases what it started if this raises)."""
+        cfg = self.cfg
         vars(self).update(vars(components.assemble(built, task, parts, wiring, dp, backend)))  # parts: run attributes
         self.ledger = Ledger(
             self.dir,
@@ -381,11 +390,23 @@ class Run:
             self.close()
 
     def close(self) -> None:
-        if self.async_pool is not None:  # stop the generator thread
-            self.async_pool.close()
-        if self.trackers is not None:
-            self.trackers.close()
-        checkpoint.unlock_run_dir(self.dir)
+        try:
+            self._release()
+        finally:
+            if self.trackers is not None:
+                self.trackers.close()
+            checkpoint.unlock_run_dir(self.dir)
+
+    def _release(self) -> None:
+        """In this order (issue #47): the asynchronous generator (its thread, then its engine), the base
+        pool (Ray workers, episode threads), then the Ray this run started (``components.release_runtime``),
+        so that nothing calls into Ray after it is down; each step even if one before it failed."""
+        try:
+            for pool in (getattr(self, "async_pool", None), getattr(self, "base_pool", None)):
+                if pool is not None:
+                    pool.close()
+        finally:
+            components.release_runtime(self.cfg)
 
     def _budget(self) -> tuple[str, int, int]:
         """(unit, spent, total) of what ends the run: a compute budget when one is set, else steps."""

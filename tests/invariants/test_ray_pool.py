@@ -64,7 +64,10 @@ def local(tmp_path_factory):
 
 
 def test_two_ray_workers_equal_the_local_pool(local, tmp_path):
+    import ray
+
     ray_run = _run(tmp_path, "ray", **{"distributed.workers": 2})
+    assert not ray.is_initialized()  # the run stopped the Ray it started, its workers first (issue #47)
     _same(local, ray_run)
     lines = [json.loads(x) for x in (ray_run.run_dir / "metrics.jsonl").read_text().splitlines()]
     assert all(line["time/weight_sync_s"] > 0 for line in lines)  # weights were pushed after every step
@@ -238,9 +241,16 @@ def test_without_an_address_a_run_starts_its_own_ray_beside_a_running_cluster(tm
         r = connect(DistributedConfig(workers=1), log=lambda *a: None)
         assert r.is_initialized() and not r.get_runtime_context().gcs_address.endswith(":6391")
     finally:
-        ray.shutdown()
+        from rollwise.distributed import ray_pool
+
+        ray_pool.shutdown()
         os.killpg(head.pid, signal.SIGTERM)
         try:
             head.wait(timeout=30)
         except subprocess.TimeoutExpired:
             os.killpg(head.pid, signal.SIGKILL)
+            head.wait()
+        # what `ray stop` would remove: the head's address, else a later ray.init() would wait for it (issue #47)
+        from ray._common.utils import reset_ray_address
+
+        reset_ray_address()

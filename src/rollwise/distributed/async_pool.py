@@ -479,6 +479,10 @@ class AsyncPool:
             self.cond.notify_all()
 
     def close(self) -> None:
+        """The generator first (it finishes the plan in progress, up to a minute), then the engine
+        (Ray workers killed); a generator still inside the engine then fails out of it, and is waited
+        for once more, so that nothing of this pool calls into Ray after the run shuts Ray down
+        (``ray_pool``'s docstring, "Closing"; issue #47)."""
         with self.cond:
             self.closed = True
             self.cond.notify_all()
@@ -487,6 +491,8 @@ class AsyncPool:
         close = getattr(self.engine, "close", None)
         if close is not None:
             close()
+        if self._thread is not None and self._thread.is_alive():
+            self._thread.join(timeout=30)
 
 
 # ---------------------------------------------------------------- config checks and assembly

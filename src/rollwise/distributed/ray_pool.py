@@ -40,6 +40,15 @@ needs:
   (``ray/lost_tokens``: decoded, paid for, never trained); tokens decoded after its last report
   (under ``REPORT_S`` seconds' worth) are not known to this process and go uncharged.
 
+- **Closing.** :meth:`RayPool.close` kills the workers, once, and every later call into the pool is
+  refused; :func:`shutdown` then stops the Ray that :func:`connect` started (a cluster joined at
+  ``distributed.address`` keeps running; this process leaves it). The run closes its pools and
+  then shuts Ray down, in that order, however it ends (``Run.close``). Nothing calls into Ray after
+  that: a call would start Ray again (Ray's auto-init), join the cluster named by a stale
+  ``ray_current_cluster`` file that a stopped ``ray start --head`` left, and wait for a head that
+  is gone, forever (issue #47). The pool's finalizer, the net for a pool nobody closed, touches
+  Ray only while the Ray it was built on is up.
+
 Costs: tokens, rollouts and verifier calls as the local pool counts them; ``time/generate_s``
 is the wall-clock of the parallel round trip (generation and verification in the workers, plus
 transfer) and ``time/verify_s`` the workers' verification seconds summed (they overlap the
@@ -63,6 +72,11 @@ from rollwise.types import Group, Plan, Sampling
 INSTALL_HINT = "pip install 'rollwise[ray]'"
 MAX_RESTARTS = 3  # per worker and call; a worker dying more often than this is a bug, not bad luck
 REPORT_S = 0.02  # a worker reports the tokens it decodes at most this often (what its death may leave uncharged)
+
+# The Ray this process talks to, as connect() left it: whether connect started it (ray.init here: shutdown()
+# stops it), and a count of the shutdowns, so that a pool built on an earlier Ray never calls the next one.
+_started = False
+_epoch = 0
 
 
 # ---------------------------------------------------------------- checks
@@ -128,6 +142,7 @@ def connect(dcfg, log=print):
             ) from None
     import ray
 
+    global _started
     if not ray.is_initialized():
         try:
             if dcfg.address is None:
@@ -147,6 +162,7 @@ def connect(dcfg, log=print):
                 f"distributed.address = {dcfg.address!r}: Ray could not start or join the cluster: "
                 f"{type(e).__name__}: {e}"
             ) from None
+        _started = True
     resources = ray.cluster_resources()
     cpus = resources.get("CPU", 0)
     if need > cpus:
@@ -157,6 +173,21 @@ def connect(dcfg, log=print):
     if dcfg.workers * dcfg.gpus_per_worker > resources.get("GPU", 0):
         _refuse_gpus(dcfg, resources.get("GPU", 0), "the Ray cluster")
     return ray
+
+
+def shutdown() -> None:
+    """Stop the Ray that :func:`connect` started (a joined cluster: this process disconnects; a Ray
+    someone else initialised is left alone). Call it after every pool is closed (module docstring,
+    "Closing"); from then on the pools built on that Ray no longer call into it."""
+    global _started, _epoch
+    if not _started:
+        return
+    _started = False
+    _epoch += 1
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
 
 
 def _refuse_gpus(dcfg, have: float, where: str) -> None:
@@ -304,11 +335,19 @@ class RayPool:
         }
         self._cpus, self._gpus = cfg.distributed.cpus_per_worker, cfg.distributed.gpus_per_worker
         self._weights = None  # (version, object ref) of the latest published weights
-        self.actors = [self._start() for _ in range(cfg.distributed.workers)]
+        self.closed = False
+        self.actors = []
+        # the workers killed once: by close(), or when the pool is collected unclosed, while its Ray is up
+        self._finalizer = weakref.finalize(self, _kill, self.ray, self.actors, _epoch)
+        self.actors.extend(self._start() for _ in range(cfg.distributed.workers))
         log(f"ray pool: {len(self.actors)} rollout workers ({cfg.model.backend} backend)")
-        weakref.finalize(self, _kill, self.ray, self.actors)
+
+    def _check_open(self) -> None:
+        if self.closed:  # e.g. an asynchronous generator still running when the run closed its pools
+            raise RuntimeError("the Ray pool is closed: its workers are gone and Ray may be shut down")
 
     def _start(self):
+        self._check_open()
         cls = self.ray.remote(num_cpus=self._cpus, num_gpus=self._gpus, max_restarts=0)(RolloutWorker)
         actor = cls.remote(self._spec)
         if self._weights is not None:
@@ -316,8 +355,9 @@ class RayPool:
         return actor
 
     def _restart(self, i: int, error) -> None:
+        self._check_open()
         self.restarts += 1
-        _kill(self.ray, [self.actors[i]])
+        _kill(self.ray, [self.actors[i]], _epoch)
         self.actors[i] = self._start()
 
     def load_weights(self, version: int, weights: dict) -> float:
@@ -325,6 +365,7 @@ class RayPool:
         replacement loads them as it starts)."""
         from ray.exceptions import RayActorError
 
+        self._check_open()
         t0 = time.perf_counter()
         self._weights = (version, self.ray.put(weights))
         pending = {a.load_weights.remote(*self._weights): i for i, a in enumerate(self.actors)}
@@ -374,10 +415,12 @@ class RayPool:
             )
             streams[gen] = (w, idx)
 
+        self._check_open()
         for w, idx in enumerate(share):
             if idx:
                 start(w, list(idx))
         while streams:
+            self._check_open()
             (gen,), _ = self.ray.wait(list(streams), num_returns=1)
             w, idx = streams[gen]
             try:
@@ -412,15 +455,20 @@ class RayPool:
         return merge_groups(groups, self.rollouts(plan, version))
 
     def close(self) -> None:
-        _kill(self.ray, self.actors)
-        self._weights = (
-            None  # release the object-store reference while Ray is up (it may have been put by another thread)
-        )
+        """Kill the workers, once, and refuse every later call (module docstring, "Closing"); before
+        :func:`shutdown`."""
+        self.closed = True
+        self._finalizer()  # _kill, the first time only; detached afterwards (nothing left for exit)
+        self._weights = None  # release the object-store reference while Ray is up
 
 
-def _kill(ray, actors) -> None:
+def _kill(ray, actors, epoch: int) -> None:
+    """``ray.kill`` each actor, if the Ray they were started on is still up (``epoch``): after
+    :func:`shutdown` (or a ``ray.shutdown`` of the caller's) a call into Ray would start it again."""
+    if epoch != _epoch or not ray.is_initialized():
+        return
     for a in actors:
         try:
             ray.kill(a)
-        except Exception:  # already dead or Ray shut down
+        except Exception:  # already dead
             pass

@@ -97,16 +97,19 @@ def _run_on_ray(paths: list[tuple[Path, Path]], cpus: int, address: str | None, 
     """Each (config, log) pair as a Ray task of ``cpus`` CPUs (module docstring); exit statuses."""
     from types import SimpleNamespace
 
-    from rollwise.distributed.ray_pool import connect
+    from rollwise.distributed.ray_pool import connect, shutdown
 
     ray = connect(
         SimpleNamespace(workers=len(paths), cpus_per_worker=cpus, gpus_per_worker=0, address=address), log=log
     )
-    task = ray.remote(num_cpus=cpus, max_retries=0)(_peer_process)
-    refs = [task.remote(str(c), str(lg), env) for c, lg in paths]
-    for (c, _), _ref in zip(paths, refs):
-        log(f"{c.stem}: submitted to Ray ({cpus} CPU)")
-    return ray.get(refs)
+    try:
+        task = ray.remote(num_cpus=cpus, max_retries=0)(_peer_process)
+        refs = [task.remote(str(c), str(lg), env) for c, lg in paths]
+        for (c, _), _ref in zip(paths, refs):
+            log(f"{c.stem}: submitted to Ray ({cpus} CPU)")
+        return ray.get(refs)
+    finally:  # the Ray started here stopped, its tasks with it (a joined cluster keeps running)
+        shutdown()
 
 
 def run_swarm(
