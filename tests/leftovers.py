@@ -146,7 +146,11 @@ def leftovers() -> list[str]:
 
 
 def finish(session) -> None:
-    """At the session's end: fail it, naming what was left."""
+    """At the session's end: fail it, naming what was left. The code sandbox's private copies of its
+    harness live as long as the process (removed at exit): released first, as the process's exit would."""
+    from rollwise.verify import sandbox
+
+    sandbox.release()
     found = leftovers()
     if not found:
         return

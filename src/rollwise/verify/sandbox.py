@@ -321,7 +321,6 @@ def _code_dir(python: str) -> tuple[str, str]:
                 for f in Path(d).iterdir():
                     os.chmod(f, 0o644)
                 os.chmod(d, 0o755)
-                atexit.register(shutil.rmtree, d, True)
                 _CODE[python] = (d, HARNESS.name + "c")
             except (OSError, subprocess.SubprocessError):
                 _CODE[python] = fallback
@@ -341,6 +340,17 @@ def marked(pid: str | int, token: str) -> bool:
             return f"{MARKER}={token}".encode() in f.read().split(b"\0")
     except OSError:
         return False
+
+
+@atexit.register
+def release() -> None:
+    """Remove the private copies of the harness that :func:`_code_dir` made (at interpreter exit, or
+    earlier by whoever knows no call follows: the test session's end); a later call makes them anew."""
+    with _CODE_LOCK:
+        for d, _ in _CODE.values():
+            if d != str(HARNESS.parent):
+                shutil.rmtree(d, ignore_errors=True)
+        _CODE.clear()
 
 
 def sweep(token: str) -> int:
