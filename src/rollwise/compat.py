@@ -185,6 +185,7 @@ def check(cfg) -> None:
         resolve(cfg, section)
     if declares_episodes(cfg):  # first: the episode pool replaces what later checks reason about
         check_episodes(cfg, True)
+        check_anchors(cfg)
     adv_fn, adv_opts, _ = resolve(cfg, "advantage")
     if cfg.objective.name == "gspo" and getattr(adv_fn, "per_token", False):  # turn_return, gigpo: per turn
         raise UserError(
@@ -278,6 +279,20 @@ def check_episodes(cfg, env: bool) -> None:
             f"task.name = {task.name!r} runs multi-turn episodes (rollwise.generate.episodes), which do not run "
             f"with {'; '.join(bad)}; turn it off"
         )
+
+
+def check_anchors(cfg) -> None:
+    """``advantage.name = "gigpo"`` groups turns by the environment state they acted on
+    (``Turn.anchor``); an environment task whose factory declares ``state_anchors = False`` keys no
+    state (e.g. ``python_math``: an interpreter namespace), where gigpo would silently be
+    episode-level GRPO. Refused, naming both keys."""
+    if cfg.advantage.name != "gigpo" or getattr(resolve(cfg, "task")[0], "state_anchors", True):
+        return
+    raise UserError(
+        f"advantage.name = 'gigpo' groups turns by the environment state they acted on, and task.name = "
+        f"{cfg.task.name!r} keys no state (its turns carry no anchor, see its module docstring): gigpo would be "
+        "episode-level GRPO; choose advantage.name = 'turn_return' or 'grpo'"
+    )
 
 
 def wants_value(cfg, section: str) -> str | None:

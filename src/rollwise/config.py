@@ -236,7 +236,10 @@ class TaskConfig(StrategyConfig):
         "min(sampling.max_new_tokens, what is left); the episode ends 'token_budget'.",
     )
     max_observation_tokens: int = Field(
-        64, ge=1, description="Environment tasks: an observation (tool output, feedback) is cut to this many tokens."
+        64,
+        ge=1,
+        description="Environment tasks: an observation (tool output, feedback) is cut to this many of its own "
+        "tokens (a chat template's tokens around it are kept).",
     )
     tool_timeout_s: float = Field(10.0, gt=0, description="Environment tasks: wall-clock limit of one tool call.")
     tool_workers: int = Field(

@@ -10,6 +10,9 @@ Episodes (docs/architecture.md §11) append observations after the policy's turn
 re-tokenising earlier text: ``encode_observation`` gives the ids of one observation (plain text
 for a prompt shown without a template; else a ``user``/``tool`` message plus the generation
 prompt), and ``episode_ids`` lays out a whole demonstration exactly as the episode pool does.
+``task.max_observation_tokens`` cuts the observation's own tokens and keeps the template's tokens
+around them (issue #40): cutting the wrapped ids would drop the message's end token and the next
+``assistant`` header, and the policy's next turn would be generated inside the tool's message.
 """
 
 from __future__ import annotations
@@ -43,7 +46,8 @@ class Codec:
         self.eos_ids = frozenset(i for i in [tok.eos_token_id] if i is not None)
         self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         self._cache: dict[str, tuple[int, ...]] = {}
-        self._obs_cache: dict[tuple[str, str], tuple[int, ...]] = {}
+        self._obs_cache: dict[tuple[str, str], tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = {}
+        self._wrap_cache: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {}
 
     def chat(self, prompt: Prompt) -> bool:
         """Whether ``prompt`` is shown through the tokenizer's chat template."""
@@ -78,20 +82,27 @@ class Codec:
     def encode_text(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)
 
-    def encode_observation(self, text: str, prompt: Prompt, role: str = "user") -> list[int]:
-        """The ids appended after a policy turn (which ended with EOS) to show ``text``: its plain
-        encoding, or, for a chat prompt, the template's tokens of a ``role`` message and the
-        generation prompt. Those are the tokens the template puts after the assistant's end token
-        in ``[user, assistant]`` + ``[role: text]`` (a 3-message minus a 2-message conversation),
-        so the turn before is never re-tokenised; a template that rejects ``role`` gets ``user``."""
+    def encode_observation(
+        self, text: str, prompt: Prompt, role: str = "user", limit: int | None = None
+    ) -> tuple[list[int], bool]:
+        """The ids appended after a policy turn (which ended with EOS) to show ``text``, and whether
+        they were cut. Plain prompts: ``text``'s encoding. Chat prompts: the template's tokens of a
+        ``role`` message and the generation prompt, those it puts after the assistant's end token in
+        ``[user, assistant]`` + ``[role: text]`` (a 3-message minus a 2-message conversation), so the
+        turn before is never re-tokenised; a template that rejects ``role`` gets ``user``.
+        ``limit`` (``task.max_observation_tokens``; None = no cut) cuts ``text``'s own tokens; the
+        message header before them and its end token and the next turn's header after them stay."""
         if not self.chat(prompt):
-            return self.encode_text(text)
-        key = (text, role)
-        if key not in self._obs_cache:
-            self._obs_cache[key] = self._chat_observation(text, role)
-        return list(self._obs_cache[key])
+            head, body, tail = (), tuple(self.encode_text(text)), ()
+        else:
+            key = (text, role)
+            if key not in self._obs_cache:
+                self._obs_cache[key] = self._chat_observation(text, role)
+            head, body, tail = self._obs_cache[key]
+        cut = limit is not None and len(body) > limit
+        return [*head, *(body[:limit] if cut else body), *tail], cut
 
-    def _chat_observation(self, text: str, role: str) -> tuple[int, ...]:
+    def _chat_difference(self, text: str, role: str) -> list[int]:
         base = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
         before = self._template(base, False)
         try:
@@ -101,16 +112,29 @@ class Codec:
         eos = self.tokenizer.eos_token_id
         cut = max((i + 1 for i, t in enumerate(before) if t == eos), default=len(before))
         same = next((i for i, (a, b) in enumerate(zip(before[:cut], after)) if a != b), cut)
-        return tuple(after[same:])
+        return after[same:]
 
+    def _wrapper(self, role: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(head, tail): the tokens the template puts before and after a ``role`` message's content,
+        the common prefix and suffix of two one-letter messages."""
+        if role not in self._wrap_cache:
+            a, b = self._chat_difference("a", role), self._chat_difference("b", role)
+            n = min(len(a), len(b)) - 1  # at least one token of content between them
+            pre = next((i for i, (x, y) in enumerate(zip(a[:n], b[:n])) if x != y), n)
+            suf = next((i for i in range(n - pre) if a[-1 - i] != b[-1 - i]), n - pre)
+            self._wrap_cache[role] = tuple(a[:pre]), tuple(a[len(a) - suf :])
+        return self._wrap_cache[role]
 
-def cut_observation(ids: Sequence[int], limit: int | None) -> tuple[list[int], bool]:
-    """An observation's ids cut to ``limit`` (``task.max_observation_tokens``; None = no cut), and
-    whether they were cut."""
-    ids = list(ids)
-    if limit is None or len(ids) <= limit:
-        return ids, False
-    return ids[:limit], True
+    def _chat_observation(self, text: str, role: str) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+        """(head, content, tail) of ``text`` as a ``role`` message. The content is the template's own
+        tokens of ``text`` when the whole is head + content + tail (the ids the template gives are
+        kept); where the template's tokens merge across the border, ``text`` encoded alone."""
+        ids = self._chat_difference(text, role)
+        head, tail = self._wrapper(role)
+        h, t = len(head), len(tail)
+        if len(ids) >= h + t and tuple(ids[:h]) == head and tuple(ids[len(ids) - t :]) == tail:
+            return head, tuple(ids[h : len(ids) - t]), tail
+        return head, tuple(self.encode_text(text)), tail
 
 
 def episode_ids(
@@ -125,7 +149,7 @@ def episode_ids(
     for k, (action, observation) in enumerate(steps):
         act = codec.encode_text(action) + [eos]
         last = k == len(steps) - 1
-        obs = [] if last else cut_observation(codec.encode_observation(observation, prompt), max_observation_tokens)[0]
+        obs = [] if last else codec.encode_observation(observation, prompt, limit=max_observation_tokens)[0]
         ids += act + obs
         mask += [1] * len(act) + [0] * len(obs)
     return ids, mask

@@ -95,7 +95,7 @@ class Turn:
     obs_end: int
     reward: float | None = None  # the environment's reward for this turn's action (None = none given)
     tool_calls: tuple[ToolCall, ...] = ()
-    anchor: str | None = None  # the observation the turn acted on, as a key (GiGPO's step groups)
+    anchor: str | None = None  # the environment state the turn acted in, as a key (GiGPO's step groups)
 
 
 @dataclass(frozen=True)

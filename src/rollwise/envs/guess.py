@@ -15,6 +15,14 @@ Splits: a prompt is a (secret, seed) pair; train and held-out prompts have disjo
 ``0..n_train-1``, held-out from ``1_000_000``), secrets drawn uniformly by the task's ``seed``.
 ``env.reset(seed)`` needs nothing from the seed: the game is deterministic given the secret.
 
+**Anchor** (GiGPO's step groups, ``objectives/gigpo.py``): the state a guess is made in is what the
+feedback so far says about the secret, the interval ``lo-hi`` of the numbers it still allows
+(``"1-16"`` before the first guess), not the guess just made. Feedback only narrows the interval
+(an invalid guess, or one outside the interval, leaves it as it was), so two episodes of one
+prompt that were told the same thing share a step group whatever they guessed to get there
+(``8 lower:`` and ``10 lower: 8 lower:`` both reach ``1-7``), and episodes with different intervals
+never do. As in GiGPO (arXiv 2505.10978), a state is keyed without the turn at which it is reached.
+
 ``verify(prompt, completion)`` reads a whole transcript (or a single completion, a one-guess
 transcript): 1 when its last number is the secret, else 0. The episode pool does not call it
 (the environment judges episodes); it serves parts that re-score text.
@@ -43,23 +51,29 @@ _INT = re.compile(r"-?\d+")
 
 
 class GuessEnv:
-    """One episode: the secret of its prompt."""
+    """One episode: the secret of its prompt, and the interval ``lo..hi`` the feedback so far
+    leaves for it (the anchor, module docstring)."""
 
     def __init__(self, secret: int, high: int):
         self.secret, self.high = secret, high
+        self.lo, self.hi = 1, high
 
     def reset(self, seed: int) -> None:
-        pass  # deterministic given the secret
+        self.lo, self.hi = 1, self.high  # deterministic given the secret
 
     def step(self, action: str) -> StepResult:
+        anchor = f"{self.lo}-{self.hi}"  # the state this guess is made in
         text = action.strip()
         guess = int(text) if re.fullmatch(r"\d+", text) else None
         if guess is None or not 1 <= guess <= self.high:
-            return StepResult(f" 1-{self.high}?:", reward=0.0, anchor=text or "<empty>")
+            return StepResult(f" 1-{self.high}?:", reward=0.0, anchor=anchor)
         if guess == self.secret:
-            return StepResult("", reward=1.0, done=True, verdict=Verdict(1.0, "correct"), anchor=str(guess))
-        word = "higher" if self.secret > guess else "lower"
-        return StepResult(f" {word}:", reward=0.0, anchor=str(guess))
+            return StepResult("", reward=1.0, done=True, verdict=Verdict(1.0, "correct"), anchor=anchor)
+        if self.secret > guess:
+            self.lo = max(self.lo, guess + 1)
+            return StepResult(" higher:", reward=0.0, anchor=anchor)
+        self.hi = min(self.hi, guess - 1)
+        return StepResult(" lower:", reward=0.0, anchor=anchor)
 
 
 class GuessTask:
@@ -107,14 +121,14 @@ class GuessTask:
         rng = random.Random(f"rollwise-guess-demo-{seed}")
         out = []
         for p in sample_prompts(self._train, n, seed):
-            env, lo, hi, steps = self.environment(p), 1, self.options.high, []
-            while True:
+            env, steps = self.environment(p), []
+            while True:  # the environment keeps the still-possible interval env.lo..env.hi
+                lo, hi = env.lo, env.hi
                 guess = rng.randint(lo, hi) if rng.random() < self.options.demo_noise else (lo + hi) // 2
                 res = env.step(str(guess))
                 steps.append((str(guess), res.observation))
                 if res.done:
                     break
-                lo, hi = (guess + 1, hi) if "higher" in res.observation else (lo, guess - 1)
             out.append((p, tuple(steps)))
         return out
 

@@ -13,6 +13,11 @@ attempt is correct. Deviations: the feedback is one fixed line (R³L also has a 
 here an unparsable answer is just wrong), and the reflection and retry machinery of R³L is not
 part of the environment.
 
+**Anchor** (GiGPO's step groups, ``objectives/gigpo.py``): the environment's state is the number
+of wrong answers so far (``"0 wrong"`` before the first): every wrong answer gets the same
+feedback, so two episodes of one prompt that were wrong once are in one state whatever they
+answered, and episodes with different counts never share a step group.
+
 The inner task is built through ``rollwise.tasks.REGISTRY`` (``inner`` and ``inner_options``); its
 prompts are the episode prompts (``task`` field ``multi_attempt``), and its warm-start targets
 (``sft_examples``) are one-turn demonstrations.
@@ -43,13 +48,14 @@ class MultiAttemptEnv:
         self.attempts = 0
 
     def step(self, action: str) -> StepResult:
+        anchor = f"{self.attempts} wrong"  # the state this answer is given in (module docstring)
         self.attempts += 1
         v = self.inner.verify(self.prompt, action)
         if v.score is None or v.score >= 1.0 or self.attempts >= self.options.max_attempts:
             final = dataclasses.replace(v, details={**v.details, "attempts": self.attempts})
-            return StepResult("", v.score, True, verdict=final)
+            return StepResult("", v.score, True, verdict=final, anchor=anchor)
         again = self.options.feedback + ("\n" + self.prompt.text if self.options.repeat_prompt else "")
-        return StepResult(again, 0.0, False, info={"inner_verdict": v})
+        return StepResult(again, 0.0, False, info={"inner_verdict": v}, anchor=anchor)
 
 
 class MultiAttemptTask:

@@ -20,6 +20,13 @@ Problems are generated from six templates (sums of squares, primes below n, digi
 powers, divisor counts, an arithmetic-series word problem, Fibonacci numbers); the reference
 answer is computed here, outside the sandbox. Demonstrations solve each with one or two cells
 (the two-cell ones show state carried over). Splits are disjoint and fixed by ``seed``.
+
+**No GiGPO anchors.** The state a cell runs in is the interpreter's namespace, which the outputs
+shown do not identify (``x = 5`` and ``y = 3`` both print nothing) and which cannot be compared
+across episodes without running them; keying on the cells' source would key on the actions. So
+turns carry no anchor (``STATE_ANCHORS = False``) and ``rollwise.compat`` refuses
+``advantage.name = "gigpo"`` here rather than let it run as episode-level GRPO without saying so;
+``turn_return`` or the default trajectory GRPO assign credit without states.
 """
 
 from __future__ import annotations
@@ -166,6 +173,7 @@ class PythonCells:
 
 class PythonMathTask(ToolTask):
     name = NAME
+    STATE_ANCHORS = False  # the namespace is not keyed (module docstring, "No GiGPO anchors")
 
     def __init__(self, options: make.Options):
         self.options = o = options
@@ -258,3 +266,4 @@ class _Options(ToolOptions):
 
 make.Options = _Options
 make.episodes = True  # an environment task: rollwise.compat checks the episode keys from the config alone
+make.state_anchors = PythonMathTask.STATE_ANCHORS  # False: rollwise.compat refuses gigpo

@@ -39,6 +39,15 @@ verdict's score (None = could not verify, never 0). This is the tool-integrated 
 the interpreter output is an observation the pool appends and masks, as they mask it. Deviation:
 they stop the decoder at the closing code tag inside one response; here a turn ends at the end of
 the policy's turn (the pool's stop rule) and every call in it runs.
+
+**Anchor** (GiGPO's step groups, ``objectives/gigpo.py``): the state a turn acts in is what the
+environment has answered so far, the concatenated observations of the episode's earlier turns
+(``""`` before the first turn, shared by every episode of the prompt). A tool whose output is a
+function of its call (``calc``) holds no other state, so two episodes whose calls differ in form
+but got the same outputs (``<calc>1+2</calc>`` and ``<calc>2+1</calc>``) share a step group, and
+episodes told different things never do. A task whose tools keep state that the outputs do not
+show sets ``STATE_ANCHORS = False``: its turns get no anchor, and ``rollwise.compat`` refuses
+``advantage.name = "gigpo"`` for it (``make.state_anchors``; e.g. ``python_math``).
 """
 
 from __future__ import annotations
@@ -281,10 +290,13 @@ class ToolEnv:
     prompt: Prompt
     verify: Callable[[Prompt, str], Verdict]
     make_runner: Callable[[], ToolRunner]
+    anchored: bool = True  # key each turn by the observations so far (module docstring, "Anchor")
     runner: ToolRunner | None = field(default=None, init=False)
+    told: str = field(default="", init=False)  # the observations of the episode so far
 
     def reset(self, seed: int) -> None:
         self.runner = self.make_runner()  # a fresh budget (and tool state) per episode
+        self.told = ""
 
     def set_tool_limits(self, calls_left: int, timeout_s: float) -> None:
         """The episode pool's ``task.max_tool_calls`` (as the calls this episode has left) and
@@ -296,12 +308,14 @@ class ToolEnv:
     def step(self, action: str) -> StepResult:
         if self.runner is None:
             self.reset(0)
+        anchor = self.told if self.anchored else None
         ran = self.runner.run(action)
         if ran is None:
             v = self.verify(self.prompt, action)
-            return StepResult("", v.score, True, verdict=v)
+            return StepResult("", v.score, True, verdict=v, anchor=anchor)
         observation, calls = ran
-        return StepResult(observation, 0.0, False, calls)
+        self.told += observation
+        return StepResult(observation, 0.0, False, calls, anchor=anchor)
 
 
 class ToolTask:
@@ -311,6 +325,7 @@ class ToolTask:
 
     name: str
     options: ToolOptions
+    STATE_ANCHORS = True  # the tools' outputs are the environment's state (module docstring, "Anchor")
     _train: tuple[Prompt, ...] = ()
     _heldout: tuple[Prompt, ...] = ()
 
@@ -338,7 +353,9 @@ class ToolTask:
         return {"tools": tuple(self.tool_schemas())} if self.options.format == "json" else {}
 
     def environment(self, prompt: Prompt) -> ToolEnv:
-        return ToolEnv(prompt, self.verify, lambda: ToolRunner.from_options(self.tools(), self.options))
+        return ToolEnv(
+            prompt, self.verify, lambda: ToolRunner.from_options(self.tools(), self.options), self.STATE_ANCHORS
+        )
 
     def episode_examples(self, n: int, seed: int) -> list[tuple[Prompt, tuple[tuple[str, str], ...]]]:
         """Demonstrations: each tool call in the task's format with its true output (run here, so the

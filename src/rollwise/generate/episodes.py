@@ -64,7 +64,7 @@ from typing import Any, Literal
 
 from rollwise.distributed.local import StepCost, merge_groups
 from rollwise.registry import Compat
-from rollwise.tokens import Codec, cut_observation
+from rollwise.tokens import Codec
 from rollwise.types import Episode, Plan, Prompt, Rollout, Sampling, Turn, Verdict
 
 COMPAT = Compat(decode_hooks=False)  # its own generate calls per turn: no rollout wrapper may drive it
@@ -257,9 +257,7 @@ class EpisodePool:
         obs: list[int] = []
         if reason is None:
             role = "tool" if calls else "user"
-            obs, cut = cut_observation(
-                self.codec.encode_observation(res.observation, e.prompt, role), lim.max_observation_tokens
-            )
+            obs, cut = self.codec.encode_observation(res.observation, e.prompt, role, lim.max_observation_tokens)
             tally.truncated += cut
             if lim.max_episode_tokens - end - len(obs) < 1:  # no room for another turn
                 obs, reason = [], "token_budget"

@@ -7,8 +7,9 @@ For the rows of one group (the episodes of one prompt):
    reward (the trajectory reward when the environment gives no per-turn rewards; per-turn rewards as
    in ``objectives/turn_return.py``: ``Turn.reward``, the trajectory reward on the last turn when none
    is given, option ``outcome``).
-2. **Step level.** The turns of the group's episodes that acted on the same observation (equal
-   ``Turn.anchor``, the paper's "anchor state") form a step group. Each turn's discounted return
+2. **Step level.** The turns of the group's episodes that acted in the same environment state (equal
+   ``Turn.anchor``, the paper's "anchor state"; each environment keys its state, never the action,
+   in ``StepResult.anchor``, e.g. ``envs/guess.py``) form a step group. Each turn's discounted return
    ``G_k = sum_{j >= k} gamma^(j - k) r_j`` is normalised within its step group:
    ``A^S = (G_k - mean_step) / F_norm``.
 3. ``A_k = A^E_i + omega * A^S_k`` on turn k's policy tokens (``Advantages.token_values``);

@@ -75,3 +75,23 @@ def test_splits_disjoint_and_sized():
 def test_bad_options_name_the_key(opts, key):
     with pytest.raises(UserError, match=key):
         make(None, opts)
+
+
+def test_anchor_is_what_the_tool_answered_so_far():
+    """GiGPO's state of a calculator episode: the outputs so far. 1234+5678 and 5678+1234 are two
+    calls but one answer, so the turns after them act in one state; a call answered differently
+    (1234-5678) leads elsewhere. Every episode's first turn acts in the same (empty) state."""
+    t = task()
+    p = t.train_prompts()[0]
+
+    def anchors(actions):
+        env = t.environment(p)
+        env.reset(0)
+        return [env.step(a).anchor for a in actions]
+
+    a = anchors(["<calc>1234+5678</calc>", "6912"])
+    b = anchors(["<calc>5678+1234</calc>", "6913"])
+    c = anchors(["<calc>1234-5678</calc>", "6912"])
+    assert a[0] == b[0] == c[0] == ""
+    assert a[1] == b[1] == "<out>6912</out>" and c[1] == "<out>-4444</out>"
+    assert anchors(["<calc>1+1</calc>", "<calc>2*1</calc>", "2"])[2] == "<out>2</out><out>2</out>"

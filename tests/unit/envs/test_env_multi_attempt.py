@@ -69,3 +69,12 @@ def test_demonstrations_replay_to_reward_1():
 def test_bad_options_name_the_key(opts, key):
     with pytest.raises(UserError, match=key):
         make(None, opts)
+
+
+def test_anchor_is_the_number_of_wrong_answers():
+    """Every wrong answer gets the same feedback: the state is how many there were, whatever they said."""
+    t = task(max_attempts=3)
+    p = t.train_prompts()[0]
+    right, wrong = p.answer, str(int(p.answer) + 1)
+    assert [r.anchor for r in run(t, p, [wrong, "x", right])] == ["0 wrong", "1 wrong", "2 wrong"]
+    assert [r.anchor for r in run(t, p, ["y", right])] == ["0 wrong", "1 wrong"]

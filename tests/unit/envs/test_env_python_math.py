@@ -115,3 +115,17 @@ def test_rlimit_isolation_contains_a_read_outside(tmp_path):
     assert (
         env.step("<python>x = 2\n</python><python>print(x * 21)</python>").observation == "<out></out><out>42\n</out>"
     )
+
+
+def test_gigpo_is_refused_at_load_and_turns_carry_no_anchor(t):
+    """The interpreter's namespace is the state and no key shows it (``x = 5`` and ``y = 3`` both print
+    nothing): no anchor, and gigpo, which would silently be episode-level GRPO, is refused naming both
+    keys; the calculator, whose outputs are its state, loads with gigpo."""
+    from rollwise.config import load_config
+
+    with pytest.raises(UserError, match=r"advantage\.name = 'gigpo'.*task\.name = 'python_math'"):
+        load_config(None, ["task.name=python_math", "advantage.name=gigpo"])
+    assert load_config(None, ["task.name=calculator", "advantage.name=gigpo"]).advantage.name == "gigpo"
+    env = t.environment(t.train_prompts()[0])
+    env.reset(0)
+    assert env.step("the answer is 3").anchor is None

@@ -284,7 +284,8 @@ def test_chat_observation_is_the_template_difference():
     codec = Codec(tok, use_chat=True)
     p = Prompt("c", "s", "hi", None, messages=({"role": "user", "content": "hi"},))
     assert codec.chat(p)
-    obs = codec.encode_observation("lower", p, role="tool")
+    obs, cut = codec.encode_observation("lower", p, role="tool")
+    assert not cut
     assert tok.decode(obs) == ";<bos>tool:lower<eos>;<bos>assistant:"
     # prompt + a turn ending in EOS + the observation == the template of the whole conversation (up to the
     # assistant's text, which the policy wrote)
