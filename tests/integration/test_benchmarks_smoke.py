@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import as_sets, tiny_overrides
+
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks"
 HAS_TRL = __import__("importlib").util.find_spec("trl") is not None
@@ -102,3 +104,186 @@ def test_vs_trl_forced_mode_trains_a_pretrained_model_through_the_truncation_pro
     bench(tmp_path, "vs_trl.py", "--child", "rollwise", "--spec", "spec.json", "--child-out", "res.json")
     steps = json.loads((tmp_path / "res.json").read_text())["steps"]
     assert [(s["rollouts"], s["tokens"]) for s in steps] == [(2, 8)]  # 1 x 2 completions, each cut at 4 tokens
+
+
+# ---------------------------------------------------------------- scripts that run whole on a CPU
+
+
+def _json(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def test_april_throughput(tmp_path):
+    bench(
+        tmp_path,
+        "april_throughput.py",
+        *("--levels", "1", "2", "--warm-steps", "2", "--groups", "2", "--n", "2", "--max-new-tokens", "8"),
+        *("--steps", "1", "--threads", "1", "--out", tmp_path / "april.json"),
+    )
+    assert {"sync", "april"} <= set(_json(tmp_path / "april.json")["arms"])
+
+
+def test_code_sandbox(tmp_path):
+    bench(
+        tmp_path,
+        "code_sandbox.py",
+        *("--throughput-only", "--calls", "2", "--repeats", "1", "--modes", "rlimit", "--out", tmp_path / "sb.json"),
+    )
+    rates = _json(tmp_path / "sb.json")["modes"]["rlimit"]["calls_per_s"]
+    assert rates["workers_1"]["median"] > 0 and rates["workers_2"]["median"] > 0
+
+
+def test_code_sandbox_ab_with_this_tree_on_both_sides(tmp_path):
+    src = str(ROOT / "src")
+    bench(
+        tmp_path,
+        "code_sandbox_ab.py",
+        *("--before", src, "--after", src, "--modes", "rlimit", "--calls", "2", "--rounds", "1"),
+        *("--out", tmp_path / "ab.json"),
+    )
+    assert (tmp_path / "ab.json").stat().st_size > 0
+
+
+def test_compute_dtype_auto(tmp_path):
+    bench(
+        tmp_path,
+        "compute_dtype_auto.py",
+        *("--steps", "1", "--threads", "1", "--warm-start-steps", "0", "--dtypes", "float32"),
+        *("--out", tmp_path / "cdt.json"),
+    )
+    res = _json(tmp_path / "cdt.json")
+    assert [d["model"] for d in res["decisions"]] == ["tiny (embedded default)", "smollm2-135m"]
+
+
+def test_episode_tools(tmp_path):
+    bench(
+        tmp_path,
+        "episode_tools.py",
+        *("--episodes", "4", "--turns", "1", "--tokens", "8", "--warm-steps", "2", "--out", tmp_path / "ept.json"),
+    )
+    assert (tmp_path / "ept.json").stat().st_size > 0
+
+
+def test_gen_throughput(tmp_path):
+    bench(
+        tmp_path,
+        "gen_throughput.py",
+        *("--batch-sizes", "1", "--new-tokens", "2", "--repeats", "1", "--matmul-sizes", "64", "--threads", "1"),
+        *("--out", tmp_path / "gen.json"),
+    )
+    assert _json(tmp_path / "gen.json")["models"]
+
+
+def test_regime_probes_a_sweep_at_step_0(tmp_path):
+    bench(
+        tmp_path,
+        "regime.py",
+        *(BENCH / "arith_quick.toml", "--prompts", "2", "--group-size", "2", "--batch", "2"),
+        *("--set", "model.warm_start.steps=0", "--out", tmp_path / "regime.json"),
+    )
+    assert "step0" in _json(tmp_path / "regime.json")
+
+
+def test_simulate_async(tmp_path):
+    bench(
+        tmp_path,
+        "simulate_async.py",
+        *("--steps", "5", "--warmup", "1", "--workers", "1", "2", "--eta", "1", "--no-comparison"),
+        *("--out", tmp_path / "sim.json"),
+    )
+    assert _json(tmp_path / "sim.json")["sweep"]
+
+
+def test_table_of_a_committed_compare_result(tmp_path):
+    out = bench(tmp_path, "table.py", BENCH / "results" / "arith_quick" / "compare.json")
+    assert out.startswith("| arm |") and "Target: held-out pass@1" in out
+
+
+def test_train_profile(tmp_path):
+    bench(
+        tmp_path,
+        "train_profile.py",
+        *("--model", "tiny-s", "--rows", "2", "--completion-len", "4", "--repeats", "1", "--threads", "1"),
+        *("--out", tmp_path / "tp.json"),
+    )
+    assert set(_json(tmp_path / "tp.json")["modes"]) == {"forced", "natural"}
+
+
+def test_value_ceiling(tmp_path):
+    bench(
+        tmp_path,
+        "value_ceiling.py",
+        *("--prompts", "4", "--max-new-tokens", "8", "--warm-start-steps", "0", "--out", tmp_path / "vc.json"),
+    )
+    assert _json(tmp_path / "vc.json")["prompts"] == 4
+
+
+def test_episode_runs_summarises_a_real_episode_run(tmp_path):
+    import rollwise
+    from rollwise.config import load_config
+
+    o = tiny_overrides(tmp_path / "sweep", name="calc-s0", steps=1, **{"task.name": "calculator"})
+    del o["task.options"]
+    rollwise.train(load_config(overrides=as_sets(o)), log=lambda m: None)
+    bench(tmp_path, "episode_runs.py", tmp_path / "sweep", tmp_path / "runs.json")
+    assert _json(tmp_path / "runs.json")
+
+
+# ---------------------------------------------------------------- scripts that need what a CPU test lacks
+
+# script -> what it needs beyond this machine; here: its imports and argument parsing
+NEEDS = {
+    "async_steps.py": "a Ray cluster of rollout workers, 4 whole runs per task",
+    "data_parallel.py": "torchrun with 2 ranks, 3 whole runs",
+    "sapo.py": "swarms of 2-4 peers, each a whole run",
+    "scale_out.py": "vLLM's engine and SmolLM2's weights, Ray",
+    "gen_throughput_vllm.py": "vLLM's engine and SmolLM2's weights",
+    "gen_compile.py": "SmolLM2's weights and torch.compile's minutes of compilation",
+    "pretrained_lengths.py": "SmolLM2's weights",
+    "gpu_check.py": "a CUDA GPU",
+    "gpu_bundle.py": "SmolLM2's 94 MiB GGUF split into parts (its logic: tests/unit/bench/test_gpu_bundle.py)",
+}
+
+
+@pytest.mark.parametrize("script", sorted(NEEDS))
+def test_scripts_that_need_more_parse_their_arguments(tmp_path, script):
+    assert "usage:" in bench(tmp_path, script, "--help")
+
+
+# ---------------------------------------------------------------- the compare configurations
+
+
+@pytest.mark.parametrize("toml", sorted(p.name for p in BENCH.glob("*.toml")))
+def test_every_arm_of_a_compare_config_loads(toml):
+    """``rollwise compare --config benchmarks/<toml>`` builds every arm x seed config (load_config and
+    the compatibility check) before it runs any."""
+    from rollwise.bench.sweep import load_sweep, plan
+
+    specs = plan(load_sweep(BENCH / toml))
+    assert specs and all(s.cfg.train.steps >= 1 for s in specs)
+
+
+# ---------------------------------------------------------------- the table is complete
+
+SMOKED = {
+    "benchinfo.py": "imported by every script here; its helpers: tests/unit/bench/test_bench_scripts.py",
+    "vs_trl.py": "test_vs_trl_runs_both_sides, test_vs_trl_forced_mode_trains_a_pretrained_model_through_the_...",
+    "april_throughput.py": "test_april_throughput",
+    "code_sandbox.py": "test_code_sandbox",
+    "code_sandbox_ab.py": "test_code_sandbox_ab_with_this_tree_on_both_sides",
+    "compute_dtype_auto.py": "test_compute_dtype_auto",
+    "episode_runs.py": "test_episode_runs_summarises_a_real_episode_run",
+    "episode_tools.py": "test_episode_tools",
+    "gen_throughput.py": "test_gen_throughput",
+    "regime.py": "test_regime_probes_a_sweep_at_step_0",
+    "simulate_async.py": "test_simulate_async",
+    "table.py": "test_table_of_a_committed_compare_result",
+    "train_profile.py": "test_train_profile",
+    "value_ceiling.py": "test_value_ceiling",
+    **{k: "test_scripts_that_need_more_parse_their_arguments" for k in NEEDS},
+}
+
+
+def test_every_benchmark_script_has_a_smoke_test():
+    assert sorted(p.name for p in BENCH.glob("*.py")) == sorted(SMOKED)
+    assert not list(BENCH.glob("*.sh"))  # a shell script would need its own smoke test here
