@@ -86,10 +86,8 @@ def main() -> None:
     }
 
     def score(pred):
-        return {
-            "brier": round(brier(pred, rates), 4),
-            "auc_degenerate": round(auc([degenerate_prob(v, G) for v in pred], degenerate), 3),
-        }
+        a = auc([degenerate_prob(v, G) for v in pred], degenerate)  # None when every group is alike
+        return {"brier": round(brier(pred, rates), 4), "auc_degenerate": None if a is None else round(a, 3)}
 
     out = {"constant (mean pass rate)": score([sum(rates) / len(rates)] * len(rates))}
     for name, x in feats.items():

@@ -222,7 +222,9 @@ def test_episode_runs_summarises_a_real_episode_run(tmp_path):
     import rollwise
     from rollwise.config import load_config
 
-    o = tiny_overrides(tmp_path / "sweep", name="calc-s0", steps=1, **{"task.name": "calculator"})
+    small = {"model.warm_start.steps": 2, "control.prompts_per_step": 1, "control.rollouts_per_prompt": 2}
+    small.update({"eval.n_prompts": 1, "eval.samples": 1, "eval.k": [1], "eval.at_start": False})
+    o = tiny_overrides(tmp_path / "sweep", name="calc-s0", steps=1, **{"task.name": "calculator", **small})
     del o["task.options"]
     rollwise.train(load_config(overrides=as_sets(o)), log=lambda m: None)
     bench(tmp_path, "episode_runs.py", tmp_path / "sweep", tmp_path / "runs.json")
