@@ -41,8 +41,11 @@ import benchinfo  # noqa: E402
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-def arm_overrides(dtype: str, steps: int, run_dir: Path, name: str, threads: int | None) -> list[str]:
-    """``--set`` overrides of one embedded-default arm (pure)."""
+def arm_overrides(
+    dtype: str, steps: int, run_dir: Path, name: str, threads: int | None, warm_start_steps: int | None = None
+) -> list[str]:
+    """``--set`` overrides of one embedded-default arm (pure); ``warm_start_steps`` None keeps the
+    default's warm start (the measured figures), a small number makes a smoke run."""
     sets = [
         f"model.compute_dtype={dtype}",
         f"train.steps={steps}",
@@ -59,6 +62,8 @@ def arm_overrides(dtype: str, steps: int, run_dir: Path, name: str, threads: int
     ]
     if threads:
         sets.append(f"run.threads={threads}")
+    if warm_start_steps is not None:
+        sets.append(f"model.warm_start.steps={warm_start_steps}")
     return sets
 
 
@@ -146,6 +151,9 @@ def main(argv=None) -> int:
         "--dtypes", nargs="+", default=["auto", "float32", "bfloat16"], choices=["auto", "float32", "bfloat16"]
     )
     ap.add_argument("--threads", type=int, default=None, help="run.threads of each arm (default: the config's)")
+    ap.add_argument(
+        "--warm-start-steps", type=int, default=None, help="model.warm_start.steps of every arm (default: the config's)"
+    )
     ap.add_argument("--vs-trl-json", default=None, help="a benchmarks/vs_trl.py result to summarise beside")
     ap.add_argument("--note", default=None, help="free text stored in the JSON (e.g. which CPU types were available)")
     ap.add_argument("--out", default=str(benchinfo.RESULTS / "compute_dtype_auto.json"))
@@ -177,7 +185,9 @@ def main(argv=None) -> int:
 
     print("warm start (cached for the arms) ...", flush=True)
     subprocess.run(
-        train_command(arm_overrides("float32", 1, work, "prep", a.threads)), check=True, stdout=subprocess.DEVNULL
+        train_command(arm_overrides("float32", 1, work, "prep", a.threads, a.warm_start_steps)),
+        check=True,
+        stdout=subprocess.DEVNULL,
     )
     arms = {}
     for dtype in a.dtypes:
@@ -185,7 +195,7 @@ def main(argv=None) -> int:
         load = os.getloadavg()[0]
         t0 = time.perf_counter()
         proc = subprocess.run(
-            train_command(arm_overrides(dtype, a.steps, work, dtype, a.threads)),
+            train_command(arm_overrides(dtype, a.steps, work, dtype, a.threads, a.warm_start_steps)),
             check=True,
             capture_output=True,
             text=True,

@@ -18,6 +18,7 @@ import argparse
 import dataclasses
 import json
 import time
+from pathlib import Path
 
 import benchinfo
 import torch
@@ -99,6 +100,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--model", default="tiny-s")
     ap.add_argument("--warm-steps", type=int, default=400)
+    ap.add_argument("--out", type=Path, default=benchinfo.RESULTS / "episode_tools.json")
     args = ap.parse_args()
     model, tok = build_tiny(args.model, seed=0)
     codec = Codec(tok)
@@ -137,7 +139,7 @@ def main() -> None:
         "git": benchinfo.git(),
         "created": benchinfo.stamp(),
     }
-    (benchinfo.RESULTS / "episode_tools.json").write_text(json.dumps(out, indent=1) + "\n")
+    args.out.write_text(json.dumps(out, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -10,10 +10,14 @@ then scores predictions of the first group's pass rate and zero-variance flag:
 - the prompt's *other* group (an independent previous visit of G rollouts: what history methods see).
 
     PYTHONPATH=src python benchmarks/value_ceiling.py   # -> benchmarks/results/value_ceiling.json
+
+``--prompts``, ``--max-new-tokens`` and ``--warm-start-steps`` shrink it to a smoke run (at least 4
+prompts: the cross-validation has 4 folds).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
 import sys
@@ -37,19 +41,26 @@ G = 8
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--prompts", type=int, default=192, help="the pool's first N prompts")
+    ap.add_argument("--max-new-tokens", type=int, default=256)
+    ap.add_argument("--warm-start-steps", type=int, default=None, help="model.warm_start.steps (default: the config's)")
+    ap.add_argument("--out", type=Path, default=benchinfo.RESULTS / "value_ceiling.json")
+    a = ap.parse_args()
     torch.set_num_threads(1)
-    cfg = load_config(
-        overrides=[
-            "task.options={cot = true, levels = [3, 4, 5]}",
-            "task.max_train_prompts=192",
-            "sampling.max_new_tokens=256",
-        ]
-    )
+    sets = [
+        "task.options={cot = true, levels = [3, 4, 5]}",
+        f"task.max_train_prompts={a.prompts}",
+        f"sampling.max_new_tokens={a.max_new_tokens}",
+    ]
+    if a.warm_start_steps is not None:
+        sets.append(f"model.warm_start.steps={a.warm_start_steps}")
+    cfg = load_config(overrides=sets)
     task = components.build_task(cfg)
     model, codec = components.build_policy(cfg, task, log=lambda m: None)
     backend = HFBackend(model, codec.eos_ids, codec.pad_id, 64, 0)
     prompts = list(task.train_prompts())
-    smp = Sampling(1.0, 1.0, 256)
+    smp = Sampling(1.0, 1.0, a.max_new_tokens)
     pool = LocalPool(backend, codec, task.verify, smp, max_batch=64)
 
     def sample(seed):
@@ -75,10 +86,8 @@ def main() -> None:
     }
 
     def score(pred):
-        return {
-            "brier": round(brier(pred, rates), 4),
-            "auc_degenerate": round(auc([degenerate_prob(v, G) for v in pred], degenerate), 3),
-        }
+        a = auc([degenerate_prob(v, G) for v in pred], degenerate)  # None when every group is alike
+        return {"brier": round(brier(pred, rates), 4), "auc_degenerate": None if a is None else round(a, 3)}
 
     out = {"constant (mean pass rate)": score([sum(rates) / len(rates)] * len(rates))}
     for name, x in feats.items():
@@ -109,10 +118,9 @@ def main() -> None:
         "git": benchinfo.git(),
         "created": benchinfo.stamp(),
     }
-    path = benchinfo.RESULTS / "value_ceiling.json"
-    path.write_text(json.dumps(result, indent=1))
+    a.out.write_text(json.dumps(result, indent=1))
     print(json.dumps(result["scores"], indent=1))
-    print(f"wrote {path}")
+    print(f"wrote {a.out}")
 
 
 if __name__ == "__main__":

@@ -30,7 +30,8 @@ Completion lengths (``--lengths``, both by default, each a separate pair of runs
   (EOS is masked until L). rollwise has no such option: the child swaps in an ``HFBackend`` whose
   EOS set is empty, so sampling never stops early (an EOS may be sampled mid-sequence and is
   trained on like any token). Rewards are then ~0 (the answer is followed by junk): a speed
-  measurement, not a learning one.
+  measurement, not a learning one. Every completion is cut at the limit, which the step-0 probe
+  stops for a pretrained model (``smollm2-135m``), so the rollwise side sets ``run.force``.
 - ``natural``: both stop at EOS as they normally do. Lengths then depend on sampling, so the
   JSON reports each side's mean completion length next to its tokens/s.
 
@@ -93,6 +94,9 @@ def rollwise_config_data(spec: dict, run_dir: str) -> dict:
             "progress": False,
             "checkpoint_every": 0,
             "overwrite": True,
+            # forced mode cuts every completion at max_new_tokens by design; the step-0 probe stops
+            # such a run for a pretrained model (rollwise.defaults.probe) unless told it is deliberate
+            "force": spec["mode"] == "forced",
         },
         "model": {
             "name": spec["model"],

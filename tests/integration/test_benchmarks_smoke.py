@@ -1,0 +1,291 @@
+"""Every script under ``benchmarks/`` runs at the current commit (issue #47, item 3): each one at its
+smallest size (a step or two, the tiny model), as a user runs it (a subprocess of this Python with
+this tree's ``src`` first on the path), writing into the test's temp dir, never over
+``benchmarks/results``. A change that breaks a benchmark fails here, not months later when someone
+tries to reproduce a committed figure.
+
+Scripts that need what a CPU test machine lacks (a CUDA GPU, vLLM's engine, a Ray cluster, torchrun,
+SmolLM2's weights, a second source tree) are run as far as they go here: their argument parsing and
+imports (``--help``), plus the part that runs on a CPU where they have one (named in each test).
+``test_every_benchmark_script_has_a_smoke_test`` keeps the table below complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import as_sets, tiny_overrides
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "benchmarks"
+HAS_TRL = __import__("importlib").util.find_spec("trl") is not None
+
+pytestmark = pytest.mark.slow
+
+
+def _env(tmp_path) -> dict:
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
+        "HF_HUB_OFFLINE": "1",
+        "ROLLWISE_CACHE": str(tmp_path / "cache"),
+        "OMP_NUM_THREADS": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def bench(tmp_path, script: str, *args: str, timeout: int = 180) -> str:
+    """Run ``benchmarks/<script>`` with ``args`` in ``tmp_path``; its output, after asserting exit 0."""
+    p = subprocess.run(
+        [sys.executable, str(BENCH / script), *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=_env(tmp_path),
+        cwd=tmp_path,
+        timeout=timeout,
+    )
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, f"{script} {' '.join(map(str, args))} exited {p.returncode}:\n{out[-3000:]}"
+    return out
+
+
+# ---------------------------------------------------------------- vs_trl.py
+
+
+@pytest.mark.skipif(not HAS_TRL, reason="TRL is not installed (the 'trl' extra)")
+def test_vs_trl_runs_both_sides(tmp_path):
+    """The forced-length mode, TRL included (the natural mode differs only in not forcing lengths)."""
+    out = tmp_path / "vs_trl.json"
+    bench(
+        tmp_path,
+        "vs_trl.py",
+        *("--model", "tiny-s", "--warm-start-steps", "0", "--threads", "1", "--steps", "1", "--warmup", "0"),
+        *("--prompts", "2", "--group", "2", "--max-new-tokens", "4", "--lengths", "forced"),
+        *("--profile", "never", "--out", out),
+    )
+    res = json.loads(out.read_text())
+    assert set(res["modes"]) == {"forced"}
+    forced = res["modes"]["forced"]
+    assert forced["same_initial_weights"] is True
+    # forced: 2 x 2 completions of exactly 4 tokens on each side
+    assert forced["rollwise"]["generated_tokens_per_step_mean"] == forced["trl"]["generated_tokens_per_step_mean"] == 16
+
+
+def _pretrained_profile_model(dir_: Path) -> str:
+    """The tiny model saved as a Hugging Face directory: rollwise gives a model named by a directory
+    the ``pretrained`` profile (rollwise.defaults), whose step-0 probe stops a run with most
+    completions cut, as it does for ``--model smollm2-135m`` (benchmarks/results/vs_trl_smollm2.json)."""
+    from rollwise.trainer.tiny import build_tiny
+
+    model, tok = build_tiny("tiny-s")
+    model.save_pretrained(dir_)
+    tok.save_pretrained(dir_)
+    return str(dir_)
+
+
+def test_vs_trl_forced_mode_trains_a_pretrained_model_through_the_truncation_probe(tmp_path):
+    """Forced lengths cut every completion at max_new_tokens by design: the rollwise side says so with
+    run.force instead of being stopped at step 0 ('100% of step 0's completions were cut')."""
+    from rollwise import defaults
+
+    model = _pretrained_profile_model(tmp_path / "model")
+    assert defaults.profile(model).truncation_stop
+    spec = {
+        **dict(model=model, warm_start_steps=0, prompts=1, group=2, max_new_tokens=4, steps=1, warmup=0),
+        **dict(lr=2e-4, seed=0, threads=1, work=str(tmp_path), model_dir=model, mode="forced", settings="same"),
+    }
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    bench(tmp_path, "vs_trl.py", "--child", "rollwise", "--spec", "spec.json", "--child-out", "res.json")
+    steps = json.loads((tmp_path / "res.json").read_text())["steps"]
+    assert [(s["rollouts"], s["tokens"]) for s in steps] == [(2, 8)]  # 1 x 2 completions, each cut at 4 tokens
+
+
+# ---------------------------------------------------------------- scripts that run whole on a CPU
+
+
+def _json(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def test_april_throughput(tmp_path):
+    bench(
+        tmp_path,
+        "april_throughput.py",
+        *("--levels", "1", "2", "--warm-steps", "2", "--groups", "2", "--n", "2", "--max-new-tokens", "8"),
+        *("--steps", "1", "--threads", "1", "--out", tmp_path / "april.json"),
+    )
+    assert {"sync", "april"} <= set(_json(tmp_path / "april.json")["arms"])
+
+
+def test_code_sandbox(tmp_path):
+    bench(
+        tmp_path,
+        "code_sandbox.py",
+        *("--throughput-only", "--calls", "2", "--repeats", "1", "--modes", "rlimit", "--out", tmp_path / "sb.json"),
+    )
+    rates = _json(tmp_path / "sb.json")["modes"]["rlimit"]["calls_per_s"]
+    assert rates["workers_1"]["median"] > 0 and rates["workers_2"]["median"] > 0
+
+
+def test_code_sandbox_ab_with_this_tree_on_both_sides(tmp_path):
+    src = str(ROOT / "src")
+    bench(
+        tmp_path,
+        "code_sandbox_ab.py",
+        *("--before", src, "--after", src, "--modes", "rlimit", "--calls", "2", "--rounds", "1"),
+        *("--out", tmp_path / "ab.json"),
+    )
+    assert (tmp_path / "ab.json").stat().st_size > 0
+
+
+def test_compute_dtype_auto(tmp_path):
+    bench(
+        tmp_path,
+        "compute_dtype_auto.py",
+        *("--steps", "1", "--threads", "1", "--warm-start-steps", "0", "--dtypes", "float32"),
+        *("--out", tmp_path / "cdt.json"),
+    )
+    res = _json(tmp_path / "cdt.json")
+    assert [d["model"] for d in res["decisions"]] == ["tiny (embedded default)", "smollm2-135m"]
+
+
+def test_episode_tools(tmp_path):
+    bench(
+        tmp_path,
+        "episode_tools.py",
+        *("--episodes", "4", "--turns", "1", "--tokens", "8", "--warm-steps", "2", "--out", tmp_path / "ept.json"),
+    )
+    assert (tmp_path / "ept.json").stat().st_size > 0
+
+
+def test_gen_throughput(tmp_path):
+    bench(
+        tmp_path,
+        "gen_throughput.py",
+        *("--batch-sizes", "1", "--new-tokens", "2", "--repeats", "1", "--matmul-sizes", "64", "--threads", "1"),
+        *("--out", tmp_path / "gen.json"),
+    )
+    assert _json(tmp_path / "gen.json")["models"]
+
+
+def test_regime_probes_a_sweep_at_step_0(tmp_path):
+    bench(
+        tmp_path,
+        "regime.py",
+        *(BENCH / "arith_quick.toml", "--prompts", "2", "--group-size", "2", "--batch", "2"),
+        *("--set", "model.warm_start.steps=0", "--out", tmp_path / "regime.json"),
+    )
+    assert "step0" in _json(tmp_path / "regime.json")
+
+
+def test_simulate_async(tmp_path):
+    bench(
+        tmp_path,
+        "simulate_async.py",
+        *("--steps", "5", "--warmup", "1", "--workers", "1", "2", "--eta", "1", "--no-comparison"),
+        *("--out", tmp_path / "sim.json"),
+    )
+    assert _json(tmp_path / "sim.json")["sweep"]
+
+
+def test_table_of_a_committed_compare_result(tmp_path):
+    out = bench(tmp_path, "table.py", BENCH / "results" / "arith_quick" / "compare.json")
+    assert out.startswith("| arm |") and "Target: held-out pass@1" in out
+
+
+def test_train_profile(tmp_path):
+    bench(
+        tmp_path,
+        "train_profile.py",
+        *("--model", "tiny-s", "--rows", "2", "--completion-len", "4", "--repeats", "1", "--threads", "1"),
+        *("--out", tmp_path / "tp.json"),
+    )
+    assert set(_json(tmp_path / "tp.json")["modes"]) == {"forced", "natural"}
+
+
+def test_value_ceiling(tmp_path):
+    bench(
+        tmp_path,
+        "value_ceiling.py",
+        *("--prompts", "4", "--max-new-tokens", "8", "--warm-start-steps", "0", "--out", tmp_path / "vc.json"),
+    )
+    assert _json(tmp_path / "vc.json")["prompts"] == 4
+
+
+def test_episode_runs_summarises_a_real_episode_run(tmp_path):
+    import rollwise
+    from rollwise.config import load_config
+
+    small = {"model.warm_start.steps": 2, "control.prompts_per_step": 1, "control.rollouts_per_prompt": 2}
+    small.update({"eval.n_prompts": 1, "eval.samples": 1, "eval.k": [1], "eval.at_start": False})
+    o = tiny_overrides(tmp_path / "sweep", name="calc-s0", steps=1, **{"task.name": "calculator", **small})
+    del o["task.options"]
+    rollwise.train(load_config(overrides=as_sets(o)), log=lambda m: None)
+    bench(tmp_path, "episode_runs.py", tmp_path / "sweep", tmp_path / "runs.json")
+    assert _json(tmp_path / "runs.json")
+
+
+# ---------------------------------------------------------------- scripts that need what a CPU test lacks
+
+# script -> what it needs beyond this machine; here: its imports and argument parsing
+NEEDS = {
+    "async_steps.py": "a Ray cluster of rollout workers, 4 whole runs per task",
+    "data_parallel.py": "torchrun with 2 ranks, 3 whole runs",
+    "sapo.py": "swarms of 2-4 peers, each a whole run",
+    "scale_out.py": "vLLM's engine and SmolLM2's weights, Ray",
+    "gen_throughput_vllm.py": "vLLM's engine and SmolLM2's weights",
+    "gen_compile.py": "SmolLM2's weights and torch.compile's minutes of compilation",
+    "pretrained_lengths.py": "SmolLM2's weights",
+    "gpu_check.py": "a CUDA GPU",
+    "gpu_bundle.py": "SmolLM2's 94 MiB GGUF split into parts (its logic: tests/unit/bench/test_gpu_bundle.py)",
+}
+
+
+@pytest.mark.parametrize("script", sorted(NEEDS))
+def test_scripts_that_need_more_parse_their_arguments(tmp_path, script):
+    assert "usage:" in bench(tmp_path, script, "--help")
+
+
+# ---------------------------------------------------------------- the compare configurations
+
+
+@pytest.mark.parametrize("toml", sorted(p.name for p in BENCH.glob("*.toml")))
+def test_every_arm_of_a_compare_config_loads(toml):
+    """``rollwise compare --config benchmarks/<toml>`` builds every arm x seed config (load_config and
+    the compatibility check) before it runs any."""
+    from rollwise.bench.sweep import load_sweep, plan
+
+    specs = plan(load_sweep(BENCH / toml))
+    assert specs and all(s.cfg.train.steps >= 1 for s in specs)
+
+
+# ---------------------------------------------------------------- the table is complete
+
+SMOKED = {
+    "benchinfo.py": "imported by every script here; its helpers: tests/unit/bench/test_bench_scripts.py",
+    "vs_trl.py": "test_vs_trl_runs_both_sides, test_vs_trl_forced_mode_trains_a_pretrained_model_through_the_...",
+    "april_throughput.py": "test_april_throughput",
+    "code_sandbox.py": "test_code_sandbox",
+    "code_sandbox_ab.py": "test_code_sandbox_ab_with_this_tree_on_both_sides",
+    "compute_dtype_auto.py": "test_compute_dtype_auto",
+    "episode_runs.py": "test_episode_runs_summarises_a_real_episode_run",
+    "episode_tools.py": "test_episode_tools",
+    "gen_throughput.py": "test_gen_throughput",
+    "regime.py": "test_regime_probes_a_sweep_at_step_0",
+    "simulate_async.py": "test_simulate_async",
+    "table.py": "test_table_of_a_committed_compare_result",
+    "train_profile.py": "test_train_profile",
+    "value_ceiling.py": "test_value_ceiling",
+    **{k: "test_scripts_that_need_more_parse_their_arguments" for k in NEEDS},
+}
+
+
+def test_every_benchmark_script_has_a_smoke_test():
+    assert sorted(p.name for p in BENCH.glob("*.py")) == sorted(SMOKED)
+    assert not list(BENCH.glob("*.sh"))  # a shell script would need its own smoke test here
