@@ -199,6 +199,26 @@ def test_table_of_a_committed_compare_result(tmp_path):
     assert out.startswith("| arm |") and "Target: held-out pass@1" in out
 
 
+def test_ledger_fingerprint_runs_and_compares(tmp_path):
+    bench(tmp_path, "ledger_fingerprint.py", "--only", "grpo", "--out", tmp_path / "a.json")
+    data = json.loads((tmp_path / "a.json").read_text())
+    assert len(data["grpo"]) == 4 and not any(k.startswith("metrics.jsonl:time/") for k in data["grpo"][0])
+    assert (
+        bench(tmp_path, "ledger_fingerprint.py", "--compare", tmp_path / "a.json", tmp_path / "a.json").strip()
+        == "equal"
+    )
+    data["grpo"][1]["metrics.jsonl:reward/mean"] = -1.0
+    (tmp_path / "b.json").write_text(json.dumps(data))
+    p = subprocess.run(
+        [sys.executable, str(BENCH / "ledger_fingerprint.py"), "--compare", tmp_path / "a.json", tmp_path / "b.json"],
+        capture_output=True,
+        text=True,
+        env=_env(tmp_path),
+        timeout=60,
+    )
+    assert p.returncode == 1 and "grpo line 1 metrics.jsonl:reward/mean" in p.stdout
+
+
 def test_train_profile(tmp_path):
     bench(
         tmp_path,
@@ -282,6 +302,8 @@ SMOKED = {
     "table.py": "test_table_of_a_committed_compare_result",
     "train_profile.py": "test_train_profile",
     "value_ceiling.py": "test_value_ceiling",
+    "value_ledger.py": "its derivations on hand-worked ledgers: tests/unit/bench/test_value_ledger.py",
+    "ledger_fingerprint.py": "test_ledger_fingerprint_runs_and_compares",
     **{k: "test_scripts_that_need_more_parse_their_arguments" for k in NEEDS},
 }
 
