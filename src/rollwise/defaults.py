@@ -16,8 +16,10 @@ keys left unset:
   (``PROFILES``): the tiny presets' profile is the schema's defaults; a pretrained model gets a run
   that finishes in reasonable time on a CPU.
 - A pretrained model with ``train.lr`` unset trains LoRA adapters (``model.lora.enabled``, when
-  peft is installed and the key is unset) at the default 2e-4, as the shipped SmolLM2 presets do,
-  else a full fine-tune at ``PRETRAINED_FULL_LR``: one full-weight step at 2e-4 turns
+  the key is unset) at the default 2e-4, as the shipped SmolLM2 presets do; without peft that is
+  refused with the install line (issue #40: falling back to a full fine-tune would train the same
+  TOML differently on two machines). ``model.lora.enabled = false`` is a full fine-tune at
+  ``PRETRAINED_FULL_LR``: one full-weight step at 2e-4 turns
   SmolLM2-135M's 3% truncated completions into 91% (measured on 2 CPU cores).
 - ``eval.n_prompts`` is at most the task's held-out split (``warn_eval_prompts`` warns when a set
   value asks for more).
@@ -142,7 +144,15 @@ def derive(cfg, task) -> dict[str, tuple[object, str]]:
     if prof.name == "pretrained" and not is_set(
         cfg, "train.lr"
     ):  # a full fine-tune at 2e-4 breaks the model in one step
-        if not is_set(cfg, "model.lora.enabled") and _has_peft():
+        if not is_set(cfg, "model.lora.enabled"):
+            if not _has_peft():  # the same TOML must not train differently where peft is missing
+                from rollwise.trainer.hf_models import HF_EXTRA_HINT
+
+                raise UserError(
+                    f"model.lora.enabled is unset, so the pretrained model {cfg.model.name!r} trains LoRA adapters "
+                    f"at train.lr 2e-4, which needs peft (not installed); install with: {HF_EXTRA_HINT}, or "
+                    f"set model.lora.enabled = false for a full fine-tune (train.lr {PRETRAINED_FULL_LR:g} unless set)"
+                )
             if not cfg.model.lora.enabled:
                 out["model.lora.enabled"] = (
                     True,

@@ -1,10 +1,15 @@
 """Defaults that follow the model and the task (rollwise.defaults, issue #32)."""
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import tomllib
 
+import rollwise
 from conftest import as_sets, tiny_overrides
 from rollwise import defaults
 from rollwise.config import load_config, to_toml
@@ -53,7 +58,7 @@ def test_chat_model_on_jsonl_gets_profile_and_token_room(tmp_path):
         == 16
     )
     assert cfg.model.warm_start.steps == 1150  # not warm-started (pretrained = false): left as it is
-    assert cfg.model.lora.enabled == defaults._has_peft() and cfg.train.lr == (2e-4 if defaults._has_peft() else 1e-6)
+    assert cfg.model.lora.enabled and cfg.train.lr == 2e-4  # LoRA (peft is installed here; without it: refused)
     [line] = logs
     assert (
         "sampling.max_new_tokens = 256" in line and "sampling.temperature = 0.7" in line and "train.steps = 40" in line
@@ -210,6 +215,46 @@ def test_pretrained_full_fine_tune_gets_a_small_lr(tmp_path):
         log=lambda m: None,
     )
     assert (out.model.lora.enabled, out.train.lr) == (False, defaults.PRETRAINED_FULL_LR)
+
+
+NO_PEFT = """
+import sys
+sys.modules["peft"] = None  # peft unimportable, as where it is not installed: `import peft` raises ImportError
+import rollwise
+from rollwise import defaults
+from rollwise.config import load_config
+from rollwise.registry import UserError
+try:
+    out = defaults.resolve(load_config(overrides=sys.argv[1:]), log=lambda m: None)
+except UserError as e:
+    print("refused:", e)
+else:
+    print("trains:", out.model.lora.enabled, out.train.lr)
+"""
+
+
+def _without_peft(overrides) -> str:
+    """What ``defaults.resolve`` makes of ``overrides`` in a fresh interpreter where peft cannot be imported."""
+    src = str(Path(rollwise.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, "-c", NO_PEFT, *overrides], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_a_pretrained_model_without_peft_is_refused_not_fully_fine_tuned(tmp_path):
+    """Issue #40: the same TOML trained LoRA at 2e-4 where peft was installed and silently a full
+    fine-tune at 1e-6 where it was not; now the second machine refuses, naming the key and the fix."""
+    overrides = [f'task.name="jsonl:{_jsonl(tmp_path, 20)}"', "model.name=smollm2-135m"]
+    with_peft = defaults.resolve(load_config(overrides=overrides), log=lambda m: None)
+    assert (with_peft.model.lora.enabled, with_peft.train.lr) == (True, 2e-4)
+    out = _without_peft(overrides)
+    assert out.startswith("refused:") and "model.lora.enabled" in out, out
+    assert "pip install 'rollwise[hf]'" in out and "model.lora.enabled = false" in out
+    # an explicit full fine-tune needs no peft, and is the same run on either machine
+    assert _without_peft([*overrides, "model.lora.enabled=false"]) == f"trains: False {defaults.PRETRAINED_FULL_LR}"
 
 
 def test_an_environment_task_derives_from_its_demonstrated_actions():

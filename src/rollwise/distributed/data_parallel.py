@@ -179,6 +179,36 @@ class DataParallel:
         dist.all_gather_object(out, obj)
         return out
 
+    def agree(self, fn):
+        """Every rank's ``fn()``, in rank order; if ``fn`` raised on any rank, every rank raises,
+        with each failing rank's message (a collective: every rank calls it). A rank that raised
+        alone before a collective left the others waiting in it until the process group's timeout
+        (issue #40), or ending later with only "connection closed by peer": the checks that may
+        fail on one rank (the trainer's memory check, a batch its model cannot read) run here,
+        before the first collective of a training pass. The error is a ``UserError`` when every
+        failing rank's was, else a ``RuntimeError``. What raises inside a pass, where FSDP's
+        collectives have begun, cannot meet the others here: they end when the failing process
+        does (gloo: "connection closed by peer"; the command line exits at once, torchrun then
+        stops the other ranks), as a gloo collective cannot be released from another process
+        that stays alive."""
+        try:
+            mine = (True, fn())
+        except Exception as e:  # every rank must reach the all-gather below
+            err = e
+            mine = (
+                False,
+                (isinstance(e, UserError), str(e) if isinstance(e, UserError) else f"{type(e).__name__}: {e}"),
+            )
+        else:
+            err = None
+        parts = self.all_gather(mine)
+        failed = [(r, v) for r, (ok, v) in enumerate(parts) if not ok]
+        if failed:
+            cls = UserError if all(user for _, (user, _) in failed) else RuntimeError
+            said = "; ".join(f"rank {r}: {msg}" for r, (_, msg) in failed)
+            raise cls(f"stopped on all {self.world} data-parallel ranks: {said}") from err
+        return [v for _, v in parts]
+
     # ------------------------------------------------------------ set-up (Run.__init__)
     def follow(self, cfg, log):
         """Ranks > 0: wait until rank 0 has set the run up (:meth:`lead`), then take its run name

@@ -157,12 +157,3 @@ def shard_optimizer_state(state: dict, params: list) -> dict:
             for k, v in s.items()
         }
     return {"state": out, "param_groups": state["param_groups"]}
-
-
-def pass_count(n: int) -> int:
-    """The largest ``n`` over the ranks (every rank calls it)."""
-    import torch.distributed as dist
-
-    t = torch.tensor([n], dtype=torch.int64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return int(t)

@@ -20,8 +20,20 @@ optimizer state and every log-softmax stay in ``model.dtype`` (fp32 by default):
     timings are cached per CPU model, CPU flags, torch version, torch thread count and model shapes
     in ``<cache root>/compute_dtype.json`` (cache root: ``$ROLLWISE_CACHE`` or
     ``~/.cache/rollwise``), so later runs reuse them; delete that file to measure again.
-  - **CUDA: no measurement**: bf16 when ``torch.cuda.is_bf16_supported()`` (tensor cores run bf16
-    at several times the fp32 rate on every GPU that supports it), else fp32.
+    **Only a trustworthy measurement is cached** (``trust``, issue #40): other work on the CPU
+    skews the ratio (the same SmolLM2 products measured 0.27x and 0.61x on one loaded 2-core
+    machine), and a cached number is reused for good. So the 1-minute load average per core
+    (``load_per_core``) is read before each measurement and stored with it; a measurement taken
+    at more than ``MAX_LOAD_PER_CORE`` or whose speed-up lies within ``NEAR_THRESHOLD`` of
+    ``BF16_MIN_SPEEDUP`` (either side) is measured again (each product's fastest time of the two
+    kept) before it is cached. If that too is untrustworthy, the run uses the decision without
+    caching it, says why in the log, and the next run measures again.
+  - **CUDA: capability, not a flag** (``cuda_choice``): bf16 where the GPU has bf16 tensor cores,
+    compute capability 8.0 (Ampere) and later, and torch reports bf16 support; fp32 otherwise. On
+    V100 (7.0) and T4 (7.5) ``torch.cuda.is_bf16_supported()`` can be true by emulation, which is
+    slower than fp32. fp16 is not chosen there: its range needs loss scaling (a gradient scaler)
+    that the trainer does not do, and its 5-bit exponent overflows logits that bf16 and fp32 hold
+    (issue #40). Nothing is measured on GPUs.
   - other devices: fp32.
 
   Weights that are already bf16 (``model.dtype = "bfloat16"``) run in bf16 regardless; auto then
@@ -55,7 +67,11 @@ MIN_MEASURE_S = 0.25  # ... and at least this many seconds of them, up to MAX_RO
 MAX_ROUNDS = 20
 MAX_TIMED_OUT = 8192  # a wider product (the LM head) is timed on this many output columns and scaled up
 CACHE_FILE = "compute_dtype.json"
-CACHE_VERSION = 1  # bump when what is measured changes: older entries are then measured again
+CACHE_VERSION = 2  # bump when what is measured changes: older entries are then measured again (2: load recorded)
+MAX_LOAD_PER_CORE = 0.75  # a measurement started above this 1-minute load average per core is not cached as is
+NEAR_THRESHOLD = 1.25  # nor one whose speed-up is within this factor of BF16_MIN_SPEEDUP (0.88x-1.375x)
+MEASURE_TRIES = 2  # measurements at most before an untrustworthy decision is used uncached
+BF16_MIN_CAPABILITY = (8, 0)  # CUDA compute capability with bf16 tensor cores (Ampere)
 
 
 @dataclass(frozen=True)
@@ -64,12 +80,13 @@ class Precision:
 
     dtype: torch.dtype
     setting: str  # the configured value: "auto", "float32" or "bfloat16"
-    reason: str  # "configured", "measured", "cuda bf16 support", "bf16 weights", "no rule for device"
+    reason: str  # "configured", "measured", "cuda capability", "bf16 weights", "no rule for device"
     detail: str  # one sentence for the run's log
     bf16_speedup: float | None = None  # fp32 seconds / bf16 seconds of the measured products (> 1: bf16 faster)
     fp32_s: float | None = None  # measured seconds of one pass through the model's products
     bf16_s: float | None = None
     cached: bool = False  # the timings came from the cache (measured by an earlier run on this machine)
+    load_per_core: float | None = None  # the CPU's load when the timings were taken (None: unknown)
 
     @property
     def name(self) -> str:
@@ -102,6 +119,34 @@ def choose(fp32_s: float, bf16_s: float, min_speedup: float = BF16_MIN_SPEEDUP) 
         raise ValueError(f"measured times must be positive, got fp32 {fp32_s!r} s and bf16 {bf16_s!r} s")
     speedup = fp32_s / bf16_s
     return (torch.bfloat16 if speedup >= min_speedup else torch.float32), speedup
+
+
+def trust(speedup: float, load_per_core: float | None) -> str | None:
+    """Why a CPU measurement with bf16 speed-up ``speedup``, taken at ``load_per_core`` (1-minute
+    load average per core; None where unknown), should not be cached, or None when it may be: the
+    CPU was loaded (above ``MAX_LOAD_PER_CORE``), or the speed-up is within ``NEAR_THRESHOLD`` of
+    ``BF16_MIN_SPEEDUP``, where a disturbed measurement flips the decision."""
+    if load_per_core is not None and load_per_core > MAX_LOAD_PER_CORE:
+        return f"the CPU was loaded ({load_per_core:.2f} per core > {MAX_LOAD_PER_CORE:g})"
+    lo, hi = BF16_MIN_SPEEDUP / NEAR_THRESHOLD, BF16_MIN_SPEEDUP * NEAR_THRESHOLD
+    if lo < speedup < hi:
+        return f"the speed-up {speedup:.2f}x is within {lo:.2f}x-{hi:.2f}x of the {BF16_MIN_SPEEDUP:.2f}x threshold"
+    return None
+
+
+def cuda_choice(capability: tuple[int, int], bf16_supported: bool) -> tuple[torch.dtype, str]:
+    """``auto`` on a CUDA device of compute ``capability`` where torch reports ``bf16_supported``:
+    ``(bfloat16, why)`` from capability 8.0 on when torch agrees, else ``(float32, why)`` (module
+    docstring: emulated bf16 before Ampere; no fp16 without loss scaling)."""
+    cap = f"{capability[0]}.{capability[1]}"
+    if tuple(capability) >= BF16_MIN_CAPABILITY and bf16_supported:
+        return torch.bfloat16, f"compute capability {cap} has bf16 tensor cores (not measured on GPUs)"
+    if tuple(capability) >= BF16_MIN_CAPABILITY:
+        return torch.float32, f"compute capability {cap}, but torch reports no bf16 support"
+    return torch.float32, (
+        f"compute capability {cap} < 8.0 has no bf16 tensor cores (bf16 would be emulated; "
+        "fp16 would need loss scaling): fp32"
+    )
 
 
 # ----------------------------------------------------------------------------- the model's matrix shapes
@@ -306,6 +351,20 @@ def _write_cache(path: Path, entries: dict) -> None:
     os.replace(tmp, path)
 
 
+def load_per_core() -> float | None:
+    """The 1-minute load average per core this process may run on (None where the platform has no
+    load average)."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    return load / max(1, cores)
+
+
 def measured_cpu_decision(
     shapes: MatmulShapes,
     *,
@@ -313,15 +372,21 @@ def measured_cpu_decision(
     measure: Callable[[MatmulShapes], tuple[float, float]] | None = None,
     key: dict | None = None,
     log: Callable[[str], None] | None = None,
+    load: Callable[[], float | None] | None = None,
 ) -> Precision:
     """``auto`` on a CPU: bf16 or fp32 from timings of ``shapes``' products, read from the cache
     entry for ``key`` (default: this machine, ``machine_key``) or measured (``measure``, default
-    ``measure_pass_seconds``) and stored there. A cache that cannot be read is measured over; one
-    that cannot be written is reported through ``log`` and the decision still made."""
+    ``measure_pass_seconds``; ``load()``, default ``load_per_core``, read before each measurement)
+    and stored there when ``trust`` finds nothing against it (module docstring: up to
+    ``MEASURE_TRIES`` measurements, the fastest timing of each dtype kept). A cache that cannot be
+    read is measured over; one that cannot be written, or a measurement still untrustworthy, is
+    reported through ``log`` and the decision still made."""
     measure = measure_pass_seconds if measure is None else measure
+    load = load_per_core if load is None else load
     key = machine_key(shapes) if key is None else key
     path = default_cache_path() if cache_path is None else Path(cache_path)
     digest = _digest(key)
+    doubt = None
     with _locked(path):
         entry = _read_cache(path).get(digest)
         cached = (
@@ -332,32 +397,53 @@ def measured_cpu_decision(
         )
         if cached:
             fp32_s, bf16_s = float(entry["fp32_s"]), float(entry["bf16_s"])
+            busy = entry.get("load_per_core")
         else:
-            fp32_s, bf16_s = measure(shapes)
-            entries = _read_cache(path)
-            entries[digest] = {
-                "key": key,
-                "fp32_s": fp32_s,
-                "bf16_s": bf16_s,
-                "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            }
-            try:
-                _write_cache(path, entries)
-            except OSError as e:
-                if log is not None:
-                    log(
-                        f"warning: could not cache the compute-dtype measurement in {path} ({e}); the next run "
-                        "measures again"
-                    )
+            fp32_s = bf16_s = float("inf")
+            for _ in range(MEASURE_TRIES):
+                busy = load()
+                f, b = measure(shapes)
+                fp32_s, bf16_s = min(fp32_s, f), min(bf16_s, b)  # the least disturbed of the measurements
+                doubt = trust(fp32_s / bf16_s, busy)
+                if doubt is None:
+                    break
+            if doubt is None:
+                entries = _read_cache(path)
+                entries[digest] = {
+                    "key": key,
+                    "fp32_s": fp32_s,
+                    "bf16_s": bf16_s,
+                    "load_per_core": busy,
+                    "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                }
+                try:
+                    _write_cache(path, entries)
+                except OSError as e:
+                    if log is not None:
+                        log(
+                            f"warning: could not cache the compute-dtype measurement in {path} ({e}); the next run "
+                            "measures again"
+                        )
+            elif log is not None:
+                log(
+                    f"note: the compute-dtype measurement is used but not cached ({doubt}, after {MEASURE_TRIES} "
+                    "measurements); the next run measures again"
+                )
     dtype, speedup = choose(fp32_s, bf16_s)
     verdict = "bf16 is" if dtype == torch.bfloat16 else f"bf16 needs >= {BF16_MIN_SPEEDUP:.2f}x; fp32 is"
-    where = f"cached in {path}" if cached else f"measured now, cached in {path}"
+    if cached:
+        where = f"cached in {path}"
+    elif doubt is None:
+        where = f"measured now, cached in {path}"
+    else:
+        where = f"measured now, not cached: {doubt}"
+    at = "" if busy is None else f", load {busy:.2f} per core"
     detail = (
-        f"the model's matrix products on {key['cpu']} ({key['threads']} threads, torch {key['torch']}) took "
+        f"the model's matrix products on {key['cpu']} ({key['threads']} threads, torch {key['torch']}{at}) took "
         f"{fp32_s * 1e3:.2f} ms in fp32 and {bf16_s * 1e3:.2f} ms under bf16 autocast per pass, "
         f"bf16 speed-up {speedup:.2f}x: {verdict} faster here ({where})"
     )
-    return Precision(dtype, "auto", "measured", detail, speedup, fp32_s, bf16_s, cached)
+    return Precision(dtype, "auto", "measured", detail, speedup, fp32_s, bf16_s, cached, busy)
 
 
 def _positive(v) -> bool:
@@ -376,6 +462,7 @@ def decide_compute_dtype(
     cache_path: Path | None = None,
     measure: Callable[[MatmulShapes], tuple[float, float]] | None = None,
     log: Callable[[str], None] | None = None,
+    load: Callable[[], float | None] | None = None,
 ) -> Precision:
     """What ``setting`` ("auto" / "float32" / "bfloat16") means for a model with config
     ``model_config`` on ``device`` (module docstring). On a CPU ``auto`` needs ``model_config``
@@ -389,21 +476,18 @@ def decide_compute_dtype(
             torch.bfloat16, setting, "bf16 weights", "model.dtype is bfloat16, so products run in bf16 anyway"
         )
     dev = torch.device(device)
-    if dev.type == "cuda":
-        ok = torch.cuda.is_bf16_supported()
-        return Precision(
-            torch.bfloat16 if ok else torch.float32,
-            setting,
-            "cuda bf16 support",
-            f"torch.cuda.is_bf16_supported() is {ok} (not measured on GPUs)",
-        )
+    if dev.type == "cuda":  # the one CUDA query; the rule is cuda_choice
+        dtype, why = cuda_choice(torch.cuda.get_device_capability(dev), torch.cuda.is_bf16_supported())
+        return Precision(dtype, setting, "cuda capability", why)
     if dev.type != "cpu":
         return Precision(
             torch.float32, setting, "no rule for device", f"auto has no bf16 rule for {dev.type!r} devices"
         )
     if model_config is None:
         raise ValueError("compute_dtype 'auto' on CPU times the model's matrix products: pass its config")
-    return measured_cpu_decision(MatmulShapes.of(model_config), cache_path=cache_path, measure=measure, log=log)
+    return measured_cpu_decision(
+        MatmulShapes.of(model_config), cache_path=cache_path, measure=measure, log=log, load=load
+    )
 
 
 def resolve_compute_dtype(setting: str, device: torch.device | str = "cpu", model_config=None, **kw) -> torch.dtype:

@@ -301,11 +301,12 @@ class Trainer:
         self.optimizer, self.scheduler = self._optimizer(self.model)
         self.load_state_dict(state)
 
-    def micro_batches(self, batch: Batch, shard: bool = False):
+    def micro_batches(self, batch: Batch, shard: bool = False, on_device: bool = True):
         """Yield ``(rows, micro_batch)``: the slice of ``batch`` and its rows trimmed to their
-        longest sequence, on the model's device (global counts kept, see ``Batch.rows``). With
-        ``shard`` and data parallel, only this rank's rows (``DataParallel.shard``)."""
-        device = next(self.scoring_model.parameters()).device
+        longest sequence, on the model's device (``on_device``; else where ``batch`` is), global
+        counts kept (``Batch.rows``). With ``shard`` and data parallel, only this rank's rows
+        (``DataParallel.shard``)."""
+        device = next(self.scoring_model.parameters()).device if on_device else batch.input_ids.device
         here = self.dp.shard(batch.size) if shard and self.dp is not None else range(batch.size)
         for start in range(here.start, here.stop, self.cfg.micro_batch):
             rows = slice(start, min(start + self.cfg.micro_batch, here.stop))
@@ -395,33 +396,73 @@ class Trainer:
         self.model.train()
         acc = acc if acc is not None else Accumulated()
         ess_on = bool(getattr(self.cfg, "ess_lr_scaling", None) and self.cfg.ess_lr_scaling.enabled)
-        # FSDP: the passes the other ranks run beyond this rank's, before any (each pass is a collective)
-        padding = self._padding_passes(batch) if self.fsdp else 0
+        # the checks that may fail on one rank, before any pass; FSDP: the passes the other ranks run beyond this
+        # rank's (each pass is a collective)
+        if self.dp is None:
+            self._preflight(batch)
+            padding = 0
+        else:
+            counts = self.dp.agree(lambda: self._preflight(batch))
+            padding = max(counts) - counts[self.dp.rank] if self.fsdp else 0
         for i, (_, mb) in enumerate(self.micro_batches(batch, shard=True)):
             if mb.loss_mask.sum() == 0:
                 continue
-            self._check_memory(mb)
-            mb = self._with_reference(mb)
-            new_lp, ent = self._logprobs(self.model, mb, with_entropy=True)
-            # pre-update policy: this forward before the first update (module docstring)
-            prox = new_lp.detach() if prox_up_front is None else prox_up_front[i]
-            acc.gap.add(prox, mb.old_logprobs, mb.loss_mask)
-            if self.needs_prox:
-                mb = dataclasses.replace(mb, prox_logprobs=prox)
-            if ess_on:
-                m = mb.loss_mask
-                acc.log_w.append(torch.where(m != 0, (prox - mb.old_logprobs) * m, torch.zeros_like(prox)).sum(dim=1))
-                acc.has_tokens.append(m.sum(dim=1) > 0)
-            out = self.objective(mb, new_lp, self.options, entropy=ent)
-            out.loss.backward()
-            acc.loss += float(out.loss.detach())
-            for k, v in out.metrics.items():
-                acc.sums[k] = acc.sums.get(k, 0.0) + float(v)
-            if "entropy_sum" not in out.metrics:  # objectives built on common.finish report it already
-                acc.sums["entropy_sum"] = acc.sums.get("entropy_sum", 0.0) + float((ent.detach() * mb.loss_mask).sum())
+            self._pass(mb, i, prox_up_front, acc, ess_on)
         if padding:
             self._pad_passes(batch, padding)
         return acc
+
+    def _pass(self, mb: Batch, i: int, prox_up_front, acc: Accumulated, ess_on: bool) -> None:
+        """Forward and backward of micro-batch ``mb`` (the ``i``-th of this rank's), its sums into ``acc``."""
+        mb = self._with_reference(mb)
+        new_lp, ent = self._logprobs(self.model, mb, with_entropy=True)
+        # pre-update policy: this forward before the first update (module docstring)
+        prox = new_lp.detach() if prox_up_front is None else prox_up_front[i]
+        acc.gap.add(prox, mb.old_logprobs, mb.loss_mask)
+        if self.needs_prox:
+            mb = dataclasses.replace(mb, prox_logprobs=prox)
+        if ess_on:
+            m = mb.loss_mask
+            acc.log_w.append(torch.where(m != 0, (prox - mb.old_logprobs) * m, torch.zeros_like(prox)).sum(dim=1))
+            acc.has_tokens.append(m.sum(dim=1) > 0)
+        out = self.objective(mb, new_lp, self.options, entropy=ent)
+        out.loss.backward()
+        acc.loss += float(out.loss.detach())
+        for k, v in out.metrics.items():
+            acc.sums[k] = acc.sums.get(k, 0.0) + float(v)
+        if "entropy_sum" not in out.metrics:  # objectives built on common.finish report it already
+            acc.sums["entropy_sum"] = acc.sums.get("entropy_sum", 0.0) + float((ent.detach() * mb.loss_mask).sum())
+
+    def _preflight(self, batch: Batch) -> int:
+        """Check every micro-batch of this rank that has loss tokens before the first pass (the
+        token ids against the model's embedding, ``_check_memory``); returns how many there are.
+        Under data parallel every rank's result meets in ``DataParallel.agree``, so a failure on
+        one rank stops all of them with its message instead of leaving them in a collective."""
+        vocab = self._vocab_size()
+        passes = 0
+        for rows, mb in self.micro_batches(batch, shard=True, on_device=False):
+            if mb.loss_mask.sum() == 0:
+                continue
+            ids = mb.input_ids[mb.attention_mask.bool()]
+            if vocab is not None and ids.numel() and not (0 <= int(ids.min()) and int(ids.max()) < vocab):
+                bad = int(ids.max()) if int(ids.max()) >= vocab else int(ids.min())
+                raise ValueError(
+                    f"batch rows {rows.start}-{rows.stop - 1} hold token id {bad}, outside the model's {vocab}-token "
+                    "embedding (the tokenizer and the model disagree)"
+                )
+            self._check_memory(mb)
+            passes += 1
+        return passes
+
+    def _vocab_size(self) -> int | None:
+        """Rows of the model's input embedding (None where the model does not say)."""
+        get = getattr(self.scoring_model, "get_input_embeddings", None)
+        try:
+            emb = get() if callable(get) else None
+        except (AttributeError, NotImplementedError):
+            emb = None
+        n = getattr(emb, "num_embeddings", None)
+        return n if isinstance(n, int) else None
 
     def _check_memory(self, mb: Batch) -> None:
         """``device.check_activations`` of a training pass, against the memory available at the first."""
@@ -430,18 +471,6 @@ class Trainer:
         param = next(self.model.parameters())
         elem = torch.finfo(self.compute_dtype or param.dtype).bits // 8
         check_activations(self.model, param.device, *mb.input_ids.shape, elem, self.checkpointing, self._host_available)
-
-    def _padding_passes(self, batch: Batch) -> int:
-        """FSDP: how many passes the rank with the most micro-batches with loss tokens runs beyond
-        this rank's (a collective; every rank calls it before its first pass)."""
-        from rollwise.distributed.fsdp import pass_count
-
-        here = self.dp.shard(batch.size)
-        mine = sum(
-            bool(batch.loss_mask[lo : min(lo + self.cfg.micro_batch, here.stop)].any())
-            for lo in range(here.start, here.stop, self.cfg.micro_batch)
-        )
-        return pass_count(mine) - mine
 
     def _pad_passes(self, batch: Batch, n: int) -> None:
         """FSDP: ``n`` zero-weight forward/backward passes, so this rank runs as many as the rank

@@ -1,7 +1,9 @@
 """model.compute_dtype (issue #33): "auto" picks bf16 on a CPU only when measured timings of the
-model's matrix products say it is faster, the timings are cached per machine, an explicit dtype
-always wins, and the run logs the decision and writes it to metrics.jsonl. Nothing here is timed:
-every measurement is a fake that returns chosen seconds."""
+model's matrix products say it is faster, the timings are cached per machine (only when measured
+on a quiet CPU and not near the threshold, issue #40), on CUDA bf16 only from compute capability
+8.0, an explicit dtype always wins, and the run logs the decision and writes it to metrics.jsonl.
+Nothing here is timed: every measurement is a fake that returns chosen seconds, and the CPU load
+is a chosen number."""
 
 import json
 import sys
@@ -18,8 +20,10 @@ from rollwise.trainer.precision import (
     BF16_MIN_SPEEDUP,
     MatmulShapes,
     choose,
+    cuda_choice,
     decide_compute_dtype,
     measured_cpu_decision,
+    trust,
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -45,6 +49,26 @@ class FakeMeasure:
     def __call__(self, shapes):
         self.calls.append(shapes)
         return self.result
+
+
+class Measurements:
+    """Returns the given (fp32_s, bf16_s) in turn, one per call, and counts its calls."""
+
+    def __init__(self, *results):
+        self.results, self.calls = list(results), []
+
+    def __call__(self, shapes):
+        self.calls.append(shapes)
+        return self.results[len(self.calls) - 1]
+
+
+def quiet():
+    return 0.1  # the 1-minute load average per core of an idle machine
+
+
+def measured(shapes, **kw):
+    """``measured_cpu_decision`` on a quiet machine (the load is not what these tests are about)."""
+    return measured_cpu_decision(shapes, load=quiet, **kw)
 
 
 def never(shapes):
@@ -115,7 +139,7 @@ def test_measurement_weights_each_product_by_its_count():
 def test_first_run_measures_and_caches_then_the_cache_answers(tmp_path):
     path = tmp_path / "compute_dtype.json"
     slow_bf16 = FakeMeasure(0.010, 0.025)
-    first = measured_cpu_decision(SHAPES, cache_path=path, measure=slow_bf16, key=key())
+    first = measured(SHAPES, cache_path=path, measure=slow_bf16, key=key())
     assert (
         first.dtype == torch.float32 and first.reason == "measured" and not first.cached and len(slow_bf16.calls) == 1
     )
@@ -128,7 +152,7 @@ def test_first_run_measures_and_caches_then_the_cache_answers(tmp_path):
     )
     assert (entry["fp32_s"], entry["bf16_s"]) == (0.010, 0.025)
 
-    again = measured_cpu_decision(SHAPES, cache_path=path, measure=never, key=key())
+    again = measured(SHAPES, cache_path=path, measure=never, key=key())
     assert (
         again.dtype == torch.float32
         and again.cached
@@ -144,19 +168,19 @@ def test_first_run_measures_and_caches_then_the_cache_answers(tmp_path):
 )
 def test_another_cpu_flags_torch_or_thread_count_is_measured_again(tmp_path, changed):
     path = tmp_path / "compute_dtype.json"
-    measured_cpu_decision(SHAPES, cache_path=path, measure=FakeMeasure(1.0, 2.0), key=key())
+    measured(SHAPES, cache_path=path, measure=FakeMeasure(1.0, 2.0), key=key())
     fast_bf16 = FakeMeasure(3.0, 1.0)
-    p = measured_cpu_decision(SHAPES, cache_path=path, measure=fast_bf16, key=key(**changed))
+    p = measured(SHAPES, cache_path=path, measure=fast_bf16, key=key(**changed))
     assert p.dtype == torch.bfloat16 and not p.cached and len(fast_bf16.calls) == 1
     assert len(json.loads(path.read_text())["entries"]) == 2  # both machines' entries kept
 
 
 def test_another_model_shape_is_measured_again(tmp_path):
     path = tmp_path / "compute_dtype.json"
-    measured_cpu_decision(SHAPES, cache_path=path, measure=FakeMeasure(1.0, 2.0), key=key())
+    measured(SHAPES, cache_path=path, measure=FakeMeasure(1.0, 2.0), key=key())
     other = MatmulShapes(hidden=128, intermediate=256, kv=128, vocab=99, layers=2)
     m = FakeMeasure(1.0, 2.0)
-    measured_cpu_decision(
+    measured(
         other,
         cache_path=path,
         measure=m,
@@ -169,7 +193,7 @@ def test_a_corrupt_cache_is_measured_over(tmp_path):
     path = tmp_path / "compute_dtype.json"
     path.write_text("{not json")
     m = FakeMeasure(2.0, 1.0)
-    assert measured_cpu_decision(SHAPES, cache_path=path, measure=m, key=key()).dtype == torch.bfloat16
+    assert measured(SHAPES, cache_path=path, measure=m, key=key()).dtype == torch.bfloat16
     assert len(m.calls) == 1 and len(json.loads(path.read_text())["entries"]) == 1
 
 
@@ -177,7 +201,7 @@ def test_an_unwritable_cache_is_reported_and_the_decision_still_made(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
     logs = []
-    p = measured_cpu_decision(
+    p = measured(
         SHAPES, cache_path=blocker / "compute_dtype.json", measure=FakeMeasure(1.0, 2.0), key=key(), log=logs.append
     )
     assert p.dtype == torch.float32
@@ -186,12 +210,68 @@ def test_an_unwritable_cache_is_reported_and_the_decision_still_made(tmp_path):
 
 def test_the_default_cache_is_under_rollwise_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("ROLLWISE_CACHE", str(tmp_path / "rw"))
-    p = decide_compute_dtype("auto", "cpu", LLAMA, measure=FakeMeasure(1.0, 1.5))
+    p = decide_compute_dtype("auto", "cpu", LLAMA, measure=FakeMeasure(1.0, 1.5), load=quiet)
     assert p.dtype == torch.float32
     entries = json.loads((tmp_path / "rw" / "compute_dtype.json").read_text())["entries"]
     assert [e["key"]["shapes"] for e in entries.values()] == [
         {"hidden": 64, "intermediate": 160, "kv": 16, "vocab": 1000, "layers": 3}
     ]
+
+
+# ----------------------------------------------------------------------------- load and the threshold (issue #40)
+
+
+@pytest.mark.parametrize(
+    "speedup, load, doubt",
+    [
+        (0.4, 0.1, None),  # clearly slower bf16 on a quiet CPU: cache it
+        (3.0, 0.75, None),  # the load limit itself is still quiet
+        (0.4, 1.0, "loaded (1.00 per core"),  # the same ratio measured with a core's worth of other work per core
+        (0.61, 2.5, "loaded"),
+        (0.4, None, None),  # no load average on this platform: the ratio alone decides
+        (0.88, 0.1, None),  # 1.1 / 1.25 = 0.88: the margin's lower edge is outside it
+        (0.9, 0.1, "within 0.88x-1.38x"),  # fp32 by 0.2 below the threshold: a disturbed measurement flips it
+        (1.2, 0.1, "within"),
+        (1.375, 0.1, None),  # 1.1 x 1.25: the upper edge
+    ],
+)
+def test_trust_refuses_a_loaded_cpu_or_a_ratio_near_the_threshold(speedup, load, doubt):
+    got = trust(speedup, load)
+    assert got is None if doubt is None else doubt in got
+
+
+def test_a_measurement_under_load_is_measured_again_and_cached_from_a_quiet_one(tmp_path):
+    path = tmp_path / "compute_dtype.json"
+    loads = iter([2.0, 0.2])  # the first measurement starts on a loaded CPU, the second on a quiet one
+    m = Measurements((0.9, 3.0), (1.0, 2.0))
+    p = measured_cpu_decision(SHAPES, cache_path=path, measure=m, key=key(), load=lambda: next(loads))
+    assert len(m.calls) == 2 and not p.cached
+    # each dtype's fastest: fp32 0.9 s (first), bf16 2.0 s (second): speed-up 0.45
+    assert (p.fp32_s, p.bf16_s, p.dtype) == (0.9, 2.0, torch.float32) and p.bf16_speedup == pytest.approx(0.45)
+    [entry] = json.loads(path.read_text())["entries"].values()
+    assert (entry["fp32_s"], entry["bf16_s"], entry["load_per_core"]) == (0.9, 2.0, 0.2)
+    again = measured_cpu_decision(SHAPES, cache_path=path, measure=never, key=key(), load=lambda: 3.0)
+    assert again.cached and again.load_per_core == 0.2  # a cached decision is not re-measured under today's load
+
+
+def test_a_decision_still_made_under_load_is_used_but_not_cached(tmp_path):
+    path = tmp_path / "compute_dtype.json"
+    logs = []
+    m = Measurements((3.0, 1.0), (3.3, 1.1))
+    p = measured_cpu_decision(SHAPES, cache_path=path, measure=m, key=key(), load=lambda: 1.5, log=logs.append)
+    assert p.dtype == torch.bfloat16 and p.bf16_speedup == pytest.approx(3.0) and len(m.calls) == 2
+    assert not path.exists() and "not cached: the CPU was loaded (1.50 per core" in p.detail
+    assert len(logs) == 1 and "not cached" in logs[0] and "the next run measures again" in logs[0]
+    later = Measurements((3.0, 1.0))
+    assert not measured(SHAPES, cache_path=path, measure=later, key=key()).cached and len(later.calls) == 1
+
+
+def test_a_ratio_near_the_threshold_is_measured_again_and_not_cached(tmp_path):
+    path = tmp_path / "compute_dtype.json"
+    m = Measurements((1.2, 1.0), (1.15, 1.05))  # 1.2x, then fastest of each 1.15 / 1.0 = 1.15x: bf16, but close
+    p = measured(SHAPES, cache_path=path, measure=m, key=key())
+    assert p.dtype == torch.bfloat16 and p.bf16_speedup == pytest.approx(1.15) and len(m.calls) == 2
+    assert not path.exists() and "within 0.88x-1.38x of the 1.10x threshold" in p.detail
 
 
 # ----------------------------------------------------------------------------- the override and the other devices
@@ -210,11 +290,22 @@ def test_auto_with_bf16_weights_is_bf16_without_measuring():
     assert p.dtype == torch.bfloat16 and p.reason == "bf16 weights"
 
 
-def test_auto_on_cuda_follows_bf16_support_without_measuring(monkeypatch):
-    for supported, want in ((True, torch.bfloat16), (False, torch.float32)):
-        monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: supported)
-        p = decide_compute_dtype("auto", "cuda", LLAMA, measure=never)
-        assert p.dtype == want and p.reason == "cuda bf16 support"
+@pytest.mark.parametrize(
+    "capability, supported, want",
+    [
+        ((8, 0), True, torch.bfloat16),  # A100: bf16 tensor cores
+        ((9, 0), True, torch.bfloat16),  # H100
+        ((8, 0), False, torch.float32),  # torch says no (an old CUDA build): trust it
+        ((7, 5), True, torch.float32),  # T4: is_bf16_supported() true by emulation, slower than fp32
+        ((7, 0), True, torch.float32),  # V100
+        ((6, 1), False, torch.float32),
+    ],
+)
+def test_auto_on_cuda_is_bf16_only_from_compute_capability_8(capability, supported, want):
+    dtype, why = cuda_choice(capability, supported)
+    assert dtype == want and f"{capability[0]}.{capability[1]}" in why
+    if capability < (8, 0):
+        assert "no bf16 tensor cores" in why
 
 
 def test_auto_elsewhere_is_fp32_and_bad_settings_are_errors():
@@ -226,7 +317,7 @@ def test_auto_elsewhere_is_fp32_and_bad_settings_are_errors():
 
 
 def test_ledger_fields_and_log_line_carry_the_decision_and_ratio(tmp_path):
-    p = measured_cpu_decision(SHAPES, cache_path=tmp_path / "c.json", measure=FakeMeasure(0.012, 0.030), key=key())
+    p = measured(SHAPES, cache_path=tmp_path / "c.json", measure=FakeMeasure(0.012, 0.030), key=key())
     assert p.ledger_fields() == {
         "precision/compute_dtype": "float32",
         "precision/bf16_speedup": 0.4,
@@ -265,6 +356,7 @@ def test_a_run_logs_the_measured_choice_once_and_writes_it_on_every_line(tmp_pat
 
     fake = FakeMeasure(0.02, 0.01)  # bf16 "twice as fast": the run must train and generate under bf16
     monkeypatch.setattr(precision, "measure_pass_seconds", fake)
+    monkeypatch.setattr(precision, "load_per_core", quiet)  # measured once and cached, whatever this machine's load
     monkeypatch.setenv("ROLLWISE_CACHE", str(tmp_path / "cache"))
     seen = {}
     real_init, real_trainer = HFBackend.__init__, Trainer.__init__
