@@ -290,18 +290,18 @@ class Assembly:
     trainer: Any = None
     receivers: list = field(default_factory=list)  # engines that get published weights
     services: Any = None  # types.Services handed to the strategies
+    batches: Any = None  # batches.Batches: groups -> the trainer's batch (filters ... D3S)
     value: Any = None  # the pass-rate predictor (value.enabled; rollwise.value.model.ValueModel), or None
     verifier_facts: dict = field(default_factory=dict)  # e.g. sandbox/* of a code task, on every ledger line
 
 
 @dataclass(frozen=True)
 class Wiring:
-    """What the rollout wrappers and the trainer take from the session: the run's state (a callable:
-    resume replaces it), its directory, periodic asynchrony's batch maker (groups -> Batch or None) and the log."""
+    """What the rollout wrappers take from the session: the run's state (a callable: resume replaces
+    it), its directory and the log."""
 
     state: Callable
     run_dir: Path
-    prepare: Callable
     log: Callable = print
 
 
@@ -372,11 +372,31 @@ def assemble(cfg, task, parts: Strategies, wiring: Wiring, dp=None, backend=None
     )
     parts.controller.bind(a.services)  # e.g. ADHint's hint prefixes, SAPO's re-scoring of received text
     parts.replay.bind(a.services)
+    a.batches = build_batches(cfg, parts, a.services)
     if cfg.train.async_.periodic:  # periodic asynchrony: groups back-propagated as they arrive (trainer/streaming.py)
         from rollwise.trainer.streaming import StreamingTrainer
 
-        a.trainer = StreamingTrainer(a.trainer, wiring.prepare)
+        a.trainer = StreamingTrainer(a.trainer, a.batches.stream)
     return a
+
+
+def build_batches(cfg, parts: Strategies, services):
+    """The one owner of groups -> the trainer's batch (``rollwise.batches.Batches``): filters,
+    reward shaping, the advantage context and estimator, collation, D3S."""
+    from rollwise.batches import Batches
+
+    return Batches(
+        filters=parts.filters,
+        controller=parts.controller,
+        advantage=parts.advantage,
+        advantage_options=parts.advantage_options,
+        services=services,
+        reward=cfg.reward,
+        max_new_tokens=cfg.sampling.max_new_tokens,
+        d3s=cfg.batch.d3s,
+        steps=cfg.train.steps,
+        keep_at_most=parts.keep_at_most,
+    )
 
 
 def build_value(cfg, a: Assembly):

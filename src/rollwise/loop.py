@@ -5,7 +5,7 @@ subclass this loop. Generation may take several rounds (a controller can top up 
 filters drop groups with a reason, the controller observes every generated group, the replay source
 mixes the training groups, their rewards may be shaped (``rollwise.reward``: DAPO's overlong
 penalty, KL in the reward), advantages are a pure function of rewards, group ids and a context
-computed before them (``rollwise.batch.build``), D3S may down-sample the batch's rows and tokens
+computed before them (``rollwise.batches``), D3S may down-sample the batch's rows and tokens
 (off by default), and the trainer takes one optimizer step (or one per update epoch). The ledger
 records every step's cost.
 """
@@ -15,7 +15,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from rollwise import defaults, storage
-from rollwise.batch.build import apply_filters, make_batch
 from rollwise.config import Config, load_config
 from rollwise.session import Run, RunResult, now, step_metrics
 from rollwise.trainer import checkpoint
@@ -42,14 +41,14 @@ def train(cfg: Config, *, resume: bool = False, backend=None, log=print) -> RunR
                 planned.append(plan.total)
                 groups = run.pool.generate(plan, groups, st.policy_version)
                 plan = ctrl.next_round(groups, st)
-            kept, dropped = apply_filters(parts.filters, groups, parts.keep_at_most, ctrl)  # keep/drop with reasons
+            kept, dropped = run.batches.filter(groups)  # keep/drop with reasons
             ctrl.observe(groups, st)  # per-prompt statistics (all groups)
             batch_groups = parts.replay.mix(kept, st)  # fresh + replayed data
             parts.replay.add(kept)
-            rows, batch, shaping, advs = make_batch(run, batch_groups)  # shaped rewards, advantages, tensors
+            rows, batch, shaping, advs = run.batches.build(batch_groups)  # shaped rewards, advantages, tensors
             predictor = run.observe_values(groups)  # then the pass-rate predictor learns them (value.enabled)
             t0 = now()  # train time includes D3S (entropy forward)
-            batch, picked = run.downsample(batch, rows)  # D3S rows / tokens (off by default)
+            batch, picked = run.batches.downsample(batch, rows, st.step)  # D3S rows / tokens (off by default)
             metrics = run.trainer.optimize(batch)  # objective + optimizer step
             ctrl.after_update(batch, rows, metrics, advs)  # GDRO's bin losses, MSSR's KL window
             metrics["time/train_s"] = now() - t0

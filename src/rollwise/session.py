@@ -20,9 +20,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rollwise import components, defaults, progress, reward
+from rollwise import components, defaults, progress
 from rollwise import resume as resume_check
-from rollwise.batch.build import apply_filters, make_batch
 from rollwise.config import Config, to_toml
 from rollwise.eval.evaluate import evaluate
 from rollwise.ledger import Ledger
@@ -86,6 +85,8 @@ def without_warm_start(cfg: Config) -> Config:
 
 
 class Run:
+    async_pool = base_pool = None  # until the assembler sets them: close() after a set-up that failed early
+
     def __init__(self, cfg: Config, resume: bool = False, backend=None, log=print):
         dp, cfg, log = components.start_data_parallel(cfg, log)  # torchrun ranks > 0 take rank 0's run name
         cfg = defaults.resolve(cfg, log=log)  # unset keys that follow the model and the task (issue #32)
@@ -99,7 +100,7 @@ class Run:
             self._write_config()
         random.seed(cfg.run.seed), np.random.seed(cfg.run.seed), torch.manual_seed(cfg.run.seed)
         ckpt = checkpoint.latest(self.dir, log=log) if resume else None
-        wiring = components.Wiring(lambda: self.state, self.dir, self._stream_batch, log)
+        wiring = components.Wiring(lambda: self.state, self.dir, log)
         built = cfg if ckpt is None else without_warm_start(cfg)  # weights from the checkpoint: no warm start
         try:
             self._set_up(built, task, parts, wiring, dp, backend, resume, ckpt, changes)
@@ -171,42 +172,6 @@ class Run:
         for r in self.receivers:
             r.load_weights(self.state.policy_version, weights)
         return now() - t0
-
-    def _stream_batch(self, groups):
-        """Periodic asynchrony: the batch the loop would make of ``groups`` (filters, then
-        ``batch.build.make_batch``), or None when every group is dropped."""
-        kept, _ = apply_filters(self.parts.filters, groups)
-        return make_batch(self, kept)[1] if kept else None
-
-    # -------------------------------------------------------------- reward shaping
-    def shape_rewards(self, rows, rewards):
-        """The step's shaped rewards and ``reward/*`` metrics (``rollwise.reward``); the KL term
-        needs the trainer's no-grad policy and reference log-probs, computed only when it is on."""
-        rc = self.cfg.reward
-        kl = reward.reference_kl(rows, self.trainer, rc.kl.estimator, self.codec.pad_id) if rc.kl.coef else None
-        prompts = None
-        if rc.fapo.enabled:  # the flaw detector sees the training prompt (never a held-out one)
-            prompts = {p.id: p for p in self.task.train_prompts()}
-        return reward.shape(rows, rewards, rc, self.cfg.sampling.max_new_tokens, kl, prompts)
-
-    # -------------------------------------------------------------- down-sampling (D3S)
-    def downsample(self, batch, rows):
-        """D3S row and token selection of the step's batch (``batch.d3s``, batch/d3s.py);
-        returns the batch unchanged and no metrics when it is off. Token entropies are read or
-        computed (``Trainer.token_entropy``, a no-grad forward) only while rho_k < 1. The loop
-        times this call as part of ``time/train_s``."""
-        opts = self.cfg.batch.d3s
-        if not opts.enabled:
-            return batch, {}
-        from rollwise.batch import d3s
-
-        ent, from_trainer = None, 0.0
-        if d3s.needs_entropy(self.state.step, self.cfg.train.steps, opts):  # rho_k < 1: after the ramp, no forward
-            ent = d3s.sampler_entropy(rows, batch) if opts.entropy == "sampler" else None
-            if ent is None:  # not recorded (other backends, continued prefixes) or asked for: pi_theta, no grad
-                ent, from_trainer = self.trainer.token_entropy(batch), 1.0
-        batch, metrics = d3s.apply(batch, ent, self.state.step, self.cfg.train.steps, opts)
-        return batch, {**metrics, "d3s/entropy_from_trainer": from_trainer}
 
     # -------------------------------------------------------------- checkpoints
     def _stateful(self) -> dict:
@@ -402,7 +367,7 @@ class Run:
         pool (Ray workers, episode threads), then the Ray this run started (``components.release_runtime``),
         so that nothing calls into Ray after it is down; each step even if one before it failed."""
         try:
-            for pool in (getattr(self, "async_pool", None), getattr(self, "base_pool", None)):
+            for pool in (self.async_pool, self.base_pool):
                 if pool is not None:
                     pool.close()
         finally:

@@ -415,7 +415,7 @@ class Services:
 @dataclass(frozen=True)
 class AdvantageContext:
     """The advantage inputs that need more than the rows, computed before the estimator
-    (``rollwise.batch.build.advantage_context``); None where the estimator / controller has none.
+    (``rollwise.batches.advantage_context``); None where the estimator / controller has none.
 
     ``confidence_shift``: (B,) sampler minus reference log-prob sums (ACE); ``value_prior``: (B,)
     V0.5's prior; ``prompt_baseline``: (B,) MSSR's baseline; ``value_baseline``: (B,) POISE's

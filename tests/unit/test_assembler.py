@@ -14,7 +14,7 @@ def _assemble(tmp_path, **extra):
     cfg = load_config(overrides=as_sets(tiny_overrides(tmp_path, **{"model.warm_start.steps": 0, **extra})))
     run_dir, task, parts = components.open_run(cfg, resume=False)
     state = RunState()
-    wiring = components.Wiring(lambda: state, run_dir, lambda groups: None, lambda m: None)
+    wiring = components.Wiring(lambda: state, run_dir, lambda m: None)
     return components.assemble(cfg, task, parts, wiring), task
 
 

@@ -11,9 +11,10 @@ import torch
 
 from rollwise import backends, control, replay
 from rollwise import filter as filters
-from rollwise.batch.build import apply_filters, apply_row_weights
+from rollwise.batches import apply_row_weights
 from rollwise.control.base import Controller
 from rollwise.control.uniform import Uniform
+from rollwise.filter.chain import apply_filters
 from rollwise.objectives import ADVANTAGES, OBJECTIVES
 from rollwise.objectives.inputs import _CONTEXT_INPUTS, _INPUTS, advantage_context, advantage_inputs
 from rollwise.replay.base import ReplaySource

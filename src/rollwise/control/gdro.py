@@ -27,7 +27,7 @@ in the batch (P, m = |P|):
 
 The step's advantages (any estimator, per row and per token) are multiplied by ``w_i``
 (``row_weights``, computed before the estimator into the advantage context; the batch builder,
-``rollwise.batch.build``, multiplies them in). After the optimizer step
+``rollwise.batches``, multiplies them in). After the optimizer step
 (``after_update``) the per-response losses ``l_i`` (below) give bin losses ``l_bar(b)``, divided by
 the bin's share of the batch's rows when ``share_normalise``; then ``S(b) <- (1 - beta) S(b) + beta
 l_tilde(b)`` (first observation: ``S = l_tilde``; absent bins unchanged). ``scores = "mean"`` keeps a
@@ -412,7 +412,7 @@ class GDRO(SourceController):
 
     def row_weights(self, rows):
         """Prompt-GDRO: (B,) the rows' bin weights that multiply the step's advantages (None when off),
-        computed before the estimator (``rollwise.batch.build.apply_row_weights`` multiplies them in)."""
+        computed before the estimator (``rollwise.batches.apply_row_weights`` multiplies them in)."""
         if not self.opts.prompt_gdro or not rows:
             return None
         o, row_bins = self.opts, self._row_bins(rows)

@@ -23,7 +23,7 @@ How it is split here (each part exists once):
 - The loop's filters then drop the degenerate groups; if more groups pass than ``target_groups``
   (possible when ``target_groups < prompts_per_step``, DAPO's over-sampling), the loop keeps the
   **first** ``target_groups`` in generation order and counts the rest as ``filter/surplus``
-  (:func:`target_groups` gives that limit; ``batch.build.apply_filters`` applies it).
+  (:func:`target_groups` gives that limit; ``filter.chain.apply_filters`` applies it).
 
 Differences from the paper / verl's recipe: a refill round asks only for the missing number of
 groups (verl generates a whole generation batch per round and trims the surplus), so no rollout
@@ -45,7 +45,7 @@ operations and their side effects on the loss are in :mod:`rollwise.filter.repla
   ``max_sample_batches``, default 30, -1 = unlimited); ``max_rounds`` and ``target_groups`` are
   refill's and are not used.
 - After the filters, the loop calls :meth:`DynamicSampling.finish_batch` (from
-  ``batch.build.apply_filters``): the groups of discarded batches are dropped (``filter/discarded_batch``
+  ``filter.chain.apply_filters``): the groups of discarded batches are dropped (``filter/discarded_batch``
   counts those the filters had kept), and every group of the last batch that the filters
   dropped is replaced by a copy of a random kept group (:func:`~rollwise.filter.replace.replace_bad`;
   ``replace_merge``: joined to its source, SkyRL, or a group of its own, POLARIS). The drop

@@ -1,5 +1,5 @@
 """Extra per-row inputs that some advantage estimators declare (``fn.inputs``), computed from
-the batch's rollouts. The batch builder (``rollwise.batch.build``) first computes the inputs that
+the batch's rollouts. The batch builder (``rollwise.batches``) first computes the inputs that
 need more than the rows, once, into an ``AdvantageContext`` (``advantage_context``: ACE's confidence
 shift, V0.5's value prior, MSSR's baseline, Prompt-GDRO's row weights), then calls
 ``advantage_inputs(fn, rows, context)`` for every estimator; the plain ones declare nothing and get ``{}``.

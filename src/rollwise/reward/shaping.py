@@ -2,7 +2,7 @@
 verifiers' scores of the training rows after filtering and replay, before advantages.
 
 ``shape(rows, rewards, cfg, max_new_tokens, kl=None) -> (rewards, metrics)`` is pure; the loop
-calls it through ``Run.shape_rewards``, which computes the per-sequence KL first when it is on.
+calls it through ``batches.Batches.shape_rewards``, which computes the per-sequence KL first when it is on.
 
 - ``overlong_penalty`` — DAPO's soft overlong punishment (Yu et al. 2025, arXiv 2503.14476,
   allocation.md §14.1): ``r_i += R_len(|y_i|)`` with

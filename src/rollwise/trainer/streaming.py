@@ -12,7 +12,7 @@ How rollwise does it: the async pool (``rollwise.distributed.async_pool``, run w
 the step's plan in ``train.async.periodic_chunks`` chunks on its own copy of the weights and hands
 each chunk's finished groups to :meth:`StreamingTrainer.consume` in the loop's thread while the
 next chunk generates. ``consume`` makes those groups' rows exactly as the loop will (filters,
-reward shaping, advantages, collation: ``session.Run.make_batch``) and runs
+reward shaping, advantages, collation: ``batches.Batches.stream``) and runs
 ``Trainer.accumulate`` on them with unit denominators (``num_loss_tokens = num_sequences =
 num_rows = 1``), because the step's global loss-token count is not known until the last group
 arrives. The loop then calls :meth:`optimize` with the full batch as always; every objective's

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from rollwise.batch.build import apply_row_weights
+from rollwise.batches import apply_row_weights
 from rollwise.control.gdro import (
     GDRO,
     GdroOptions,

@@ -8,10 +8,10 @@ from collections import Counter
 
 import pytest
 
-from rollwise.batch.build import apply_filters
 from rollwise.config import load_config
 from rollwise.control import REGISTRY
 from rollwise.control.roc import Options, RoC, downsample, group_rng, penalty, shares
+from rollwise.filter.chain import apply_filters
 from rollwise.types import Episode, Group, Prompt, Rollout, RunState, ToolCall, Turn, Verdict
 
 

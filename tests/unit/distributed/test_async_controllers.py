@@ -30,7 +30,7 @@ from rollwise.config import load_config
 from rollwise.control import REGISTRY
 from rollwise.distributed.async_pool import AsyncPool
 from rollwise.distributed.local import StepCost
-from rollwise.loop import apply_filters
+from rollwise.filter.chain import apply_filters
 from rollwise.registry import UserError
 from rollwise.types import Prompt, Rollout, RunState, Services, Verdict
 

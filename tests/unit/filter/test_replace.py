@@ -16,8 +16,8 @@ from rollwise.components import build_filters
 from rollwise.config import load_config
 from rollwise.control.rounds import DynamicSampling, target_groups
 from rollwise.control.uniform import Uniform
+from rollwise.filter.chain import apply_filters
 from rollwise.filter.replace import is_zv, passes_gate, pick_sources, replace_bad
-from rollwise.loop import apply_filters
 from rollwise.objectives import ADVANTAGES
 from rollwise.registry import UserError
 from rollwise.types import Group, Prompt, Rollout, RunState, Verdict

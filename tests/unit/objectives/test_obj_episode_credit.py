@@ -266,21 +266,26 @@ def test_bad_turns_are_refused():
         turn_return(torch.tensor([1.0]), torch.tensor([0]), None, **advantage_inputs(turn_return, [bad]))
 
 
-def test_make_batch_carries_turn_advantages_to_the_trainer_batch():
-    """The loop's batch builder (batch/build.make_batch) with advantage 'turn_return': the batch's
+def test_the_batch_builder_carries_turn_advantages_to_the_trainer_batch():
+    """The loop's batch builder (``batches.Batches``) with advantage 'turn_return': the batch's
     token advantages are the hand-worked ones on policy tokens, 0 on observation tokens."""
     from types import SimpleNamespace
 
-    from rollwise.batch.build import make_batch
+    from rollwise.batches import Batches
+    from rollwise.config import Config
 
-    parts = SimpleNamespace(
-        advantage=turn_return, advantage_options=TurnReturnOptions(gamma=0.5, eps=0.0), controller=None
-    )
-    run = SimpleNamespace(
-        parts=parts,
+    cfg = Config()
+    batches = Batches(
+        filters=[],
+        controller=None,
+        advantage=turn_return,
+        advantage_options=TurnReturnOptions(gamma=0.5, eps=0.0),
         services=SimpleNamespace(codec=SimpleNamespace(pad_id=0)),
-        shape_rewards=lambda rows, rewards: (rewards, {}),
+        reward=cfg.reward,  # no shaping: rewards as verified
+        max_new_tokens=cfg.sampling.max_new_tokens,
+        d3s=cfg.batch.d3s,
+        steps=1,
     )
-    rows, batch, _, _ = make_batch(run, three_rows())
+    rows, batch, _, _ = batches.build(three_rows())
     assert batch.token_advantages[1, 2:9].tolist() == pytest.approx([1, 1, 1, 0, 0, -S3, -S3], abs=1e-5)
     assert batch.loss_mask[1, 2:9].tolist() == [1, 1, 1, 0, 0, 1, 1]
