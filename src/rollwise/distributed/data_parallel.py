@@ -23,6 +23,10 @@ How a step is shared (the loop is unchanged; ``Run`` and the ``Trainer`` get thi
   same AdamW step. The loss, the objectives' ``*_sum`` metrics, the sampler/trainer mismatch and
   the ESS log-weights are gathered in rank order (:meth:`DataParallel.combine`), so
   ``metrics.jsonl`` reads as a one-process run's.
+- **A failure on one rank.** The checks that can fail on one rank only (the trainer's memory
+  check, token ids its model cannot embed) run for all of a rank's micro-batches before its first
+  pass and meet in :meth:`DataParallel.agree`, so every rank raises the failing rank's message
+  (issue #40) rather than wait in the next collective for the process group's timeout.
 - **The run directory.** Rank 0 sets up first (directory, lock, config, warm start, resume);
   the others then take its run name, read its checkpoint on resume, and receive its weights
   (a broadcast, as torch DDP does at construction). Only rank 0 writes: ledger lines,

@@ -20,14 +20,16 @@ optimizer state and every log-softmax stay in ``model.dtype`` (fp32 by default):
     timings are cached per CPU model, CPU flags, torch version, torch thread count and model shapes
     in ``<cache root>/compute_dtype.json`` (cache root: ``$ROLLWISE_CACHE`` or
     ``~/.cache/rollwise``), so later runs reuse them; delete that file to measure again.
-    **Only a trustworthy measurement is cached** (``trust``, issue #40): other work on the CPU
-    skews the ratio (the same SmolLM2 products measured 0.27x and 0.61x on one loaded 2-core
-    machine), and a cached number is reused for good. So the 1-minute load average per core
-    (``load_per_core``) is read before each measurement and stored with it; a measurement taken
-    at more than ``MAX_LOAD_PER_CORE`` or whose speed-up lies within ``NEAR_THRESHOLD`` of
-    ``BF16_MIN_SPEEDUP`` (either side) is measured again (each product's fastest time of the two
-    kept) before it is cached. If that too is untrustworthy, the run uses the decision without
-    caching it, says why in the log, and the next run measures again.
+    **A doubtful measurement is measured again before it is cached** (``trust``, issue #40):
+    other work on the CPU skews the ratio (``benchmarks/results/compute_dtype_auto.json`` holds the
+    same SmolLM2 products on one CPU at 0.27x and 0.61x), and a cached number is reused for good. So the 1-minute load
+    average per core (``load_per_core``) is read before each measurement and stored with it; a
+    measurement taken at more than ``MAX_LOAD_PER_CORE`` or whose speed-up lies within
+    ``NEAR_THRESHOLD`` of ``BF16_MIN_SPEEDUP`` (either side) is measured again, up to
+    ``MEASURE_TRIES`` times, each dtype's fastest timing kept (the least disturbed). The result is
+    cached either way, so every run on the machine writes the same decision and ratio (a resumed
+    run's ledger lines read as an uninterrupted run's), with the doubt in the log; but an entry
+    measured only under load is measured again, once, by the first run that finds the CPU quiet.
   - **CUDA: capability, not a flag** (``cuda_choice``): bf16 where the GPU has bf16 tensor cores,
     compute capability 8.0 (Ampere) and later, and torch reports bf16 support; fp32 otherwise. On
     V100 (7.0) and T4 (7.5) ``torch.cuda.is_bf16_supported()`` can be true by emulation, which is
@@ -377,10 +379,11 @@ def measured_cpu_decision(
     """``auto`` on a CPU: bf16 or fp32 from timings of ``shapes``' products, read from the cache
     entry for ``key`` (default: this machine, ``machine_key``) or measured (``measure``, default
     ``measure_pass_seconds``; ``load()``, default ``load_per_core``, read before each measurement)
-    and stored there when ``trust`` finds nothing against it (module docstring: up to
-    ``MEASURE_TRIES`` measurements, the fastest timing of each dtype kept). A cache that cannot be
-    read is measured over; one that cannot be written, or a measurement still untrustworthy, is
-    reported through ``log`` and the decision still made."""
+    and stored there (module docstring: while ``trust`` doubts them, up to ``MEASURE_TRIES``
+    measurements, the fastest timing of each dtype kept; an entry measured only under load is
+    measured again by the first run that finds the CPU quiet). A cache that cannot be read is
+    measured over; one that cannot be written is reported through ``log`` and the decision still
+    made."""
     measure = measure_pass_seconds if measure is None else measure
     load = load_per_core if load is None else load
     key = machine_key(shapes) if key is None else key
@@ -395,48 +398,47 @@ def measured_cpu_decision(
             and _positive(entry.get("fp32_s"))
             and _positive(entry.get("bf16_s"))
         )
+        now = None
+        if cached and _loaded(entry.get("load_per_core")):
+            now = load()
+            cached = _loaded(now) or now is None  # measured under load, and the CPU is quiet now: measure again
         if cached:
             fp32_s, bf16_s = float(entry["fp32_s"]), float(entry["bf16_s"])
             busy = entry.get("load_per_core")
         else:
-            fp32_s = bf16_s = float("inf")
-            for _ in range(MEASURE_TRIES):
-                busy = load()
+            fp32_s = bf16_s = busy = float("inf")
+            for i in range(MEASURE_TRIES):
+                at = now if i == 0 and now is not None else load()
                 f, b = measure(shapes)
                 fp32_s, bf16_s = min(fp32_s, f), min(bf16_s, b)  # the least disturbed of the measurements
+                busy = None if at is None or busy is None else min(busy, at)
                 doubt = trust(fp32_s / bf16_s, busy)
                 if doubt is None:
                     break
-            if doubt is None:
-                entries = _read_cache(path)
-                entries[digest] = {
-                    "key": key,
-                    "fp32_s": fp32_s,
-                    "bf16_s": bf16_s,
-                    "load_per_core": busy,
-                    "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                }
-                try:
-                    _write_cache(path, entries)
-                except OSError as e:
-                    if log is not None:
-                        log(
-                            f"warning: could not cache the compute-dtype measurement in {path} ({e}); the next run "
-                            "measures again"
-                        )
-            elif log is not None:
-                log(
-                    f"note: the compute-dtype measurement is used but not cached ({doubt}, after {MEASURE_TRIES} "
-                    "measurements); the next run measures again"
-                )
+            entries = _read_cache(path)
+            entries[digest] = {
+                "key": key,
+                "fp32_s": fp32_s,
+                "bf16_s": bf16_s,
+                "load_per_core": busy,
+                "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            }
+            try:
+                _write_cache(path, entries)
+            except OSError as e:
+                if log is not None:
+                    log(
+                        f"warning: could not cache the compute-dtype measurement in {path} ({e}); the next run "
+                        "measures again"
+                    )
+            if doubt is not None and log is not None:
+                again = "a run that finds the CPU quieter measures again" if _loaded(busy) else "cached as it is"
+                log(f"note: compute-dtype measurement doubtful after {MEASURE_TRIES} measurements ({doubt}); {again}")
     dtype, speedup = choose(fp32_s, bf16_s)
     verdict = "bf16 is" if dtype == torch.bfloat16 else f"bf16 needs >= {BF16_MIN_SPEEDUP:.2f}x; fp32 is"
-    if cached:
-        where = f"cached in {path}"
-    elif doubt is None:
-        where = f"measured now, cached in {path}"
-    else:
-        where = f"measured now, not cached: {doubt}"
+    where = f"cached in {path}" if cached else f"measured now, cached in {path}"
+    if doubt is not None:
+        where += f"; doubtful: {doubt}"
     at = "" if busy is None else f", load {busy:.2f} per core"
     detail = (
         f"the model's matrix products on {key['cpu']} ({key['threads']} threads, torch {key['torch']}{at}) took "
@@ -444,6 +446,10 @@ def measured_cpu_decision(
         f"bf16 speed-up {speedup:.2f}x: {verdict} faster here ({where})"
     )
     return Precision(dtype, "auto", "measured", detail, speedup, fp32_s, bf16_s, cached, busy)
+
+
+def _loaded(load_per_core) -> bool:
+    return _positive(load_per_core) and load_per_core > MAX_LOAD_PER_CORE
 
 
 def _positive(v) -> bool:
