@@ -100,9 +100,9 @@ def build_policy(cfg, task, log=print):
 
     from rollwise.distributed.data_parallel import env_world_size
     from rollwise.envs.base import is_env_task
+    from rollwise.hardware.device import check_model_fits, resolve_device
     from rollwise.tokens import Codec
     from rollwise.trainer import tiny
-    from rollwise.trainer.device import check_model_fits, resolve_device
     from rollwise.trainer.warm_start import fit_warnings, warm_start
 
     if cfg.run.threads:
@@ -175,7 +175,7 @@ def check_runtime(cfg, log=print) -> None:
     """Checks that need the machine, not only the config, made before the model is loaded: the Ray
     cluster (``distributed.address`` reachable, enough CPUs for ``distributed.workers``) and the
     device ``model.device`` names (a CUDA request on a machine without CUDA is refused here)."""
-    from rollwise.trainer.device import describe, resolve_device, summary
+    from rollwise.hardware.device import describe, resolve_device, summary
 
     device = resolve_device(cfg.model.device)
     log(summary(describe(device)))
@@ -405,8 +405,8 @@ def build_value(cfg, a: Assembly):
 
 
 def _precision(cfg, model, log):
-    """``model.compute_dtype`` decided for the policy's device ("auto": measured on a CPU, trainer/precision.py)."""
-    from rollwise.trainer.precision import decide_compute_dtype
+    """``model.compute_dtype`` decided for the policy's device ("auto": measured on a CPU, hardware/precision.py)."""
+    from rollwise.hardware.precision import decide_compute_dtype
 
     weights = next(model.parameters())
     precision = decide_compute_dtype(

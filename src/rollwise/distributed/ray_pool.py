@@ -65,7 +65,8 @@ import weakref
 
 import torch
 
-from rollwise.distributed.local import SeededPool, StepCost, _Seeds, merge_groups, request_seed, run_requests, split  # noqa: F401
+from rollwise.distributed.local import SeededPool, _Seeds, request_seed, run_requests, split  # noqa: F401
+from rollwise.generate.common import StepCost, merge_groups
 from rollwise.registry import Compat, UserError
 from rollwise.types import Group, Plan, Sampling
 
@@ -230,7 +231,7 @@ class RolloutWorker:
             if cfg.model.dtype == "bfloat16":
                 self.model = self.model.to(torch.bfloat16)
             self.model = self.model.to(device)
-            from rollwise.trainer.precision import resolve_compute_dtype
+            from rollwise.hardware.precision import resolve_compute_dtype
 
             # model.compute_dtype on this worker's device ("auto": measured here, or this machine's cached timings)
             compute = resolve_compute_dtype(
