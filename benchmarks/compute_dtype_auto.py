@@ -1,7 +1,7 @@
 """What ``model.compute_dtype = "auto"`` picks on this CPU, and whether the pick is the faster
 one (issue #33).
 
-1. **The decision**: ``rollwise.trainer.precision.decide_compute_dtype("auto", ...)`` for the
+1. **The decision**: ``rollwise.hardware.precision.decide_compute_dtype("auto", ...)`` for the
    embedded default's tiny model and for SmolLM2-135M (its config only, no weights needed), with
    a fresh cache, so the measurement runs and its wall time is recorded beside its timings.
 2. **The embedded default pair**: ``rollwise.train`` with ``train.steps`` (default 60), no
@@ -114,7 +114,7 @@ def vs_trl_summary(result: dict) -> dict:
 
 
 def decision(name: str, config, cache: Path) -> dict:
-    from rollwise.trainer.precision import decide_compute_dtype
+    from rollwise.hardware.precision import decide_compute_dtype
 
     t0 = time.perf_counter()
     p = decide_compute_dtype("auto", "cpu", config, cache_path=cache)
@@ -161,12 +161,12 @@ def main(argv=None) -> int:
 
     import torch
 
-    from rollwise.trainer.precision import cpu_flags, cpu_model
+    from rollwise.hardware.precision import cpu_flags, cpu_model
     from rollwise.trainer.tiny import build_tiny
 
     cuda = None
     if torch.cuda.is_available():  # the CUDA rule (no measurement), recorded where a GPU is present
-        from rollwise.trainer.precision import decide_compute_dtype
+        from rollwise.hardware.precision import decide_compute_dtype
 
         p = decide_compute_dtype("auto", "cuda", build_tiny("tiny")[0].config)
         cuda = {"device": torch.cuda.get_device_name(0), "chose": p.name, "reason": p.reason, "detail": p.detail}

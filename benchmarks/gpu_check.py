@@ -219,7 +219,7 @@ def generation(bf16_tflops: float, batches=(64, 256), prompt_len: int = 32, new_
     from gen_throughput import generation_flops, linear_params
 
     from rollwise.backends.hf import HFBackend
-    from rollwise.trainer.precision import resolve_compute_dtype
+    from rollwise.hardware.precision import resolve_compute_dtype
     from rollwise.types import Sampling
 
     model = _smollm2_random()
@@ -269,7 +269,7 @@ def decode_profile(batch: int = 64, new_tokens: int = 16, top: int = 12) -> dict
     from torch.profiler import ProfilerActivity, profile
 
     from rollwise.backends.hf import HFBackend
-    from rollwise.trainer.precision import resolve_compute_dtype
+    from rollwise.hardware.precision import resolve_compute_dtype
     from rollwise.types import Sampling
 
     model = _smollm2_random()
@@ -312,8 +312,8 @@ def training(
     from gen_throughput import linear_params
     from train_profile import make_batch, step_flops
 
-    from rollwise.trainer.device import keep_logits_bytes
-    from rollwise.trainer.precision import resolve_compute_dtype
+    from rollwise.hardware.device import keep_logits_bytes
+    from rollwise.hardware.precision import resolve_compute_dtype
 
     model = _smollm2_random().train()
     dtype = resolve_compute_dtype("auto", "cuda")

@@ -178,9 +178,9 @@ def checkpointing_arg() -> str:
 
 def auto_precision(model) -> dict:
     """What rollwise's ``model.compute_dtype = "auto"`` picks for ``model`` on this CPU (measured
-    once, then cached: rollwise.trainer.precision); the 'best' setting gives TRL the same (bf16=True
+    once, then cached: rollwise.hardware.precision); the 'best' setting gives TRL the same (bf16=True
     exactly when auto picks bf16)."""
-    from rollwise.trainer.precision import decide_compute_dtype
+    from rollwise.hardware.precision import decide_compute_dtype
 
     p = decide_compute_dtype("auto", "cpu", model.config, weights_dtype=next(model.parameters()).dtype)
     return {**p.ledger_fields(), "fp32_s": p.fp32_s, "bf16_s": p.bf16_s, "detail": p.detail}

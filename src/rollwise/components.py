@@ -15,12 +15,25 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollwise import tasks
 from rollwise.compat import _registries, build_filters, objective_options, resolve  # noqa: F401 (here since #27)
 from rollwise.registry import UserError
-from rollwise.types import Sampling, Services
+from rollwise.types import Backend, Pool, Sampling, Services, Task, WeightReceiver
+
+if TYPE_CHECKING:  # the Assembly's field types; the modules load on use, when the assembler builds them
+    import torch
+
+    from rollwise.batches import Batches
+    from rollwise.distributed.async_pool import AsyncPool
+    from rollwise.distributed.data_parallel import DataParallel
+    from rollwise.generate.arrol import ArrolPool
+    from rollwise.hardware.precision import Precision
+    from rollwise.tokens import Codec
+    from rollwise.trainer.streaming import StreamingTrainer
+    from rollwise.trainer.trainer import Trainer
+    from rollwise.value.model import ValueModel
 
 build_task = tasks.build  # the task stage (rollwise.tasks.build; Ray workers call it too)
 
@@ -100,9 +113,9 @@ def build_policy(cfg, task, log=print):
 
     from rollwise.distributed.data_parallel import env_world_size
     from rollwise.envs.base import is_env_task
+    from rollwise.hardware.device import check_model_fits, resolve_device
     from rollwise.tokens import Codec
     from rollwise.trainer import tiny
-    from rollwise.trainer.device import check_model_fits, resolve_device
     from rollwise.trainer.warm_start import fit_warnings, warm_start
 
     if cfg.run.threads:
@@ -168,6 +181,15 @@ def build_policy(cfg, task, log=print):
     return model, codec
 
 
+def warm_cache(cfg, log=print) -> None:
+    """Fill the warm-start cache once (built-in tiny models; ``rollwise swarm`` before its peers start), so
+    that N processes starting together load it instead of each training it (and racing to write it)."""
+    from rollwise.trainer import tiny
+
+    if cfg.model.name in tiny.NAMES and cfg.model.warm_start.steps > 0 and cfg.model.warm_start.cache:
+        build_policy(cfg, build_task(cfg), log=log)
+
+
 # ---------------------------------------------------------------- generation (docs/architecture.md §8)
 
 
@@ -175,7 +197,7 @@ def check_runtime(cfg, log=print) -> None:
     """Checks that need the machine, not only the config, made before the model is loaded: the Ray
     cluster (``distributed.address`` reachable, enough CPUs for ``distributed.workers``) and the
     device ``model.device`` names (a CUDA request on a machine without CUDA is refused here)."""
-    from rollwise.trainer.device import describe, resolve_device, summary
+    from rollwise.hardware.device import describe, resolve_device, summary
 
     device = resolve_device(cfg.model.device)
     log(summary(describe(device)))
@@ -214,28 +236,13 @@ def build_backend(cfg, model, codec, seed: int, compute_dtype=None):
 def build_pool(cfg, backend, codec, task, sampling, tree, model, log=print, dp=None):
     """The worker pool the loop calls: the local pool (in this process), request-seeded when
     ``distributed.request_seeds``, shared across data-parallel ranks (``dp``, a
-    ``data_parallel.DataParallel``; request-seeded too), or Ray rollout workers (``distributed.workers``)."""
-    from rollwise.distributed.local import LocalPool
-    from rollwise.envs.base import is_env_task
-
+    ``data_parallel.DataParallel``; request-seeded too), or Ray rollout workers (``distributed.workers``),
+    each of which builds its engine with ``worker_engine``."""
     if cfg.distributed.workers > 0:
         from rollwise.distributed.ray_pool import RayPool
 
-        return RayPool(cfg, model, codec, sampling, log=log)
-    if is_env_task(task):  # multi-turn episodes (docs/architecture.md §11)
-        from rollwise.generate.episodes import EpisodePool
-
-        pool = EpisodePool.for_run(cfg, backend, codec, task, sampling)
-    else:
-        pool = LocalPool(
-            backend,
-            codec,
-            task.verify,
-            sampling,
-            max_batch=cfg.model.max_batch,
-            tree=tree,
-            verify_workers=getattr(task, "verify_workers", 1),
-        )
+        return RayPool(cfg, model, codec, sampling, worker_engine, log=log)
+    pool = engine_pool(cfg, backend, codec, task, sampling, tree)
     if dp is not None:
         from rollwise.distributed.data_parallel import DataParallelPool
 
@@ -245,6 +252,61 @@ def build_pool(cfg, backend, codec, task, sampling, tree, model, log=print, dp=N
 
         pool = SeededPool(pool, cfg.run.seed)
     return pool
+
+
+def engine_pool(cfg, backend, codec, task, sampling, tree=None):
+    """The pool around one engine, where that engine runs (this process, or a Ray worker through
+    ``worker_engine``): an ``EpisodePool`` for an environment task (docs/architecture.md §11), else a
+    ``LocalPool`` (``tree``: LATR's sampler, this process only)."""
+    from rollwise.envs.base import is_env_task
+
+    if is_env_task(task):  # multi-turn episodes
+        from rollwise.generate.episodes import EpisodePool
+
+        return EpisodePool.for_run(cfg, backend, codec, task, sampling)
+    from rollwise.distributed.local import LocalPool
+
+    return LocalPool(
+        backend,
+        codec,
+        task.verify,
+        sampling,
+        max_batch=cfg.model.max_batch,
+        tree=tree,
+        verify_workers=getattr(task, "verify_workers", 1),
+    )
+
+
+def worker_engine(cfg, codec, config, device, sampling):
+    """A Ray rollout worker's engine (``distributed/ray_pool.py``, ``RolloutWorker``), built in the worker
+    by the same builders as this process's: ``(model, backend, pool)``. ``config``: the policy's
+    architecture (``distributed.weights.plain_config``), an empty model of which holds no weights until
+    the first push; ``device``: where Ray placed the worker. vLLM builds its own model (``model`` None).
+    ``RayPool`` takes this function from ``build_pool`` and sends it to its workers, so the pool module
+    imports neither the assembler nor the stages it builds from."""
+    import torch
+
+    from rollwise.backends import build
+
+    if cfg.model.backend == "vllm":
+        model, backend = None, build(cfg, codec, config=config)
+    else:
+        from transformers import AutoModelForCausalLM
+
+        from rollwise.hardware.precision import resolve_compute_dtype
+
+        with torch.random.fork_rng():
+            model = AutoModelForCausalLM.from_config(config).eval()
+        if cfg.model.dtype == "bfloat16":
+            model = model.to(torch.bfloat16)
+        model = model.to(device)
+        # model.compute_dtype on this worker's device ("auto": measured here, or this machine's cached timings)
+        compute = resolve_compute_dtype(
+            cfg.model.compute_dtype, device, model.config, weights_dtype=next(model.parameters()).dtype
+        )
+        backend = build(cfg, codec, model=model, compute_dtype=compute)
+    task = build_task(cfg)  # the verifier (and an environment task's environments) run in the worker
+    return model, backend, engine_pool(cfg, backend, codec, task, sampling)
 
 
 def gap_guard(cfg, receivers):
@@ -262,36 +324,66 @@ def gap_guard(cfg, receivers):
 def weight_receivers(backend, pool) -> list:
     """What receives the trainer's published weights (``load_weights(version, weights)``): an
     engine that does not share the trainer's module (vLLM) and a pool of workers (Ray)."""
-    from rollwise.types import WeightReceiver
-
     return [x for x in (backend, pool) if isinstance(x, WeightReceiver)]
 
 
 # ---------------------------------------------------------------- the assembler (issue #27)
 
 
+@dataclass(frozen=True)
+class PoolStack:
+    """Which pools a step generates through (docs/architecture.md §8), as a record a reader can print
+    (``print(run.stack)``; issue #41): the engine in this process, the base pool ``build_pool`` made
+    around it, and the rollout wrappers of ``ROLLOUT_WRAPPERS`` that applied, in the order they wrap.
+    The loop calls the outermost pool (``top``)."""
+
+    backend: Backend | None  # the engine in this process (None: Ray workers each build their own)
+    base: Pool  # build_pool's pool: local, episodes, request-seeded, data-parallel or Ray workers
+    wrappers: tuple[tuple[str, Pool], ...] = ()  # (ROLLOUT_WRAPPERS name, pool), innermost first
+
+    @property
+    def top(self) -> Pool:
+        """The pool the loop calls: the outermost wrapper, or the base pool when none applies."""
+        return self.wrappers[-1][1] if self.wrappers else self.base
+
+    def layers(self) -> list[tuple[str, str]]:
+        """``(role, class name)`` from the pool the loop calls down to the engine."""
+        engine = type(self.backend).__name__ if self.backend is not None else "none (each Ray worker builds its own)"
+        return [
+            *((name, type(p).__name__) for name, p in reversed(self.wrappers)),
+            ("base", type(self.base).__name__),
+            ("backend", engine),
+        ]
+
+    def __str__(self) -> str:
+        return "pool stack (the loop calls the first): " + " -> ".join(f"{role} {cls}" for role, cls in self.layers())
+
+
 @dataclass
 class Assembly:
-    """A run's parts, built stage by stage by ``open_run`` and ``assemble`` (the run's attributes)."""
+    """A run's parts, built stage by stage by ``open_run`` and ``assemble`` (the run's attributes).
+    ``pool``, ``base_pool``, ``async_pool`` and ``arrol`` are the parts of ``stack`` the session and the
+    checkpoints name."""
 
-    task: Any
+    task: Task
     parts: Strategies
-    dp: Any = None  # data_parallel.DataParallel, or None (one process)
-    model: Any = None
-    codec: Any = None
-    sampling: Any = None  # types.Sampling
-    precision: Any = None  # trainer.precision decision (compute dtype, ledger fields)
-    compute_dtype: Any = None
-    backend: Any = None  # the engine in this process (None with Ray workers)
-    pool: Any = None  # what the loop generates through: the base pool inside the rollout wrappers
-    base_pool: Any = None  # the pool build_pool made (closed after the wrappers and the async generator)
-    async_pool: Any = None
-    arrol: Any = None
-    trainer: Any = None
-    receivers: list = field(default_factory=list)  # engines that get published weights
-    services: Any = None  # types.Services handed to the strategies
-    batches: Any = None  # batches.Batches: groups -> the trainer's batch (filters ... D3S)
-    value: Any = None  # the pass-rate predictor (value.enabled; rollwise.value.model.ValueModel), or None
+    dp: DataParallel | None = None  # None: one process
+    model: Any = None  # the policy (a transformers / tiny causal LM)
+    codec: Codec | None = None
+    sampling: Sampling | None = None
+    precision: Precision | None = None  # hardware.precision's decision (compute dtype, ledger fields)
+    compute_dtype: torch.dtype | None = None
+    backend: Backend | None = None  # the engine in this process (None with Ray workers)
+    stack: PoolStack | None = None  # the pools a step generates through (printable)
+    pool: Pool | None = None  # stack.top: what the loop generates through
+    base_pool: Pool | None = None  # stack.base (closed after the wrappers and the async generator)
+    async_pool: AsyncPool | None = None  # the "async" wrapper of the stack, if it applied
+    arrol: ArrolPool | None = None  # the "arrol" wrapper of the stack, if it applied
+    trainer: Trainer | StreamingTrainer | None = None
+    receivers: list[WeightReceiver] = field(default_factory=list)  # engines that get published weights
+    services: Services | None = None  # handed to the strategies
+    batches: Batches | None = None  # groups -> the trainer's batch (filters ... D3S)
+    value: ValueModel | None = None  # the pass-rate predictor (value.enabled), or None
     verifier_facts: dict = field(default_factory=dict)  # e.g. sandbox/* of a code task, on every ledger line
 
 
@@ -359,9 +451,12 @@ def assemble(cfg, task, parts: Strategies, wiring: Wiring, dp=None, backend=None
         a.verifier_facts = task.verifier_facts()
     tree = tree_sampler(cfg, a.backend, a.codec)  # LATR (sampling.latr), or None
     a.pool = a.base_pool = base = build_pool(cfg, a.backend, a.codec, task, a.sampling, tree, a.model, log=log, dp=dp)
-    for applies, wrap in ROLLOUT_WRAPPERS:
+    wrappers = []
+    for name, applies, wrap in ROLLOUT_WRAPPERS:
         if applies(cfg, a):
             a.pool = wrap(cfg, a, wiring)
+            wrappers.append((name, a.pool))
+    a.stack = PoolStack(a.backend, base, tuple(wrappers))
     a.trainer = build_trainer(cfg, a)
     a.receivers = [a.async_pool] if a.async_pool is not None else weight_receivers(a.backend, base)
     a.trainer.gap_guard = gap_guard(cfg, a.receivers)  # stale weights in a separate engine
@@ -425,8 +520,8 @@ def build_value(cfg, a: Assembly):
 
 
 def _precision(cfg, model, log):
-    """``model.compute_dtype`` decided for the policy's device ("auto": measured on a CPU, trainer/precision.py)."""
-    from rollwise.trainer.precision import decide_compute_dtype
+    """``model.compute_dtype`` decided for the policy's device ("auto": measured on a CPU, hardware/precision.py)."""
+    from rollwise.hardware.precision import decide_compute_dtype
 
     weights = next(model.parameters())
     precision = decide_compute_dtype(
@@ -522,9 +617,10 @@ def _wrap_ttrl(cfg, a: Assembly, w: Wiring):
     return TtrlPool(a.pool, cfg.reward.ttrl)
 
 
-ROLLOUT_WRAPPERS: tuple[tuple[Callable, Callable], ...] = (  # (applies(cfg, assembly), wrap(cfg, assembly, wiring))
-    (lambda cfg, a: cfg.train.async_.on, _wrap_async),
-    (lambda cfg, a: cfg.sampling.arrol.enabled, _wrap_arrol),
-    (lambda cfg, a: a.parts.replay.schedules_generation and a.async_pool is None, _wrap_replay),
-    (lambda cfg, a: cfg.reward.ttrl.enabled, _wrap_ttrl),
+# (name in PoolStack, applies(cfg, assembly), wrap(cfg, assembly, wiring))
+ROLLOUT_WRAPPERS: tuple[tuple[str, Callable, Callable], ...] = (
+    ("async", lambda cfg, a: cfg.train.async_.on, _wrap_async),
+    ("arrol", lambda cfg, a: cfg.sampling.arrol.enabled, _wrap_arrol),
+    ("replay", lambda cfg, a: a.parts.replay.schedules_generation and a.async_pool is None, _wrap_replay),
+    ("ttrl", lambda cfg, a: cfg.reward.ttrl.enabled, _wrap_ttrl),
 )

@@ -175,7 +175,7 @@ class ModelConfig(Section):
         "auto",
         description="Dtype the policy's matrix products run in (generation, scoring, training) while weights, "
         "gradients and optimizer state stay in model.dtype (bf16 autocast, fp32 master weights; "
-        "rollwise.trainer.precision). 'auto': the faster of the two here: on a CPU, measured on the model's own "
+        "rollwise.hardware.precision). 'auto': the faster of the two here: on a CPU, measured on the model's own "
         "matrix shapes at the first run (a few seconds; bf16 only if >= 1.1x as fast) and cached per CPU and torch "
         "version; on CUDA, bfloat16 when the GPU supports it. The choice and its reason are logged and written to "
         "metrics.jsonl (precision/*). An explicit float32 / bfloat16 always wins.",
@@ -185,7 +185,7 @@ class ModelConfig(Section):
         pattern=r"^(auto|cpu|cuda(:\d+)?)$",
         description="Where the policy, the reference, the hf sampler, the trainer and the warm start run: "
         "'auto' (cuda when torch sees a CUDA device, else cpu), 'cpu', 'cuda' or 'cuda:N' "
-        "(rollwise.trainer.device; memory is checked against the device before the model moves there).",
+        "(rollwise.hardware.device; memory is checked against the device before the model moves there).",
     )
     max_batch: int = Field(256, ge=1, description="Most sequences per generation forward pass.")
     lora: LoraConfig = Field(default_factory=LoraConfig, description="LoRA options.")

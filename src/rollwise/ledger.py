@@ -39,7 +39,7 @@ class Ledger:
         self.dir = Path(run_dir)
         self.write = write  # False: totals and lines are kept, no file is touched (data-parallel ranks > 0)
         # facts of this session written on every training line, e.g. the compute dtype it chose and
-        # why (precision/*, rollwise.trainer.precision); a resumed session decides (and writes) its own
+        # why (precision/*, rollwise.hardware.precision); a resumed session decides (and writes) its own
         self.facts = dict(facts or {})
         self.metrics_path = self.dir / "metrics.jsonl"
         self.eval_path = self.dir / "eval.jsonl"
@@ -49,11 +49,11 @@ class Ledger:
         self.t0 = time.perf_counter()
         # callables (kind, line) given every line written, kind "train" or "eval" (rollwise.trackers)
         self.sinks: list = []
-        # the device's facts (device/*, rollwise.trainer.device.describe) join them and, on CUDA, each
+        # the device's facts (device/*, rollwise.hardware.device.describe) join them and, on CUDA, each
         # line reports the device's peak memory since the last line
         self.device = None
         if device is not None:
-            from rollwise.trainer.device import describe
+            from rollwise.hardware.device import describe
 
             self.facts.update(describe(device))
             self.device = device if device.type == "cuda" else None
@@ -77,7 +77,7 @@ class Ledger:
         line.update(getattr(cost, "metrics", None) or {})
         line.update(extra)
         if self.device is not None:
-            from rollwise.trainer.device import peak_memory
+            from rollwise.hardware.device import peak_memory
 
             line.update(peak_memory(self.device))
         self._append(self.metrics_path, line)

@@ -77,6 +77,13 @@ def _under(name, root: Path) -> bool:
         return False
 
 
+def cache_root() -> Path:
+    """Where rollwise keeps what later runs reuse (warm starts, ``hardware/precision.py``'s timings):
+    ``$ROLLWISE_CACHE`` or ``~/.cache/rollwise``. Here, on the ground floor, so the trainer's warm start
+    and the precision decision both read it without importing each other."""
+    return Path(os.environ.get("ROLLWISE_CACHE") or Path.home() / ".cache" / "rollwise")
+
+
 def ckpt_dir(run_dir: Path) -> Path:
     """A run's checkpoints folder (written by ``rollwise.trainer.checkpoint``)."""
     return Path(run_dir) / "checkpoints"

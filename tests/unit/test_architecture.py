@@ -136,3 +136,36 @@ def test_nothing_below_the_assembler_imports_it():
         and (m, t) not in ALLOWED
     )
     assert bad == []
+
+
+GROUND = {"rollwise.types", "rollwise.registry", "rollwise.config", "rollwise.tokens", "rollwise.storage"}
+# what an engine receives after each optimizer step (docs/architecture.md §8): the vLLM backend reads the
+# published weights' format, the one crossing from the generation side into the pools' floor
+WEIGHTS = "rollwise.distributed.weights"
+
+
+def test_the_generation_side_stands_on_its_own_level():
+    """Issue #41 item 2. What every generator shares (``generate.common``: step costs, ``merge_groups``)
+    sits below the pools, so no backend or generator imports a pool or the trainer; device and precision
+    are a package of their own (``rollwise.hardware``) on the ground floor, read by the sampler and the
+    trainer alike; the Ray pool imports none of the stages its workers are built from (the assembler
+    hands it ``components.worker_engine``)."""
+    edges = imports(modules())
+    assert {"rollwise.generate.common", "rollwise.hardware.device", "rollwise.hardware.precision"} <= set(edges)
+    stage = {m: m.split(".")[1] for m in edges if m.count(".") >= 1}
+    below_pools = sorted(
+        f"{m} imports {t}"
+        for m, ts in edges.items()
+        if stage.get(m) in ("backends", "generate")
+        for t in ts
+        if stage.get(t) in ("distributed", "trainer") and t != WEIGHTS
+    )
+    assert below_pools == []
+    hardware = {t for m, ts in edges.items() if stage.get(m) == "hardware" for t in ts}
+    assert hardware - {"rollwise.hardware.device", "rollwise.hardware.precision"} <= GROUND
+    ray_pool = edges["rollwise.distributed.ray_pool"]
+    assert ray_pool <= GROUND | {
+        "rollwise.distributed.local",
+        "rollwise.distributed.weights",
+        "rollwise.generate.common",
+    }

@@ -47,3 +47,50 @@ def test_a_refused_strategy_leaves_no_new_run_directory(tmp_path):
     with pytest.raises(UserError):
         components.open_run(cfg, resume=False)
     assert not cfg.run_dir().exists()
+
+
+def test_the_pool_stack_is_a_record_a_reader_can_print(tmp_path):
+    """Which pools a step runs through is one typed record (issue #41 item 2), not attributes spread
+    over the run: the wrappers in the order they wrap, the base pool and the engine."""
+    from rollwise.distributed.local import SeededPool
+
+    a, _ = _assemble(
+        tmp_path, **{"sampling.arrol.enabled": True, "reward.ttrl.enabled": True, "distributed.request_seeds": True}
+    )
+    stack = a.stack
+    assert [name for name, _ in stack.wrappers] == ["arrol", "ttrl"]
+    assert stack.top is a.pool and stack.wrappers[0][1] is a.arrol and stack.base is a.base_pool
+    assert type(stack.base) is SeededPool and stack.backend is a.backend
+    layers = "ttrl TtrlPool -> arrol ArrolPool -> base SeededPool -> backend HFBackend"
+    assert str(stack) == f"pool stack (the loop calls the first): {layers}"
+
+
+def test_a_ray_worker_builds_its_engine_with_the_assemblers_builder(tmp_path):
+    """A rollout worker (run here, without Ray) gets its backend and pool from the assembler's builder:
+    an environment task's episodes run in the worker's EpisodePool, as in the trainer's process, with
+    an empty model of the policy's architecture on the worker's device."""
+    import torch
+
+    from rollwise.backends.hf import HFBackend
+    from rollwise.distributed.ray_pool import RolloutWorker
+    from rollwise.distributed.weights import plain_config
+    from rollwise.generate.episodes import EpisodePool
+
+    guess = {"task.name": "guess_number", "task.options": {"n_train": 8, "n_heldout": 4}, "task.max_turns": 3}
+    a, task = _assemble(tmp_path, **guess)
+    assert type(a.base_pool) is EpisodePool
+    spec = {
+        "cfg": load_config(overrides=as_sets(tiny_overrides(tmp_path, **guess))).model_dump(mode="json"),
+        "config": plain_config(a.model),
+        "tokenizer": a.codec.tokenizer,
+        "use_chat": a.codec.use_chat,
+        "threads": torch.get_num_threads(),
+        "gpus": 0,
+        "sampling": a.sampling,
+        "build": components.worker_engine,
+    }
+    worker = RolloutWorker(spec)
+    assert type(worker.pool) is EpisodePool and type(worker.backend) is HFBackend
+    assert worker.backend.model is worker.model and worker.model is not a.model
+    assert next(worker.model.parameters()).device.type == "cpu"
+    assert worker.pool.limits == a.base_pool.limits and worker.pool.limits.max_turns == 3

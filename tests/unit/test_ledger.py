@@ -1,6 +1,6 @@
 import json
 
-from rollwise.distributed.local import StepCost
+from rollwise.generate.common import StepCost
 from rollwise.ledger import Ledger, read_jsonl
 
 

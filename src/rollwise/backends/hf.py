@@ -19,7 +19,7 @@ the first forward, so row i's t-th token reads ``u[i, t]`` however many rows hav
 a row's tokens do not depend on compaction (nor on its batch-mates, beyond float rounding). The
 tokens are still draws from exactly the distribution whose log-probs are reported. This consumes
 the generator differently from the former ``torch.multinomial`` sampler, so a seed now gives
-other samples than before issue #13. ``compute_dtype`` (``rollwise.trainer.precision``) runs the
+other samples than before issue #13. ``compute_dtype`` (``rollwise.hardware.precision``) runs the
 forwards under bf16 autocast; the log-softmax of the sampled distribution is always fp32.
 
 Optional extras (off by default, so the default path is unchanged):
@@ -43,8 +43,8 @@ from collections.abc import Sequence
 
 import torch
 
+from rollwise.hardware.precision import autocast
 from rollwise.registry import Compat
-from rollwise.trainer.precision import autocast
 from rollwise.types import Completion, Sampling
 
 
@@ -59,7 +59,7 @@ class HFBackend:
         """The sampler on ``model`` (``rollwise.backends.build``); ``compute_dtype`` None: ``model.compute_dtype``
         resolved for the device of the model's weights."""
         if compute_dtype is None:
-            from rollwise.trainer.precision import resolve_compute_dtype
+            from rollwise.hardware.precision import resolve_compute_dtype
 
             weights = next(model.parameters())
             compute_dtype = resolve_compute_dtype(

@@ -92,7 +92,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rollwise.control.base import Controller
-from rollwise.distributed.local import StepCost, merge_groups
+from rollwise.generate.common import StepCost, merge_groups
 from rollwise.registry import Compat
 from rollwise.types import Completion, Plan, Request
 

@@ -308,7 +308,8 @@ class DataParallelPool:
     ``generate`` are collectives: every rank calls them with the same plan."""
 
     def __init__(self, pool, dp: DataParallel, run_seed: int):
-        from rollwise.distributed.local import StepCost, _Seeds
+        from rollwise.distributed.local import _Seeds
+        from rollwise.generate.common import StepCost
 
         self.pool, self.dp, self.seeds = pool, dp, _Seeds(run_seed)
         self.cost = StepCost()
@@ -319,7 +320,7 @@ class DataParallelPool:
         return getattr(self.pool, name)
 
     def take_cost(self):
-        from rollwise.distributed.local import StepCost
+        from rollwise.generate.common import StepCost
 
         cost, self.cost = self.cost, StepCost()
         return cost
@@ -347,6 +348,6 @@ class DataParallelPool:
         return [pair for out in per_job for pair in out]
 
     def generate(self, plan, groups, version: int):
-        from rollwise.distributed.local import merge_groups
+        from rollwise.generate.common import merge_groups
 
         return merge_groups(groups, self.rollouts(plan, version))

@@ -15,8 +15,9 @@ needs:
   them (``CUDA_VISIBLE_DEVICES``): its ``hf`` model moves to ``cuda`` and its vLLM engine starts
   there, so generation runs on other GPUs than the trainer's (weights still travel through Ray's
   object store, not NCCL). Each worker rebuilds the task (for
-  its verifier) from the run's config and an empty model of the policy's architecture; it holds
-  no weights of its own until the first push.
+  its verifier) from the run's config and an empty model of the policy's architecture, with the
+  engine builder the assembler hands the pool (``components.worker_engine``: the backend and the
+  pool chosen as in this process); it holds no weights of its own until the first push.
 - **Weights.** After every optimizer step the trainer's published weights
   (``rollwise.distributed.weights``, LoRA merged) are put once into Ray's object store and every
   worker copies them in (``load_weights``); the loop records the seconds as
@@ -65,7 +66,8 @@ import weakref
 
 import torch
 
-from rollwise.distributed.local import SeededPool, StepCost, _Seeds, merge_groups, request_seed, run_requests, split  # noqa: F401
+from rollwise.distributed.local import SeededPool, _Seeds, request_seed, run_requests, split  # noqa: F401
+from rollwise.generate.common import StepCost, merge_groups
 from rollwise.registry import Compat, UserError
 from rollwise.types import Group, Plan, Sampling
 
@@ -203,14 +205,11 @@ def _refuse_gpus(dcfg, have: float, where: str) -> None:
 
 class RolloutWorker:
     """One Ray actor: a backend, the task's verifier and a ``LocalPool`` around them (an
-    ``EpisodePool`` for an environment task: its environments and tools run in the actor)."""
+    ``EpisodePool`` for an environment task: its environments and tools run in the actor), built by
+    the builder the assembler handed the pool (``spec["build"]``, ``components.worker_engine``)."""
 
     def __init__(self, spec: dict):
-        from rollwise import tasks
         from rollwise.config import Config
-        from rollwise.distributed.local import LocalPool
-        from rollwise.envs.base import is_env_task
-        from rollwise.generate.episodes import EpisodePool
         from rollwise.tokens import Codec
 
         torch.set_num_threads(spec["threads"])
@@ -218,38 +217,8 @@ class RolloutWorker:
         # a worker given GPUs generates on the first one Ray assigned it (CUDA_VISIBLE_DEVICES), else on its CPUs
         device = torch.device("cuda", 0) if spec["gpus"] > 0 else torch.device("cpu")
         codec = Codec(spec["tokenizer"], use_chat=spec["use_chat"])
-        from rollwise.backends import build as build_backend
-
-        if cfg.model.backend == "vllm":
-            self.model, backend = None, build_backend(cfg, codec, config=spec["config"])
-        else:
-            from transformers import AutoModelForCausalLM
-
-            with torch.random.fork_rng():
-                self.model = AutoModelForCausalLM.from_config(spec["config"]).eval()
-            if cfg.model.dtype == "bfloat16":
-                self.model = self.model.to(torch.bfloat16)
-            self.model = self.model.to(device)
-            from rollwise.trainer.precision import resolve_compute_dtype
-
-            # model.compute_dtype on this worker's device ("auto": measured here, or this machine's cached timings)
-            compute = resolve_compute_dtype(
-                cfg.model.compute_dtype, device, self.model.config, weights_dtype=next(self.model.parameters()).dtype
-            )
-            backend = build_backend(cfg, codec, model=self.model, compute_dtype=compute)
-        self.backend = backend
-        task = tasks.build(cfg)
-        if is_env_task(task):  # multi-turn episodes: the environments run here, where the episodes are generated
-            self.pool = EpisodePool.for_run(cfg, backend, codec, task, spec["sampling"])
-        else:
-            self.pool = LocalPool(
-                backend,
-                codec,
-                task.verify,
-                spec["sampling"],
-                max_batch=cfg.model.max_batch,
-                verify_workers=getattr(task, "verify_workers", 1),
-            )
+        # the assembler's builder (components.worker_engine): backend and pool chosen as in the trainer's process
+        self.model, self.backend, self.pool = spec["build"](cfg, codec, spec["config"], device, spec["sampling"])
         self.version = -1
 
     def load_weights(self, version: int, weights: dict) -> int:
@@ -313,7 +282,9 @@ class RolloutWorker:
 class RayPool:
     """See the module docstring. ``actors`` (list) and ``restarts`` (count) are public for tests."""
 
-    def __init__(self, cfg, model, codec, sampling: Sampling, log=print):
+    def __init__(self, cfg, model, codec, sampling: Sampling, build, log=print):
+        """``build``: the engine builder each worker calls (``components.worker_engine``: ``(cfg, codec,
+        model config, device, sampling) -> (model, backend, pool)``)."""
         from rollwise.distributed.weights import plain_config
 
         self.ray = connect(cfg.distributed, log=log)
@@ -332,6 +303,7 @@ class RayPool:
             "threads": cfg.distributed.cpus_per_worker,
             "gpus": cfg.distributed.gpus_per_worker,
             "sampling": sampling,
+            "build": build,
         }
         self._cpus, self._gpus = cfg.distributed.cpus_per_worker, cfg.distributed.gpus_per_worker
         self._weights = None  # (version, object ref) of the latest published weights

@@ -72,16 +72,6 @@ def peer_configs(config: Path | None, overrides: list[str], peers: int) -> tuple
     return root, cfgs
 
 
-def warm_cache(cfg, log=print) -> None:
-    """Fill the warm-start cache once (built-in tiny models), so that N peers starting together
-    load it instead of each training it (and racing to write it)."""
-    from rollwise import components
-    from rollwise.trainer import tiny
-
-    if cfg.model.name in tiny.NAMES and cfg.model.warm_start.steps > 0 and cfg.model.warm_start.cache:
-        components.build_policy(cfg, components.build_task(cfg), log=log)
-
-
 def _train_command(config_path) -> list[str]:
     """A peer's command line: ``rollwise train --config config_path`` in this interpreter."""
     return [sys.executable, "-m", "rollwise.cli", "train", "--config", str(config_path)]
@@ -141,7 +131,9 @@ def run_swarm(
             )
         shutil.rmtree(shared)
     root.mkdir(parents=True, exist_ok=True)
-    warm_cache(cfgs[0], log=log)
+    from rollwise import components
+
+    components.warm_cache(cfgs[0], log=log)  # the peers load it instead of each training it (and racing to write it)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     paths = []
     for cfg in cfgs:

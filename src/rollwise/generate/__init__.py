@@ -2,4 +2,5 @@
 schedule rollouts while they are being generated. ``arrol``: online rollout pruning (ARRoL,
 ``sampling.arrol``); ``latr``: tree rollouts (LATR, ``sampling.latr``); ``april``: active partial
 rollouts (APRIL, ``replay.name = "april"``); ``spec_rl``: speculative rollouts reusing the previous
-epoch's responses (SPEC-RL, ``replay.name = "spec_rl"``)."""
+epoch's responses (SPEC-RL, ``replay.name = "spec_rl"``); ``episodes``: multi-turn episodes. ``common``:
+what every generator shares, below the pools that drive them (``StepCost``, ``merge_groups``; issue #41)."""

@@ -67,7 +67,7 @@ from collections.abc import Sequence
 import torch
 
 from rollwise.config import ArrolOptions as Options  # noqa: F401 (the schema lives in config.py)
-from rollwise.distributed.local import merge_groups
+from rollwise.generate.common import merge_groups
 from rollwise.registry import Compat, UserError
 from rollwise.types import Group, Plan
 

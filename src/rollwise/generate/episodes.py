@@ -62,7 +62,7 @@ from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, ThreadPoolExecuto
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rollwise.distributed.local import StepCost, merge_groups
+from rollwise.generate.common import StepCost, merge_groups
 from rollwise.registry import Compat
 from rollwise.tokens import Codec
 from rollwise.types import Episode, Plan, Prompt, Rollout, Sampling, Turn, Verdict

@@ -68,7 +68,7 @@ from dataclasses import dataclass
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from rollwise.distributed.local import merge_groups
+from rollwise.generate.common import merge_groups
 from rollwise.registry import Compat
 from rollwise.replay.base import ReplaySource
 from rollwise.types import Completion, Group, Plan, Request

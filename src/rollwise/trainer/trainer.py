@@ -43,7 +43,7 @@ weight by ``loss_mask``); the micro-batch's rows are packed so the decoder compu
 the LM head and log-softmax run only where a completion token is predicted, in chunks of
 ``LOGIT_CHUNK`` positions, through ``rollwise.trainer.head`` (gradient by formula; the logits are
 kept for the backward when the micro-batch's fit in ``KEEP_LOGITS_BYTES``, rebuilt otherwise).
-``compute_dtype`` (``model.compute_dtype``, ``rollwise.trainer.precision``) runs forward and backward under bf16
+``compute_dtype`` (``model.compute_dtype``, ``rollwise.hardware.precision``) runs forward and backward under bf16
 autocast while the weights, gradients and AdamW state stay fp32 (master weights). ``train.activation_checkpointing``
 recomputes each decoder layer's activations in the backward pass (HF gradient checkpointing).
 """
@@ -56,11 +56,11 @@ import math
 
 import torch
 
+from rollwise.hardware.device import CPU_KEEP_LOGITS_BYTES, available_bytes, check_activations, keep_logits_bytes
+from rollwise.hardware.precision import autocast
 from rollwise.objectives.ess import ess_lr_scale, ess_ratio
-from rollwise.trainer.device import CPU_KEEP_LOGITS_BYTES, available_bytes, check_activations, keep_logits_bytes
 from rollwise.trainer.head import fusable, head_logprobs, reference_head_logprobs
 from rollwise.trainer.mismatch import MismatchMeter, StaleWeightsError
-from rollwise.trainer.precision import autocast
 from rollwise.types import Batch
 
 LOGIT_CHUNK = 512  # positions per LM-head + log-softmax chunk (49k vocab: ~100 MB of fp32 logits)

@@ -28,11 +28,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_model, save_model
 
+from rollwise.storage import cache_root
+
 WARM_VERSION = 1
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("ROLLWISE_CACHE") or Path.home() / ".cache" / "rollwise")
 
 
 def cache_path(key: dict) -> Path:

@@ -1,7 +1,7 @@
 """The hf sampler's speed paths (issue #13): finished rows leave the decode batch without
 changing any row's tokens, only the last position reaches the LM head, inverse-CDF sampling draws
 from the reported distribution, and bf16 autocast generation keeps fp32 weights. (How
-model.compute_dtype = "auto" chooses: tests/unit/trainer/test_precision.py.)"""
+model.compute_dtype = "auto" chooses: tests/unit/hardware/test_precision.py.)"""
 
 import math
 

@@ -29,8 +29,8 @@ from rollwise.components import build_strategies
 from rollwise.config import load_config
 from rollwise.control import REGISTRY
 from rollwise.distributed.async_pool import AsyncPool
-from rollwise.distributed.local import StepCost
 from rollwise.filter.chain import apply_filters
+from rollwise.generate.common import StepCost
 from rollwise.registry import UserError
 from rollwise.types import Prompt, Rollout, RunState, Services, Verdict
 

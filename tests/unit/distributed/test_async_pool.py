@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from rollwise.distributed.async_pool import AsyncPool
-from rollwise.distributed.local import StepCost
+from rollwise.generate.common import StepCost
 from rollwise.types import Plan, Prompt, Request, Rollout, Sampling, Verdict
 
 

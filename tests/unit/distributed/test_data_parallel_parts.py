@@ -113,7 +113,7 @@ def test_mismatch_meters_merge_sums_and_max():
 
 
 def test_a_ledger_that_does_not_write_keeps_totals(tmp_path):
-    from rollwise.distributed.local import StepCost
+    from rollwise.generate.common import StepCost
     from rollwise.ledger import Ledger
 
     led = Ledger(tmp_path, write=False)

@@ -220,7 +220,7 @@ def test_lockstep_is_reproducible():
 
 
 def test_tool_calls_and_costs_reach_the_ledger_fields(tmp_path):
-    from rollwise.distributed.local import StepCost
+    from rollwise.generate.common import StepCost
     from rollwise.ledger import Ledger
 
     pool = EpisodePool(

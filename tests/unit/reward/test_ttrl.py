@@ -65,7 +65,7 @@ def test_ties_go_to_the_first_seen():
 
 class _Pool:
     def __init__(self, answers):
-        from rollwise.distributed.local import StepCost
+        from rollwise.generate.common import StepCost
 
         self.answers, self.cost, self.evaluated = answers, StepCost(), False
 

@@ -5,7 +5,8 @@ import json
 import threading
 
 from rollwise.backends.scripted import ScriptedBackend
-from rollwise.distributed.local import LocalPool, StepCost, outcome_counts
+from rollwise.distributed.local import LocalPool
+from rollwise.generate.common import StepCost, outcome_counts
 from rollwise.tokens import Codec
 from rollwise.trainer.tiny import char_tokenizer
 from rollwise.types import Plan, Prompt, Request, Sampling, Verdict

@@ -313,7 +313,7 @@ def _digest(key: dict) -> str:
 
 
 def default_cache_path() -> Path:
-    from rollwise.trainer.warm_start import cache_root
+    from rollwise.storage import cache_root
 
     return cache_root() / CACHE_FILE
 

@@ -83,7 +83,7 @@ def resolve_device(setting: str, cuda_count: int | None = None) -> torch.device:
 def describe(device: torch.device) -> dict:
     """Facts about ``device`` for the run's log and ledger: type, name, total and free GiB."""
     if device.type != "cuda":
-        from rollwise.trainer.precision import cpu_model
+        from rollwise.hardware.precision import cpu_model
 
         return {"device/type": "cpu", "device/name": cpu_model() or "cpu"}
     free, total = torch.cuda.mem_get_info(device)

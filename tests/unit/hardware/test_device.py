@@ -3,8 +3,8 @@
 import pytest
 import torch
 
+from rollwise.hardware import device as dv
 from rollwise.registry import UserError
-from rollwise.trainer import device as dv
 
 
 @pytest.mark.parametrize(

@@ -15,8 +15,8 @@ from transformers import GPT2Config, LlamaConfig
 
 import rollwise
 from rollwise.config import load_config
-from rollwise.trainer import precision
-from rollwise.trainer.precision import (
+from rollwise.hardware import precision
+from rollwise.hardware.precision import (
     BF16_MIN_SPEEDUP,
     MatmulShapes,
     choose,
