@@ -29,7 +29,8 @@ optimizer state and every log-softmax stay in ``model.dtype`` (fp32 by default):
     ``MEASURE_TRIES`` times, each dtype's fastest timing kept (the least disturbed). The result is
     cached either way, so every run on the machine writes the same decision and ratio (a resumed
     run's ledger lines read as an uninterrupted run's), with the doubt in the log; but an entry
-    measured only under load is measured again, once, by the first run that finds the CPU quiet.
+    measured only under load whose speed-up lies within ``LOAD_SKEW`` of the threshold (where load
+    could have flipped the decision) is measured again, once, by the first run that finds the CPU quiet.
   - **CUDA: capability, not a flag** (``cuda_choice``): bf16 where the GPU has bf16 tensor cores,
     compute capability 8.0 (Ampere) and later, and torch reports bf16 support; fp32 otherwise. On
     V100 (7.0) and T4 (7.5) ``torch.cuda.is_bf16_supported()`` can be true by emulation, which is
@@ -72,6 +73,7 @@ CACHE_FILE = "compute_dtype.json"
 CACHE_VERSION = 2  # bump when what is measured changes: older entries are then measured again (2: load recorded)
 MAX_LOAD_PER_CORE = 0.75  # a measurement started above this 1-minute load average per core is not cached as is
 NEAR_THRESHOLD = 1.25  # nor one whose speed-up is within this factor of BF16_MIN_SPEEDUP (0.88x-1.375x)
+LOAD_SKEW = 3.0  # how far load can move a measured speed-up (the committed SmolLM2 products: 0.27x and 0.61x)
 MEASURE_TRIES = 2  # measurements at most before an untrustworthy decision is used uncached
 BF16_MIN_CAPABILITY = (8, 0)  # CUDA compute capability with bf16 tensor cores (Ampere)
 
@@ -399,7 +401,7 @@ def measured_cpu_decision(
             and _positive(entry.get("bf16_s"))
         )
         now = None
-        if cached and _loaded(entry.get("load_per_core")):
+        if cached and _loaded(entry.get("load_per_core")) and _could_flip(entry["fp32_s"] / entry["bf16_s"]):
             now = load()
             cached = _loaded(now) or now is None  # measured under load, and the CPU is quiet now: measure again
         if cached:
@@ -446,6 +448,13 @@ def measured_cpu_decision(
         f"bf16 speed-up {speedup:.2f}x: {verdict} faster here ({where})"
     )
     return Precision(dtype, "auto", "measured", detail, speedup, fp32_s, bf16_s, cached, busy)
+
+
+def _could_flip(speedup: float) -> bool:
+    """Whether load could have put a speed-up on the wrong side of ``BF16_MIN_SPEEDUP``: within
+    ``LOAD_SKEW`` of it. Farther, the decision stands whatever the load, and the cached entry with it
+    (so the runs on a machine keep writing the same ratio)."""
+    return BF16_MIN_SPEEDUP / LOAD_SKEW <= speedup <= BF16_MIN_SPEEDUP * LOAD_SKEW
 
 
 def _loaded(load_per_core) -> bool:

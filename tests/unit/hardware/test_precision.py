@@ -273,6 +273,17 @@ def test_a_measurement_made_only_under_load_is_cached_then_redone_once_on_a_quie
     assert measured(SHAPES, cache_path=path, measure=never, key=key()).cached  # and that one is kept
 
 
+def test_a_loaded_measurement_far_from_the_threshold_is_kept_on_a_quiet_cpu(tmp_path):
+    """0.1x under load: no load skew (LOAD_SKEW = 3) brings it near 1.1x, so the decision and the
+    ratio stay cached and every later run writes the same ledger facts."""
+    path = tmp_path / "compute_dtype.json"
+    m = Measurements((1.0, 10.0), (1.0, 10.0))
+    first = measured_cpu_decision(SHAPES, cache_path=path, measure=m, key=key(), load=lambda: 1.5)
+    assert first.dtype == torch.float32 and first.bf16_speedup == pytest.approx(0.1) and len(m.calls) == 2
+    again = measured(SHAPES, cache_path=path, measure=never, key=key())
+    assert again.cached and again.bf16_speedup == pytest.approx(0.1)
+
+
 def test_a_ratio_near_the_threshold_is_measured_again_before_it_is_cached(tmp_path):
     path = tmp_path / "compute_dtype.json"
     m = Measurements((1.2, 1.0), (1.15, 1.05))  # 1.2x, then fastest of each 1.15 / 1.0 = 1.15x: bf16, but close
