@@ -10,7 +10,9 @@ replay sources with ``wrap_pool``: APRIL, SPEC-RL), the controller (and its clas
 off-policy correction). :func:`check` derives every refusal between parts from those records,
 naming the keys to change, before any model is loaded; ``config.load_config`` calls it. Each
 part's own ``check_config`` checks only local facts (installed? address parses? its options
-consistent?). Three strategies still check another section from their own options, which no
+consistent?), and a config section's refusals that concern it alone live beside it
+(``rollwise.sections.<section>``: episode keys on a single-turn task, options for a filter that is not
+on), called from here. Three strategies still check another section from their own options, which no
 record field expresses: GDRO (``loss_signal = 'surrogate_kl'`` needs a reference model; it refuses
 ``batch.d3s``), APRIL (``prefix_mode = 'tis'`` needs an objective weight) and SAPO (not with
 ``reward.ttrl``).
