@@ -10,7 +10,9 @@ replay sources with ``wrap_pool``: APRIL, SPEC-RL), the controller (and its clas
 off-policy correction). :func:`check` derives every refusal between parts from those records,
 naming the keys to change, before any model is loaded; ``config.load_config`` calls it. Each
 part's own ``check_config`` checks only local facts (installed? address parses? its options
-consistent?). Three strategies still check another section from their own options, which no
+consistent?), and a config section's refusals that concern it alone live beside it
+(``rollwise.sections.<section>``: episode keys on a single-turn task, options for a filter that is not
+on), called from here. Three strategies still check another section from their own options, which no
 record field expresses: GDRO (``loss_signal = 'surrogate_kl'`` needs a reference model; it refuses
 ``batch.d3s``), APRIL (``prefix_mode = 'tis'`` needs an objective weight) and SAPO (not with
 ``reward.ttrl``).
@@ -37,6 +39,8 @@ from collections.abc import Callable
 from typing import Any
 
 from rollwise.registry import Compat, Registry, UserError, validate_options
+from rollwise.sections.filter import check_options_named
+from rollwise.sections.task import check_single_turn
 
 NEUTRAL = Compat()
 
@@ -88,9 +92,7 @@ def local_check(part, cfg) -> None:
 
 def build_filters(cfg) -> list[tuple[str, Callable]]:
     reg = _registries()["filter"]
-    unknown = sorted(set(cfg.filter.options) - set(cfg.filter.names))
-    if unknown:
-        raise UserError(f"filter.options has entries for filters not in filter.names: {unknown}")
+    check_options_named(cfg.filter)  # the filter section's own check
     out = []
     for name in cfg.filter.names:
         fn = reg.get(name)
@@ -223,18 +225,6 @@ def check(cfg) -> None:
     overlong_limits(cfg.reward.overlong_penalty, cfg.sampling.max_new_tokens)
 
 
-# The task section's multi-turn keys (rollwise.config.TaskConfig; rollwise.generate.episodes).
-EPISODE_KEYS = (
-    "max_turns",
-    "max_tool_calls",
-    "max_episode_tokens",
-    "max_observation_tokens",
-    "tool_timeout_s",
-    "tool_workers",
-    "episode_schedule",
-)
-
-
 def declares_episodes(cfg) -> bool:
     """Whether the task's factory declares an environment task (attribute ``episodes``); the
     assembler checks the built task too (``rollwise.envs.base.is_env_task``)."""
@@ -249,16 +239,11 @@ def check_episodes(cfg, env: bool) -> None:
     mid-generation (bounded staleness with ``on_new_weights = "finish"`` runs: the generator's engine
     is the episode pool over its own weights) and TTRL (majority votes on one answer).
     ``distributed.request_seeds`` works (one seeded episode call per request). A single-turn task
-    refuses episode keys changed from their defaults."""
+    refuses episode keys changed from their defaults (the task section's own check,
+    ``rollwise.sections.task.check_single_turn``)."""
     task = cfg.task
     if not env:
-        fields = type(task).model_fields
-        changed = [k for k in EPISODE_KEYS if getattr(task, k) != fields[k].default]
-        if changed:
-            raise UserError(
-                f"task.{changed[0]} applies to environment tasks (multi-turn episodes, e.g. 'guess_number') only; "
-                f"task.name = {task.name!r} makes single-turn rollouts: remove the setting"
-            )
+        check_single_turn(task)
         return
     bad = [f"{key} (makes or continues single completions)" for key, _ in wrappers(cfg)]
     ctrl = resolve(cfg, "control")[0]

@@ -141,7 +141,8 @@ class Registry:
 
 
 def validate_options(family: str, name: str, obj: Any, options: dict) -> Any:
-    """Validate an options table against ``obj.Options`` (a pydantic model), if it has one."""
+    """Validate an options table against ``obj.Options`` (a pydantic model), if it has one. An option
+    listed in the model's ``renamed`` (old name -> new) is refused with a message naming the new name."""
     model = getattr(obj, "Options", None)
     if model is None:
         if options:
@@ -149,6 +150,12 @@ def validate_options(family: str, name: str, obj: Any, options: dict) -> Any:
         return None
     from pydantic import ValidationError
 
+    for old, new in getattr(model, "renamed", {}).items():  # as config.RENAMED for the fixed keys
+        if old in options:
+            raise UserError(
+                f"{family}.options.{old} was renamed {family}.options.{new} ({family} {name!r}): write {new} in "
+                f"[{family}.options] of the config file or --set {family}.options.{new}=..."
+            )
     try:
         return model.model_validate(options)
     except ValidationError as e:

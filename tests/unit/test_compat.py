@@ -310,17 +310,26 @@ def test_the_hf_backend_has_no_engine_length():
 
 
 def test_config_imports_no_strategy_module():
-    tree = ast.parse((ROOT / "src/rollwise/config.py").read_text())
-    imported = {
-        n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("rollwise.")
-    }
-    imported |= {
-        f"rollwise.{a.name}"
-        for n in ast.walk(tree)
-        if isinstance(n, ast.ImportFrom) and n.module == "rollwise"
-        for a in n.names
-    }
-    assert imported <= {"rollwise.registry", "rollwise.compat"}, imported
+    """``config.py`` and its sections (``rollwise/sections/``) are the schema: they import the registry and each
+    other, never a strategy module; importing them loads nothing else."""
+    files = [ROOT / "src/rollwise/config.py", *sorted((ROOT / "src/rollwise/sections").glob("*.py"))]
+    imported = set()
+    for path in files:
+        tree = ast.parse(path.read_text())
+        imported |= {
+            n.module
+            for n in ast.walk(tree)
+            if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("rollwise.")
+        }
+        imported |= {
+            f"rollwise.{a.name}"
+            for n in ast.walk(tree)
+            if isinstance(n, ast.ImportFrom) and n.module == "rollwise"
+            for a in n.names
+        }
+    assert {m for m in imported if not m.startswith("rollwise.sections")} <= {"rollwise.registry", "rollwise.compat"}, (
+        imported
+    )
     out = subprocess.run(
         [
             sys.executable,
@@ -331,10 +340,12 @@ def test_config_imports_no_strategy_module():
         text=True,
         check=True,
     ).stdout
-    assert set(re.findall(r"'([\w.]+)'", out)) <= {"rollwise.config", "rollwise.registry", "rollwise.train"}, (
-        out
-    )  # train: the
+    loaded = {
+        m for m in re.findall(r"'([\w.]+)'", out) if m != "rollwise.sections" and not m.startswith("rollwise.sections.")
+    }
+    assert loaded <= {"rollwise.config", "rollwise.registry", "rollwise.train"}, out  # train: the
     # empty package rollwise/__init__.py makes callable
+    assert "rollwise.sections.train" in out  # the sections are what config assembles
 
 
 def test_strategy_modules_take_their_option_schemas_from_config():

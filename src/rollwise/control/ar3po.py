@@ -25,8 +25,9 @@ Per step (k = ``control.rollouts_per_prompt``, S = ``options.stages``):
    are dropped by the ``zero_variance`` filter (configs/ar3po.toml), with no refill: the number
    of trained groups varies.
 4. ``observe`` — **store update**: for every prompt with a correct *freshly generated* response
-   this step, ``store[x]`` becomes the last such rollout (newest wins). ``max_staleness`` (ours;
-   default None = the spec's "no expiry") skips entries more than that many policy versions old.
+   this step, ``store[x]`` becomes the last such rollout (newest wins). ``max_reuse_age`` (ours;
+   default None = the spec's "no expiry") skips entries more than that many policy versions old
+   (it was ``max_staleness``, the name of ``train.async``'s bound, and is refused under that name).
 
 **How the reused rollout gets into the group.** The loop's rounds are ``groups =
 pool.generate(plan, groups)`` then ``plan = next_round(groups)``; the list ``next_round`` sees is
@@ -78,6 +79,7 @@ records); the stage counters and the reused set are per step and empty between s
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -102,6 +104,9 @@ def has_correct(group: Group) -> bool:
 
 class AR3POOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+    # old option name -> new: refused naming the new one (rollwise.registry.validate_options); ``max_staleness``
+    # is the bound of train.async, a different knob
+    renamed: ClassVar[dict[str, str]] = {"max_staleness": "max_reuse_age"}
     stages: int = Field(
         2,
         ge=1,
@@ -113,7 +118,7 @@ class AR3POOptions(BaseModel):
         description="Append one stored correct response to a group still all wrong after its "
         "stages (false = adaptive rollout only).",
     )
-    max_staleness: int | None = Field(
+    max_reuse_age: int | None = Field(
         None,
         ge=0,
         description="Reuse only stored responses at most this many policy "
@@ -184,7 +189,7 @@ class AR3PO(SourceController):
         ):
             return group
         age = getattr(state, "policy_version", 0) - stored.policy_version
-        if self.opts.max_staleness is not None and age > self.opts.max_staleness:
+        if self.opts.max_reuse_age is not None and age > self.opts.max_reuse_age:
             return group
         self._reused[group.prompt.id] = stored
         return Group(group.prompt, group.rollouts + (stored,))

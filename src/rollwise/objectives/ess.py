@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from rollwise.config import EssOptions as Options  # noqa: F401 (the schema lives in config.py)
+from rollwise.sections.train import EssOptions as Options  # noqa: F401 (the schema lives in its section)
 
 if TYPE_CHECKING:
     import torch
@@ -40,7 +40,7 @@ def ess_ratio(log_weights: torch.Tensor, mask: torch.Tensor) -> float:
     ``log_weights`` and ``mask`` are (B, T): per-token ``log pi_prox - log mu`` and the loss mask.
     Returns 1.0 when no row has a loss token.
     """
-    import torch  # imported here so that config.py can use ``Options`` without loading torch
+    import torch  # imported here so that the config (rollwise.sections.train) can use ``Options`` without loading torch
 
     mask = mask.to(log_weights.dtype)
     log_w = torch.where(mask != 0, log_weights * mask, torch.zeros_like(log_weights)).sum(dim=1).detach()

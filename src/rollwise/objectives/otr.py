@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from rollwise.config import OtrOptions  # noqa: F401 (the schema lives in config.py)
+from rollwise.sections.model import OtrOptions  # noqa: F401 (the schema lives in its section)
 
 
 def otr_loss(

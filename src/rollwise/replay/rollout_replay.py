@@ -14,7 +14,7 @@ groups (all their rollouts, token ids, rewards and **behaviour log-probs** ``mu`
    nothing is replayed and the buffer only fills), draw
    ``round(len(fresh) * replay_fraction / (1 - replay_fraction))`` groups uniformly without
    replacement from the buffer (``replay_strategy = random``; with ``fresh`` = sigma B groups
-   that is (1 - sigma) B), or all of them if the buffer holds fewer. With ``max_staleness`` set,
+   that is (1 - sigma) B), or all of them if the buffer holds fewer. With ``max_replay_age`` set,
    only groups at most that many policy versions old are eligible (``state.policy_version`` minus
    the oldest ``policy_version`` of the group's rollouts). The batch is the fresh groups followed
    by the replayed ones.
@@ -39,7 +39,7 @@ tests/unit/replay/test_rollout_replay.py). Deviation: the code stores the traine
 ``old_log_prob`` as ``mu``; rollwise stores the sampler's log-probs (what the rollout was
 actually drawn from).
 
-Equivalences (tests): ``replay_fraction = 0`` or ``max_staleness = 0`` (only groups of the
+Equivalences (tests): ``replay_fraction = 0`` or ``max_replay_age = 0`` (only groups of the
 current version, and the buffer holds none) train on exactly the fresh groups, as ``on_policy``.
 
 Differences from the code: the code truncates the buffer to ``buffer_size - sigma B`` before
@@ -47,7 +47,8 @@ appending and deduplicates at the next step (a moment with duplicates that count
 size); here deduplication comes first, so the buffer keeps up to ``buffer_size`` distinct
 prompts; its "fresh batch appended twice" quirk is not reproduced (its duplicates are removed by
 that deduplication anyway). ``warmup_steps`` (default 0) replaces the code's notion of round 0:
-set it to DOTS's ``steps_per_round``. ``max_staleness`` is ours (None = the paper's FIFO only).
+set it to DOTS's ``steps_per_round``. ``max_replay_age`` is ours (None = the paper's FIFO only;
+it was ``max_staleness``, the name of ``train.async``'s bound, and is refused under that name).
 Replayed groups are not re-added: only fresh groups enter the buffer.
 
 Logs nothing of its own (``cost/trained_tokens`` includes the replayed rows). State
@@ -58,6 +59,7 @@ from __future__ import annotations
 
 import math
 import random
+from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -67,6 +69,9 @@ from rollwise.types import Group
 
 class RolloutReplayOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
+    # old option name -> new: refused naming the new one (rollwise.registry.validate_options); ``max_staleness``
+    # is the bound of train.async, a different knob
+    renamed: ClassVar[dict[str, str]] = {"max_staleness": "max_replay_age"}
     buffer_size: int = Field(512, ge=1, description="Most groups in the FIFO buffer (the script's buffer_size).")
     replay_fraction: float = Field(
         0.5,
@@ -82,7 +87,7 @@ class RolloutReplayOptions(BaseModel):
         description="Steps at the start that replay nothing and only fill the buffer "
         "(DOTS: its steps_per_round, the code's round 0).",
     )
-    max_staleness: int | None = Field(
+    max_replay_age: int | None = Field(
         None,
         ge=0,
         description="Replay only groups at most this many policy versions old "
@@ -112,10 +117,10 @@ class RolloutReplay(ReplaySource):
         return int(math.floor(n_fresh * f / (1.0 - f) + 0.5 + 1e-9))
 
     def eligible(self, state) -> list[Group]:
-        if self.opts.max_staleness is None:
+        if self.opts.max_replay_age is None:
             return list(self.buffer)
         version = getattr(state, "policy_version", 0)
-        return [g for g in self.buffer if version - group_version(g) <= self.opts.max_staleness]
+        return [g for g in self.buffer if version - group_version(g) <= self.opts.max_replay_age]
 
     def mix(self, fresh: list[Group], state) -> list[Group]:
         if getattr(state, "step", 0) < self.opts.warmup_steps:

@@ -40,8 +40,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from rollwise.config import TtrlOptions as Options  # noqa: F401 (the schema lives in config.py)
 from rollwise.eval.metrics import majority_answer
+from rollwise.sections.reward import TtrlOptions as Options  # noqa: F401 (the schema lives in its section)
 from rollwise.types import Group, Plan, Rollout, Verdict
 
 

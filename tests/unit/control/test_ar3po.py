@@ -202,8 +202,8 @@ def test_reused_rollout_keeps_its_sampler_logprobs_and_versions():
     assert batch.old_logprobs[-1, 1:4].tolist() == pytest.approx([-0.1, -0.2, -0.3])
 
 
-def test_max_staleness_and_reuse_off():
-    ctrl = _ar3po(prompts=1, options={"stages": 1, "max_staleness": 3})
+def test_max_reuse_age_and_reuse_off():
+    ctrl = _ar3po(prompts=1, options={"stages": 1, "max_reuse_age": 3})
     _seed_store(ctrl, version=0)
     groups, _ = _step(ctrl, {"p0": [0] * 4}, step=1, version=3)  # 3 versions old: allowed
     assert groups[0].size == 5

@@ -70,12 +70,12 @@ def test_warmup_steps_replay_nothing_but_fill_the_buffer():
     assert len(r.buffer) == 2 and len(r.mix([_group("t")], RunState(step=2, policy_version=2))) == 2
 
 
-def test_max_staleness_limits_the_replayed_versions():
-    r = _replay(replay_fraction=0.75, max_staleness=1)  # 1 fresh -> 3 wanted
+def test_max_replay_age_limits_the_replayed_versions():
+    r = _replay(replay_fraction=0.75, max_replay_age=1)  # 1 fresh -> 3 wanted
     r.add([_group("v0", 0), _group("v1", 1), _group("v2", 2)])
     batch = r.mix([_group("f", 3)], RunState(step=3, policy_version=3))
     assert sorted(g.prompt.id for g in batch[1:]) == ["v2"]  # 3 - 2 <= 1; v1, v0 too old
-    r0 = _replay(max_staleness=0)
+    r0 = _replay(max_replay_age=0)
     r0.add([_group("old", 2)])
     fresh = [_group("f", 3)]
     assert r0.mix(fresh, RunState(step=3, policy_version=3)) == fresh  # staleness 0 = on-policy
@@ -167,7 +167,7 @@ def test_fraction_zero_and_staleness_zero_equal_on_policy_in_the_loop(tmp_path):
     runs = {
         "on_policy": {},
         "fraction0": {"replay.name": "rollout_replay", "replay.options": {"replay_fraction": 0.0}},
-        "staleness0": {"replay.name": "rollout_replay", "replay.options": {"max_staleness": 0}},
+        "staleness0": {"replay.name": "rollout_replay", "replay.options": {"max_replay_age": 0}},
     }
     lines = {}
     for name, extra in runs.items():

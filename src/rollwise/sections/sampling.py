@@ -1,0 +1,149 @@
+"""The ``sampling`` section: training rollouts' sampling, LATR trees (``rollwise.generate.latr``) and ARRoL
+pruning (``rollwise.generate.arrol``, which aliases ``ArrolOptions``)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from rollwise.sections import Section
+
+
+class TreeSamplingConfig(Section):
+    """LATR tree rollouts (arXiv 2510.24302; systems.md §6; ``rollwise.generate.latr``). Defaults are the
+    released code's dataclass defaults and, for the schedule, its Countdown script."""
+
+    enabled: bool = Field(
+        False,
+        description="Generate a share of each training group as a LATR tree (hf backend only; evaluation never "
+        "uses it; not with sampling.arrol or a replay that generates itself, e.g. APRIL, SPEC-RL). The tree phase "
+        "decodes at most model.max_batch rows per forward (roots in chunks).",
+    )
+    schedule: dict[int, float] = Field(
+        default_factory=lambda: {0: 1.0, 10: 0.75, 20: 0.5, 80: 0.25, 200: 0.0},
+        description="eta by training step: k = round(n * eta) of a group's n rollouts come from the tree (value of "
+        "the largest step key <= step; 0 before the first key; k < 2 means no tree). The step looked up is the policy "
+        "version the rollouts are generated with (RunState.policy_version), which the synchronous training loop "
+        "advances once per step, so it equals the training step. Default: the Countdown script's schedule.",
+    )
+    max_branch_per_token: int = Field(
+        2,
+        ge=2,
+        description="m: top-m raw-probability candidates considered at each step (rank 1 continues the branch).",
+    )
+    tau_abs: float = Field(
+        0.25,
+        ge=0.0,
+        description="Branch on candidate j only if p_j > tau_abs (raw, temperature-free probability; >= 1 never "
+        "branches).",
+    )
+    tau_rel: float = Field(0.15, ge=0.0, description="... and p_1 - p_j < tau_rel.")
+    lookahead: list[int] = Field(
+        default_factory=lambda: [20, 30, 50],
+        description="r: ages (tokens since birth) at which a child is compared with its parent and maybe pruned.",
+    )
+    ed_threshold: float | None = Field(
+        0.4, ge=0.0, description="Prune if normalised Levenshtein distance < this (None = test off)."
+    )
+    suffix_threshold: float | None = Field(
+        None, ge=0.0, description="Prune if the suffix-match score > this (None = off; LATR math scripts: 0.2)."
+    )
+    rouge_threshold: float | None = Field(
+        None, ge=0.0, description="Prune if token ROUGE-L F > this (None = off; LATR math scripts: 0.5)."
+    )
+    keep_math_symbols: bool = Field(
+        True,
+        description="Never prune a child whose divergence point is an operator token (+ - * / = ^ ( ) < > %) in the "
+        "parent.",
+    )
+    exit_fraction: float = Field(
+        0.98,
+        gt=0.0,
+        le=1.0,
+        description="Leave the tree phase once the full roots reach (exit_fraction - exit_decay * t / "
+        "force_return_step) of all k's.",
+    )
+    exit_decay: float = Field(0.05, ge=0.0, description="return_nb_thres_decay of the released scripts.")
+    force_return_step: int = Field(
+        512, ge=0, description="Leave the tree phase after this many tokens at the latest (Countdown 512, math 1024)."
+    )
+
+    @model_validator(mode="after")
+    def _check(self):
+        bad = {k: v for k, v in self.schedule.items() if k < 0 or not 0.0 <= v <= 1.0}
+        if bad:
+            raise ValueError(f"sampling.latr.schedule needs step keys >= 0 and eta values in [0, 1], got {bad}")
+        if not self.lookahead or any(r < 1 for r in self.lookahead):
+            raise ValueError(f"sampling.latr.lookahead must be a non-empty list of ages >= 1, got {self.lookahead}")
+        return self
+
+
+class ArrolOptions(BaseModel):
+    """The options of ``rollwise.generate.arrol`` (its ``Options``): schema here, behaviour there."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    oversample: float = Field(
+        2.0, ge=1.0, description="N_0 = ceil(oversample * n) rollouts started per request of n (spec example: 2)."
+    )
+    check_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Check point L_p in generated tokens (default ceil(check_fraction * sampling.max_new_tokens)); "
+        "must be < max_new_tokens.",
+    )
+    check_fraction: float = Field(
+        0.25,
+        gt=0.0,
+        lt=1.0,
+        description="Check point as a fraction of sampling.max_new_tokens, if check_tokens is unset [RECON].",
+    )
+    target_ratio: float = Field(
+        0.5, gt=0.0, lt=1.0, description="rho: survivors' mean predicted success is steered towards this (paper: 0.5)."
+    )
+    head: Literal["linear", "mlp"] = Field(
+        "linear", description="Quality head on the last hidden state: 'linear' (w^T h + b) or 'mlp' (one hidden layer)."
+    )
+    head_hidden: int = Field(64, ge=1, description="Hidden width of the 'mlp' head.")
+    head_lr: float = Field(1e-2, gt=0.0, description="Adam learning rate of the head.")
+    head_steps: int = Field(50, ge=1, description="Full-batch BCE steps on the buffer after each generation call.")
+    buffer: int = Field(4096, ge=1, description="Most (feature, reward) pairs kept for head training (FIFO).")
+    min_examples: int = Field(
+        64, ge=0, description="Pruning stays off until the head has seen this many pairs [RECON]."
+    )
+    min_auc: float = Field(
+        0.6,
+        ge=0.0,
+        le=1.0,
+        description="... and until its averaged prequential AUC reaches this [RECON] (0 = prune once min_examples is "
+        "met).",
+    )
+    auc_decay: float = Field(
+        0.5,
+        ge=0.0,
+        lt=1.0,
+        description="Exponential averaging of the per-call AUC: auc = decay * auc + (1 - decay) * new.",
+    )
+
+
+class ArrolConfig(ArrolOptions):
+    enabled: bool = Field(
+        False,
+        description="ARRoL online rollout pruning (arXiv 2603.24840; rollwise.generate.arrol): start "
+        "oversample * n rollouts per prompt and, at the check point, stop all but n, chosen so that their "
+        "predicted success (a quality head on the policy's hidden state, trained online) is balanced "
+        "(hf backend only; evaluation never uses it).",
+    )
+
+
+class SamplingConfig(Section):
+    temperature: float = Field(1.0, ge=0.0, description="Sampling temperature for training rollouts (0 = greedy).")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+    max_new_tokens: int = Field(8, ge=1, description="Most tokens generated per rollout.")
+    latr: TreeSamplingConfig = Field(
+        default_factory=TreeSamplingConfig, description="LATR tree rollouts (off by default)."
+    )
+    arrol: ArrolConfig = Field(
+        default_factory=ArrolConfig, description="ARRoL online rollout pruning (off by default)."
+    )

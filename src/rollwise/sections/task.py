@@ -1,0 +1,78 @@
+"""The ``task`` section: the prompt source, and the multi-turn keys of environment tasks
+(``rollwise.generate.episodes``, docs/architecture.md §11) with their own refusal."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from rollwise.registry import UserError
+from rollwise.sections import StrategyConfig
+
+
+class TaskConfig(StrategyConfig):
+    name: str = Field("arithmetic", description="'arithmetic', 'reasoning_gym:<dataset>' or 'jsonl:<path>'.")
+    max_train_prompts: int = Field(
+        0,
+        ge=0,
+        description="RL draws its prompts from the first N of the task's train split only "
+        "(0 = all; like verl's data.train_max_samples): a small pool recurs every few steps, which "
+        "history-based strategies (GRESO, SPEC-RL, replay) need. The warm start still uses the whole split.",
+    )
+    # Multi-turn episodes (environment tasks, e.g. guess_number; rollwise.generate.episodes, docs/architecture.md §11).
+    max_turns: int = Field(
+        8, ge=1, description="Environment tasks: policy turns per episode at most (the episode ends 'max_turns')."
+    )
+    max_tool_calls: int = Field(
+        8,
+        ge=0,
+        description="Environment tasks: tool calls per episode at most; the tool layer marks further calls 'limit' "
+        "and does not run them.",
+    )
+    max_episode_tokens: int = Field(
+        256,
+        ge=1,
+        description="Environment tasks: policy + observation tokens per episode at most; a turn decodes at most "
+        "min(sampling.max_new_tokens, what is left); the episode ends 'token_budget'.",
+    )
+    max_observation_tokens: int = Field(
+        64,
+        ge=1,
+        description="Environment tasks: an observation (tool output, feedback) is cut to this many of its own "
+        "tokens (a chat template's tokens around it are kept).",
+    )
+    tool_timeout_s: float = Field(10.0, gt=0, description="Environment tasks: wall-clock limit of one tool call.")
+    tool_workers: int = Field(
+        8, ge=1, description="Environment tasks: environment steps (tool calls) run in parallel, in threads."
+    )
+    episode_schedule: Literal["lockstep", "overlap"] = Field(
+        "lockstep",
+        description="Environment tasks: 'lockstep' = every turn waits for all environment steps (reproducible for a "
+        "seed); 'overlap' = episodes whose step is done generate while others wait on slow tools (faster, not "
+        "bit-reproducible).",
+    )
+
+
+# The multi-turn keys above (rollwise.generate.episodes); a single-turn task refuses them changed.
+EPISODE_KEYS = (
+    "max_turns",
+    "max_tool_calls",
+    "max_episode_tokens",
+    "max_observation_tokens",
+    "tool_timeout_s",
+    "tool_workers",
+    "episode_schedule",
+)
+
+
+def check_single_turn(task: TaskConfig) -> None:
+    """A task that makes single-turn rollouts (``rollwise.compat.check_episodes`` knows which from its
+    factory) refuses the episode keys changed from their defaults: they would be silently ignored."""
+    fields = type(task).model_fields
+    changed = [k for k in EPISODE_KEYS if getattr(task, k) != fields[k].default]
+    if changed:
+        raise UserError(
+            f"task.{changed[0]} applies to environment tasks (multi-turn episodes, e.g. 'guess_number') only; "
+            f"task.name = {task.name!r} makes single-turn rollouts: remove the setting"
+        )
