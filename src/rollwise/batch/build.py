@@ -25,7 +25,7 @@ def make_batch(run, groups):
     parts = run.parts
     rows, rewards, gidx = flatten(groups)
     rewards, shaping = run.shape_rewards(rows, rewards)
-    context = advantage_context(parts.advantage, rows, run.services, parts.controller)
+    context = advantage_context(parts.advantage, rows, run.services, parts.controller, gidx)
     advs = parts.advantage(rewards, gidx, parts.advantage_options, **advantage_inputs(parts.advantage, rows, context))
     batch = collate(rows, rewards, gidx, apply_row_weights(advs, context.weights), run.services.codec.pad_id)
     return rows, batch, shaping, advs

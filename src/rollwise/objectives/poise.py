@@ -74,4 +74,4 @@ def poise(rewards: torch.Tensor, groups: Groups, opts: PoiseOptions, value_basel
 
 
 poise.inputs = ("value_baseline",)  # type: ignore[attr-defined]
-poise.compat = Compat(needs_value=True)  # type: ignore[attr-defined]
+poise.compat = Compat(needs_value=True, independent_rows=True)  # type: ignore[attr-defined]  (module docstring)

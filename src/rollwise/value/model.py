@@ -55,6 +55,7 @@ class ValueModel:
         self._cost = self._no_cost()
         self.curves: dict[str, list[dict]] = {}  # calibration curve per evaluation step (held-out)
         self._rows = 0  # trajectory rows seen (their probe ids)
+        self.frozen: dict[str, float] = {}  # POISE: row key -> the baseline it got when first seen (freeze)
 
     @staticmethod
     def _no_cost() -> dict:
@@ -102,6 +103,16 @@ class ValueModel:
             )
             self._cost["time/value_fit_s"] += fit["value/fit_s"]
         return out
+
+    FROZEN_ROWS = 1 << 18  # baselines kept (newest); a rollout_replay buffer of 512 groups of up to 512 rows
+
+    def freeze(self, keys: Sequence[str], baselines: Sequence[float]) -> None:
+        """Keep each new row's POISE baseline under its key (``objectives.inputs.row_keys``), so that a
+        row trained again gets the baseline computed before the probes learned its outcome
+        (``objectives.inputs.value_baseline``). The newest ``FROZEN_ROWS`` are kept."""
+        self.frozen.update(zip(keys, (float(b) for b in baselines)))
+        for key in list(self.frozen)[: max(0, len(self.frozen) - self.FROZEN_ROWS)]:
+            del self.frozen[key]
 
     def predict(self, prompts: Sequence, version: int) -> dict[str, float]:
         """Prompt id -> predicted pass rate under policy ``version``."""
@@ -153,7 +164,12 @@ class ValueModel:
         return out
 
     def state_dict(self) -> dict:
-        out = {"predictor": self.predictor.state_dict(), "curves": self.curves, "rows": self._rows}
+        out = {
+            "predictor": self.predictor.state_dict(),
+            "curves": self.curves,
+            "rows": self._rows,
+            "frozen": dict(self.frozen),
+        }
         if self.trajectory is not None:
             out["trajectory"] = self.trajectory.state_dict()
         return out
@@ -161,5 +177,6 @@ class ValueModel:
     def load_state_dict(self, d: dict) -> None:
         self.predictor.load_state_dict(d["predictor"])
         self.curves, self._rows = dict(d.get("curves", {})), int(d.get("rows", 0))
+        self.frozen = dict(d.get("frozen", {}))
         if self.trajectory is not None and "trajectory" in d:
             self.trajectory.load_state_dict(d["trajectory"])

@@ -1,11 +1,25 @@
 """POISE's advantage (rollwise.objectives.poise): the cross-rollout baseline by hand, and the
 defining property: the policy gradient estimate is unbiased on a bandit whose true gradient is known,
-with groups of 4 and of 1, while a baseline taken from the rollout's own states is biased."""
+with groups of 4 and of 1, while a baseline taken from the rollout's own states is biased. Under
+rollout replay a row keeps the baseline it got when fresh (issue #40): on coin-flip rewards its
+baseline is uncorrelated with its own reward, fresh or replayed, and the bandit's gradient stays
+unbiased with every group trained twice; the combinations that break the rows' independence are
+refused at load, naming both keys."""
+
+import random
 
 import pytest
 import torch
 
+from rollwise.backends.hf import HFBackend
+from rollwise.batch.collate import flatten
+from rollwise.objectives.inputs import value_baseline
 from rollwise.objectives.poise import cross_rollout, poise
+from rollwise.replay.rollout_replay import RolloutReplay, RolloutReplayOptions
+from rollwise.tokens import Codec
+from rollwise.trainer.tiny import build_tiny
+from rollwise.types import Group, Prompt, Rollout, RunState, Services, Verdict
+from rollwise.value.model import ValueModel
 
 
 def test_advantage_and_cross_rollout_by_hand():
@@ -53,3 +67,56 @@ def test_unbiased_on_a_bandit_with_the_cross_rollout_baseline():
         assert torch.allclose(est, true, atol=0.004), (n, est, true)
     leaky = grad_estimate(4, rounds=50_000, own=True, seed=9)  # baseline from the rollout's own states
     assert (leaky - true).abs().max() > 0.03  # the gradient mostly vanishes: biased
+
+
+# ---------------------------------------------------------------- replay (issue #40)
+
+
+def value_services(prompts, **kw) -> Services:
+    model, tok = build_tiny("tiny-s", seed=0)
+    be = HFBackend(model, [tok.eos_token_id], tok.pad_token_id, max_batch=16, seed=0)
+    vm = ValueModel(be, Codec(tok, use_chat=False), model.config.hidden_size, prompts=prompts, trajectories=True, **kw)
+    return Services(codec=vm.codec, value=vm)
+
+
+def replayed_run(steps: int, seed: int, sample):
+    """``steps`` steps of rollout replay (replay_fraction 0.5, so every group of a step is trained again
+    at the next one, after the fresh groups) with POISE's baseline from a real value model on tiny-s,
+    whose predictor learns the fresh groups after the batch, as in the loop. ``sample(prompt, ids, step,
+    rng)`` makes a fresh group's rollouts. Returns (rows, baselines, replayed) per step."""
+    prompts = [Prompt(f"p{i}", "arithmetic", f"{i}+{i + 3}=", str(2 * i + 3)) for i in range(2)]
+    services = value_services(prompts, min_fit=4, context=8)
+    vm, replay = services.value, RolloutReplay(None, RolloutReplayOptions(buffer_size=2, replay_fraction=0.5), seed)
+    rng = random.Random(seed)
+    out = []
+    for step in range(steps):
+        fresh = [Group(p, sample(p, vm.codec.encode_prompt(p), step, rng)) for p in prompts]
+        groups = replay.mix(fresh, RunState(step=step, policy_version=step))
+        replay.add(fresh)
+        rows, _, gidx = flatten(groups)
+        b = value_baseline(rows, services, gidx)
+        vm.observe(fresh, step)
+        n_fresh = sum(g.size for g in fresh)
+        out.append((rows, b, torch.arange(len(rows)) >= n_fresh))
+    return out
+
+
+def coin_flips(prompt, ids, step, rng):
+    """Two rollouts of random tokens, each rewarded by a fair coin (independent of everything)."""
+    return tuple(
+        Rollout(prompt.id, ids, c, (0.0,) * len(c), "stop", step, "x", Verdict(float(rng.random() < 0.5)))
+        for c in (tuple(rng.randrange(5, 60) for _ in range(rng.randint(2, 5))) for _ in range(2))
+    )
+
+
+def test_a_replayed_rows_baseline_is_uncorrelated_with_its_own_reward():
+    """Coin-flip rewards: nothing can predict a row's reward, so a baseline correlated with it has learned
+    it. Before the fix the baseline of a replayed row came from probes that had learned the row's own
+    outcome: corr +0.27 (this seed; fresh rows 0.0); now it is the baseline it got when fresh."""
+    run = replayed_run(100, 0, coin_flips)
+    for replayed in (False, True):
+        b = torch.cat([bs[m == replayed] for _, bs, m in run])
+        r = torch.tensor([row.reward for rows, _, m in run for row, k in zip(rows, m) if bool(k) == replayed])
+        assert len(r) >= 390
+        corr = float(torch.corrcoef(torch.stack([b, r.double()]))[0, 1])
+        assert abs(corr) < 0.13, (replayed, corr)
