@@ -6,6 +6,7 @@ baseline is uncorrelated with its own reward, fresh or replayed, and the bandit'
 unbiased with every group trained twice; the combinations that break the rows' independence are
 refused at load, naming both keys."""
 
+import copy
 import random
 
 import pytest
@@ -13,8 +14,10 @@ import torch
 
 from rollwise.backends.hf import HFBackend
 from rollwise.batch.collate import flatten
+from rollwise.config import load_config
 from rollwise.objectives.inputs import value_baseline
 from rollwise.objectives.poise import cross_rollout, poise
+from rollwise.registry import UserError
 from rollwise.replay.rollout_replay import RolloutReplay, RolloutReplayOptions
 from rollwise.tokens import Codec
 from rollwise.trainer.tiny import build_tiny
@@ -72,6 +75,15 @@ def test_unbiased_on_a_bandit_with_the_cross_rollout_baseline():
 # ---------------------------------------------------------------- replay (issue #40)
 
 
+@pytest.fixture
+def one_thread():
+    """The value model's many small forwards and fits run far faster on one thread than on two."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def value_services(prompts, **kw) -> Services:
     model, tok = build_tiny("tiny-s", seed=0)
     be = HFBackend(model, [tok.eos_token_id], tok.pad_token_id, max_batch=16, seed=0)
@@ -85,7 +97,7 @@ def replayed_run(steps: int, seed: int, sample):
     whose predictor learns the fresh groups after the batch, as in the loop. ``sample(prompt, ids, step,
     rng)`` makes a fresh group's rollouts. Returns (rows, baselines, replayed) per step."""
     prompts = [Prompt(f"p{i}", "arithmetic", f"{i}+{i + 3}=", str(2 * i + 3)) for i in range(2)]
-    services = value_services(prompts, min_fit=4, context=8)
+    services = value_services(prompts, min_fit=4, context=8, steps=20)
     vm, replay = services.value, RolloutReplay(None, RolloutReplayOptions(buffer_size=2, replay_fraction=0.5), seed)
     rng = random.Random(seed)
     out = []
@@ -109,14 +121,62 @@ def coin_flips(prompt, ids, step, rng):
     )
 
 
-def test_a_replayed_rows_baseline_is_uncorrelated_with_its_own_reward():
+def test_a_replayed_rows_baseline_is_uncorrelated_with_its_own_reward(one_thread):
     """Coin-flip rewards: nothing can predict a row's reward, so a baseline correlated with it has learned
     it. Before the fix the baseline of a replayed row came from probes that had learned the row's own
-    outcome: corr +0.27 (this seed; fresh rows 0.0); now it is the baseline it got when fresh."""
+    outcome: corr +0.21 here (fresh rows +0.01); now it is the one it got when fresh (+0.02)."""
     run = replayed_run(100, 0, coin_flips)
     for replayed in (False, True):
         b = torch.cat([bs[m == replayed] for _, bs, m in run])
         r = torch.tensor([row.reward for rows, _, m in run for row, k in zip(rows, m) if bool(k) == replayed])
         assert len(r) >= 390
         corr = float(torch.corrcoef(torch.stack([b, r.double()]))[0, 1])
-        assert abs(corr) < 0.13, (replayed, corr)
+        assert abs(corr) < 0.1, (replayed, corr)
+
+
+def test_rows_take_the_baseline_of_their_own_group_not_of_every_row_of_their_prompt(one_thread):
+    """Two groups of one prompt in a batch (a fresh and a replayed one, or two draws): each row's baseline
+    is the next row of *its* group. Before the fix the rows were grouped by prompt id, one cycle over all 4."""
+    p = Prompt("p0", "arithmetic", "1+2=", "3")
+    services = value_services([p], min_fit=2, steps=20)
+    vm, ids = services.value, services.codec.encode_prompt(p)
+
+    def row(c, r):
+        return Rollout(p.id, ids, c, (0.0,) * len(c), "stop", 0, "x", Verdict(r))
+
+    vm.trajectory_values([row((7 + k, 9), float(k % 2)) for k in range(4)], 0)  # a fitted probe
+    a, b = (Group(p, (row((11,), 1.0), row((12, 13), 0.0))), Group(p, (row((14,), 0.0), row((15, 16), 1.0))))
+    rows, _, gidx = flatten([a, b])
+    probe = copy.deepcopy(vm.trajectory)  # the probe as it stands before the batch
+    v = probe.predict(vm.backend.prompt_states([r.prompt_ids + r.completion_ids for r in rows]), ["q"] * 4).tolist()
+    assert len(set(v)) == 4
+    assert value_baseline(rows, services, gidx).tolist() == pytest.approx([v[1], v[0], v[3], v[2]])
+
+
+POISE = ["advantage.name=poise", "value.enabled=true"]
+
+
+@pytest.mark.parametrize(
+    "overrides, key",
+    [
+        (["sampling.latr.enabled=true"], "sampling.latr.enabled"),
+        (["sampling.arrol.enabled=true"], "sampling.arrol.enabled"),
+        (["control.name=dars"], "control.name = 'dars'"),  # top-up rounds after the first round's outcomes
+        (["control.name=roc"], "control.name = 'roc'"),  # finish_batch: rows kept by outcome
+        (["filter.names=['zero_variance']"], "'zero_variance'"),
+        (
+            ["filter.names=['zero_variance']", "control.dynamic_sampling.enabled=true"],
+            "control.dynamic_sampling.enabled",
+        ),
+        (["replay.name=sapo", "replay.options={swarm_dir='s', peer='a'}"], "drop_zero_advantage"),
+    ],
+)
+def test_combinations_that_break_the_rows_independence_are_refused_naming_both_keys(overrides, key):
+    with pytest.raises(UserError) as e:
+        load_config(None, [*POISE, *overrides])
+    assert "advantage.name = 'poise'" in str(e.value) and key in str(e.value)
+
+
+def test_rollout_replay_and_row_wise_filters_load_with_poise():
+    cfg = load_config(None, [*POISE, "replay.name=rollout_replay", "filter.names=['overlong', 'errored']"])
+    assert cfg.advantage.name == "poise" and cfg.replay.name == "rollout_replay"
