@@ -8,6 +8,7 @@ shift, V0.5's value prior, MSSR's baseline, Prompt-GDRO's row weights), then cal
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Sequence
 
 import torch
@@ -139,10 +140,10 @@ def value_baseline(rows: Sequence[Rollout], services, groups: torch.Tensor) -> t
     """(B,) POISE's baseline (``objectives/poise.py``). A row seen for the first time gets the value the
     trajectory probe, as it stood before this batch, gives *another* row of its group (``groups``: the
     batch's group index, ``poise.cross_rollout``), its prompt's state-zero prediction when it is alone;
-    the probe then learns the new rows. That baseline is frozen with the value model
-    (``ValueModel.frozen``): a row trained again (rollout replay) gets the same one, since every later
-    prediction comes from probes that have learned the row's own outcome (issue #40). Needs
-    ``value.enabled`` (``services.value``)."""
+    the probe then learns the new rows. With a replay source that trains rows again (``replays_rows``,
+    rollout replay) that baseline is frozen with the value model (``ValueModel.freeze``) and a replayed
+    row gets the same one, since every later prediction comes from probes that have learned the row's
+    own outcome (issue #40). Needs ``value.enabled`` (``services.value``)."""
     from rollwise.objectives.poise import cross_rollout
 
     if services is None or services.value is None:
@@ -151,7 +152,8 @@ def value_baseline(rows: Sequence[Rollout], services, groups: torch.Tensor) -> t
         raise ValueError(f"value_baseline needs one group index per row: {len(rows)} rows, {tuple(groups.shape)}")
     value = services.value
     keys = row_keys(rows, groups)
-    new = [k for k, key in enumerate(keys) if key not in value.frozen]
+    out = torch.tensor([value.frozen.get(key, math.nan) for key in keys], dtype=torch.float64)
+    new = torch.isnan(out).nonzero().flatten().tolist()
     if new:
         fresh = [rows[k] for k in new]
         version = fresh[0].policy_version
@@ -159,9 +161,9 @@ def value_baseline(rows: Sequence[Rollout], services, groups: torch.Tensor) -> t
         zero = value.predict(list(prompts.values()), version)
         trajectory = value.trajectory_values(fresh, version)  # predicted before the probe learns them
         alone = torch.tensor([zero[r.prompt_id] for r in fresh], dtype=trajectory.dtype)
-        b = cross_rollout(trajectory, groups[new], alone)
-        value.freeze([keys[k] for k in new], b.tolist())
-    return torch.tensor([value.frozen[key] for key in keys], dtype=torch.float64)
+        out[new] = cross_rollout(trajectory, groups[new], alone).to(out.dtype)
+        value.freeze([keys[k] for k in new], out[new].tolist())
+    return out
 
 
 _CONTEXT_INPUTS = ("confidence_shift", "value_prior", "prompt_baseline", "value_baseline")  # AdvantageContext fields

@@ -28,7 +28,8 @@ from rollwise.value.predictor import PassRatePredictor
 
 class ValueModel:
     """``prompts``: the prompts it may be asked about by id (the task's train split; ``prompt_of``);
-    ``trajectories``: also keep POISE's trajectory probe (:meth:`trajectory_values`)."""
+    ``trajectories``: also keep POISE's trajectory probe (:meth:`trajectory_values`); ``frozen_rows``:
+    how many rows' POISE baselines :meth:`freeze` keeps (0: none, no row is trained twice)."""
 
     def __init__(
         self,
@@ -38,6 +39,7 @@ class ValueModel:
         seed: int = 0,
         prompts: Sequence = (),
         trajectories: bool = False,
+        frozen_rows: int = 0,
         **predictor_options,
     ):
         if not hasattr(backend, "prompt_states"):
@@ -56,6 +58,7 @@ class ValueModel:
         self.curves: dict[str, list[dict]] = {}  # calibration curve per evaluation step (held-out)
         self._rows = 0  # trajectory rows seen (their probe ids)
         self.frozen: dict[str, float] = {}  # POISE: row key -> the baseline it got when first seen (freeze)
+        self.frozen_rows = frozen_rows
 
     @staticmethod
     def _no_cost() -> dict:
@@ -104,14 +107,16 @@ class ValueModel:
             self._cost["time/value_fit_s"] += fit["value/fit_s"]
         return out
 
-    FROZEN_ROWS = 1 << 18  # baselines kept (newest); a rollout_replay buffer of 512 groups of up to 512 rows
+    FROZEN_ROWS = 1 << 18  # frozen_rows with rollout replay: its 512-group buffer of up to 512 rows each
 
     def freeze(self, keys: Sequence[str], baselines: Sequence[float]) -> None:
         """Keep each new row's POISE baseline under its key (``objectives.inputs.row_keys``), so that a
         row trained again gets the baseline computed before the probes learned its outcome
-        (``objectives.inputs.value_baseline``). The newest ``FROZEN_ROWS`` are kept."""
+        (``objectives.inputs.value_baseline``). The newest ``frozen_rows`` are kept."""
+        if self.frozen_rows <= 0:
+            return
         self.frozen.update(zip(keys, (float(b) for b in baselines)))
-        for key in list(self.frozen)[: max(0, len(self.frozen) - self.FROZEN_ROWS)]:
+        for key in list(self.frozen)[: max(0, len(self.frozen) - self.frozen_rows)]:
             del self.frozen[key]
 
     def predict(self, prompts: Sequence, version: int) -> dict[str, float]:

@@ -87,7 +87,15 @@ def one_thread():
 def value_services(prompts, **kw) -> Services:
     model, tok = build_tiny("tiny-s", seed=0)
     be = HFBackend(model, [tok.eos_token_id], tok.pad_token_id, max_batch=16, seed=0)
-    vm = ValueModel(be, Codec(tok, use_chat=False), model.config.hidden_size, prompts=prompts, trajectories=True, **kw)
+    vm = ValueModel(
+        be,
+        Codec(tok, use_chat=False),
+        model.config.hidden_size,
+        prompts=prompts,
+        trajectories=True,
+        frozen_rows=4096,
+        **kw,
+    )
     return Services(codec=vm.codec, value=vm)
 
 
