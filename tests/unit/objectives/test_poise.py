@@ -2,9 +2,8 @@
 defining property: the policy gradient estimate is unbiased on a bandit whose true gradient is known,
 with groups of 4 and of 1, while a baseline taken from the rollout's own states is biased. Under
 rollout replay a row keeps the baseline it got when fresh (issue #40): on coin-flip rewards its
-baseline is uncorrelated with its own reward, fresh or replayed, and the bandit's gradient stays
-unbiased with every group trained twice; the combinations that break the rows' independence are
-refused at load, naming both keys."""
+baseline is uncorrelated with its own reward, fresh or replayed; rows are paired within their own
+group; the combinations that break the rows' independence are refused at load, naming both keys."""
 
 import copy
 import random
