@@ -55,7 +55,7 @@ class Batches:
         ``advantages`` the estimator's before the context's row weights."""
         rows, rewards, gidx = flatten(groups)
         rewards, shaping = self.shape_rewards(rows, rewards)
-        context = advantage_context(self.advantage, rows, self.services, self.controller)
+        context = advantage_context(self.advantage, rows, self.services, self.controller, gidx)
         inputs = advantage_inputs(self.advantage, rows, context)
         advs = self.advantage(rewards, gidx, self.advantage_options, **inputs)
         batch = collate(rows, rewards, gidx, apply_row_weights(advs, context.weights), self.services.codec.pad_id)

@@ -220,6 +220,7 @@ def check(cfg) -> None:
     check_fsdp(cfg)
     check_sampler_entropy(cfg)
     check_value(cfg)
+    check_independent_rows(cfg)
     from rollwise.reward import overlong_limits
 
     overlong_limits(cfg.reward.overlong_penalty, cfg.sampling.max_new_tokens)
@@ -312,6 +313,55 @@ def check_value(cfg) -> None:
         raise UserError(
             f"value.enabled reads prompt states from the hf backend in the trainer's process; it does not run "
             f"with {lacking[0]} (turn one of them off)"
+        )
+
+
+# Group filters that judge each row by itself (a group is dropped when one of its rows is overlong or
+# unverified): keeping a group is then a product of per-row events, so the kept rows stay independent.
+ROW_WISE_FILTERS = ("overlong", "errored")
+
+
+def check_independent_rows(cfg) -> None:
+    """An advantage with ``independent_rows`` (POISE: each row's baseline is another row's value,
+    ``objectives/poise.py``) is unbiased only when the other rows of a group are independent of the row
+    in the batch it trains on. Refused, naming the advantage and the key that breaks it: LATR trees
+    (siblings share a prefix), ARRoL (survivors chosen jointly, towards balanced groups), controllers
+    with rounds or a ``finish_batch`` (top-ups and row selections that follow earlier outcomes:
+    ``Controller.next_round`` / ``finish_batch`` overridden), dynamic sampling, group filters that read
+    the rewards (all but ``ROW_WISE_FILTERS``) and SAPO's ``drop_zero_advantage``. Replay is not refused:
+    a replayed row keeps the baseline it was given when fresh (``objectives/inputs.value_baseline``)."""
+    adv, _, _ = resolve(cfg, "advantage")
+    if not record(adv).independent_rows:
+        return
+    from rollwise.control.base import Controller
+
+    bad = [
+        f"{key} (rows chosen together or sharing a prefix)" for key, _ in wrappers(cfg) if key.startswith("sampling.")
+    ]
+    ctrl = resolve(cfg, "control")[0]
+    hooks = [h for h in ("next_round", "finish_batch") if getattr(ctrl, h, None) is not getattr(Controller, h)]
+    if hooks:
+        bad.append(f"control.name = {cfg.control.name!r} (its {' / '.join(hooks)} follows the outcomes)")
+    if cfg.control.dynamic_sampling.enabled:
+        bad.append("control.dynamic_sampling.enabled (refills by outcome)")
+    bad += [
+        f"filter.names containing {n!r} (drops groups by their rewards)"
+        for n in cfg.filter.names
+        if n not in ROW_WISE_FILTERS
+    ]
+    rep, rep_opts, _ = resolve(cfg, "replay")
+    if rep_opts is None and hasattr(rep, "Options"):
+        rep_opts = rep.Options()  # the defaults (SAPO drops zero-advantage groups by default)
+    if getattr(rep_opts, "drop_zero_advantage", False):
+        bad.append(
+            f"replay.name = {cfg.replay.name!r} with replay.options.drop_zero_advantage = true "
+            "(takes groups by their rewards)"
+        )
+    if bad:
+        raise UserError(
+            f"advantage.name = {cfg.advantage.name!r} takes each row's baseline from the other rows of its group, "
+            f"which must be sampled and kept independently of it; it does not run with {'; '.join(bad)}: "
+            "turn it off or choose another advantage"
         )
 
 

@@ -500,6 +500,7 @@ def build_value(cfg, a: Assembly):
     v = cfg.value
     if not v.enabled:
         return None
+    from rollwise.compat import record
     from rollwise.value.model import ValueModel
 
     return ValueModel(
@@ -509,6 +510,7 @@ def build_value(cfg, a: Assembly):
         seed=cfg.run.seed,
         prompts=a.task.train_prompts(),
         trajectories="value_baseline" in getattr(a.parts.advantage, "inputs", ()),
+        frozen_rows=ValueModel.FROZEN_ROWS if record(a.parts.replay).replays_rows else 0,  # POISE under replay
         proj_dim=v.proj_dim,
         context=v.context,
         tau=v.tau,

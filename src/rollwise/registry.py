@@ -53,6 +53,12 @@ class Compat:
 
     - ``needs_value``: it reads the pass-rate predictor (``value.enabled``, ``rollwise.value``): True,
       or ``(option, value)``, the option setting that turns that on.
+    - ``replays_rows``: a replay source that trains a row again at a later step (rollout replay), so a
+      value model keeps each row's POISE baseline (``ValueModel.freeze``);
+    - ``independent_rows``: an advantage whose baseline for a row is read from the *other* rows of its
+      group (POISE's cross-rollout value), unbiased only while those rows are sampled independently of
+      the row and kept whatever its outcome: no shared prefixes, no rounds or group filters that
+      follow outcomes (``rollwise.compat.check_independent_rows``).
 
     A controller's planning ahead stays its class attribute ``plans_ahead``
     (``rollwise/control/__init__.py``); an objective's off-policy correction is its options'
@@ -70,6 +76,8 @@ class Compat:
     dynamic_sampling: bool | str = True
     needs_value: bool | tuple[str, str] = False
     continues_prefixes: bool = False
+    independent_rows: bool = False
+    replays_rows: bool = False
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ in the ledger, its calibration plot, resume that continues it exactly, and the r
 import json
 
 import pytest
+import torch
 
 import rollwise
 from conftest import tiny_overrides
@@ -66,3 +67,14 @@ def test_resume_continues_the_predictor_exactly(tmp_path):
 def test_refused_at_load(sets, match):
     with pytest.raises(UserError, match=match):
         load_config(overrides=sets)
+
+
+@pytest.mark.parametrize("replay, kept", [("rollout_replay", True), ("on_policy", False)])
+def test_poise_keeps_row_baselines_only_when_the_replay_source_trains_rows_again(tmp_path, replay, kept):
+    """POISE's baselines frozen for replayed rows (objectives/inputs.value_baseline, issue #40): with
+    rollout replay every fresh row's baseline is in the checkpoint (2 steps x 4 groups x 4 rows); with
+    on-policy training, where no row comes back, none is kept."""
+    cfg = _cfg(tmp_path, replay, 2, **{"replay.name": replay, "run.checkpoint_every": 2, "control.name": "uniform"})
+    r = rollwise.train(cfg, log=lambda m: None)
+    state = torch.load(r.run_dir / "checkpoints" / "step-2" / "state.pt", weights_only=False)
+    assert len(state["value"]["frozen"]) == (32 if kept else 0)

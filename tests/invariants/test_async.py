@@ -61,7 +61,7 @@ def test_eta_zero_through_the_async_pool_is_the_synchronous_run(tmp_path):
 
 def _trained_prompts(monkeypatch):
     """Record the prompt ids of every step's batch (the loop's flatten stage)."""
-    from rollwise.batch import build as loop  # the batch builder's flatten stage
+    from rollwise import batches as loop  # the batch builder's flatten stage
 
     seen = []
     real = loop.flatten
@@ -136,7 +136,7 @@ def test_kill_and_resume_trains_every_plan_once_and_keeps_accepted_rollouts(tmp_
     before = list(seen[:2])  # steps 0, 1 of the killed session count; step 2 was redone after the checkpoint
     captured = []
 
-    from rollwise.batch import build as loop  # the batch builder's flatten stage
+    from rollwise import batches as loop  # the batch builder's flatten stage
 
     inner = loop.flatten
 

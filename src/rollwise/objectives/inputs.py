@@ -7,6 +7,8 @@ shift, V0.5's value prior, MSSR's baseline, Prompt-GDRO's row weights), then cal
 
 from __future__ import annotations
 
+import hashlib
+import math
 from collections.abc import Sequence
 
 import torch
@@ -121,33 +123,59 @@ def value_prior(rows: Sequence[Rollout], controller) -> torch.Tensor:
     return controller.priors(rows)
 
 
-def value_baseline(rows: Sequence[Rollout], services) -> torch.Tensor:
-    """(B,) POISE's baseline (``objectives/poise.py``): each row gets the value the pass-rate
-    predictor gives *another* rollout of its group (``poise.cross_rollout``), its prompt's state-zero
-    prediction when it is alone. Needs ``value.enabled`` (``services.value``)."""
+def row_keys(rows: Sequence[Rollout], groups: torch.Tensor) -> list[str]:
+    """A stable key per row (the same in a later step and after a resume): a digest of its prompt,
+    policy version, position among the rows of its group (``groups``: (B,) group index) and tokens.
+    The position keeps two equal completions of one group apart."""
+    seen: dict[int, int] = {}
+    out = []
+    for r, g in zip(rows, groups.tolist()):
+        pos = seen[g] = seen.get(g, -1) + 1
+        text = repr((r.prompt_id, r.policy_version, pos, tuple(r.prompt_ids), tuple(r.completion_ids)))
+        out.append(hashlib.blake2b(text.encode(), digest_size=12).hexdigest())
+    return out
+
+
+def value_baseline(rows: Sequence[Rollout], services, groups: torch.Tensor) -> torch.Tensor:
+    """(B,) POISE's baseline (``objectives/poise.py``). A row seen for the first time gets the value the
+    trajectory probe, as it stood before this batch, gives *another* row of its group (``groups``: the
+    batch's group index, ``poise.cross_rollout``), its prompt's state-zero prediction when it is alone;
+    the probe then learns the new rows. With a replay source that trains rows again (``replays_rows``,
+    rollout replay) that baseline is frozen with the value model (``ValueModel.freeze``) and a replayed
+    row gets the same one, since every later prediction comes from probes that have learned the row's
+    own outcome (issue #40). Needs ``value.enabled`` (``services.value``)."""
     from rollwise.objectives.poise import cross_rollout
 
     if services is None or services.value is None:
         raise ValueError("advantage 'poise' needs the pass-rate predictor: set value.enabled = true")
+    if groups.shape != (len(rows),):
+        raise ValueError(f"value_baseline needs one group index per row: {len(rows)} rows, {tuple(groups.shape)}")
     value = services.value
-    version = rows[0].policy_version if rows else 0
-    prompts = {r.prompt_id: value.prompt_of(r.prompt_id) for r in rows}
-    zero = value.predict(list(prompts.values()), version)
-    trajectory = value.trajectory_values(rows, version)
-    ids = {pid: k for k, pid in enumerate(dict.fromkeys(r.prompt_id for r in rows))}
-    gidx = torch.tensor([ids[r.prompt_id] for r in rows], dtype=torch.long)
-    return cross_rollout(trajectory, gidx, torch.tensor([zero[r.prompt_id] for r in rows], dtype=trajectory.dtype))
+    keys = row_keys(rows, groups)
+    out = torch.tensor([value.frozen.get(key, math.nan) for key in keys], dtype=torch.float64)
+    new = torch.isnan(out).nonzero().flatten().tolist()
+    if new:
+        fresh = [rows[k] for k in new]
+        version = fresh[0].policy_version
+        prompts = {r.prompt_id: value.prompt_of(r.prompt_id) for r in fresh}
+        zero = value.predict(list(prompts.values()), version)
+        trajectory = value.trajectory_values(fresh, version)  # predicted before the probe learns them
+        alone = torch.tensor([zero[r.prompt_id] for r in fresh], dtype=trajectory.dtype)
+        out[new] = cross_rollout(trajectory, groups[new], alone).to(out.dtype)
+        value.freeze([keys[k] for k in new], out[new].tolist())
+    return out
 
 
 _CONTEXT_INPUTS = ("confidence_shift", "value_prior", "prompt_baseline", "value_baseline")  # AdvantageContext fields
 
 
 def advantage_context(
-    fn, rows: Sequence[Rollout], services: Services | None = None, controller=None
+    fn, rows: Sequence[Rollout], services: Services | None = None, controller=None, groups: torch.Tensor | None = None
 ) -> AdvantageContext:
     """The inputs of ``fn`` that need more than the rows (``_CONTEXT_INPUTS``: the trainer's
-    reference log-probs through ``services``, the ``controller``'s prior or baseline) and the
-    controller's row weights (``Controller.row_weights``, Prompt-GDRO), computed before the estimator."""
+    reference log-probs through ``services``, the ``controller``'s prior or baseline, POISE's value
+    baseline over the batch's group index ``groups``) and the controller's row weights
+    (``Controller.row_weights``, Prompt-GDRO), computed before the estimator."""
     fields = {}
     for name in getattr(fn, "inputs", ()):
         if name == "confidence_shift" and services is not None:
@@ -157,7 +185,9 @@ def advantage_context(
         elif name == "prompt_baseline" and controller is not None:
             fields[name] = prompt_baseline(rows, controller)
         elif name == "value_baseline":
-            fields[name] = value_baseline(rows, services)
+            if groups is None:
+                raise ValueError("advantage input 'value_baseline' needs the batch's group index (groups=)")
+            fields[name] = value_baseline(rows, services, groups)
     weights = controller.row_weights(rows) if controller is not None else None
     return AdvantageContext(**fields, weights=weights)
 

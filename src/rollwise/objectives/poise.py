@@ -17,6 +17,15 @@ prediction (:mod:`rollwise.value.predictor`). Since ``tau_{s(i)}`` is sampled in
 ``tau_i``, ``E[b_i grad log pi(tau_i)] = E[b_i] E[grad log pi(tau_i)] = 0``: the baseline adds no bias
 (tests/unit/objectives/test_poise.py checks it on a bandit with a known gradient).
 
+The argument needs ``tau_{s(i)}``, and the probe that scores it, to be independent of ``tau_i``'s
+outcome in the batch the row trains in (issue #40). So: rows are grouped by the batch's groups, not
+by prompt id (two groups of one prompt are two independent draws); a row's baseline is fixed the
+first time it is trained and reused when rollout replay trains it again
+(``objectives.inputs.value_baseline``), since by then the probes have learned its outcome; and the
+combinations where the other rows of a group depend on the row (LATR's shared prefixes, ARRoL's
+joint pruning, rounds and ``finish_batch`` that follow outcomes, dynamic sampling, filters on the
+rewards, SAPO's ``drop_zero_advantage``) are refused at load (``compat.check_independent_rows``).
+
 [RECON] the abstract does not say which independent rollout is used (we take the next one of the
 group), whether advantages are scaled (we do not scale: ``A = r - b``, as Dr. GRPO), nor how the probe
 is trained (rollwise.value.predictor). The declared input ``value_baseline`` (B,) is ``b`` per row;
@@ -74,4 +83,4 @@ def poise(rewards: torch.Tensor, groups: Groups, opts: PoiseOptions, value_basel
 
 
 poise.inputs = ("value_baseline",)  # type: ignore[attr-defined]
-poise.compat = Compat(needs_value=True)  # type: ignore[attr-defined]
+poise.compat = Compat(needs_value=True, independent_rows=True)  # type: ignore[attr-defined]  (module docstring)

@@ -63,6 +63,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rollwise.registry import Compat
 from rollwise.replay.base import ReplaySource
 from rollwise.types import Group
 
@@ -104,6 +105,7 @@ class RolloutReplay(ReplaySource):
     """DOTS rollout replay (arXiv 2506.05316): fresh groups plus uniformly drawn buffered groups."""
 
     Options = RolloutReplayOptions
+    compat = Compat(replays_rows=True)  # a buffered group is trained again: POISE keeps its rows' baselines
 
     def __init__(self, cfg, options: RolloutReplayOptions | None, seed: int):
         self.opts = options if options is not None else self.Options()

@@ -28,7 +28,8 @@ from rollwise.value.predictor import PassRatePredictor
 
 class ValueModel:
     """``prompts``: the prompts it may be asked about by id (the task's train split; ``prompt_of``);
-    ``trajectories``: also keep POISE's trajectory probe (:meth:`trajectory_values`)."""
+    ``trajectories``: also keep POISE's trajectory probe (:meth:`trajectory_values`); ``frozen_rows``:
+    how many rows' POISE baselines :meth:`freeze` keeps (0: none, no row is trained twice)."""
 
     def __init__(
         self,
@@ -38,6 +39,7 @@ class ValueModel:
         seed: int = 0,
         prompts: Sequence = (),
         trajectories: bool = False,
+        frozen_rows: int = 0,
         **predictor_options,
     ):
         if not hasattr(backend, "prompt_states"):
@@ -55,6 +57,8 @@ class ValueModel:
         self._cost = self._no_cost()
         self.curves: dict[str, list[dict]] = {}  # calibration curve per evaluation step (held-out)
         self._rows = 0  # trajectory rows seen (their probe ids)
+        self.frozen: dict[str, float] = {}  # POISE: row key -> the baseline it got when first seen (freeze)
+        self.frozen_rows = frozen_rows
 
     @staticmethod
     def _no_cost() -> dict:
@@ -102,6 +106,18 @@ class ValueModel:
             )
             self._cost["time/value_fit_s"] += fit["value/fit_s"]
         return out
+
+    FROZEN_ROWS = 1 << 18  # frozen_rows with rollout replay: its 512-group buffer of up to 512 rows each
+
+    def freeze(self, keys: Sequence[str], baselines: Sequence[float]) -> None:
+        """Keep each new row's POISE baseline under its key (``objectives.inputs.row_keys``), so that a
+        row trained again gets the baseline computed before the probes learned its outcome
+        (``objectives.inputs.value_baseline``). The newest ``frozen_rows`` are kept."""
+        if self.frozen_rows <= 0:
+            return
+        self.frozen.update(zip(keys, (float(b) for b in baselines)))
+        for key in list(self.frozen)[: max(0, len(self.frozen) - self.frozen_rows)]:
+            del self.frozen[key]
 
     def predict(self, prompts: Sequence, version: int) -> dict[str, float]:
         """Prompt id -> predicted pass rate under policy ``version``."""
@@ -153,7 +169,12 @@ class ValueModel:
         return out
 
     def state_dict(self) -> dict:
-        out = {"predictor": self.predictor.state_dict(), "curves": self.curves, "rows": self._rows}
+        out = {
+            "predictor": self.predictor.state_dict(),
+            "curves": self.curves,
+            "rows": self._rows,
+            "frozen": dict(self.frozen),
+        }
         if self.trajectory is not None:
             out["trajectory"] = self.trajectory.state_dict()
         return out
@@ -161,5 +182,6 @@ class ValueModel:
     def load_state_dict(self, d: dict) -> None:
         self.predictor.load_state_dict(d["predictor"])
         self.curves, self._rows = dict(d.get("curves", {})), int(d.get("rows", 0))
+        self.frozen = dict(d.get("frozen", {}))
         if self.trajectory is not None and "trajectory" in d:
             self.trajectory.load_state_dict(d["trajectory"])

@@ -1,11 +1,27 @@
 """POISE's advantage (rollwise.objectives.poise): the cross-rollout baseline by hand, and the
 defining property: the policy gradient estimate is unbiased on a bandit whose true gradient is known,
-with groups of 4 and of 1, while a baseline taken from the rollout's own states is biased."""
+with groups of 4 and of 1, while a baseline taken from the rollout's own states is biased. Under
+rollout replay a row keeps the baseline it got when fresh (issue #40): on coin-flip rewards its
+baseline is uncorrelated with its own reward, fresh or replayed; rows are paired within their own
+group; the combinations that break the rows' independence are refused at load, naming both keys."""
+
+import copy
+import random
 
 import pytest
 import torch
 
+from rollwise.backends.hf import HFBackend
+from rollwise.batch.collate import flatten
+from rollwise.config import load_config
+from rollwise.objectives.inputs import value_baseline
 from rollwise.objectives.poise import cross_rollout, poise
+from rollwise.registry import UserError
+from rollwise.replay.rollout_replay import RolloutReplay, RolloutReplayOptions
+from rollwise.tokens import Codec
+from rollwise.trainer.tiny import build_tiny
+from rollwise.types import Group, Prompt, Rollout, RunState, Services, Verdict
+from rollwise.value.model import ValueModel
 
 
 def test_advantage_and_cross_rollout_by_hand():
@@ -53,3 +69,121 @@ def test_unbiased_on_a_bandit_with_the_cross_rollout_baseline():
         assert torch.allclose(est, true, atol=0.004), (n, est, true)
     leaky = grad_estimate(4, rounds=50_000, own=True, seed=9)  # baseline from the rollout's own states
     assert (leaky - true).abs().max() > 0.03  # the gradient mostly vanishes: biased
+
+
+# ---------------------------------------------------------------- replay (issue #40)
+
+
+@pytest.fixture
+def one_thread():
+    """The value model's many small forwards and fits run far faster on one thread than on two."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def value_services(prompts, **kw) -> Services:
+    model, tok = build_tiny("tiny-s", seed=0)
+    be = HFBackend(model, [tok.eos_token_id], tok.pad_token_id, max_batch=16, seed=0)
+    vm = ValueModel(
+        be,
+        Codec(tok, use_chat=False),
+        model.config.hidden_size,
+        prompts=prompts,
+        trajectories=True,
+        frozen_rows=4096,
+        **kw,
+    )
+    return Services(codec=vm.codec, value=vm)
+
+
+def replayed_run(steps: int, seed: int, sample):
+    """``steps`` steps of rollout replay (replay_fraction 0.5, so every group of a step is trained again
+    at the next one, after the fresh groups) with POISE's baseline from a real value model on tiny-s,
+    whose predictor learns the fresh groups after the batch, as in the loop. ``sample(prompt, ids, step,
+    rng)`` makes a fresh group's rollouts. Returns (rows, baselines, replayed) per step."""
+    prompts = [Prompt(f"p{i}", "arithmetic", f"{i}+{i + 3}=", str(2 * i + 3)) for i in range(2)]
+    services = value_services(prompts, min_fit=4, context=8, steps=20)
+    vm, replay = services.value, RolloutReplay(None, RolloutReplayOptions(buffer_size=2, replay_fraction=0.5), seed)
+    rng = random.Random(seed)
+    out = []
+    for step in range(steps):
+        fresh = [Group(p, sample(p, vm.codec.encode_prompt(p), step, rng)) for p in prompts]
+        groups = replay.mix(fresh, RunState(step=step, policy_version=step))
+        replay.add(fresh)
+        rows, _, gidx = flatten(groups)
+        b = value_baseline(rows, services, gidx)
+        vm.observe(fresh, step)
+        n_fresh = sum(g.size for g in fresh)
+        out.append((rows, b, torch.arange(len(rows)) >= n_fresh))
+    return out
+
+
+def coin_flips(prompt, ids, step, rng):
+    """Two rollouts of random tokens, each rewarded by a fair coin (independent of everything)."""
+    return tuple(
+        Rollout(prompt.id, ids, c, (0.0,) * len(c), "stop", step, "x", Verdict(float(rng.random() < 0.5)))
+        for c in (tuple(rng.randrange(5, 60) for _ in range(rng.randint(2, 5))) for _ in range(2))
+    )
+
+
+def test_a_replayed_rows_baseline_is_uncorrelated_with_its_own_reward(one_thread):
+    """Coin-flip rewards: nothing can predict a row's reward, so a baseline correlated with it has learned
+    it. Before the fix the baseline of a replayed row came from probes that had learned the row's own
+    outcome: corr +0.21 here (fresh rows +0.01); now it is the one it got when fresh (+0.02)."""
+    run = replayed_run(100, 0, coin_flips)
+    for replayed in (False, True):
+        b = torch.cat([bs[m == replayed] for _, bs, m in run])
+        r = torch.tensor([row.reward for rows, _, m in run for row, k in zip(rows, m) if bool(k) == replayed])
+        assert len(r) >= 390
+        corr = float(torch.corrcoef(torch.stack([b, r.double()]))[0, 1])
+        assert abs(corr) < 0.1, (replayed, corr)
+
+
+def test_rows_take_the_baseline_of_their_own_group_not_of_every_row_of_their_prompt(one_thread):
+    """Two groups of one prompt in a batch (a fresh and a replayed one, or two draws): each row's baseline
+    is the next row of *its* group. Before the fix the rows were grouped by prompt id, one cycle over all 4."""
+    p = Prompt("p0", "arithmetic", "1+2=", "3")
+    services = value_services([p], min_fit=2, steps=20)
+    vm, ids = services.value, services.codec.encode_prompt(p)
+
+    def row(c, r):
+        return Rollout(p.id, ids, c, (0.0,) * len(c), "stop", 0, "x", Verdict(r))
+
+    vm.trajectory_values([row((7 + k, 9), float(k % 2)) for k in range(4)], 0)  # a fitted probe
+    a, b = (Group(p, (row((11,), 1.0), row((12, 13), 0.0))), Group(p, (row((14,), 0.0), row((15, 16), 1.0))))
+    rows, _, gidx = flatten([a, b])
+    probe = copy.deepcopy(vm.trajectory)  # the probe as it stands before the batch
+    v = probe.predict(vm.backend.prompt_states([r.prompt_ids + r.completion_ids for r in rows]), ["q"] * 4).tolist()
+    assert len(set(v)) == 4
+    assert value_baseline(rows, services, gidx).tolist() == pytest.approx([v[1], v[0], v[3], v[2]])
+
+
+POISE = ["advantage.name=poise", "value.enabled=true"]
+
+
+@pytest.mark.parametrize(
+    "overrides, key",
+    [
+        (["sampling.latr.enabled=true"], "sampling.latr.enabled"),
+        (["sampling.arrol.enabled=true"], "sampling.arrol.enabled"),
+        (["control.name=dars"], "control.name = 'dars'"),  # top-up rounds after the first round's outcomes
+        (["control.name=roc"], "control.name = 'roc'"),  # finish_batch: rows kept by outcome
+        (["filter.names=['zero_variance']"], "'zero_variance'"),
+        (
+            ["filter.names=['zero_variance']", "control.dynamic_sampling.enabled=true"],
+            "control.dynamic_sampling.enabled",
+        ),
+        (["replay.name=sapo", "replay.options={swarm_dir='s', peer='a'}"], "drop_zero_advantage"),
+    ],
+)
+def test_combinations_that_break_the_rows_independence_are_refused_naming_both_keys(overrides, key):
+    with pytest.raises(UserError) as e:
+        load_config(None, [*POISE, *overrides])
+    assert "advantage.name = 'poise'" in str(e.value) and key in str(e.value)
+
+
+def test_rollout_replay_and_row_wise_filters_load_with_poise():
+    cfg = load_config(None, [*POISE, "replay.name=rollout_replay", "filter.names=['overlong', 'errored']"])
+    assert cfg.advantage.name == "poise" and cfg.replay.name == "rollout_replay"
