@@ -138,18 +138,21 @@ class Codec:
 
 
 def episode_ids(
-    codec: Codec, prompt: Prompt, steps: Sequence[tuple[str, str]], max_observation_tokens: int | None = None
+    codec: Codec, prompt: Prompt, steps: Sequence[tuple[str, ...]], max_observation_tokens: int | None = None
 ) -> tuple[list[int], list[int]]:
-    """(completion ids, loss mask) of a demonstrated episode ``((action, observation), ...)`` as
-    the episode pool lays one out: each action's ids and EOS (mask 1), then its observation's ids
-    cut to ``max_observation_tokens`` (mask 0; none after the last action)."""
+    """(completion ids, loss mask) of a demonstrated episode ``((action, observation[, role]), ...)``
+    as the episode pool lays one out: each action's ids and EOS (mask 1), then its observation's ids
+    cut to ``max_observation_tokens`` (mask 0; none after the last action), in a message of ``role``
+    on chat prompts: ``"tool"`` after an action that called a tool, as the pool does, else ``"user"``
+    (the default)."""
     ids: list[int] = []
     mask: list[int] = []
     eos = codec.tokenizer.eos_token_id
-    for k, (action, observation) in enumerate(steps):
+    for k, (action, observation, *role) in enumerate(steps):
         act = codec.encode_text(action) + [eos]
         last = k == len(steps) - 1
-        obs = [] if last else codec.encode_observation(observation, prompt, limit=max_observation_tokens)[0]
+        who = role[0] if role else "user"
+        obs = [] if last else codec.encode_observation(observation, prompt, who, max_observation_tokens)[0]
         ids += act + obs
         mask += [1] * len(act) + [0] * len(obs)
     return ids, mask

@@ -63,8 +63,10 @@ class EnvTask(Protocol):
     def environment(self, prompt: Prompt) -> Environment: ...
 
     def episode_examples(self, n: int, seed: int) -> list[tuple[Prompt, tuple[tuple[str, str], ...]]]:
-        """``n`` demonstrations for the warm start: (prompt, ((action, observation), ...)); the
-        last observation is ""; the warm start trains on the actions only (observations masked)."""
+        """``n`` demonstrations for the warm start: (prompt, ((action, observation[, role]), ...)); the
+        last observation is ""; the warm start trains on the actions only (observations masked). ``role``
+        ("user" when absent) is the chat message the observation is shown in: "tool" after an action
+        that called a tool, as the episode pool shows it (``tokens.episode_ids``)."""
         ...
 
 

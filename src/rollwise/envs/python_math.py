@@ -220,7 +220,7 @@ class PythonMathTask(ToolTask):
         for p in sample_prompts(self._train, n, seed):
             cells, answer = self.demo(p)
             shown = [""] * (len(cells) - 1) + [f"{p.answer}\n"]
-            pairs = tuple((fmt.call(tool, c), fmt.result(o)) for c, o in zip(cells, shown))
+            pairs = tuple((fmt.call(tool, c), fmt.result(o), "tool") for c, o in zip(cells, shown))  # each a tool call
             out.append((p, (*pairs, (answer, ""))))
         return out
 

@@ -366,6 +366,9 @@ class ToolTask:
             env.reset(0)
             inputs, answer = self.demo(p)
             tool, fmt = self.tools()[0], FORMATS[self.options.format]
-            pairs = [(a, env.step(a).observation) for a in (fmt.call(tool, x) for x in inputs)]
-            out.append((p, (*pairs, (answer, ""))))
+            steps = []
+            for a in (fmt.call(tool, x) for x in inputs):
+                res = env.step(a)  # the pool's rule: a turn that called a tool is answered in a tool message
+                steps.append((a, res.observation, "tool" if res.tool_calls else "user"))
+            out.append((p, (*steps, (answer, ""))))
         return out

@@ -41,7 +41,7 @@ def test_demonstrations_replay_to_reward_1(fmt):
     for p, pairs in t.episode_examples(5, seed=1):
         env = t.environment(p)
         env.reset(p.metadata.get("seed", 0))
-        for action, observation in pairs:
+        for action, observation, *_ in pairs:
             res = env.step(action)
             assert res.observation == observation
         assert res.done and res.reward == 1.0

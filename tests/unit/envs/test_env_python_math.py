@@ -43,7 +43,7 @@ def test_demonstrations_replay_to_reward_1(t):
     for p, pairs in t.episode_examples(24, seed=0):  # written without the sandbox: every observation checked here
         env = t.environment(p)
         env.reset(0)
-        for action, observation in pairs:
+        for action, observation, *_ in pairs:
             res = env.step(action)
             assert res.observation == observation
         assert res.done and res.reward == 1.0

@@ -326,3 +326,30 @@ def test_episode_keys_load_for_an_env_task_and_the_default_config_is_unchanged()
     cfg = load_config(None, ["task.name=guess_number", "task.max_turns=3", "task.episode_schedule=overlap"])
     assert cfg.task.max_turns == 3 and cfg.task.episode_schedule == "overlap"
     assert load_config(None, []).task.max_turns == 8
+
+
+def test_a_tool_demonstration_is_laid_out_as_the_pool_lays_out_its_rollout_on_a_chat_template():
+    """Calculator on a chat template: the warm start's layout of a demonstration (tool outputs in
+    'tool' messages, as the pool writes them after a turn that called a tool) is the rollout the
+    pool builds when the policy plays the demonstrated actions."""
+    from rollwise.envs.calculator import make
+
+    tok = char_tokenizer()
+    tok.chat_template = (
+        "{% for m in messages %}<bos>{{ m['role'] }}:{{ m['content'] }}<eos>;{% endfor %}"
+        "{% if add_generation_prompt %}<bos>assistant:{% endif %}"
+    )
+    codec = Codec(tok, use_chat=True)
+    task = make(None, {"format": "json"})  # chat prompts (messages), tool calls in JSON
+    prompt, steps = task.episode_examples(1, 3)[0]
+    assert prompt.messages and [s[2] for s in steps[:-1]] == ["tool"] * (len(steps) - 1)
+    actions = iter([s[0] for s in steps])
+    backend = ScriptedBackend(lambda seq, i: tok.encode(next(actions)), tok.eos_token_id)
+    pool = EpisodePool(backend, codec, task, Sampling(1.0, 1.0, 200), EpisodeLimits(max_turns=8))
+    try:
+        [(_, r)] = list(pool.rollouts(Plan((Request(prompt, 1),)), version=0))
+    finally:
+        pool.close()
+    ids, mask = episode_ids(codec, prompt, steps)
+    assert "tool:" in tok.decode(ids) and r.verdict.score == 1.0
+    assert r.completion_ids == tuple(ids) and r.loss_mask == tuple(mask)
