@@ -430,6 +430,21 @@ class AdvantageContext:
 
 
 @dataclass(frozen=True)
+class AdvantageInputs:
+    """What a controller gives the advantage stage for a step's rows, one record from one hook
+    (``Controller.advantage_inputs``; issue #41): ``weights``, (B,) row weights multiplied into the
+    estimator's advantages (Prompt-GDRO); ``priors``, (B,) each row's prompt prior (V0.5's
+    ``value_prior``); ``baselines``, (B,) each row's per-prompt value baseline (MSSR's
+    ``prompt_baseline``). None where the controller has none: the default record, ``AdvantageInputs()``,
+    leaves the advantages unweighted, and an estimator that declares a prior or a baseline is refused
+    (``objectives.inputs.advantage_context``)."""
+
+    weights: torch.Tensor | None = None
+    priors: torch.Tensor | None = None
+    baselines: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
 class Advantages:
     """An advantage estimator's output for the rows of a batch."""
 

@@ -2,7 +2,7 @@
 
 Planning ahead (``train.async.max_staleness`` = η >= 1, :mod:`rollwise.distributed.async_pool`):
 the pool calls ``select``/``plan`` for plans k+1 .. k+η before step k's ``next_round``,
-``finish_batch``, ``observe``, ``row_weights`` and ``after_update`` run. A controller whose
+``finish_batch``, ``observe``, ``advantage_inputs`` and ``after_update`` run. A controller whose
 ``select``/``plan`` write state that those later calls read *for the plan being trained* (a round
 context, bins and arms, a "reference step" flag) would then work on the wrong plan. Such a
 controller either keys that state by plan (``v05`` queues each plan's priors and ``observe`` takes

@@ -556,14 +556,8 @@ class Locked(Controller):
     def bind(self, services) -> None:
         self._call("bind", services)
 
-    def row_weights(self, rows):
-        return self._call("row_weights", rows)
-
-    def priors(self, rows):
-        return self._call("priors", rows)
-
-    def baselines(self, rows):
-        return self._call("baselines", rows)
+    def advantage_inputs(self, rows, needs=()):
+        return self._call("advantage_inputs", rows, needs)
 
     def after_update(self, batch, rows, metrics: dict, advantages) -> None:
         self._call("after_update", batch, rows, metrics, advantages)
