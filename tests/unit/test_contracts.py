@@ -17,13 +17,13 @@ from rollwise.control.uniform import Uniform
 from rollwise.filter.chain import apply_filters
 from rollwise.objectives import ADVANTAGES, OBJECTIVES
 from rollwise.objectives.inputs import _CONTEXT_INPUTS, _INPUTS, advantage_context, advantage_inputs
-from rollwise.replay.base import ReplaySource
 from rollwise.types import (
     AdvantageInputs,
     Backend,
     Decision,
     Group,
     Prompt,
+    ReplaySource,
     ReplaySourceProtocol,
     Rollout,
     RunState,

@@ -38,10 +38,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rollwise.control.history import CORRECT
 from rollwise.control.uniform import Uniform
 from rollwise.registry import Compat
-from rollwise.types import AdvantageInputs, Group, Prompt
+from rollwise.types import CORRECT, AdvantageInputs, Group, Prompt
 
 
 class MssrOptions(BaseModel):
