@@ -38,11 +38,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rollwise.registry import Compat, Registry, UserError, validate_options
+from rollwise.registry import Compat, Registry, UserError, record, validate_options
 from rollwise.sections.filter import check_options_named
 from rollwise.sections.task import check_single_turn
-
-NEUTRAL = Compat()
 
 # Pools and rollout wrappers, by the name the table uses: "module" entries are the modules that
 # implement them (each declares ``COMPAT`` and may define a local ``check_config(cfg)``).
@@ -77,11 +75,6 @@ def resolve(cfg, section: str) -> tuple[Any, Any, str | None]:
     sec = getattr(cfg, section)
     res = _registries()[section].resolve(sec.name)
     return res.obj, validate_options(section, sec.name, res.obj, dict(sec.options)), res.arg
-
-
-def record(part) -> Compat:
-    """The part's compatibility record (``compat`` of a class or function, ``COMPAT`` of a module)."""
-    return getattr(part, "compat", None) or getattr(part, "COMPAT", None) or NEUTRAL
 
 
 def local_check(part, cfg) -> None:
@@ -227,9 +220,10 @@ def check(cfg) -> None:
 
 
 def declares_episodes(cfg) -> bool:
-    """Whether the task's factory declares an environment task (attribute ``episodes``); the
-    assembler checks the built task too (``rollwise.envs.base.is_env_task``)."""
-    return bool(getattr(resolve(cfg, "task")[0], "episodes", False))
+    """Whether the task runs multi-turn episodes: its factory's compatibility record
+    (``Compat(episodes=True)``), the one place that mode is declared. The assembler checks that the
+    built task agrees (``rollwise.components.open_run``)."""
+    return record(resolve(cfg, "task")[0]).episodes
 
 
 def check_episodes(cfg, env: bool) -> None:

@@ -60,6 +60,13 @@ class Compat:
       the row and kept whatever its outcome: no shared prefixes, no rounds or group filters that
       follow outcomes (``rollwise.compat.check_independent_rows``).
 
+    A task (its factory in ``tasks.REGISTRY``):
+
+    - ``episodes``: its rollouts are multi-turn episodes (it makes environments; the episode pool,
+      ``rollwise.generate.episodes``). The one declaration of that mode: the compatibility checks,
+      the assembler's pool and warm start and the task wrappers read it (``record(factory).episodes``,
+      ``rollwise.compat.declares_episodes``), nothing probes a task for it.
+
     A controller's planning ahead stays its class attribute ``plans_ahead``
     (``rollwise/control/__init__.py``); an objective's off-policy correction is its options'
     ``needs_prox`` (``rollwise.compat.corrects_off_policy``)."""
@@ -78,6 +85,16 @@ class Compat:
     continues_prefixes: bool = False
     independent_rows: bool = False
     replays_rows: bool = False
+    episodes: bool = False
+
+
+NEUTRAL = Compat()
+
+
+def record(part) -> Compat:
+    """The part's compatibility record (``compat`` of a class or function, ``COMPAT`` of a module);
+    a part without one declares the defaults (``NEUTRAL``)."""
+    return getattr(part, "compat", None) or getattr(part, "COMPAT", None) or NEUTRAL
 
 
 @dataclass(frozen=True)
