@@ -100,7 +100,7 @@ def objective_options(cfg):
     from rollwise.trainer.mismatch import default_tis
 
     obj, opts, _ = resolve(cfg, "objective")
-    return default_tis(opts if opts is not None else obj.Options(), cfg)
+    return default_tis(opts if opts is not None else obj.Options(), cfg, engine_kind(cfg))
 
 
 # ---------------------------------------------------------------- the parts a config chooses
@@ -110,6 +110,13 @@ def backend_part(cfg):
     from rollwise import backends
 
     return backends.REGISTRY.get(cfg.model.backend)
+
+
+def engine_kind(cfg) -> str:
+    """The kind of engine ``model.backend`` samples with, as its compatibility record declares it
+    (``Compat.engine``: ``'trainer'``, ``'vllm'``, ``'script'``, ``'other'``): the one place the run
+    reads it."""
+    return record(backend_part(cfg)).engine
 
 
 def pools(cfg) -> list[tuple[str, Any]]:
@@ -443,7 +450,7 @@ def check_async(cfg) -> None:
     gen = record(POOLS.get("async"))
     in_process = [k for k in in_process_strategies(cfg) if k != "replay.name = 'april'"]  # APRIL runs inside (build)
     if cfg.replay.name == "april" and (
-        cfg.model.backend != "hf" or cfg.distributed.workers > 0 or a.on_new_weights != "finish"
+        engine_kind(cfg) != "trainer" or cfg.distributed.workers > 0 or a.on_new_weights != "finish"
     ):
         raise UserError(
             "replay.name = 'april' (APRIL) with train.async drives the generator's own hf backend: set "

@@ -22,6 +22,7 @@ from rollwise.compat import (  # noqa: F401 (here since #27)
     _registries,
     build_filters,
     declares_episodes,
+    engine_kind,
     objective_options,
     resolve,
 )
@@ -151,7 +152,7 @@ def build_policy(cfg, task, log=print):
     from rollwise.compat import check_engine_length
 
     check_engine_length(cfg, task, codec, getattr(model.config, "max_position_embeddings", None))  # vLLM: prompts fit
-    engine = cfg.model.vllm.gpu_memory_utilization if cfg.model.backend == "vllm" else 0.0
+    engine = cfg.model.vllm.gpu_memory_utilization if engine_kind(cfg) == "vllm" else 0.0
     check_model_fits(
         model,
         device,
@@ -212,7 +213,7 @@ def check_runtime(cfg, log=print) -> None:
 
     device = resolve_device(cfg.model.device)
     log(summary(describe(device)))
-    if cfg.model.backend == "vllm":
+    if engine_kind(cfg) == "vllm":
         from rollwise.backends.vllm import check_device
 
         check_device(cfg.model.vllm, device)
@@ -297,7 +298,7 @@ def worker_engine(cfg, codec, config, device, sampling):
 
     from rollwise.backends import build
 
-    if cfg.model.backend == "vllm":
+    if engine_kind(cfg) == "vllm":
         model, backend = None, build(cfg, codec, config=config)
     else:
         from transformers import AutoModelForCausalLM

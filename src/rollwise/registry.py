@@ -31,7 +31,12 @@ class Compat:
       wrapper may drive it directly (decode hooks, scoring, its own generate calls);
     - ``sampler_entropy``: the rows it makes carry the sampler's entropies (``Rollout.entropies``)
       when the run asks for them;
-    - ``per_rank``: it can run beside data-parallel training (one per torchrun process).
+    - ``per_rank``: it can run beside data-parallel training (one per torchrun process);
+    - ``engine``: a backend's kind of engine, declared here once and read through
+      ``rollwise.compat.engine_kind`` (never by comparing ``model.backend``): ``'trainer'`` (it samples
+      with the trainer's own module and forward: hf), ``'vllm'`` (a vLLM engine beside the trainer, with
+      its own share of device memory), ``'script'`` (the tests' scripted completions); a backend that
+      declares none is ``'other'`` (neither the trainer's forward nor vLLM).
 
     A rollout wrapper (ARRoL, the LATR tree sampler, a replay source with ``wrap_pool``: APRIL,
     SPEC-RL), a controller, an advantage estimator or an objective:
@@ -74,6 +79,7 @@ class Compat:
     decode_hooks: bool = True
     sampler_entropy: bool = True
     per_rank: bool = True
+    engine: str = "other"
     needs_decode_hooks: bool = False
     owns_generation: bool = False
     entropy_option: str | None = None
