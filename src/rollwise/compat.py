@@ -651,10 +651,9 @@ def check_engine_length(cfg, task, codec, positions: int | None) -> None:
     evaluated prompt whose tokens plus ``sampling.max_new_tokens`` exceed the engine's
     ``max_model_len`` (``model.vllm.max_model_len``, default from the model's ``positions``), which
     vLLM would raise on mid-run. Every train prompt and the evaluated held-out prompts are measured."""
-    backend = backend_part(cfg)
-    if not hasattr(backend, "engine_length"):
+    if engine_kind(cfg) != "vllm":  # the backend's declared engine (Compat.engine), not a probe
         return
-    limit, new = backend.engine_length(cfg.model.vllm, positions), cfg.sampling.max_new_tokens
+    limit, new = backend_part(cfg).engine_length(cfg.model.vllm, positions), cfg.sampling.max_new_tokens
     prompts = [*task.train_prompts(), *task.heldout_prompts()[: cfg.eval.n_prompts]]
     longest, worst = max(((len(codec.encode_prompt(p)), p) for p in prompts), key=lambda x: x[0], default=(0, None))
     if longest + new > limit:

@@ -10,8 +10,8 @@ the oldest) or sets the class attribute ``plans_ahead = False``, with which η >
 load (:func:`rollwise.compat.check_plans_ahead`). A controller that only resets
 per-step counters in ``plan`` (read by the same step's rounds, which come after every ``plan``
 call of that step) or keeps only cross-step statistics updated in ``observe`` leaves the default
-(``getattr(cls, "plans_ahead", True)``): its next plans are merely chosen from statistics up to
-step k - 1, the price of running ahead.
+(``plans_ahead = True``, declared by ``rollwise.control.base.Controller``): its next plans are
+merely chosen from statistics up to step k - 1, the price of running ahead.
 """
 
 from rollwise.registry import Registry

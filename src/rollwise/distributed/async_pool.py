@@ -157,7 +157,7 @@ class AsyncPool:
         self.scheduler = scheduler  # APRIL's pool around the engine: takes each training plan (module docstring)
         self.eta, self.on_new_weights = opts.max_staleness, opts.on_new_weights
         self.consume = consume  # periodic asynchrony: the trainer takes each chunk's groups as it arrives
-        self.chunks = getattr(opts, "periodic_chunks", 1) if consume is not None else 1
+        self.chunks = opts.periodic_chunks if consume is not None else 1  # train.async.periodic_chunks
         self.codec = codec if codec is not None else getattr(engine, "codec", None)
         self.sampling = sampling if sampling is not None else getattr(engine, "sampling", None)
         self.timeline = timeline
