@@ -38,11 +38,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rollwise.registry import Compat, Registry, UserError, validate_options
+from rollwise.registry import Compat, Registry, UserError, record, validate_options
 from rollwise.sections.filter import check_options_named
 from rollwise.sections.task import check_single_turn
-
-NEUTRAL = Compat()
 
 # Pools and rollout wrappers, by the name the table uses: "module" entries are the modules that
 # implement them (each declares ``COMPAT`` and may define a local ``check_config(cfg)``).
@@ -79,11 +77,6 @@ def resolve(cfg, section: str) -> tuple[Any, Any, str | None]:
     return res.obj, validate_options(section, sec.name, res.obj, dict(sec.options)), res.arg
 
 
-def record(part) -> Compat:
-    """The part's compatibility record (``compat`` of a class or function, ``COMPAT`` of a module)."""
-    return getattr(part, "compat", None) or getattr(part, "COMPAT", None) or NEUTRAL
-
-
 def local_check(part, cfg) -> None:
     """The part's own ``check_config(cfg)`` (local facts: installed? address parses?), if it has one."""
     if hasattr(part, "check_config"):
@@ -107,7 +100,7 @@ def objective_options(cfg):
     from rollwise.trainer.mismatch import default_tis
 
     obj, opts, _ = resolve(cfg, "objective")
-    return default_tis(opts if opts is not None else obj.Options(), cfg)
+    return default_tis(opts if opts is not None else obj.Options(), cfg, engine_kind(cfg))
 
 
 # ---------------------------------------------------------------- the parts a config chooses
@@ -117,6 +110,13 @@ def backend_part(cfg):
     from rollwise import backends
 
     return backends.REGISTRY.get(cfg.model.backend)
+
+
+def engine_kind(cfg) -> str:
+    """The kind of engine ``model.backend`` samples with, as its compatibility record declares it
+    (``Compat.engine``: ``'trainer'``, ``'vllm'``, ``'script'``, ``'other'``): the one place the run
+    reads it."""
+    return record(backend_part(cfg)).engine
 
 
 def pools(cfg) -> list[tuple[str, Any]]:
@@ -227,9 +227,10 @@ def check(cfg) -> None:
 
 
 def declares_episodes(cfg) -> bool:
-    """Whether the task's factory declares an environment task (attribute ``episodes``); the
-    assembler checks the built task too (``rollwise.envs.base.is_env_task``)."""
-    return bool(getattr(resolve(cfg, "task")[0], "episodes", False))
+    """Whether the task runs multi-turn episodes: its factory's compatibility record
+    (``Compat(episodes=True)``), the one place that mode is declared. The assembler checks that the
+    built task agrees (``rollwise.components.open_run``)."""
+    return record(resolve(cfg, "task")[0]).episodes
 
 
 def check_episodes(cfg, env: bool) -> None:
@@ -449,7 +450,7 @@ def check_async(cfg) -> None:
     gen = record(POOLS.get("async"))
     in_process = [k for k in in_process_strategies(cfg) if k != "replay.name = 'april'"]  # APRIL runs inside (build)
     if cfg.replay.name == "april" and (
-        cfg.model.backend != "hf" or cfg.distributed.workers > 0 or a.on_new_weights != "finish"
+        engine_kind(cfg) != "trainer" or cfg.distributed.workers > 0 or a.on_new_weights != "finish"
     ):
         raise UserError(
             "replay.name = 'april' (APRIL) with train.async drives the generator's own hf backend: set "
@@ -650,10 +651,9 @@ def check_engine_length(cfg, task, codec, positions: int | None) -> None:
     evaluated prompt whose tokens plus ``sampling.max_new_tokens`` exceed the engine's
     ``max_model_len`` (``model.vllm.max_model_len``, default from the model's ``positions``), which
     vLLM would raise on mid-run. Every train prompt and the evaluated held-out prompts are measured."""
-    backend = backend_part(cfg)
-    if not hasattr(backend, "engine_length"):
+    if engine_kind(cfg) != "vllm":  # the backend's declared engine (Compat.engine), not a probe
         return
-    limit, new = backend.engine_length(cfg.model.vllm, positions), cfg.sampling.max_new_tokens
+    limit, new = backend_part(cfg).engine_length(cfg.model.vllm, positions), cfg.sampling.max_new_tokens
     prompts = [*task.train_prompts(), *task.heldout_prompts()[: cfg.eval.n_prompts]]
     longest, worst = max(((len(codec.encode_prompt(p)), p) for p in prompts), key=lambda x: x[0], default=(0, None))
     if longest + new > limit:

@@ -18,7 +18,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rollwise import tasks
-from rollwise.compat import _registries, build_filters, objective_options, resolve  # noqa: F401 (here since #27)
+from rollwise.compat import (  # noqa: F401 (here since #27)
+    _registries,
+    build_filters,
+    declares_episodes,
+    engine_kind,
+    objective_options,
+    resolve,
+)
 from rollwise.registry import UserError
 from rollwise.types import Backend, Pool, Sampling, Services, Task, WeightReceiver
 
@@ -112,7 +119,6 @@ def build_policy(cfg, task, log=print):
     import torch
 
     from rollwise.distributed.data_parallel import env_world_size
-    from rollwise.envs.base import is_env_task
     from rollwise.hardware.device import check_model_fits, resolve_device
     from rollwise.tokens import Codec
     from rollwise.trainer import tiny
@@ -123,24 +129,30 @@ def build_policy(cfg, task, log=print):
     device = resolve_device(cfg.model.device)
     name, ws = cfg.model.name, cfg.model.warm_start
     builtin = name in tiny.NAMES
+    episodes = declares_episodes(cfg)
     if builtin:
         model, tok = tiny.build_tiny(name, seed=ws.seed)
         codec = Codec(tok, use_chat=False)
         warnings = fit_warnings(
-            task, codec, cfg.sampling.max_new_tokens, model.config.max_position_embeddings, builtin=True
+            task,
+            codec,
+            cfg.sampling.max_new_tokens,
+            model.config.max_position_embeddings,
+            builtin=True,
+            episodes=episodes,
         )
     else:
         from rollwise.trainer.hf_models import load_pretrained
 
         model, tok = load_pretrained(name, dtype=cfg.model.dtype)
         codec = Codec(tok, use_chat=True)
-        warnings = fit_warnings(task, codec, cfg.sampling.max_new_tokens)
+        warnings = fit_warnings(task, codec, cfg.sampling.max_new_tokens, episodes=episodes)
     for w in warnings:
         log(f"warning: {w}")  # before the warm start: a run that cannot score should not spend it first
     from rollwise.compat import check_engine_length
 
     check_engine_length(cfg, task, codec, getattr(model.config, "max_position_embeddings", None))  # vLLM: prompts fit
-    engine = cfg.model.vllm.gpu_memory_utilization if cfg.model.backend == "vllm" else 0.0
+    engine = cfg.model.vllm.gpu_memory_utilization if engine_kind(cfg) == "vllm" else 0.0
     check_model_fits(
         model,
         device,
@@ -165,9 +177,9 @@ def build_policy(cfg, task, log=print):
         if device.type != "cpu":  # a warm start trained on a GPU is another model (CPU cache keys unchanged)
             key["device"] = device.type
         cut = None
-        if is_env_task(task):  # episodes are laid out with the observation cut (single-turn keys unchanged)
+        if episodes:  # episodes are laid out with the observation cut (single-turn keys unchanged)
             cut = key["max_observation_tokens"] = cfg.task.max_observation_tokens
-        how = warm_start(model, codec, task, ws, ws.seed, key, log=log, max_observation_tokens=cut)
+        how = warm_start(model, codec, task, ws, ws.seed, key, log=log, max_observation_tokens=cut, episodes=episodes)
         if not builtin:
             model.eval()  # as load_pretrained returns it
         log(f"warm start: {how}")
@@ -201,7 +213,7 @@ def check_runtime(cfg, log=print) -> None:
 
     device = resolve_device(cfg.model.device)
     log(summary(describe(device)))
-    if cfg.model.backend == "vllm":
+    if engine_kind(cfg) == "vllm":
         from rollwise.backends.vllm import check_device
 
         check_device(cfg.model.vllm, device)
@@ -258,9 +270,7 @@ def engine_pool(cfg, backend, codec, task, sampling, tree=None):
     """The pool around one engine, where that engine runs (this process, or a Ray worker through
     ``worker_engine``): an ``EpisodePool`` for an environment task (docs/architecture.md §11), else a
     ``LocalPool`` (``tree``: LATR's sampler, this process only)."""
-    from rollwise.envs.base import is_env_task
-
-    if is_env_task(task):  # multi-turn episodes
+    if declares_episodes(cfg):  # multi-turn episodes (the task's compatibility record)
         from rollwise.generate.episodes import EpisodePool
 
         return EpisodePool.for_run(cfg, backend, codec, task, sampling)
@@ -288,7 +298,7 @@ def worker_engine(cfg, codec, config, device, sampling):
 
     from rollwise.backends import build
 
-    if cfg.model.backend == "vllm":
+    if engine_kind(cfg) == "vllm":
         model, backend = None, build(cfg, codec, config=config)
     else:
         from transformers import AutoModelForCausalLM
@@ -418,9 +428,20 @@ def open_run(cfg, resume: bool, main: bool = True) -> tuple[Path, Any, Strategie
     try:
         task = build_task(cfg)
         from rollwise.compat import check_episodes
-        from rollwise.envs.base import is_env_task
+        from rollwise.envs.base import makes_environments
 
-        check_episodes(cfg, is_env_task(task))  # episode keys and the parts episodes refuse, with the built task
+        episodes = declares_episodes(cfg)
+        if makes_environments(task) != episodes:  # the declaration the rest of the run reads must be true
+            raise UserError(
+                f"task.name = {cfg.task.name!r} "
+                + (
+                    "makes environments (multi-turn episodes) but its factory does not declare them: give it "
+                    "compat = rollwise.registry.Compat(episodes=True)"
+                    if not episodes
+                    else "declares episodes (Compat(episodes=True)) but its task makes no environments"
+                )
+            )
+        check_episodes(cfg, episodes)  # episode keys and the parts episodes refuse
         return run_dir, task, build_strategies(cfg, task)
     except BaseException:
         if not existed:  # a run that fails validation leaves no empty directory behind

@@ -134,6 +134,7 @@ def _get(cfg, key: str):
 
 def derive(cfg, task) -> dict[str, tuple[object, str]]:
     """``{key: (value, why)}`` for every unset key whose derived value differs from the schema's."""
+    from rollwise.compat import declares_episodes
     from rollwise.trainer import tiny
 
     prof = profile(cfg.model.name)
@@ -170,7 +171,7 @@ def derive(cfg, task) -> dict[str, tuple[object, str]]:
         if held < out.get("eval.n_prompts", (cfg.eval.n_prompts,))[0]:
             out["eval.n_prompts"] = (held, f"the task's held-out split, which has {held} prompts")
     if not is_set(cfg, "sampling.max_new_tokens"):
-        refs = references(base)
+        refs = references(base, episodes=declares_episodes(cfg))
         if refs:
             builtin = cfg.model.name in tiny.NAMES
             longest = max(len(r) for r in refs)
@@ -213,13 +214,12 @@ def derive(cfg, task) -> dict[str, tuple[object, str]]:
     return out
 
 
-def references(task) -> list[str]:
+def references(task, *, episodes: bool) -> list[str]:
     """The task's reference completions (a sample of up to 256; 32 demonstrations of an environment
-    task, whose actions are the references: ``tasks._common.reference_completions``)."""
-    from rollwise.envs.base import is_env_task
+    task, ``episodes``, whose actions are the references: ``tasks._common.reference_completions``)."""
     from rollwise.tasks._common import reference_completions
 
-    return reference_completions(task, 32 if is_env_task(task) else 256)[0]
+    return reference_completions(task, 32 if episodes else 256, episodes=episodes)[0]
 
 
 def warn_eval_prompts(cfg, task, log) -> None:

@@ -31,7 +31,12 @@ class Compat:
       wrapper may drive it directly (decode hooks, scoring, its own generate calls);
     - ``sampler_entropy``: the rows it makes carry the sampler's entropies (``Rollout.entropies``)
       when the run asks for them;
-    - ``per_rank``: it can run beside data-parallel training (one per torchrun process).
+    - ``per_rank``: it can run beside data-parallel training (one per torchrun process);
+    - ``engine``: a backend's kind of engine, declared here once and read through
+      ``rollwise.compat.engine_kind`` (never by comparing ``model.backend``): ``'trainer'`` (it samples
+      with the trainer's own module and forward: hf), ``'vllm'`` (a vLLM engine beside the trainer, with
+      its own share of device memory), ``'script'`` (the tests' scripted completions); a backend that
+      declares none is ``'other'`` (neither the trainer's forward nor vLLM).
 
     A rollout wrapper (ARRoL, the LATR tree sampler, a replay source with ``wrap_pool``: APRIL,
     SPEC-RL), a controller, an advantage estimator or an objective:
@@ -60,6 +65,13 @@ class Compat:
       the row and kept whatever its outcome: no shared prefixes, no rounds or group filters that
       follow outcomes (``rollwise.compat.check_independent_rows``).
 
+    A task (its factory in ``tasks.REGISTRY``):
+
+    - ``episodes``: its rollouts are multi-turn episodes (it makes environments; the episode pool,
+      ``rollwise.generate.episodes``). The one declaration of that mode: the compatibility checks,
+      the assembler's pool and warm start and the task wrappers read it (``record(factory).episodes``,
+      ``rollwise.compat.declares_episodes``), nothing probes a task for it.
+
     A controller's planning ahead stays its class attribute ``plans_ahead``
     (``rollwise/control/__init__.py``); an objective's off-policy correction is its options'
     ``needs_prox`` (``rollwise.compat.corrects_off_policy``)."""
@@ -67,6 +79,7 @@ class Compat:
     decode_hooks: bool = True
     sampler_entropy: bool = True
     per_rank: bool = True
+    engine: str = "other"
     needs_decode_hooks: bool = False
     owns_generation: bool = False
     entropy_option: str | None = None
@@ -78,6 +91,16 @@ class Compat:
     continues_prefixes: bool = False
     independent_rows: bool = False
     replays_rows: bool = False
+    episodes: bool = False
+
+
+NEUTRAL = Compat()
+
+
+def record(part) -> Compat:
+    """The part's compatibility record (``compat`` of a class or function, ``COMPAT`` of a module);
+    a part without one declares the defaults (``NEUTRAL``)."""
+    return getattr(part, "compat", None) or getattr(part, "COMPAT", None) or NEUTRAL
 
 
 @dataclass(frozen=True)

@@ -474,7 +474,7 @@ def regime_metrics(groups) -> dict:
     the share of groups whose verified rewards (two or more) are all correct or all wrong (binary
     threshold ``CORRECT``), and the response lengths in tokens (nearest-rank p50/p90/p99, max) with
     the share cut at ``max_new_tokens``."""
-    from rollwise.control.history import CORRECT
+    from rollwise.types import CORRECT
 
     verified = [v for v in (g.verified_rewards() for g in groups) if len(v) >= 2]
     n = max(1, len(verified))

@@ -10,9 +10,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from types import MappingProxyType
+from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 import torch
+
+# A verified reward at or above this is a correct response (binary rewards): the per-prompt history
+# (control), the pass-rate predictor (value) and the ledger's pass rates count with the same line.
+CORRECT = 0.5
 
 Finish = Literal["stop", "length", "partial", "error"]
 
@@ -376,9 +381,37 @@ class EntropyRecorder(Protocol):
     record_entropy: bool
 
 
+class ReplaySource:
+    """Base class of every replay source (``rollwise.replay.REGISTRY``): ``add``, ``mix``,
+    ``state_dict``, ``load_state_dict`` required; ``metrics`` (none) and ``bind`` (nothing) optional
+    with defaults. A source that schedules generation itself (APRIL and SPEC-RL, in ``generate/``) sets
+    ``schedules_generation = True`` and has ``wrap_pool(pool, controller, state) -> pool``; the
+    assembler wraps the worker pool with it (``rollwise.components.ROLLOUT_WRAPPERS``). On the ground
+    floor, since both the replay stage and those generators implement it (docs/architecture.md §5
+    rule 2)."""
+
+    schedules_generation: ClassVar[bool] = False  # True: wrap_pool(pool, controller, state) owns generation
+    metrics: Mapping[str, float] = MappingProxyType({})  # read-only default; sources assign their own dict
+
+    def bind(self, services) -> None:
+        """The run's services (``rollwise.types.Services``), given once the run is assembled."""
+
+    def add(self, groups: list) -> None:
+        raise NotImplementedError
+
+    def mix(self, fresh: list, state) -> list:
+        raise NotImplementedError
+
+    def state_dict(self) -> dict:
+        raise NotImplementedError
+
+    def load_state_dict(self, s: dict) -> None:
+        raise NotImplementedError
+
+
 @runtime_checkable
 class ReplaySourceProtocol(Protocol):
-    """A replay source (``rollwise.replay.base.ReplaySource`` declares the optional parts)."""
+    """A replay source (:class:`ReplaySource` declares the optional parts)."""
 
     metrics: Mapping[str, float]
     schedules_generation: bool
@@ -427,6 +460,21 @@ class AdvantageContext:
     prompt_baseline: torch.Tensor | None = None
     value_baseline: torch.Tensor | None = None
     weights: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class AdvantageInputs:
+    """What a controller gives the advantage stage for a step's rows, one record from one hook
+    (``Controller.advantage_inputs``; issue #41): ``weights``, (B,) row weights multiplied into the
+    estimator's advantages (Prompt-GDRO); ``priors``, (B,) each row's prompt prior (V0.5's
+    ``value_prior``); ``baselines``, (B,) each row's per-prompt value baseline (MSSR's
+    ``prompt_baseline``). None where the controller has none: the default record, ``AdvantageInputs()``,
+    leaves the advantages unweighted, and an estimator that declares a prior or a baseline is refused
+    (``objectives.inputs.advantage_context``)."""
+
+    weights: torch.Tensor | None = None
+    priors: torch.Tensor | None = None
+    baselines: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)

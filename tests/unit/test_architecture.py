@@ -169,3 +169,79 @@ def test_the_generation_side_stands_on_its_own_level():
         "rollwise.distributed.weights",
         "rollwise.generate.common",
     }
+
+
+# Rule 2 (docs/architecture.md §5): a strategy imports the ground floor and its own stage. The stage
+# folders, and the crossings that are a stage's job (a task's verifier, an environment's task, the
+# generators' and pools' backends, the pools' generators, the trainer's objectives), as
+# ``../shared/tools/archcheck.py --stages`` counts them.
+STAGES = {
+    "tasks", "verify", "envs", "control", "value", "backends", "generate", "distributed",
+    "filter", "replay", "reward", "batch", "objectives", "trainer", "eval",
+}  # fmt: skip
+STAGE_JOBS = {
+    ("tasks", "verify"), ("envs", "tasks"), ("envs", "verify"), ("generate", "backends"),
+    ("distributed", "backends"), ("distributed", "generate"), ("trainer", "objectives"),
+}  # fmt: skip
+# Every other crossing, module -> module, with the reason it stays.
+CROSSINGS = {
+    ("backends.vllm", "distributed.weights"): "the engine reads the published weights' format (§8)",
+    ("control.rounds", "filter.replace"): "dynamic sampling's replace mode refills with the replace filter's gate",
+    ("control.gdro", "objectives.common"): "Prompt-GDRO scores each response with the objective's own surrogate",
+    ("control.gdro", "trainer.trainer"): "Prompt-GDRO's per-response losses run the trainer's log-prob forward",
+    ("control.r3l", "reward.fapo"): "R3L's restarts cut at FAPO's first false step, written once in reward",
+    ("control.scope", "reward.fapo"): "SCOPE finds flawed steps with FAPO's detectors, written once in reward",
+    ("control.greso", "value.metrics"): "value/ is part of the control stage (§4): its degenerate-prompt rate",
+    ("control.wise2", "value.metrics"): "value/ is part of the control stage (§4): its degenerate-prompt rate",
+    ("distributed.async_pool", "control.base"): "planning ahead locks the controller: it keeps its contract",
+    ("objectives.inputs", "batch.collate"): "ACE's shift: the trainer's reference log-probs take a collated batch",
+    ("replay.sapo", "batch.collate"): "SAPO scores shared rows with the trainer, which takes a collated batch",
+    ("reward.shaping", "batch.collate"): "KL in the reward: the trainer's log-probs take a collated batch",
+    ("reward.ttrl", "eval.metrics"): "TTRL's pseudo-label is the evaluation's majority vote, one definition",
+    ("reward.shaping", "objectives.common"): "KL in the reward uses the objective's KL estimator, one definition",
+    ("reward.shaping", "objectives.dapo"): "DAPO's overlong penalty, written once with DAPO, applied as a reward",
+    ("trainer.trainer", "distributed"): "FSDP training (train.fsdp) shards the trainer's model (§8)",
+    ("trainer.trainer", "distributed.fsdp"): "FSDP training (train.fsdp) shards the trainer's model (§8)",
+    ("trainer.warm_start", "tasks._common"): "the warm start's targets are the task's reference completions",
+}
+
+
+def stage_crossings(edges: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """(module, module) imports, without the ``rollwise.`` prefix, from one stage folder into another
+    that are not a stage's job."""
+
+    def stage(m: str) -> str | None:
+        parts = m.split(".")
+        return parts[1] if len(parts) > 1 and parts[1] in STAGES else None
+
+    return {
+        (m.split(".", 1)[1], t.split(".", 1)[1])
+        for m, ts in edges.items()
+        for t in ts
+        if stage(m) and stage(t) and stage(m) != stage(t) and (stage(m), stage(t)) not in STAGE_JOBS
+    }
+
+
+def test_the_checker_finds_a_stage_crossing(tmp_path):
+    pkg = tmp_path / "rollwise"
+    for d in ("reward", "objectives", "tasks", "verify"):
+        (pkg / d).mkdir(parents=True)
+        (pkg / d / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "types.py").write_text("X = 1\n")
+    (pkg / "reward" / "a.py").write_text("from rollwise.types import X\nfrom rollwise.reward import b\n")
+    (pkg / "reward" / "b.py").write_text("def f():\n    from rollwise.objectives.c import g\n")
+    (pkg / "objectives" / "c.py").write_text("g = 1\n")
+    (pkg / "tasks" / "d.py").write_text("from ..verify import e\n")  # a task's verifier: the stage's job
+    (pkg / "verify" / "e.py").write_text("")
+    assert stage_crossings(imports(modules(tmp_path))) == {("reward.b", "objectives.c")}
+
+
+def test_a_strategy_imports_the_ground_floor_and_its_own_stage():
+    """Issue #41 item 3: every crossing from one stage into another is a stage's job or listed in
+    ``CROSSINGS`` with its reason; a listed crossing that no longer exists leaves the list too."""
+    found = stage_crossings(imports(modules()))
+    assert sorted(found - set(CROSSINGS)) == []
+    assert sorted(set(CROSSINGS) - found) == []
+    stage_pairs = {(a.split(".")[0], b.split(".")[0]) for a, b in found}
+    assert len(stage_pairs) <= 14

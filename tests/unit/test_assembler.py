@@ -94,3 +94,31 @@ def test_a_ray_worker_builds_its_engine_with_the_assemblers_builder(tmp_path):
     assert worker.backend.model is worker.model and worker.model is not a.model
     assert next(worker.model.parameters()).device.type == "cpu"
     assert worker.pool.limits == a.base_pool.limits and worker.pool.limits.max_turns == 3
+
+
+UNDECLARED = """
+from rollwise.envs.guess import make as guess
+
+
+def make(arg=None, options=None):
+    return guess(arg, options)  # builds an environment task, but this factory declares no episodes
+
+
+make.Options = guess.Options
+"""
+
+
+def test_a_task_that_makes_environments_without_declaring_episodes_is_refused(tmp_path, monkeypatch):
+    """Issue #41 item 3: whether a task runs episodes is read from its factory's compatibility record
+    (``Compat(episodes=True)``), never probed from the built task; the assembler refuses a factory whose
+    task makes environments without declaring them, naming the key, before any model loads."""
+    from rollwise.registry import UserError
+
+    (tmp_path / "userpkg").mkdir()
+    (tmp_path / "userpkg" / "__init__.py").write_text("")
+    (tmp_path / "userpkg" / "undeclared.py").write_text(UNDECLARED)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = load_config(overrides=as_sets(tiny_overrides(tmp_path, **{"task.name": "userpkg.undeclared:make"})))
+    with pytest.raises(UserError, match=r"task.name = 'userpkg.undeclared:make' makes environments.*episodes=True"):
+        components.open_run(cfg, resume=False)
+    assert not cfg.run_dir().exists()

@@ -17,7 +17,7 @@ import pytest
 
 from rollwise import compat
 from rollwise.config import load_config
-from rollwise.registry import Compat, UserError
+from rollwise.registry import NEUTRAL, Compat, UserError
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"
@@ -40,7 +40,7 @@ def test_every_backend_pool_and_wrapper_declares_a_frozen_record():
     parts += [compat.WRAPPERS.get(n) for n in ("sampling.arrol", "sampling.latr")]
     for part in parts:
         rec = compat.record(part)
-        assert isinstance(rec, Compat) and rec is not compat.NEUTRAL, part
+        assert isinstance(rec, Compat) and rec is not NEUTRAL, part
         with pytest.raises(dataclasses.FrozenInstanceError):
             rec.decode_hooks = not rec.decode_hooks  # frozen
 
@@ -397,3 +397,18 @@ def test_build_policy_refuses_the_long_prompt_before_the_warm_start():
     with pytest.raises(UserError, match=r"model\.vllm\.max_model_len"):
         components.build_policy(cfg, components.build_task(cfg), log=logged.append)
     assert not any(m.startswith("warm start") for m in logged)
+
+
+EPISODE_TASKS = ("guess_number", "calculator", "python_math", "frozenlake", "gym", "textarena", "gem", "multi_attempt")
+
+
+def test_a_task_declares_episodes_in_its_compatibility_record():
+    """Issue #41 item 3: the episodes switch is one field of the task factory's record, read by
+    ``declares_episodes`` (the config alone: nothing is built or probed); single-turn tasks keep the
+    default."""
+    from rollwise import tasks
+
+    for name in tasks.REGISTRY.names():
+        assert compat.record(tasks.REGISTRY.get(name)).episodes == (name.split(":")[0] in EPISODE_TASKS), name
+    assert compat.declares_episodes(load_config(overrides=["task.name=calculator"]))
+    assert not compat.declares_episodes(load_config(overrides=["task.name=arithmetic"]))

@@ -17,12 +17,13 @@ from rollwise.control.uniform import Uniform
 from rollwise.filter.chain import apply_filters
 from rollwise.objectives import ADVANTAGES, OBJECTIVES
 from rollwise.objectives.inputs import _CONTEXT_INPUTS, _INPUTS, advantage_context, advantage_inputs
-from rollwise.replay.base import ReplaySource
 from rollwise.types import (
+    AdvantageInputs,
     Backend,
     Decision,
     Group,
     Prompt,
+    ReplaySource,
     ReplaySourceProtocol,
     Rollout,
     RunState,
@@ -37,9 +38,7 @@ HOOKS = (
     "finish_batch",
     "observe",
     "bind",
-    "row_weights",
-    "priors",
-    "baselines",
+    "advantage_inputs",
     "after_update",
     "state_dict",
     "load_state_dict",
@@ -86,13 +85,14 @@ def test_the_optional_hooks_change_nothing_by_default():
     assert not ctrl.next_round(groups, st)
     assert ctrl.finish_batch(groups, kept, dropped) is kept and dropped == Counter({"zero_variance": 1})
     rows = [r for g in groups for r in g.rollouts]
-    assert ctrl.row_weights(rows) is None
+    assert ctrl.advantage_inputs(rows, ("value_prior", "prompt_baseline")) == AdvantageInputs()
+    assert advantage_context(ADVANTAGES.get("grpo"), rows, None, ctrl).weights is None
     assert dict(ctrl.metrics) == {}
     assert ctrl.after_update(None, rows, {}, None) is None
-    with pytest.raises(ValueError, match="control.name = 'v05'"):
-        ctrl.priors(rows)
-    with pytest.raises(ValueError, match="control.name = 'mssr'"):
-        ctrl.baselines(rows)
+    with pytest.raises(ValueError, match="control.name = 'v05'.*got Uniform"):
+        advantage_context(ADVANTAGES.get("v05"), rows, None, ctrl)
+    with pytest.raises(ValueError, match="control.name = 'mssr'.*got Uniform"):
+        advantage_context(ADVANTAGES.get("mssr"), rows, None, ctrl)
     with pytest.raises(TypeError):  # the default metrics are read-only: a controller assigns its own dict
         ctrl.metrics["x"] = 1.0  # type: ignore[index]
 
@@ -140,8 +140,8 @@ def test_advantages_are_a_function_of_rewards_group_ids_and_the_context():
     fn = ADVANTAGES.get("grpo")
 
     class Weights(Controller):
-        def row_weights(self, rows):
-            return torch.tensor([2.0, 1.0, 1.0, 3.0], dtype=torch.float64)
+        def advantage_inputs(self, rows, needs=()):
+            return AdvantageInputs(weights=torch.tensor([2.0, 1.0, 1.0, 3.0], dtype=torch.float64))
 
     context = advantage_context(fn, [], None, Weights())
     advs = fn(
@@ -153,6 +153,44 @@ def test_advantages_are_a_function_of_rewards_group_ids_and_the_context():
     out = apply_row_weights(advs, context.weights)
     assert out.values.tolist() == pytest.approx([1.4142, -0.7071, 0.0, 0.0], abs=1e-4)
     assert apply_row_weights(advs, None) is advs
+
+
+def test_a_controller_gives_the_advantage_stage_one_record():
+    """Issue #41 item 3: weights, priors and baselines come from one hook, ``advantage_inputs(rows,
+    needs)``, asked once per batch with the estimator's declared inputs. mssr of rewards (1, 0 | 1, 1)
+    minus the given baselines (0.5, 0.5 | 1, 1) is (0.5, -0.5 | 0, 0): mean 0, population variance
+    0.5 / 4 = 0.125, so A = (0.5, -0.5 | 0, 0) / 0.3536 = (1.4142, -1.4142 | 0, 0); the weights (2, 1, 1, 3)
+    pass through to the context unchanged."""
+    asked = []
+
+    class Gives(Controller):
+        def advantage_inputs(self, rows, needs=()):
+            asked.append(tuple(needs))
+            return AdvantageInputs(
+                weights=torch.tensor([2.0, 1.0, 1.0, 3.0]),
+                priors=torch.tensor([0.25, 0.25, 0.75, 0.75]),
+                baselines=torch.tensor([0.5, 0.5, 1.0, 1.0]),
+            )
+
+    fn = ADVANTAGES.get("mssr")
+    rows = [
+        r
+        for g in (_group(Prompt("a", "t", "x", "1"), [1.0, 0.0]), _group(Prompt("b", "t", "x", "1"), [1.0, 1.0]))
+        for r in g.rollouts
+    ]
+    context = advantage_context(fn, rows, None, Gives())
+    assert asked == [tuple(fn.inputs)]
+    assert context.prompt_baseline.tolist() == [0.5, 0.5, 1.0, 1.0] and context.value_prior is None
+    assert context.weights.tolist() == [2.0, 1.0, 1.0, 3.0]
+    advs = fn(
+        torch.tensor([1.0, 0.0, 1.0, 1.0]),
+        torch.tensor([0, 0, 1, 1]),
+        fn.Options(),
+        **advantage_inputs(fn, rows, context),
+    )
+    assert advs.values.tolist() == pytest.approx([1.4142, -1.4142, 0.0, 0.0], abs=1e-4)
+    prior = advantage_context(ADVANTAGES.get("v05"), rows, None, Gives())
+    assert prior.value_prior.tolist() == [0.25, 0.25, 0.75, 0.75] and prior.prompt_baseline is None
 
 
 @pytest.mark.parametrize("name,fn", _entries(OBJECTIVES), ids=OBJECTIVES.names())

@@ -89,7 +89,7 @@ def test_reasoning_gym_on_tiny_fits_answer_tags():
     out = defaults.resolve(cfg, log=lambda m: None)
     from rollwise import components
 
-    longest = max(len(t) for t in defaults.references(components.build_task(cfg)))
+    longest = max(len(t) for t in defaults.references(components.build_task(cfg), episodes=False))
     assert out.sampling.max_new_tokens >= longest + 1 > 8
 
 
@@ -264,8 +264,8 @@ def test_an_environment_task_derives_from_its_demonstrated_actions():
     from rollwise.tasks._common import reference_completions
 
     cfg = load_config(overrides=['task.name="calculator"', "task.options={n_train=40, n_heldout=4}"])
-    refs, what = reference_completions(tasks.build(cfg), 8)
+    refs, what = reference_completions(tasks.build(cfg), 8, episodes=True)
     assert what == "demonstrated actions" and len(refs) == 16  # 8 demonstrations x (call, answer)
     assert all(r.startswith("<calc>") for r in refs[::2]) and all(r.lstrip("-").isdigit() for r in refs[1::2])
     out = defaults.resolve(cfg, log=lambda m: None)
-    assert out.sampling.max_new_tokens >= max(len(r) for r in defaults.references(tasks.build(cfg))) + 1
+    assert out.sampling.max_new_tokens >= max(len(r) for r in defaults.references(tasks.build(cfg), episodes=True)) + 1

@@ -49,7 +49,9 @@ from rollwise.types import Completion, Sampling
 
 
 class HFBackend:
-    compat = Compat()  # the trainer's module in this process: decode hooks, scoring, entropies, one per rank
+    compat = Compat(
+        engine="trainer"
+    )  # the trainer's module in this process: decode hooks, scoring, entropies, one per rank
     record_entropy: bool = False  # fill Completion.entropies (module docstring)
     compact: bool = True  # finished rows leave the decode batch (False: the pre-#13 behaviour, for A/B tests)
     on_tokens = None  # callable(n) told the tokens of every decode step (a Ray worker reports progress)

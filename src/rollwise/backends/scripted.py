@@ -14,7 +14,9 @@ from rollwise.types import Completion, Sampling
 
 
 class ScriptedBackend:
-    compat = Compat(decode_hooks=False, sampler_entropy=False)  # tests only: no decode hooks, no entropies
+    compat = Compat(
+        decode_hooks=False, sampler_entropy=False, engine="script"
+    )  # tests only: no decode hooks, no entropies
 
     @classmethod
     def for_run(cls, cfg, codec, model=None, config=None, compute_dtype=None) -> ScriptedBackend:

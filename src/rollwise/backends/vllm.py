@@ -150,7 +150,9 @@ class VLLMBackend:
     """See the module docstring. Build with :meth:`from_policy` (the trainer's model) or
     directly from a config (Ray workers)."""
 
-    compat = Compat(decode_hooks=False, sampler_entropy=False, per_rank=False)  # one engine, no hooks or entropies
+    compat = Compat(
+        decode_hooks=False, sampler_entropy=False, per_rank=False, engine="vllm"
+    )  # one engine, no hooks or entropies
     check_config = staticmethod(check_config)
     engine_length = staticmethod(engine_length)
 

@@ -2,7 +2,7 @@
 
 Planning ahead (``train.async.max_staleness`` = η >= 1, :mod:`rollwise.distributed.async_pool`):
 the pool calls ``select``/``plan`` for plans k+1 .. k+η before step k's ``next_round``,
-``finish_batch``, ``observe``, ``row_weights`` and ``after_update`` run. A controller whose
+``finish_batch``, ``observe``, ``advantage_inputs`` and ``after_update`` run. A controller whose
 ``select``/``plan`` write state that those later calls read *for the plan being trained* (a round
 context, bins and arms, a "reference step" flag) would then work on the wrong plan. Such a
 controller either keys that state by plan (``v05`` queues each plan's priors and ``observe`` takes
@@ -10,8 +10,8 @@ the oldest) or sets the class attribute ``plans_ahead = False``, with which η >
 load (:func:`rollwise.compat.check_plans_ahead`). A controller that only resets
 per-step counters in ``plan`` (read by the same step's rounds, which come after every ``plan``
 call of that step) or keeps only cross-step statistics updated in ``observe`` leaves the default
-(``getattr(cls, "plans_ahead", True)``): its next plans are merely chosen from statistics up to
-step k - 1, the price of running ahead.
+(``plans_ahead = True``, declared by ``rollwise.control.base.Controller``): its next plans are
+merely chosen from statistics up to step k - 1, the price of running ahead.
 """
 
 from rollwise.registry import Registry

@@ -83,9 +83,8 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rollwise.control.history import CORRECT
 from rollwise.control.source import PromptSource, SourceController
-from rollwise.types import Group, Plan, Prompt, Request, Rollout
+from rollwise.types import CORRECT, Group, Plan, Prompt, Request, Rollout
 
 
 def expected_fresh_responses(p: float, k: int, stages: int) -> float:

@@ -3,19 +3,19 @@ defaults that change nothing (so neither probes a controller for a hook; issue #
 
 Required (no default): ``select``, ``plan``, ``state_dict``, ``load_state_dict``. Optional, with
 their defaults: ``next_round`` (no further round), ``finish_batch`` (the kept groups, unchanged),
-``observe`` (nothing), ``bind`` (nothing), ``row_weights`` (None: advantages unweighted),
-``priors`` / ``baselines`` (refused: only V0.5 / MSSR have them), ``after_update`` (nothing),
+``observe`` (nothing), ``bind`` (nothing), ``advantage_inputs`` (an empty record: advantages
+unweighted, no prior, no baseline), ``after_update`` (nothing),
 ``metrics`` (none), ``history`` (None: no ``prompt_stats.json``), ``plans_ahead`` (True: see
 ``rollwise/control/__init__.py``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from types import MappingProxyType
 from typing import Any, ClassVar
 
-from rollwise.types import Plan
+from rollwise.types import AdvantageInputs, Plan
 
 
 class Controller:
@@ -46,21 +46,14 @@ class Controller:
     def bind(self, services) -> None:
         """The run's services (``rollwise.types.Services``), given once the run is assembled."""
 
-    def row_weights(self, rows):
-        """(B,) weights that multiply the step's advantages (Prompt-GDRO), computed before the
-        estimator; None leaves them unweighted."""
-        return None
-
-    def priors(self, rows):
-        """(B,) value prior of each row's prompt (the ``value_prior`` advantage input)."""
-        raise ValueError(f"advantage 'v05' needs control.name = 'v05' (the value prior), got {type(self).__name__}")
-
-    def baselines(self, rows):
-        """(B,) per-prompt value baseline of each row (the ``prompt_baseline`` advantage input)."""
-        raise ValueError(
-            f"this advantage needs a controller with a per-prompt baseline (control.name = 'mssr'), "
-            f"got {type(self).__name__}"
-        )
+    def advantage_inputs(self, rows, needs: Collection[str] = ()) -> AdvantageInputs:
+        """What this controller gives the advantage stage for the step's ``rows``, as one record
+        (row weights, priors, baselines; ``rollwise.types.AdvantageInputs``), computed before the
+        estimator. ``needs`` names the inputs the step's estimator declares (``fn.inputs``), so a
+        prior or a baseline is computed only for an estimator that reads it. None of them by default:
+        advantages unweighted, and an estimator that needs a prior (V0.5) or a baseline (MSSR) is
+        refused by the batch builder, naming the controller it needs."""
+        return AdvantageInputs()
 
     def after_update(self, batch, rows, metrics: dict, advantages) -> None:
         """After the optimizer step: the trained ``batch`` and ``rows``, the step's ``metrics`` and the

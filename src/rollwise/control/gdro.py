@@ -26,8 +26,8 @@ in the batch (P, m = |P|):
 - ``weights = "paper"`` (eq. 16): ``w_i = min(exp(eta clip(S(b_i), -C, C)), weight_cap)``.
 
 The step's advantages (any estimator, per row and per token) are multiplied by ``w_i``
-(``row_weights``, computed before the estimator into the advantage context; the batch builder,
-``rollwise.batches``, multiplies them in). After the optimizer step
+(``row_weights``, given as ``AdvantageInputs.weights`` before the estimator into the advantage
+context; the batch builder, ``rollwise.batches``, multiplies them in). After the optimizer step
 (``after_update``) the per-response losses ``l_i`` (below) give bin losses ``l_bar(b)``, divided by
 the bin's share of the batch's rows when ``share_normalise``; then ``S(b) <- (1 - beta) S(b) + beta
 l_tilde(b)`` (first observation: ``S = l_tilde``; absent bins unchanged). ``scores = "mean"`` keeps a
@@ -89,7 +89,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rollwise.control.source import PromptSource, SourceController, restore_rng
 from rollwise.objectives.common import clipped_surrogate, kl_penalty, safe_exp, sequence_mean
 from rollwise.registry import Compat, UserError
-from rollwise.types import Plan, Prompt, Request
+from rollwise.types import AdvantageInputs, Plan, Prompt, Request
 
 DEFAULT_EDGES = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
 
@@ -409,6 +409,11 @@ class GDRO(SourceController):
     def bind(self, services) -> None:
         """The trainer whose forward scores the step's per-response losses (``after_update``)."""
         self.trainer = services.trainer
+
+    def advantage_inputs(self, rows, needs=()) -> AdvantageInputs:
+        """Prompt-GDRO's row weights, the one advantage input this controller gives (no weights when
+        ``prompt_gdro`` is off)."""
+        return AdvantageInputs(weights=self.row_weights(rows))
 
     def row_weights(self, rows):
         """Prompt-GDRO: (B,) the rows' bin weights that multiply the step's advantages (None when off),

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from rollwise.types import Group
-
-CORRECT = 0.5  # a verified reward at or above this is a correct response (binary rewards)
+from rollwise.types import CORRECT, Group
 
 
 @dataclass(frozen=True)

@@ -38,10 +38,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rollwise.control.history import CORRECT
 from rollwise.control.uniform import Uniform
 from rollwise.registry import Compat
-from rollwise.types import Group, Prompt
+from rollwise.types import CORRECT, AdvantageInputs, Group, Prompt
 
 
 class MssrOptions(BaseModel):
@@ -129,6 +128,10 @@ class MSSR(Uniform):
             for r in g.verified_rewards():
                 self.tracker.update(g.prompt.id, r, rho)
         self.metrics = {"control/mssr_rho": rho, "control/mssr_kl": sum(self.kl) / len(self.kl) if self.kl else 0.0}
+
+    def advantage_inputs(self, rows, needs=()) -> AdvantageInputs:
+        """The rows' baselines, when the estimator reads them (``prompt_baseline``: advantage 'mssr')."""
+        return AdvantageInputs(baselines=self.baselines(rows) if "prompt_baseline" in needs else None)
 
     def baselines(self, rows) -> torch.Tensor:  # noqa: F821
         """(B,) each row's baseline: its prompt's value before this step's update."""

@@ -210,14 +210,8 @@ class DynamicSampling(Controller):
     def bind(self, services) -> None:
         self.inner.bind(services)
 
-    def row_weights(self, rows):
-        return self.inner.row_weights(rows)
-
-    def priors(self, rows):
-        return self.inner.priors(rows)
-
-    def baselines(self, rows):
-        return self.inner.baselines(rows)
+    def advantage_inputs(self, rows, needs=()):
+        return self.inner.advantage_inputs(rows, needs)
 
     def after_update(self, batch, rows, metrics: dict, advantages) -> None:
         self.inner.after_update(batch, rows, metrics, advantages)

@@ -56,7 +56,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from rollwise.control.budget import StepBudget
 from rollwise.control.uniform import Uniform
 from rollwise.registry import Compat, Registry, UserError
-from rollwise.types import Group, Plan, Prompt, Request, Rollout
+from rollwise.types import AdvantageInputs, Group, Plan, Prompt, Request, Rollout
 
 PRIORS = Registry("value prior")
 PRIORS.register("history", None)  # built in the controller (needs its history)
@@ -228,6 +228,10 @@ class V05(Uniform):
             self._first = False
         self.metrics["control/v05_extra_rollouts"] = float(self._extra)
         return Plan(tuple(requests))
+
+    def advantage_inputs(self, rows: Sequence[Rollout], needs=()) -> AdvantageInputs:
+        """This step's priors, when the estimator reads them (``value_prior``: advantage 'v05')."""
+        return AdvantageInputs(priors=self.priors(rows) if "value_prior" in needs else None)
 
     def priors(self, rows: Sequence[Rollout]):
         """(B,) this step's prior of each row's prompt (the ``value_prior`` advantage input)."""

@@ -157,7 +157,7 @@ class AsyncPool:
         self.scheduler = scheduler  # APRIL's pool around the engine: takes each training plan (module docstring)
         self.eta, self.on_new_weights = opts.max_staleness, opts.on_new_weights
         self.consume = consume  # periodic asynchrony: the trainer takes each chunk's groups as it arrives
-        self.chunks = getattr(opts, "periodic_chunks", 1) if consume is not None else 1
+        self.chunks = opts.periodic_chunks if consume is not None else 1  # train.async.periodic_chunks
         self.codec = codec if codec is not None else getattr(engine, "codec", None)
         self.sampling = sampling if sampling is not None else getattr(engine, "sampling", None)
         self.timeline = timeline
@@ -556,14 +556,8 @@ class Locked(Controller):
     def bind(self, services) -> None:
         self._call("bind", services)
 
-    def row_weights(self, rows):
-        return self._call("row_weights", rows)
-
-    def priors(self, rows):
-        return self._call("priors", rows)
-
-    def baselines(self, rows):
-        return self._call("baselines", rows)
+    def advantage_inputs(self, rows, needs=()):
+        return self._call("advantage_inputs", rows, needs)
 
     def after_update(self, batch, rows, metrics: dict, advantages) -> None:
         self._call("after_update", batch, rows, metrics, advantages)

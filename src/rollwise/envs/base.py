@@ -70,6 +70,8 @@ class EnvTask(Protocol):
         ...
 
 
-def is_env_task(task: Any) -> bool:
-    """True for a task whose rollouts are episodes (it makes environments)."""
+def makes_environments(task: Any) -> bool:
+    """True for a built task that makes environments. Not a mode switch: a task declares episodes in
+    its factory's compatibility record (``Compat(episodes=True)``, read by
+    ``rollwise.compat.declares_episodes``); the assembler only checks that the built task agrees."""
     return callable(getattr(task, "environment", None))

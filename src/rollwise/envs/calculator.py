@@ -19,7 +19,7 @@ import ast
 from pydantic import Field, field_validator
 
 from rollwise.envs.tools import Tool, ToolOptions, ToolTask
-from rollwise.registry import UserError
+from rollwise.registry import Compat, UserError
 from rollwise.tasks._common import chat, coerce_options, draw_splits
 from rollwise.types import Prompt, Verdict
 from rollwise.verify import exact
@@ -126,4 +126,6 @@ class _Options(ToolOptions):
 
 
 make.Options = _Options
-make.episodes = True  # an environment task: rollwise.compat checks the episode keys from the config alone
+make.compat = Compat(
+    episodes=True
+)  # an environment task: rollwise.compat checks the episode keys from the config alone

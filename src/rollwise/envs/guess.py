@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from rollwise.envs.base import StepResult
-from rollwise.registry import UserError
+from rollwise.registry import Compat, UserError
 from rollwise.tasks._common import coerce_options, sample_prompts
 from rollwise.types import Prompt, Verdict
 
@@ -153,4 +153,6 @@ class _Options(BaseModel):
 
 
 make.Options = _Options
-make.episodes = True  # an environment task: rollwise.compat checks the episode keys from the config alone
+make.compat = Compat(
+    episodes=True
+)  # an environment task: rollwise.compat checks the episode keys from the config alone

@@ -31,8 +31,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from rollwise.envs.base import StepResult, is_env_task
-from rollwise.registry import UserError, validate_options
+from rollwise.envs.base import StepResult
+from rollwise.registry import Compat, UserError, record, validate_options
 from rollwise.tasks._common import coerce_options
 from rollwise.types import Prompt, Verdict
 
@@ -67,7 +67,7 @@ class MultiAttemptTask:
         self.options = options
         res = tasks.REGISTRY.resolve(options.inner)
         self.inner = res.obj(res.arg, validate_options("task", options.inner, res.obj, dict(options.inner_options)))
-        if is_env_task(self.inner):
+        if record(res.obj).episodes:  # the inner task's declaration (its factory's compatibility record)
             raise UserError(f"task {NAME!r}: inner {options.inner!r} is already an environment task")
         relabel = lambda ps: tuple(dataclasses.replace(p, task=NAME) for p in ps)  # noqa: E731
         self._train, self._heldout = relabel(self.inner.train_prompts()), relabel(self.inner.heldout_prompts())
@@ -116,4 +116,6 @@ class _Options(BaseModel):
 
 
 make.Options = _Options
-make.episodes = True  # an environment task: rollwise.compat checks the episode keys from the config alone
+make.compat = Compat(
+    episodes=True
+)  # an environment task: rollwise.compat checks the episode keys from the config alone

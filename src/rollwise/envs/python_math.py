@@ -36,7 +36,7 @@ import random
 from pydantic import Field, field_validator, model_validator
 
 from rollwise.envs.tools import FORMATS, Tool, ToolFailure, ToolOptions, ToolTask
-from rollwise.registry import UserError
+from rollwise.registry import Compat, UserError
 from rollwise.tasks._common import chat, coerce_options, draw_splits, sample_prompts
 from rollwise.types import Prompt, Verdict
 from rollwise.verify import exact
@@ -265,5 +265,7 @@ class _Options(ToolOptions):
 
 
 make.Options = _Options
-make.episodes = True  # an environment task: rollwise.compat checks the episode keys from the config alone
+make.compat = Compat(
+    episodes=True
+)  # an environment task: rollwise.compat checks the episode keys from the config alone
 make.state_anchors = PythonMathTask.STATE_ANCHORS  # False: rollwise.compat refuses gigpo

@@ -39,7 +39,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from rollwise.envs.base import StepResult
-from rollwise.registry import UserError
+from rollwise.registry import Compat, UserError
 from rollwise.tasks._common import coerce_options, sample_prompts
 from rollwise.types import Prompt, Verdict
 
@@ -279,4 +279,4 @@ class _GymOptions(_Splits):
 
 make_frozenlake.Options = _FrozenOptions
 make_gym.Options = _GymOptions
-make_frozenlake.episodes = make_gym.episodes = True  # environment tasks (rollwise.compat)
+make_frozenlake.compat = make_gym.compat = Compat(episodes=True)  # environment tasks (rollwise.compat)

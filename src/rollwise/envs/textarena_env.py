@@ -50,7 +50,7 @@ from pydantic import Field
 
 from rollwise.envs._library import LibraryOptions, LibraryRandom, LibraryTask, why
 from rollwise.envs.base import StepResult
-from rollwise.registry import UserError
+from rollwise.registry import Compat, UserError
 from rollwise.tasks._common import coerce_options
 from rollwise.types import Verdict
 
@@ -182,4 +182,6 @@ class _Options(LibraryOptions):
 
 
 make.Options = _Options
-make.episodes = True  # an environment task (rollwise.compat)
+make.compat = Compat(
+    episodes=True
+)  # an environment task: rollwise.compat checks the episode keys from the config alone

@@ -80,8 +80,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from rollwise.registry import Compat, UserError
-from rollwise.replay.base import ReplaySource
-from rollwise.types import Completion, Group, Plan, Prompt, Request, Rollout
+from rollwise.types import Completion, Group, Plan, Prompt, ReplaySource, Request, Rollout
 
 
 class PartialOptions(BaseModel):
@@ -129,7 +128,7 @@ class Entry:
 class PartialRollouts(ReplaySource):
     """APRIL (arXiv 2509.18521): over-provision, stop at N complete groups, resume the rest later."""
 
-    schedules_generation = True  # wrap_pool owns generation (rollwise/replay/base.py)
+    schedules_generation = True  # wrap_pool owns generation (rollwise.types.ReplaySource)
 
     Options = PartialOptions
     # wraps the pool in the trainer's process (wrap_pool); re-plans extra prompts mid-step and returns buffered groups

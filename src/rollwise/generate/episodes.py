@@ -2,8 +2,8 @@
 
 ``EpisodePool`` has the interface of ``rollwise.distributed.local.LocalPool`` (``rollouts``,
 ``generate``, ``take_cost``, ``close``, ``cost``) and is the base pool of a run whose task makes
-environments (``rollwise.envs.base.is_env_task``). For each request it runs ``req.n`` episodes of
-the prompt::
+environments (declared by its factory's compatibility record, ``Compat(episodes=True)``). For each
+request it runs ``req.n`` episodes of the prompt::
 
     env = task.environment(prompt); env.reset(prompt.metadata.get("seed", 0))
     each turn: every active episode's ids (prompt + all so far) -> ONE backend.generate call

@@ -70,8 +70,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rollwise.generate.common import merge_groups
 from rollwise.registry import Compat
-from rollwise.replay.base import ReplaySource
-from rollwise.types import Completion, Group, Plan, Request
+from rollwise.types import Completion, Group, Plan, ReplaySource, Request
 
 
 class SpeculativeOptions(BaseModel):
@@ -150,7 +149,7 @@ def speculative_distribution(
 class SpeculativeRollouts(ReplaySource):
     """SPEC-RL (arXiv 2509.23232): verify last epoch's responses, keep the accepted prefix."""
 
-    schedules_generation = True  # wrap_pool owns generation (rollwise/replay/base.py)
+    schedules_generation = True  # wrap_pool owns generation (rollwise.types.ReplaySource)
 
     Options = SpeculativeOptions
     compat = Compat(

@@ -1,7 +1,8 @@
 """Extra per-row inputs that some advantage estimators declare (``fn.inputs``), computed from
 the batch's rollouts. The batch builder (``rollwise.batches``) first computes the inputs that
 need more than the rows, once, into an ``AdvantageContext`` (``advantage_context``: ACE's confidence
-shift, V0.5's value prior, MSSR's baseline, Prompt-GDRO's row weights), then calls
+shift, POISE's value baseline, and what the controller gives in one ``AdvantageInputs`` record: V0.5's
+value prior, MSSR's baseline, Prompt-GDRO's row weights), then calls
 ``advantage_inputs(fn, rows, context)`` for every estimator; the plain ones declare nothing and get ``{}``.
 """
 
@@ -13,7 +14,7 @@ from collections.abc import Sequence
 
 import torch
 
-from rollwise.types import AdvantageContext, Rollout, Services
+from rollwise.types import AdvantageContext, AdvantageInputs, Rollout, Services
 
 
 def sequence_logprob(rows: Sequence[Rollout]) -> torch.Tensor:
@@ -98,10 +99,16 @@ def completion_entropies(rows: Sequence[Rollout]) -> list[tuple[float, ...] | No
     return [r.entropies for r in rows]
 
 
-def prompt_baseline(rows: Sequence[Rollout], controller) -> torch.Tensor:
-    """(B,) the controller's per-prompt value baseline for each row (MSSR's Beta tracker,
-    ``control/mssr.py``): ``controller.baselines(rows)`` (refused by controllers without one)."""
-    return controller.baselines(rows)
+def prompt_baseline(given: AdvantageInputs, controller) -> torch.Tensor:
+    """(B,) the controller's per-prompt value baseline of each row (MSSR's Beta tracker,
+    ``control/mssr.py``), read from the record it gave (``Controller.advantage_inputs``); refused
+    for a controller that gives none."""
+    if given.baselines is None:
+        raise ValueError(
+            f"this advantage needs a controller with a per-prompt baseline (control.name = 'mssr'), "
+            f"got {type(controller).__name__}"
+        )
+    return given.baselines
 
 
 _INPUTS = {
@@ -117,10 +124,15 @@ _INPUTS = {
 }
 
 
-def value_prior(rows: Sequence[Rollout], controller) -> torch.Tensor:
-    """(B,) this step's value prior of each row's prompt (V0.5, ``control/v05.py``):
-    ``controller.priors(rows)`` (refused by controllers without one)."""
-    return controller.priors(rows)
+def value_prior(given: AdvantageInputs, controller) -> torch.Tensor:
+    """(B,) this step's value prior of each row's prompt (V0.5, ``control/v05.py``), read from the
+    record the controller gave (``Controller.advantage_inputs``); refused for a controller that gives
+    none."""
+    if given.priors is None:
+        raise ValueError(
+            f"advantage 'v05' needs control.name = 'v05' (the value prior), got {type(controller).__name__}"
+        )
+    return given.priors
 
 
 def row_keys(rows: Sequence[Rollout], groups: torch.Tensor) -> list[str]:
@@ -174,22 +186,24 @@ def advantage_context(
 ) -> AdvantageContext:
     """The inputs of ``fn`` that need more than the rows (``_CONTEXT_INPUTS``: the trainer's
     reference log-probs through ``services``, the ``controller``'s prior or baseline, POISE's value
-    baseline over the batch's group index ``groups``) and the controller's row weights
-    (``Controller.row_weights``, Prompt-GDRO), computed before the estimator."""
+    baseline over the batch's group index ``groups``) and the controller's row weights (Prompt-GDRO),
+    computed before the estimator. The controller gives its part as one record
+    (``Controller.advantage_inputs(rows, fn.inputs)``)."""
+    needs = tuple(getattr(fn, "inputs", ()))
+    given = controller.advantage_inputs(rows, needs) if controller is not None else AdvantageInputs()
     fields = {}
-    for name in getattr(fn, "inputs", ()):
+    for name in needs:
         if name == "confidence_shift" and services is not None:
             fields[name] = confidence_shift(rows, services)
         elif name == "value_prior" and controller is not None:
-            fields[name] = value_prior(rows, controller)
+            fields[name] = value_prior(given, controller)
         elif name == "prompt_baseline" and controller is not None:
-            fields[name] = prompt_baseline(rows, controller)
+            fields[name] = prompt_baseline(given, controller)
         elif name == "value_baseline":
             if groups is None:
                 raise ValueError("advantage input 'value_baseline' needs the batch's group index (groups=)")
             fields[name] = value_baseline(rows, services, groups)
-    weights = controller.row_weights(rows) if controller is not None else None
-    return AdvantageContext(**fields, weights=weights)
+    return AdvantageContext(**fields, weights=given.weights)
 
 
 def advantage_inputs(fn, rows: Sequence[Rollout], context: AdvantageContext | None = None) -> dict[str, torch.Tensor]:

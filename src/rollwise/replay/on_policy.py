@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from rollwise.replay.base import ReplaySource
-from rollwise.types import Group
+from rollwise.types import Group, ReplaySource
 
 
 class OnPolicy(ReplaySource):

@@ -64,8 +64,7 @@ from typing import ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from rollwise.registry import Compat
-from rollwise.replay.base import ReplaySource
-from rollwise.types import Group
+from rollwise.types import Group, ReplaySource
 
 
 class RolloutReplayOptions(BaseModel):

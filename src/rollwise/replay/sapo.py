@@ -94,8 +94,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from rollwise.registry import UserError
-from rollwise.replay.base import ReplaySource
-from rollwise.types import Advantages, Group, Prompt, Rollout
+from rollwise.types import Advantages, Group, Prompt, ReplaySource, Rollout
 
 FORMAT = "rollwise.sapo/1"
 PEER_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"

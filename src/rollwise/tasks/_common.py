@@ -86,14 +86,14 @@ def draw_splits(draw, n_train: int, n_heldout: int, seed: int, name: str) -> tup
     return out[1], out[0]
 
 
-def reference_completions(task, n: int) -> tuple[list[str], str]:
+def reference_completions(task, n: int, *, episodes: bool) -> tuple[list[str], str]:
     """Up to ``n`` of the task's reference completions (train split, seed 0) and what they are: an
     environment task's demonstrated actions, one per turn (``sampling.max_new_tokens`` bounds a turn;
-    ``rollwise.envs.base``), else its warm-start targets, else its reference answers."""
-    from rollwise.envs.base import is_env_task
-
+    ``rollwise.envs.base``), else its warm-start targets, else its reference answers. ``episodes``:
+    the task runs multi-turn episodes, as its compatibility record declares
+    (``rollwise.compat.declares_episodes``)."""
     n = min(n, len(task.train_prompts()))
-    if is_env_task(task):
+    if episodes:
         demos = task.episode_examples(n, 0)
         return [a for _, turns in demos for a, _ in turns if a], "demonstrated actions"
     try:

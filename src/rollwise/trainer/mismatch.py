@@ -16,7 +16,7 @@ with the truncated weight ``min(pi_old / mu, C)``, ``C = 2``. Here:
   KL(mu || pi_trainer) from tokens sampled from mu; slime's ``train_rollout_logprob_diff`` /
   verl's ``rollout_probs_diff`` report the same quantities). It is logged for every backend;
   with ``hf`` it measures only rounding (and replayed data's staleness), and changes nothing.
-- :func:`default_tis`: when ``model.backend`` is not ``hf`` and the objective has a
+- :func:`default_tis`: when the backend's engine is not the trainer's forward (``hf``) and the objective has a
   ``tis_level`` option that the config did not set, it becomes ``"token"`` (per-token weight
   ``exp(prox - old)`` truncated to ``[tis_low, tis_cap]`` = ``[0, 2]``, objectives/common.py).
   Deviation from the post: the weight uses the trainer's pre-update log-probs as ``pi_old``
@@ -114,10 +114,11 @@ class GapGuard:
         )
 
 
-def default_tis(options, cfg):
+def default_tis(options, cfg, engine: str):
     """``options`` with ``tis_level = "token"`` when the sampler is not the trainer's forward
-    (``model.backend != "hf"``), the objective has the option and the config did not set it."""
-    if cfg.model.backend == "hf" or "tis_level" in cfg.objective.options or not hasattr(options, "tis_level"):
+    (``engine``, the backend's declared kind, ``rollwise.compat.engine_kind``, is not ``'trainer'``),
+    the objective has the option and the config did not set it."""
+    if engine == "trainer" or "tis_level" in cfg.objective.options or not hasattr(options, "tis_level"):
         return options
     if options.tis_level != "off":
         return options

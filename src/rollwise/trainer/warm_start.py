@@ -71,9 +71,20 @@ def format_seconds(s: float) -> str:
 
 
 def warm_start(
-    model, codec, task, ws_cfg, seed: int, key: dict, log=print, max_observation_tokens: int | None = None
+    model,
+    codec,
+    task,
+    ws_cfg,
+    seed: int,
+    key: dict,
+    log=print,
+    max_observation_tokens: int | None = None,
+    *,
+    episodes: bool,
 ) -> str:
     """Train ``model`` in place (or load the cached result). Returns "cached", "trained" or "skipped".
+    ``episodes``: the task runs multi-turn episodes (its compatibility record,
+    ``rollwise.compat.declares_episodes``), so the examples are its demonstrations;
     ``max_observation_tokens``: the cut of an environment task's observations (``task.max_observation_tokens``;
     the caller puts it in ``key``)."""
     if ws_cfg.steps == 0:
@@ -85,7 +96,7 @@ def warm_start(
         load_model(model, str(path))
         return "cached"
     try:
-        examples = _examples(codec, task, ws_cfg.steps * ws_cfg.batch_size, seed, max_observation_tokens)
+        examples = _examples(codec, task, ws_cfg.steps * ws_cfg.batch_size, seed, max_observation_tokens, episodes)
     except NotImplementedError:
         examples = []
     if not examples:  # e.g. a library game (textarena:, gem:, gym:) has no solver to demonstrate it
@@ -209,13 +220,11 @@ def _torch_rng(dev) -> tuple:
     return torch.get_rng_state(), (torch.cuda.get_rng_state(dev) if dev.type == "cuda" else None)
 
 
-def _examples(codec, task, n: int, seed: int, max_observation_tokens: int | None) -> list:
+def _examples(codec, task, n: int, seed: int, max_observation_tokens: int | None, episodes: bool) -> list:
     """The warm start's examples: ``(prompt, target text)`` pairs of a single-turn task
     (``sft_examples``), or ``(prompt, completion ids, loss mask)`` of an environment task's
     demonstrations (``episode_examples``, laid out by ``rollwise.tokens.episode_ids``)."""
-    from rollwise.envs.base import is_env_task
-
-    if not is_env_task(task):
+    if not episodes:
         return task.sft_examples(n, seed)
     from rollwise.tokens import episode_ids
 
@@ -263,7 +272,14 @@ def _steps(model, codec, examples, ws_cfg, rng, opt, report, at: _Position, eos:
 
 
 def fit_warnings(
-    task, codec, max_new_tokens: int, context: int | None = None, builtin: bool = False, n: int = 64
+    task,
+    codec,
+    max_new_tokens: int,
+    context: int | None = None,
+    builtin: bool = False,
+    n: int = 64,
+    *,
+    episodes: bool,
 ) -> list[str]:
     """Warnings, before any training, when a run cannot score however long it trains: the task's
     reference completions (``tasks._common.reference_completions``; end-of-text included) are
@@ -273,7 +289,7 @@ def fit_warnings(
     prompts = list(task.train_prompts()[:n])
     from rollwise.tasks._common import reference_completions
 
-    targets, what = reference_completions(task, n)
+    targets, what = reference_completions(task, n, episodes=episodes)
     out = []
     if targets:
         lens = sorted(len(codec.encode_text(t)) + 1 for t in targets)

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import torch
 
-from rollwise.control.history import CORRECT
+from rollwise.types import CORRECT
 from rollwise.value import metrics
 from rollwise.value.predictor import PassRatePredictor
 

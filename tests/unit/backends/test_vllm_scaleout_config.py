@@ -137,15 +137,15 @@ def test_mismatch_metrics_by_hand():
 
 
 def test_tis_is_on_by_default_for_vllm_only(tmp_path):
-    from rollwise.trainer.mismatch import default_tis
+    from rollwise.compat import engine_kind, objective_options
 
     cfg = _cfg(tmp_path)
-    opts = components.resolve(cfg, "objective")[0].Options()
-    assert default_tis(opts, cfg).tis_level == "off"  # hf: unchanged, runs stay bit-identical
+    assert engine_kind(cfg) == "trainer" and objective_options(cfg).tis_level == "off"  # hf: runs stay bit-identical
     cfg.model.backend = "vllm"  # assignment is validated but skips the install check of load_config
-    assert default_tis(opts, cfg).tis_level == "token" and default_tis(opts, cfg).tis_cap == 2.0
+    assert engine_kind(cfg) == "vllm"  # the backend's compatibility record declares its engine
+    assert objective_options(cfg).tis_level == "token" and objective_options(cfg).tis_cap == 2.0
     cfg.objective.options = {"tis_level": "off"}  # an explicit choice is kept
-    assert default_tis(opts, cfg).tis_level == "off"
+    assert objective_options(cfg).tis_level == "off"
 
 
 def test_policy_weights_merge_lora_and_leave_the_trainer_alone():

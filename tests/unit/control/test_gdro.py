@@ -21,7 +21,7 @@ from rollwise.control.gdro import (
     sqrt_rule,
 )
 from rollwise.objectives.advantages import grpo
-from rollwise.types import Advantages, Group, Prompt, Rollout, RunState, Services, Verdict
+from rollwise.types import AdvantageInputs, Advantages, Group, Prompt, Rollout, RunState, Services, Verdict
 
 EDGES = [0.1, 0.2, 0.4, 0.6, 0.8, 0.9]
 
@@ -110,11 +110,11 @@ def test_weigh_advantages_multiplies_rows_and_tokens():
     c.ctx["bins"] = {"a": 0, "b": 1, "c": 2}
     rows = [group(p, 1.0).rollouts[0] for p in "aabc"]
     advs = Advantages(torch.ones(4), torch.ones(4, dtype=torch.bool), token_values=torch.ones(4, 2))
-    out = apply_row_weights(advs, c.row_weights(rows))
+    out = apply_row_weights(advs, c.advantage_inputs(rows).weights)
     assert out.values.tolist() == pytest.approx([1.2307, 1.2307, 0.8918, 0.6469], abs=1e-3)
     assert torch.allclose(out.token_values[:, 1], out.values)
     off = GDRO(PROMPTS, cfg(), GdroOptions(prompt_gdro=False, rollout_gdro=True), 0)
-    assert off.row_weights(rows) is None and apply_row_weights(advs, off.row_weights(rows)) is advs
+    assert off.advantage_inputs(rows) == AdvantageInputs()
 
 
 # ---------------------------------------------------------------- loss identity

@@ -9,7 +9,7 @@ import torch
 
 from rollwise.config import load_config
 from rollwise.control.v05 import V05, Options, rejects, z_statistic
-from rollwise.objectives.inputs import value_prior
+from rollwise.objectives.inputs import advantage_context
 from rollwise.objectives.v05 import V05Options, fuse, v05
 from rollwise.registry import UserError
 from rollwise.types import Group, Prompt, Rollout, RunState, Verdict
@@ -127,7 +127,7 @@ def test_history_prior_and_input():
 
     c.plan(ps, st)
     rows = list(_g(ps[1], [1.0]).rollouts)
-    assert value_prior(rows, c).tolist() == pytest.approx([0.1875])
+    assert advantage_context(v05, rows, None, c).value_prior.tolist() == pytest.approx([0.1875])
 
 
 def test_bad_input_named_before_training():

@@ -337,8 +337,12 @@ PLANS_AHEAD = {  # controllers whose plans come from the stream alone, so plan k
     "uniform": [],
     "vcrl": ["control.name=vcrl"],
     "adhint": ["control.name=adhint", "advantage.name=adhint"],
-    "mssr": ["control.name=mssr", "advantage.name=mssr"],  # + its baselines (hook)
-    "v05": ["control.name=v05", "advantage.name=v05", "control.options={prior = 'metadata'}"],  # + its priors (hook)
+    "mssr": ["control.name=mssr", "advantage.name=mssr"],  # + its baselines (advantage_inputs)
+    "v05": [
+        "control.name=v05",
+        "advantage.name=v05",
+        "control.options={prior = 'metadata'}",
+    ],  # + its priors (advantage_inputs)
 }
 
 
@@ -348,12 +352,14 @@ def rows(groups):
 
 
 def mssr_baselines(ctrl, groups):
-    return ctrl.baselines(rows(groups)).tolist()
+    return ctrl.advantage_inputs(rows(groups), ("prompt_baseline",)).baselines.tolist()
 
 
 def v05_priors(ctrl, groups):
     """What the v05 advantage reads after observe: each trained prompt's prior."""
-    return dict(zip((r.prompt_id for r in rows(groups)), ctrl.priors(rows(groups)).tolist()))
+    return dict(
+        zip((r.prompt_id for r in rows(groups)), ctrl.advantage_inputs(rows(groups), ("value_prior",)).priors.tolist())
+    )
 
 
 @pytest.mark.parametrize("name", sorted(PLANS_AHEAD))

@@ -4,15 +4,15 @@ demonstrations and the warm start on them (observations out of the loss)."""
 import pytest
 import torch
 
-from rollwise.envs.base import is_env_task
+from rollwise.envs.base import makes_environments
 from rollwise.envs.guess import make
-from rollwise.registry import UserError
+from rollwise.registry import UserError, record
 from rollwise.tasks import REGISTRY
 
 
 def test_registered_splits_disjoint_and_fixed_by_seed():
     task = REGISTRY.get("guess_number")(None, {"n_train": 50, "n_heldout": 10})
-    assert is_env_task(task)
+    assert makes_environments(task) and record(REGISTRY.get("guess_number")).episodes
     train, held = task.train_prompts(), task.heldout_prompts()
     assert len(train) == 50 and len(held) == 10
     assert not {p.id for p in train} & {p.id for p in held}
@@ -65,7 +65,7 @@ def test_warm_start_trains_on_actions_only(tmp_path, monkeypatch):
     model, tok = tiny.build_tiny("tiny-s")
     codec = Codec(tok, use_chat=False)
     task = make(None, {})
-    [(p, ids, mask)] = warm_start._examples(codec, task, 1, 0, 4)
+    [(p, ids, mask)] = warm_start._examples(codec, task, 1, 0, 4, episodes=True)
     _, t, m = warm_start._row(codec, (p, ids, mask), tok.eos_token_id)
     assert t == ids and m == mask and 0 in mask and mask[-1] == 1
     seen = []
@@ -77,7 +77,9 @@ def test_warm_start_trains_on_actions_only(tmp_path, monkeypatch):
 
     monkeypatch.setattr(model, "forward", spy)
     ws = SimpleNamespace(steps=1, batch_size=2, lr=1e-3, cache=False, objective="sft", model_dump=lambda exclude: {})
-    assert warm_start.warm_start(model, codec, task, ws, 0, {"t": 1}, log=lambda m: None, max_observation_tokens=4)
+    assert warm_start.warm_start(
+        model, codec, task, ws, 0, {"t": 1}, log=lambda m: None, max_observation_tokens=4, episodes=True
+    )
     labels = seen[0]
     obs_ids = set(codec.encode_text(" higher:lower:"))
     kept = labels[labels != -100].tolist()

@@ -18,10 +18,16 @@ def test_second_warm_start_is_loaded_from_cache():
     task = build_task(cfg)
     m1, tok = build_tiny("tiny-s", seed=0)
     before = [p.clone() for p in m1.parameters()]
-    assert warm_start(m1, Codec(tok, use_chat=False), task, cfg.model.warm_start, 0, {"k": "test"}) == "trained"
+    assert (
+        warm_start(m1, Codec(tok, use_chat=False), task, cfg.model.warm_start, 0, {"k": "test"}, episodes=False)
+        == "trained"
+    )
     assert any(not torch.equal(a, b) for a, b in zip(before, m1.parameters()))
     m2, _ = build_tiny("tiny-s", seed=0)
-    assert warm_start(m2, Codec(tok, use_chat=False), task, cfg.model.warm_start, 0, {"k": "test"}) == "cached"
+    assert (
+        warm_start(m2, Codec(tok, use_chat=False), task, cfg.model.warm_start, 0, {"k": "test"}, episodes=False)
+        == "cached"
+    )
     for a, b in zip(m1.parameters(), m2.parameters()):
         assert torch.equal(a, b)
 
@@ -65,21 +71,21 @@ def test_interrupted_warm_start_continues_to_the_uninterrupted_weights(monkeypat
     task, ws_cfg = build_task(cfg), cfg.model.warm_start
     full, tok = build_tiny("tiny-s", seed=0)
     codec = Codec(tok, use_chat=False)
-    warm_start(full, codec, task, ws_cfg, 0, {"k": "whole"}, log=lambda m: None)
+    warm_start(full, codec, task, ws_cfg, 0, {"k": "whole"}, log=lambda m: None, episodes=False)
 
     with monkeypatch.context() as m:
         _interrupting(m, 5)
         logs = []
         first, _ = build_tiny("tiny-s", seed=0)
         with pytest.raises(KeyboardInterrupt):
-            warm_start(first, codec, task, ws_cfg, 0, {"k": "cut"}, log=logs.append)
+            warm_start(first, codec, task, ws_cfg, 0, {"k": "cut"}, log=logs.append, episodes=False)
     assert any("interrupted after 5 of 12 steps; saved" in x and "continues it from step 5" in x for x in logs)
     with monkeypatch.context() as m:  # a second interrupt, inside an update: the saved step-5 state stays
         _interrupting(m, 3, inside_update=True)
         logs = []
         second, _ = build_tiny("tiny-s", seed=0)
         with pytest.raises(KeyboardInterrupt):
-            warm_start(second, codec, task, ws_cfg, 0, {"k": "cut"}, log=logs.append)
+            warm_start(second, codec, task, ws_cfg, 0, {"k": "cut"}, log=logs.append, episodes=False)
     assert any("continuing from step 5" in x for x in logs)
     assert any(
         "interrupted after 7 of 12 steps: this session's steps are not kept" in x and "continues from step 5" in x
@@ -87,12 +93,12 @@ def test_interrupted_warm_start_continues_to_the_uninterrupted_weights(monkeypat
     )
     logs = []
     resumed, _ = build_tiny("tiny-s", seed=0)
-    assert warm_start(resumed, codec, task, ws_cfg, 0, {"k": "cut"}, log=logs.append) == "trained"
+    assert warm_start(resumed, codec, task, ws_cfg, 0, {"k": "cut"}, log=logs.append, episodes=False) == "trained"
     assert any("continuing from step 5 of 12" in x for x in logs)
     for a, b in zip(full.parameters(), resumed.parameters()):
         assert torch.equal(a, b)  # bit for bit: the same examples, optimizer state and RNG from step 5 on
     again, _ = build_tiny("tiny-s", seed=0)  # finished: cached, and the saved partial state is gone
-    assert warm_start(again, codec, task, ws_cfg, 0, {"k": "cut"}, log=lambda m: None) == "cached"
+    assert warm_start(again, codec, task, ws_cfg, 0, {"k": "cut"}, log=lambda m: None, episodes=False) == "cached"
     from rollwise.trainer.warm_start import cache_root
 
     assert not list((cache_root() / "warm_start").glob("*.partial"))
