@@ -109,7 +109,7 @@ def main(argv=None) -> int:
     model, tok = build_tiny(a.model, seed=a.seed)
     codec = Codec(tok, use_chat=False)
     t0 = time.perf_counter()
-    warm_start(model, codec, task, cfg.model.warm_start, a.seed, {"bench": "april"}, log=lambda m: None)
+    warm_start(model, codec, task, cfg.model.warm_start, a.seed, {"bench": "april"}, log=lambda m: None, episodes=False)
     warm_s = time.perf_counter() - t0
     print(f"warm start: {a.warm_steps} steps in {warm_s:.1f} s", flush=True)
     sampling = Sampling(a.temperature, 1.0, a.max_new_tokens)

@@ -106,7 +106,9 @@ def main() -> None:
     codec = Codec(tok)
     calc = calculator.make(None, {})
     ws = WarmStartConfig(steps=args.warm_steps, batch_size=32)
-    warm_start(model, codec, calc, ws, 0, {"bench": "episode_tools", "model": args.model}, log=lambda m: None)
+    warm_start(
+        model, codec, calc, ws, 0, {"bench": "episode_tools", "model": args.model}, log=lambda m: None, episodes=True
+    )
     model.eval()
     backend = HFBackend(model, codec.eos_ids, codec.pad_id, 256, seed=0)
     task = CellTask(args.turns)

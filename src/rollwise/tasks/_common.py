@@ -95,7 +95,7 @@ def reference_completions(task, n: int, *, episodes: bool) -> tuple[list[str], s
     n = min(n, len(task.train_prompts()))
     if episodes:
         demos = task.episode_examples(n, 0)
-        return [a for _, turns in demos for a, _ in turns if a], "demonstrated actions"
+        return [t[0] for _, turns in demos for t in turns if t[0]], "demonstrated actions"
     try:
         return [t for _, t in task.sft_examples(n, 0) if t], "warm-start targets"
     except (NotImplementedError, AttributeError):
