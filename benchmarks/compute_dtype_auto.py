@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -208,6 +209,7 @@ def main(argv=None) -> int:
         arms[dtype] = {**s, "process_wall_s": round(wall, 2), "load_avg_1min_before": load, "log": said}
         print(f"  {s['precision']}: training loop {s['train_loop_wall_s']} s, process {wall:.1f} s", flush=True)
 
+    shutil.rmtree(work, ignore_errors=True)  # the runs and the fresh cache: their figures are in the JSON
     flags = sorted(cpu_flags())
     result = {
         "benchmark": "compute_dtype_auto",

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -123,6 +124,7 @@ def probe(sweep_path: str, n_prompts: int, g: int, batch: int, overrides: list[s
     for i in range(0, len(prompts), batch):
         groups += run.pool.generate(Plan(tuple(Request(p, g) for p in prompts[i : i + batch])), [], 0)
     run.close()
+    shutil.rmtree(tmp, ignore_errors=True)  # the probe's run directory: nothing in it is kept
     lengths = [len(r.completion_ids) for grp in groups for r in grp.rollouts]
     cut = sum(r.finish == "length" for grp in groups for r in grp.rollouts)
     by_level: dict = defaultdict(list)

@@ -13,7 +13,8 @@ uses its two hooks) that fails the session, naming them, when at its end there i
   use at the same time, ``ROLLWISE_TEST_TMP_IGNORE`` (space-separated glob patterns) names the
   entries that are theirs.
 
-Zombies (ended, not yet reaped) do not count: they run nothing.
+Zombies (ended, not yet reaped) do not count: they run nothing; nor does what the test process
+itself ends at its exit (``LIFETIME_HELPERS``, ``LIFETIME_TMP``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,11 @@ import pytest
 MARK = "ROLLWISE_TEST_SESSION"
 HELPERS = ("ray::", "raylet", "gcs_server", "/site-packages/ray/", "rollwise_sandbox_harness", "rollwise_sandbox_child")
 TMP = Path("/tmp")
+# What the test process itself ends at its exit, after this check: multiprocessing's helper processes
+# (they exit when their parent's pipe closes) and a library's per-process temporary directory
+# removed at exit (W&B's artifact and media staging directories, made when ``wandb`` is imported).
+LIFETIME_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+LIFETIME_TMP = ("tmp*wandb-artifacts", "tmp*wandb-media")
 _start: dict = {}
 
 
@@ -131,6 +137,8 @@ def leftovers() -> list[str]:
         up = ancestors(pid)
         own = _mark(pid)
         orphan = all(a in (0, 1) or helper(a) for a in up)
+        if up[:1] == [me] and any(h in _cmdline(pid) for h in LIFETIME_HELPERS):
+            continue  # ends with this process
         if me in up or (own and own == mark) or (helper(pid) and orphan and not own):
             found.append(f"process {pid} still running: {_cmdline(pid)[:200] or '?'}")
     for path, text in sorted(_cluster_files().items()):
@@ -139,7 +147,7 @@ def leftovers() -> list[str]:
     shutil.rmtree(_start["ray_dir"], ignore_errors=True)
     ignore = os.environ.get("ROLLWISE_TEST_TMP_IGNORE", "").split()
     for name in sorted(_tmp_entries() - _start["tmp"]):
-        if name.startswith("pytest-of-") or any(fnmatch.fnmatch(name, g) for g in ignore):
+        if name.startswith("pytest-of-") or any(fnmatch.fnmatch(name, g) for g in (*ignore, *LIFETIME_TMP)):
             continue
         found.append(f"/tmp/{name} created during the session")
     return found
