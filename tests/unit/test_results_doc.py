@@ -8,10 +8,9 @@ or another committed document (``docs/regime.md`` for published figures). ``136k
 rounds to 136 thousand, ``41%`` (or 41 in a ``%`` column) also a share 0.41, a number in a
 ``GFLOP/s`` column a rate in FLOP/s, and a number in a ``÷`` column may also be the ratio of two
 numbers of its own row. Prose (figures with decimals, ``k`` or ``%``) is checked the same way in
-the sections of ``PROSE_SECTIONS``, except in a paragraph marked ``NOT_REPRODUCED`` and the bullets
-that follow it (figures whose ledgers were not committed, given with the command that would write
-them). The check is that a figure has a source, not that it is the right entry of it: a figure
-found anywhere in the named files passes.
+the sections of ``PROSE_SECTIONS``, with no exception: a figure whose source was not committed is
+not stated (the section names the command that would write it). The check is that a figure has a
+source, not that it is the right entry of it: a figure found anywhere in the named files passes.
 """
 
 import bisect
@@ -25,7 +24,6 @@ RESULTS = ROOT / "benchmarks" / "results"
 
 # sections (their heading starts so) whose prose figures are checked too
 PROSE_SECTIONS = ("## Predicting before generating",)
-NOT_REPRODUCED = "Not reproduced from a committed file"
 
 NAME = re.compile(r"[\w./*{},-]+\.(?:json|toml|py|md)\b")
 # a figure: digits with optional thousands commas and decimals, then an optional unit that changes
@@ -175,7 +173,7 @@ def table_misses(text: str) -> list[str]:
 
 def prose_misses(text: str) -> list[str]:
     """Figures with decimals, a ``k`` or a ``%`` in the prose of ``PROSE_SECTIONS`` that the files
-    named in the section do not hold, outside blocks marked ``NOT_REPRODUCED``."""
+    named in the section do not hold."""
     lines = text.splitlines()
     misses = []
     for start, end, heading in sections(lines):
@@ -183,27 +181,10 @@ def prose_misses(text: str) -> list[str]:
             continue
         values = file_values(sources("\n".join(lines[start:end])))
         body = [ln for ln in lines[start + 1 : end] if not ln.startswith("|")]
-        # blocks: paragraphs, and each bullet on its own; a paragraph carrying the mark marks
-        # itself and the bullets that follow it, up to the next paragraph
-        blocks, cur = [], []
         for ln in body:
-            if not ln.strip() or ln.startswith("- "):
-                if cur:
-                    blocks.append(" ".join(cur))
-                cur = [ln] if ln.strip() else []
-            else:
-                cur.append(ln)
-        if cur:
-            blocks.append(" ".join(cur))
-        marked = False
-        for block in blocks:
-            if not block.startswith("- "):
-                marked = NOT_REPRODUCED in block
-            if marked:
-                continue
-            for written, unit in figures(block):
+            for written, unit in figures(ln):
                 if ("." in written or unit in ("k", "%")) and not found(written, unit, values):
-                    misses.append(f"{heading[:40]!r}: {written}{unit} in {block[:60]!r}")
+                    misses.append(f"{heading[:40]!r}: {written}{unit} in {ln[:60]!r}")
     return misses
 
 
@@ -212,7 +193,7 @@ def test_every_table_figure_is_in_a_file_its_section_names():
     assert not misses, "figures in docs/results.md tables with no committed source:\n" + "\n".join(misses)
 
 
-def test_prose_figures_of_the_checked_sections_are_in_their_files_or_marked():
+def test_prose_figures_of_the_checked_sections_are_in_their_files():
     misses = prose_misses(RESULTS_DOC.read_text())
     assert not misses, "figures in docs/results.md prose with no committed source:\n" + "\n".join(misses)
 
@@ -251,14 +232,11 @@ def test_checker_units():
     assert figures("68,423, 69,226") == [("68,423", ""), ("69,226", "")]
 
 
-def test_prose_checker_skips_only_what_a_marked_paragraph_covers():
+def test_prose_checker_finds_unsourced_figures_in_paragraphs_and_bullets():
     doc = (
         "## Predicting before generating: `arith_quick.toml`\n\n"
         "Uniform ends at 0.556.\n\n"
         "- a bullet with an unsourced 0.123\n\n"
-        f"**{NOT_REPRODUCED}.** From ledgers that were not kept:\n\n"
-        "- Brier 0.178 at step 0\n"
-        "- 18k prefill tokens\n\n"
         "A later paragraph with 0.456.\n"
     )
     misses = prose_misses(doc)
