@@ -120,7 +120,13 @@ def _as_nobody(tmp_path, code: str, *args: str, timeout: float) -> subprocess.Co
     os.chmod(script, 0o644)
     return subprocess.run(
         [_python_for_nobody(), "-s", str(script), *args],
-        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": os.pathsep.join(paths), "LANG": "C.UTF-8"},
+        env={
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(tmp_path),
+            "TMPDIR": str(tmp_path),  # its temporary directories inside the one this test removes
+            "PYTHONPATH": os.pathsep.join(paths),
+            "LANG": "C.UTF-8",
+        },
         cwd=tmp_path,
         user=NOBODY,
         group=NOBODY,
