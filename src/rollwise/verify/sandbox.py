@@ -438,9 +438,7 @@ class Sandbox:
     def _probe_bwrap(self) -> tuple[bool, str]:
         if shutil.which("bwrap") is None:
             return False, "bwrap not installed"
-        res = self._run_once(
-            "bwrap", "def f():\n    return 1\n", "def check(c):\n    assert c() == 1\n", "f", "", probe=True
-        )
+        res = self._run_once("bwrap", "def f():\n    return 1\n", CHECK_ONE, "f", "", probe=True)
         if res.status == "correct":
             return True, "bubblewrap namespaces work"
         return False, f"bwrap probe failed: {res.status}: {res.detail[:200]}"
@@ -457,7 +455,7 @@ class Sandbox:
     def run(self, source: str, test: str, entry_point: str, prelude: str = "") -> SandboxResult:
         """Run ``check(candidate)`` from ``test`` against ``entry_point`` defined by ``source``."""
         self.code = _code_dir(self.python)
-        return self._run_once(self.isolation, source, test, entry_point, prelude, confine=self.confine)
+        return self._run_once(self.isolation, source, test, entry_point, prelude)
 
     def call(self, source: str, entry_point: str) -> SandboxResult:
         """Run ``entry_point()`` defined by ``source`` and bring back the str it returns (a tool's
