@@ -5,12 +5,12 @@ Every part a config can choose declares what it needs and supports in a frozen r
 of a pool's or rollout wrapper's module): the backend (``backends.REGISTRY``: hf, vllm), the pool
 (:data:`POOLS`: local, Ray workers, data-parallel, asynchronous, periodic), the rollout wrappers
 that drive the backend in the trainer's process (:data:`WRAPPERS`: ARRoL, the LATR tree sampler;
-replay sources with ``wrap_pool``: APRIL, SPEC-RL), the controller (and its class attribute
-``plans_ahead``), the advantage estimator and the objective (its options' ``needs_prox``: an
-off-policy correction). :func:`check` derives every refusal between parts from those records,
-naming the keys to change, before any model is loaded; ``config.load_config`` calls it. Each
-part's own ``check_config`` checks only local facts (installed? address parses? its options
-consistent?), and a config section's refusals that concern it alone live beside it
+replay sources with ``wrap_pool``: APRIL, SPEC-RL), the controller, the advantage estimator and
+the objective (its options' ``needs_prox``: an off-policy correction). :func:`check` derives every
+refusal between parts from those records, naming the keys to change, before any model is loaded;
+``config.load_config`` calls it. Each part's own ``check_config`` checks only local facts (installed?
+address parses? its options consistent?), and a config section's refusals that concern it alone live
+beside it
 (``rollwise.sections.<section>``: episode keys on a single-turn task, options for a filter that is not
 on), called from here. Three strategies still check another section from their own options, which no
 record field expresses: GDRO (``loss_signal = 'surrogate_kl'`` needs a reference model; it refuses
@@ -178,7 +178,7 @@ def check_model(cfg) -> None:
 def check(cfg) -> None:
     """Every refusal that needs only the config (module docstring); called by ``config.load_config``."""
     check_model(cfg)
-    from rollwise.reward.fapo import DETECTORS
+    from rollwise.flaws import DETECTORS
     from rollwise.trackers import check as check_trackers
 
     check_trackers(cfg.run.report_to)
@@ -334,7 +334,7 @@ def check_independent_rows(cfg) -> None:
     adv, _, _ = resolve(cfg, "advantage")
     if not record(adv).independent_rows:
         return
-    from rollwise.control.base import Controller
+    from rollwise.types import Controller
 
     bad = [
         f"{key} (rows chosen together or sharing a prefix)" for key, _ in wrappers(cfg) if key.startswith("sampling.")
@@ -468,8 +468,9 @@ def check_async(cfg) -> None:
             "which only the in-process hf backend does; set model.backend = 'hf' and distributed.workers = 0, "
             "or on_new_weights = 'finish'"
         )
-    if a.max_staleness >= 1:
+    if gen.plans_ahead and a.max_staleness >= 1:  # the pool draws later steps' plans: η >= 1
         check_plans_ahead(cfg)
+    if a.max_staleness >= 1:
         check_corrected(cfg)
 
 
@@ -525,11 +526,11 @@ def batch_statistics(cfg, section: str) -> tuple[str | None, str]:
 
 def check_plans_ahead(cfg) -> None:
     """η >= 1 draws plans k+1 .. k+η before step k's rounds, filters, ``observe`` and
-    ``after_update``: refuse a controller that keeps per-plan state between them
-    (``plans_ahead = False``, rollwise/control/__init__.py), also when dynamic sampling wraps it,
+    ``after_update``: refuse a controller that keeps per-plan state between them (its record's
+    ``keeps_plan_state``, rollwise/control/__init__.py), also when dynamic sampling wraps it,
     and dynamic sampling's ``replace``, whose batch gate reads the prompts of the plan planned last."""
     eta, ctrl = cfg.train.async_.max_staleness, cfg.control
-    if not getattr(resolve(cfg, "control")[0], "plans_ahead", True):
+    if record(resolve(cfg, "control")[0]).keeps_plan_state:
         raise UserError(
             f"train.async.max_staleness = {eta} draws the next {eta} plan(s) before a step's rounds and observe, "
             f"which control.name = {ctrl.name!r} cannot do: it keeps per-plan state between plan and "
@@ -608,7 +609,7 @@ def check_data_parallel(cfg) -> None:
 
 
 def check_fsdp(cfg) -> None:
-    """FSDP2 training (``train.fsdp``, rollwise.distributed.fsdp) shards the training state of data-parallel
+    """FSDP2 training (``train.fsdp``, rollwise.trainer.fsdp) shards the training state of data-parallel
     ranks: it needs data-parallel training (torchrun), and a full fine-tune (not LoRA)."""
     if not cfg.train.fsdp:
         return

@@ -72,9 +72,18 @@ class Compat:
       the assembler's pool and warm start and the task wrappers read it (``record(factory).episodes``,
       ``rollwise.compat.declares_episodes``), nothing probes a task for it.
 
-    A controller's planning ahead stays its class attribute ``plans_ahead``
-    (``rollwise/control/__init__.py``); an objective's off-policy correction is its options'
-    ``needs_prox`` (``rollwise.compat.corrects_off_policy``)."""
+    Planning ahead (``train.async.max_staleness`` = η >= 1, ``rollwise/control/__init__.py``):
+
+    - ``plans_ahead``: a pool that draws the plans of later steps before the current step's rounds,
+      ``observe`` and update have run, up to its staleness bound η (the asynchronous pool; at η = 0 it
+      does not);
+    - ``keeps_plan_state``: a controller whose ``select``/``plan`` write state that the same plan's
+      later hooks read, so it cannot be planned ahead (refused with a pool that plans ahead).
+
+    Both are read in one place, ``rollwise.compat.check_async``.
+
+    An objective's off-policy correction is its options' ``needs_prox``
+    (``rollwise.compat.corrects_off_policy``)."""
 
     decode_hooks: bool = True
     sampler_entropy: bool = True
@@ -92,6 +101,8 @@ class Compat:
     independent_rows: bool = False
     replays_rows: bool = False
     episodes: bool = False
+    plans_ahead: bool = False
+    keeps_plan_state: bool = False
 
 
 NEUTRAL = Compat()

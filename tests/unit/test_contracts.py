@@ -12,14 +12,15 @@ import torch
 from rollwise import backends, control, replay
 from rollwise import filter as filters
 from rollwise.batches import apply_row_weights
-from rollwise.control.base import Controller
 from rollwise.control.uniform import Uniform
 from rollwise.filter.chain import apply_filters
 from rollwise.objectives import ADVANTAGES, OBJECTIVES
 from rollwise.objectives.inputs import _CONTEXT_INPUTS, _INPUTS, advantage_context, advantage_inputs
+from rollwise.registry import record
 from rollwise.types import (
     AdvantageInputs,
     Backend,
+    Controller,
     Decision,
     Group,
     Prompt,
@@ -54,7 +55,8 @@ def test_every_controller_inherits_the_hook_contract(name, cls):
     assert issubclass(cls, Controller)
     for hook in HOOKS:
         assert callable(getattr(cls, hook)), hook
-    assert isinstance(cls.plans_ahead, bool)
+    assert isinstance(record(cls).keeps_plan_state, bool)
+    assert not hasattr(cls, "plans_ahead")  # declared once, in the record (issue #41 item 3)
     for required in (
         "select",
         "plan",

@@ -84,6 +84,7 @@ from typing import ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from rollwise.control.source import PromptSource, SourceController
+from rollwise.registry import Compat
 from rollwise.types import CORRECT, Group, Plan, Prompt, Request, Rollout
 
 
@@ -129,7 +130,7 @@ class AR3PO(SourceController):
     """AR3PO (arXiv 2509.25808), reconstructed: stages until the first success, then response reuse."""
 
     Options = AR3POOptions
-    plans_ahead = False  # select() clears, plan() fills the stages that next_round reads
+    compat = Compat(keeps_plan_state=True)  # select() clears, plan() fills the stages that next_round reads
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: AR3POOptions | None, seed: int):
         self.cfg = cfg

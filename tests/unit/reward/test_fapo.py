@@ -8,10 +8,11 @@ import pytest
 import torch
 
 from rollwise.config import load_config
+from rollwise.flaws import first_false_equation, int_value
 from rollwise.objectives import ADVANTAGES
 from rollwise.registry import UserError
 from rollwise.reward import shape
-from rollwise.reward.fapo import fapo_penalty, first_false_equation, int_value
+from rollwise.reward.fapo import fapo_penalty
 from rollwise.tasks.arithmetic import trace
 from rollwise.types import Prompt, Rollout, Verdict
 
