@@ -175,14 +175,26 @@ def check_model(cfg) -> None:
             raise UserError("model.lora.enabled needs peft: pip install 'rollwise[hf]'")
 
 
+def check_detector(name: str) -> None:
+    """``reward.fapo.detector`` names a flaw detector (``rollwise.flaws.DETECTORS``: a built-in name or
+    ``'package.module:attr'``), resolved at load so that a typo or a plugin that does not import fails
+    before any model loads, naming the key. Here rather than beside the section: the schema imports no
+    module but the registry (``tests/unit/test_compat.py``)."""
+    from rollwise.flaws import DETECTORS
+
+    try:
+        DETECTORS.resolve(name)
+    except UserError as e:
+        raise UserError(f"reward.fapo.detector = {name!r}: {e}") from None
+
+
 def check(cfg) -> None:
     """Every refusal that needs only the config (module docstring); called by ``config.load_config``."""
     check_model(cfg)
-    from rollwise.flaws import DETECTORS
     from rollwise.trackers import check as check_trackers
 
     check_trackers(cfg.run.report_to)
-    DETECTORS.resolve(cfg.reward.fapo.detector)  # a UserError naming the known detectors
+    check_detector(cfg.reward.fapo.detector)
     for section in ("task", "control", "replay", "advantage", "objective"):
         resolve(cfg, section)
     if declares_episodes(cfg):  # first: the episode pool replaces what later checks reason about
@@ -270,10 +282,10 @@ def check_episodes(cfg, env: bool) -> None:
 
 def check_anchors(cfg) -> None:
     """``advantage.name = "gigpo"`` groups turns by the environment state they acted on
-    (``Turn.anchor``); an environment task whose factory declares ``state_anchors = False`` keys no
+    (``Turn.anchor``); an environment task whose record declares ``Compat(state_anchors=False)`` keys no
     state (e.g. ``python_math``: an interpreter namespace), where gigpo would silently be
     episode-level GRPO. Refused, naming both keys."""
-    if cfg.advantage.name != "gigpo" or getattr(resolve(cfg, "task")[0], "state_anchors", True):
+    if cfg.advantage.name != "gigpo" or record(resolve(cfg, "task")[0]).state_anchors:
         return
     raise UserError(
         f"advantage.name = 'gigpo' groups turns by the environment state they acted on, and task.name = "
@@ -340,7 +352,9 @@ def check_independent_rows(cfg) -> None:
         f"{key} (rows chosen together or sharing a prefix)" for key, _ in wrappers(cfg) if key.startswith("sampling.")
     ]
     ctrl = resolve(cfg, "control")[0]
-    hooks = [h for h in ("next_round", "finish_batch") if getattr(ctrl, h, None) is not getattr(Controller, h)]
+    hooks = [
+        h for h in ("next_round", "finish_batch") if getattr(ctrl, h) is not getattr(Controller, h)
+    ]  # the contract's
     if hooks:
         bad.append(f"control.name = {cfg.control.name!r} (its {' / '.join(hooks)} follows the outcomes)")
     if cfg.control.dynamic_sampling.enabled:
@@ -560,7 +574,7 @@ def corrects_off_policy(cfg) -> bool:
     without ``dual_clip``) an unbounded ratio. That is not counted as a correction, so plain
     ``grpo``/``dapo``/``gspo``/... with ``tis_level = 'off'`` are refused with η >= 1 unless
     ``train.async.allow_uncorrected``."""
-    return bool(getattr(objective_options(cfg), "needs_prox", False))
+    return bool(objective_options(cfg).needs_prox)  # declared by every objective's options (ObjectiveOptions)
 
 
 def check_corrected(cfg) -> None:

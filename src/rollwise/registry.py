@@ -70,7 +70,10 @@ class Compat:
     - ``episodes``: its rollouts are multi-turn episodes (it makes environments; the episode pool,
       ``rollwise.generate.episodes``). The one declaration of that mode: the compatibility checks,
       the assembler's pool and warm start and the task wrappers read it (``record(factory).episodes``,
-      ``rollwise.compat.declares_episodes``), nothing probes a task for it.
+      ``rollwise.compat.declares_episodes``), nothing probes a task for it;
+    - ``state_anchors``: its episodes' turns carry the environment state they acted on (``Turn.anchor``,
+      ``rollwise/envs/tools.py``); False (``python_math``: an interpreter namespace) refuses GiGPO's
+      step groups (``rollwise.compat.check_anchors``).
 
     Planning ahead (``train.async.max_staleness`` = η >= 1, ``rollwise/control/__init__.py``):
 
@@ -101,6 +104,7 @@ class Compat:
     independent_rows: bool = False
     replays_rows: bool = False
     episodes: bool = False
+    state_anchors: bool = True
     plans_ahead: bool = False
     keeps_plan_state: bool = False
 

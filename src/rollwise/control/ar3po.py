@@ -188,7 +188,7 @@ class AR3PO(SourceController):
             or not group.verified_rewards()
         ):
             return group
-        age = getattr(state, "policy_version", 0) - stored.policy_version
+        age = state.policy_version - stored.policy_version
         if self.opts.max_reuse_age is not None and age > self.opts.max_reuse_age:
             return group
         self._reused[group.prompt.id] = stored
@@ -208,7 +208,7 @@ class AR3PO(SourceController):
             correct = [r for r in g.rollouts if is_correct(r) and r.finish in ("stop", "length")]
             if correct:
                 self.store[g.prompt.id] = correct[-1]
-        version = getattr(state, "policy_version", 0)
+        version = state.policy_version
         reused = list(self._reused.values())
         n_fresh = sum(g.size for g in fresh)
         self.metrics = {

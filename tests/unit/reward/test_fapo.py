@@ -90,8 +90,14 @@ def test_baseline_without_penalty_is_plain_grpo():
 
 
 def test_unknown_detector_is_named_at_load():
-    with pytest.raises(UserError, match="known: rule"):
+    with pytest.raises(UserError, match="known: rule") as e:
         load_config(overrides=["reward.fapo.detector=genrm"])
+    assert str(e.value).startswith("reward.fapo.detector = 'genrm': ")  # the key, then the known names
+
+
+def test_a_plugin_detector_that_does_not_import_is_refused_naming_the_key():
+    with pytest.raises(UserError, match=r"^reward.fapo.detector = 'no_such_pkg.module:f': cannot import module"):
+        load_config(overrides=["reward.fapo.detector='no_such_pkg.module:f'"])
 
 
 def test_detector_gets_the_training_prompt():
