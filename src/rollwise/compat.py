@@ -40,6 +40,7 @@ from typing import Any
 
 from rollwise.registry import Compat, Registry, UserError, record, validate_options
 from rollwise.sections.filter import check_options_named
+from rollwise.sections.model import check_lora
 from rollwise.sections.task import check_single_turn
 
 # Pools and rollout wrappers, by the name the table uses: "module" entries are the modules that
@@ -168,18 +169,12 @@ def check_model(cfg) -> None:
         from rollwise.trainer.hf_models import check_model_name
 
         check_model_name(name, builtin_names=tiny.NAMES)
-    if cfg.model.lora.enabled:
-        import importlib.util
-
-        if importlib.util.find_spec("peft") is None:
-            raise UserError("model.lora.enabled needs peft: pip install 'rollwise[hf]'")
+    check_lora(cfg.model)  # the model section's own check
 
 
 def check_detector(name: str) -> None:
-    """``reward.fapo.detector`` names a flaw detector (``rollwise.flaws.DETECTORS``: a built-in name or
-    ``'package.module:attr'``), resolved at load so that a typo or a plugin that does not import fails
-    before any model loads, naming the key. Here rather than beside the section: the schema imports no
-    module but the registry (``tests/unit/test_compat.py``)."""
+    """``reward.fapo.detector``: a flaw detector (``rollwise.flaws.DETECTORS``) or a plugin that imports,
+    refused naming the key (not beside its section: the schema imports no module but the registry)."""
     from rollwise.flaws import DETECTORS
 
     try:
