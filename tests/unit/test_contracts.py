@@ -46,6 +46,17 @@ HOOKS = (
 )
 
 
+def test_the_controller_contract_is_written_once():
+    """Issue #41 item 3: the hooks are one class, ``rollwise.types.Controller`` (the ground floor, so the
+    asynchronous pool's lock keeps it without importing a controller), not a Protocol beside a base class."""
+    import importlib.util
+
+    assert importlib.util.find_spec("rollwise.control.base") is None
+    assert not getattr(Controller, "_is_protocol", False)
+    public = {n for n, v in vars(Controller).items() if callable(v) and not n.startswith("_")}
+    assert public == set(HOOKS)
+
+
 def _entries(registry):
     return [(name, registry.get(name)) for name in registry.names()]
 
