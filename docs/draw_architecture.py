@@ -18,10 +18,10 @@ STAGES = [  # (title, folder, what) in loop order
     ("distributed", "distributed/", "pools: local, Ray,\ndata-parallel, async"),
     ("filter", "filter/", "keep / drop\nwith reasons"),
     ("replay", "replay/", "on-policy, replay,\nSAPO"),
-    ("reward", "reward/", "shaping, TTRL,\nFAPO"),
-    ("batch", "batch/", "build, D3S,\ncollate"),
+    ("reward", "reward/", "shaping, TTRL,\nFAPO's penalty"),
+    ("batch", "batch/", "D3S\n(built by batches.py)"),
     ("objectives", "objectives/", "advantages,\nlosses"),
-    ("trainer", "trainer/", "step, checkpoint,\ndevice, precision"),
+    ("trainer", "trainer/", "step, checkpoint,\nwarm start, FSDP"),
     ("ledger / eval", "ledger.py eval/", "cost, pass@k,\nplots"),
 ]
 TOP = [
@@ -29,15 +29,20 @@ TOP = [
     ("loop.py", "table of contents"),
     ("session.py", "bookkeeping"),
     ("components.py", "the assembler"),
+    ("batches.py", "groups -> batch"),
     ("compat.py", "compatibility table"),
     ("bench/", "compare, report"),
 ]
 GROUND = [
-    ("types.py", "records"),
-    ("registry.py", "name tables"),
-    ("config.py", "schema, no strategy"),
+    ("types.py", "records, contracts"),
+    ("registry.py", "names, Compat"),
+    ("config.py", "schema, sections/"),
     ("tokens.py", "codec"),
     ("storage.py", "atomic writes"),
+    ("hardware/", "device, precision"),
+    ("collate.py", "batch layout"),
+    ("flaws.py", "flaw detectors"),
+    ("outcomes.py", "majority, zero-var."),
 ]
 
 
@@ -92,7 +97,7 @@ def main() -> Path:
     # the ground floor
     gw = 13 / len(GROUND)
     for i, (name, sub) in enumerate(GROUND):
-        box(ax, i * gw + 0.15, 0.15, gw - 0.3, 0.75, name, sub, "#eaf5ea")
+        box(ax, i * gw + 0.06, 0.15, gw - 0.12, 0.75, name, sub, "#eaf5ea")
     ax.text(0.05, 1.0, "ground floor (imports no stage)", fontsize=8, color="#2d6a2d")
     # dependency direction: down only
     for x in (7.0, 9.4, 12.0):

@@ -7,7 +7,7 @@ periodic asynchrony's streaming trainer (``rollwise.trainer.streaming``) alike. 
 2. ``build``: rows, rewards shaped (``rollwise.reward``: DAPO's overlong penalty, KL in the reward,
    FAPO), the advantage context (inputs that need the trainer or the controller, Prompt-GDRO's row
    weights; ``objectives.inputs``), the estimator (a pure function of rewards, group ids, options
-   and that context) and the padded tensors (``batch.collate``);
+   and that context) and the padded tensors (``rollwise.collate``);
 3. ``downsample``: D3S's row and token selection (``batch.d3s``; off by default).
 
 The loop calls them in that order, with the controller's ``observe``, the replay mix and the
@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from rollwise.batch.collate import collate, flatten
+from rollwise.collate import collate, flatten
 from rollwise.filter.chain import apply_filters
 from rollwise.objectives.inputs import advantage_context, advantage_inputs
 from rollwise.types import Advantages, Services

@@ -5,12 +5,12 @@ Every part a config can choose declares what it needs and supports in a frozen r
 of a pool's or rollout wrapper's module): the backend (``backends.REGISTRY``: hf, vllm), the pool
 (:data:`POOLS`: local, Ray workers, data-parallel, asynchronous, periodic), the rollout wrappers
 that drive the backend in the trainer's process (:data:`WRAPPERS`: ARRoL, the LATR tree sampler;
-replay sources with ``wrap_pool``: APRIL, SPEC-RL), the controller (and its class attribute
-``plans_ahead``), the advantage estimator and the objective (its options' ``needs_prox``: an
-off-policy correction). :func:`check` derives every refusal between parts from those records,
-naming the keys to change, before any model is loaded; ``config.load_config`` calls it. Each
-part's own ``check_config`` checks only local facts (installed? address parses? its options
-consistent?), and a config section's refusals that concern it alone live beside it
+replay sources with ``wrap_pool``: APRIL, SPEC-RL), the controller, the advantage estimator and
+the objective (its options' ``needs_prox``: an off-policy correction). :func:`check` derives every
+refusal between parts from those records, naming the keys to change, before any model is loaded;
+``config.load_config`` calls it. Each part's own ``check_config`` checks only local facts (installed?
+address parses? its options consistent?), and a config section's refusals that concern it alone live
+beside it
 (``rollwise.sections.<section>``: episode keys on a single-turn task, options for a filter that is not
 on), called from here. Three strategies still check another section from their own options, which no
 record field expresses: GDRO (``loss_signal = 'surrogate_kl'`` needs a reference model; it refuses
@@ -40,6 +40,7 @@ from typing import Any
 
 from rollwise.registry import Compat, Registry, UserError, record, validate_options
 from rollwise.sections.filter import check_options_named
+from rollwise.sections.model import check_lora
 from rollwise.sections.task import check_single_turn
 
 # Pools and rollout wrappers, by the name the table uses: "module" entries are the modules that
@@ -168,21 +169,27 @@ def check_model(cfg) -> None:
         from rollwise.trainer.hf_models import check_model_name
 
         check_model_name(name, builtin_names=tiny.NAMES)
-    if cfg.model.lora.enabled:
-        import importlib.util
+    check_lora(cfg.model)  # the model section's own check
 
-        if importlib.util.find_spec("peft") is None:
-            raise UserError("model.lora.enabled needs peft: pip install 'rollwise[hf]'")
+
+def check_detector(name: str) -> None:
+    """``reward.fapo.detector``: a flaw detector (``rollwise.flaws.DETECTORS``) or a plugin that imports,
+    refused naming the key (not beside its section: the schema imports no module but the registry)."""
+    from rollwise.flaws import DETECTORS
+
+    try:
+        DETECTORS.resolve(name)
+    except UserError as e:
+        raise UserError(f"reward.fapo.detector = {name!r}: {e}") from None
 
 
 def check(cfg) -> None:
     """Every refusal that needs only the config (module docstring); called by ``config.load_config``."""
     check_model(cfg)
-    from rollwise.reward.fapo import DETECTORS
     from rollwise.trackers import check as check_trackers
 
     check_trackers(cfg.run.report_to)
-    DETECTORS.resolve(cfg.reward.fapo.detector)  # a UserError naming the known detectors
+    check_detector(cfg.reward.fapo.detector)
     for section in ("task", "control", "replay", "advantage", "objective"):
         resolve(cfg, section)
     if declares_episodes(cfg):  # first: the episode pool replaces what later checks reason about
@@ -270,10 +277,10 @@ def check_episodes(cfg, env: bool) -> None:
 
 def check_anchors(cfg) -> None:
     """``advantage.name = "gigpo"`` groups turns by the environment state they acted on
-    (``Turn.anchor``); an environment task whose factory declares ``state_anchors = False`` keys no
+    (``Turn.anchor``); an environment task whose record declares ``Compat(state_anchors=False)`` keys no
     state (e.g. ``python_math``: an interpreter namespace), where gigpo would silently be
     episode-level GRPO. Refused, naming both keys."""
-    if cfg.advantage.name != "gigpo" or getattr(resolve(cfg, "task")[0], "state_anchors", True):
+    if cfg.advantage.name != "gigpo" or record(resolve(cfg, "task")[0]).state_anchors:
         return
     raise UserError(
         f"advantage.name = 'gigpo' groups turns by the environment state they acted on, and task.name = "
@@ -334,13 +341,15 @@ def check_independent_rows(cfg) -> None:
     adv, _, _ = resolve(cfg, "advantage")
     if not record(adv).independent_rows:
         return
-    from rollwise.control.base import Controller
+    from rollwise.types import Controller
 
     bad = [
         f"{key} (rows chosen together or sharing a prefix)" for key, _ in wrappers(cfg) if key.startswith("sampling.")
     ]
     ctrl = resolve(cfg, "control")[0]
-    hooks = [h for h in ("next_round", "finish_batch") if getattr(ctrl, h, None) is not getattr(Controller, h)]
+    hooks = [
+        h for h in ("next_round", "finish_batch") if getattr(ctrl, h) is not getattr(Controller, h)
+    ]  # the contract's
     if hooks:
         bad.append(f"control.name = {cfg.control.name!r} (its {' / '.join(hooks)} follows the outcomes)")
     if cfg.control.dynamic_sampling.enabled:
@@ -468,8 +477,9 @@ def check_async(cfg) -> None:
             "which only the in-process hf backend does; set model.backend = 'hf' and distributed.workers = 0, "
             "or on_new_weights = 'finish'"
         )
-    if a.max_staleness >= 1:
+    if gen.plans_ahead and a.max_staleness >= 1:  # the pool draws later steps' plans: η >= 1
         check_plans_ahead(cfg)
+    if a.max_staleness >= 1:
         check_corrected(cfg)
 
 
@@ -525,11 +535,11 @@ def batch_statistics(cfg, section: str) -> tuple[str | None, str]:
 
 def check_plans_ahead(cfg) -> None:
     """η >= 1 draws plans k+1 .. k+η before step k's rounds, filters, ``observe`` and
-    ``after_update``: refuse a controller that keeps per-plan state between them
-    (``plans_ahead = False``, rollwise/control/__init__.py), also when dynamic sampling wraps it,
+    ``after_update``: refuse a controller that keeps per-plan state between them (its record's
+    ``keeps_plan_state``, rollwise/control/__init__.py), also when dynamic sampling wraps it,
     and dynamic sampling's ``replace``, whose batch gate reads the prompts of the plan planned last."""
     eta, ctrl = cfg.train.async_.max_staleness, cfg.control
-    if not getattr(resolve(cfg, "control")[0], "plans_ahead", True):
+    if record(resolve(cfg, "control")[0]).keeps_plan_state:
         raise UserError(
             f"train.async.max_staleness = {eta} draws the next {eta} plan(s) before a step's rounds and observe, "
             f"which control.name = {ctrl.name!r} cannot do: it keeps per-plan state between plan and "
@@ -559,7 +569,7 @@ def corrects_off_policy(cfg) -> bool:
     without ``dual_clip``) an unbounded ratio. That is not counted as a correction, so plain
     ``grpo``/``dapo``/``gspo``/... with ``tis_level = 'off'`` are refused with η >= 1 unless
     ``train.async.allow_uncorrected``."""
-    return bool(getattr(objective_options(cfg), "needs_prox", False))
+    return bool(objective_options(cfg).needs_prox)  # declared by every objective's options (ObjectiveOptions)
 
 
 def check_corrected(cfg) -> None:
@@ -608,7 +618,7 @@ def check_data_parallel(cfg) -> None:
 
 
 def check_fsdp(cfg) -> None:
-    """FSDP2 training (``train.fsdp``, rollwise.distributed.fsdp) shards the training state of data-parallel
+    """FSDP2 training (``train.fsdp``, rollwise.trainer.fsdp) shards the training state of data-parallel
     ranks: it needs data-parallel training (torchrun), and a full fine-tune (not LoRA)."""
     if not cfg.train.fsdp:
         return

@@ -216,8 +216,8 @@ def derive(cfg, task) -> dict[str, tuple[object, str]]:
 
 def references(task, *, episodes: bool) -> list[str]:
     """The task's reference completions (a sample of up to 256; 32 demonstrations of an environment
-    task, ``episodes``, whose actions are the references: ``tasks._common.reference_completions``)."""
-    from rollwise.tasks._common import reference_completions
+    task, ``episodes``, whose actions are the references: ``types.reference_completions``)."""
+    from rollwise.types import reference_completions
 
     return reference_completions(task, 32 if episodes else 256, episodes=episodes)[0]
 

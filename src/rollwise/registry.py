@@ -70,11 +70,23 @@ class Compat:
     - ``episodes``: its rollouts are multi-turn episodes (it makes environments; the episode pool,
       ``rollwise.generate.episodes``). The one declaration of that mode: the compatibility checks,
       the assembler's pool and warm start and the task wrappers read it (``record(factory).episodes``,
-      ``rollwise.compat.declares_episodes``), nothing probes a task for it.
+      ``rollwise.compat.declares_episodes``), nothing probes a task for it;
+    - ``state_anchors``: its episodes' turns carry the environment state they acted on (``Turn.anchor``,
+      ``rollwise/envs/tools.py``); False (``python_math``: an interpreter namespace) refuses GiGPO's
+      step groups (``rollwise.compat.check_anchors``).
 
-    A controller's planning ahead stays its class attribute ``plans_ahead``
-    (``rollwise/control/__init__.py``); an objective's off-policy correction is its options'
-    ``needs_prox`` (``rollwise.compat.corrects_off_policy``)."""
+    Planning ahead (``train.async.max_staleness`` = η >= 1, ``rollwise/control/__init__.py``):
+
+    - ``plans_ahead``: a pool that draws the plans of later steps before the current step's rounds,
+      ``observe`` and update have run, up to its staleness bound η (the asynchronous pool; at η = 0 it
+      does not);
+    - ``keeps_plan_state``: a controller whose ``select``/``plan`` write state that the same plan's
+      later hooks read, so it cannot be planned ahead (refused with a pool that plans ahead).
+
+    Both are read in one place, ``rollwise.compat.check_async``.
+
+    An objective's off-policy correction is its options' ``needs_prox``
+    (``rollwise.compat.corrects_off_policy``)."""
 
     decode_hooks: bool = True
     sampler_entropy: bool = True
@@ -92,6 +104,9 @@ class Compat:
     independent_rows: bool = False
     replays_rows: bool = False
     episodes: bool = False
+    state_anchors: bool = True
+    plans_ahead: bool = False
+    keeps_plan_state: bool = False
 
 
 NEUTRAL = Compat()

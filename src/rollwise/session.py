@@ -128,7 +128,7 @@ class Run:
         self.start_step = self.state.step  # finish(): a resumed run that trains no step leaves its final/ as it is
         if self.dp is not None:  # rank 0 releases the others; every rank takes rank 0's weights
             self.dp.lead(self.cfg, [self.model, self.trainer.ref_model])
-        if cfg.train.fsdp:  # the trainer shards a copy; self.model stays whole (rollwise.distributed.fsdp)
+        if cfg.train.fsdp:  # the trainer shards a copy; self.model stays whole (rollwise.trainer.fsdp)
             self.trainer.shard()
         self.sync_weights()  # the engines start from the trainer's weights (warm-started or resumed)
         self.trackers = self._open_trackers() if cfg.run.report_to and self.main else None

@@ -8,7 +8,7 @@ stay hashable and cheap to copy.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
@@ -310,6 +310,24 @@ class Task(Protocol):
     def verify(self, prompt: Prompt, completion: str) -> Verdict: ...
 
 
+def reference_completions(task, n: int, *, episodes: bool) -> tuple[list[str], str]:
+    """Up to ``n`` of the task's reference completions (train split, seed 0) and what they are: an
+    environment task's demonstrated actions, one per turn (``sampling.max_new_tokens`` bounds a turn;
+    ``rollwise.envs.base``), else its warm-start targets, else its reference answers. ``episodes``:
+    the task runs multi-turn episodes, as its compatibility record declares
+    (``rollwise.compat.declares_episodes``). Read through the task contract, here on the ground floor,
+    because the warm start (``trainer/warm_start.py``) and the config derivation (``rollwise.defaults``)
+    both ask it of whatever task the run built."""
+    n = min(n, len(task.train_prompts()))
+    if episodes:
+        demos = task.episode_examples(n, 0)
+        return [t[0] for _, turns in demos for t in turns if t[0]], "demonstrated actions"
+    try:
+        return [t for _, t in task.sft_examples(n, 0) if t], "warm-start targets"
+    except (NotImplementedError, AttributeError):
+        return [p.answer for p in task.train_prompts()[:n] if p.answer], "reference answers"
+
+
 @runtime_checkable
 class Backend(Protocol):
     """Continue token sequences. ``sequences[i]`` is prompt ids + any already generated ids."""
@@ -317,27 +335,65 @@ class Backend(Protocol):
     def generate(self, sequences: Sequence[Sequence[int]], sampling: Sampling) -> list[Completion]: ...
 
 
-@runtime_checkable
-class Controller(Protocol):
-    """Which prompts, how many rollouts each, and extra rounds (docs/architecture.md §1, §3).
+class Controller:
+    """Which prompts, how many rollouts each, and extra rounds (docs/architecture.md §1, §3): the
+    controller contract, written once, as the base class every controller
+    (``rollwise.control.REGISTRY``) and controller wrapper inherits. It lists every hook the loop,
+    the batch builder and the pools call, the optional ones with defaults that change nothing, so
+    nothing probes a controller for a hook (issue #27). Constructed as
+    ``Cls(train_prompts, control_cfg, options, seed)``.
 
-    ``observe`` receives *every* group generated this step (before filtering), so per-prompt
-    statistics see all rollouts. ``state_dict`` / ``load_state_dict`` go into checkpoints.
-    Constructed as ``Cls(train_prompts, control_cfg, options, seed)``. Every controller inherits
-    ``rollwise.control.base.Controller``, which declares the optional hooks with their defaults.
-    """
+    Required (no default): ``select``, ``plan``, ``state_dict``, ``load_state_dict``. Optional, with
+    their defaults: ``next_round`` (no further round), ``finish_batch`` (the kept groups, unchanged),
+    ``observe`` (nothing), ``bind`` (nothing), ``advantage_inputs`` (an empty record: advantages
+    unweighted, no prior, no baseline), ``after_update`` (nothing), ``metrics`` (none), ``history``
+    (None: no ``prompt_stats.json``). Whether it may be planned ahead is its compatibility record's
+    ``keeps_plan_state`` (``rollwise.registry.Compat``; ``rollwise/control/__init__.py``)."""
 
-    def select(self, state: RunState) -> list[Prompt]: ...
+    metrics: Mapping[str, float] = MappingProxyType({})  # read-only default; controllers assign their own dict
+    history: Any = None  # a PromptHistory, dumped to prompt_stats.json at each checkpoint
 
-    def plan(self, prompts: list[Prompt], state: RunState) -> Plan: ...
+    def select(self, state: RunState) -> list[Prompt]:
+        raise NotImplementedError
 
-    def next_round(self, groups: list[Group], state: RunState) -> Plan: ...
+    def plan(self, prompts: list[Prompt], state: RunState) -> Plan:
+        raise NotImplementedError
 
-    def observe(self, groups: list[Group], state: RunState) -> None: ...
+    def next_round(self, groups: list[Group], state: RunState) -> Plan | None:
+        """The next generation round of this step; an empty plan when the step's rollouts are done."""
+        return Plan()
 
-    def state_dict(self) -> dict: ...
+    def finish_batch(self, groups: list[Group], kept: list[Group], dropped) -> list[Group]:
+        """The training groups from the filters' ``kept`` groups (of all generated ``groups``); may count
+        extra drop reasons in ``dropped``."""
+        return kept
 
-    def load_state_dict(self, s: dict) -> None: ...
+    def observe(self, groups: list[Group], state: RunState) -> None:
+        """Every group generated this step (before filtering), so per-prompt statistics see all
+        rollouts."""
+
+    def bind(self, services: Services) -> None:
+        """The run's services (:class:`Services`), given once the run is assembled."""
+
+    def advantage_inputs(self, rows, needs: Collection[str] = ()) -> AdvantageInputs:
+        """What this controller gives the advantage stage for the step's ``rows``, as one record
+        (row weights, priors, baselines; :class:`AdvantageInputs`), computed before the estimator.
+        ``needs`` names the inputs the step's estimator declares (``fn.inputs``), so a prior or a
+        baseline is computed only for an estimator that reads it. None of them by default:
+        advantages unweighted, and an estimator that needs a prior (V0.5) or a baseline (MSSR) is
+        refused by the batch builder, naming the controller it needs."""
+        return AdvantageInputs()
+
+    def after_update(self, batch, rows, metrics: dict, advantages) -> None:
+        """After the optimizer step: the trained ``batch`` and ``rows``, the step's ``metrics`` and the
+        estimator's (unweighted) ``advantages`` of the rows."""
+
+    def state_dict(self) -> dict:
+        """Goes into checkpoints, with :meth:`load_state_dict`."""
+        raise NotImplementedError
+
+    def load_state_dict(self, s: dict) -> None:
+        raise NotImplementedError
 
 
 @runtime_checkable

@@ -1,4 +1,4 @@
-"""GPU check of FSDP2 training (``train.fsdp``; rollwise.distributed.fsdp) on NCCL: 2 ranks, one GPU
+"""GPU check of FSDP2 training (``train.fsdp``; rollwise.trainer.fsdp) on NCCL: 2 ranks, one GPU
 each (the process group is ``cpu:gloo,cuda:nccl``, data_parallel.start). Skipped without CUDA or
 with fewer than 2 GPUs (NCCL refuses two ranks on one device). The CPU (gloo) equivalences are in
 tests/invariants/test_fsdp.py; here:

@@ -1,4 +1,4 @@
-"""Invariant: FSDP2 training (``train.fsdp``; rollwise.distributed.fsdp) on 2 processes (gloo, CPU)
+"""Invariant: FSDP2 training (``train.fsdp``; rollwise.trainer.fsdp) on 2 processes (gloo, CPU)
 takes the optimizer steps of plain data parallel (rollwise.distributed.data_parallel), while each
 rank holds half of the trained weights and of the AdamW moments.
 
@@ -83,7 +83,7 @@ def _steps(dp, micro_batch, rows=6, fsdp=True, sgd=False):
 
 def _sharding(dp):
     """Elements of the trained parameters and AdamW moments on this rank, and in the whole model."""
-    from rollwise.distributed.fsdp import local_numel
+    from rollwise.trainer.fsdp import local_numel
 
     model, batch = _batch(6)
     trainer = _trainer(model, dp, 3, fsdp=True)

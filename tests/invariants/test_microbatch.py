@@ -6,7 +6,7 @@ import copy
 import pytest
 import torch
 
-from rollwise.batch.collate import collate
+from rollwise.collate import collate
 from rollwise.config import load_config
 from rollwise.objectives import ADVANTAGES, OBJECTIVES
 from rollwise.trainer.tiny import build_tiny

@@ -412,3 +412,32 @@ def test_a_task_declares_episodes_in_its_compatibility_record():
         assert compat.record(tasks.REGISTRY.get(name)).episodes == (name.split(":")[0] in EPISODE_TASKS), name
     assert compat.declares_episodes(load_config(overrides=["task.name=calculator"]))
     assert not compat.declares_episodes(load_config(overrides=["task.name=arithmetic"]))
+
+
+def test_planning_ahead_and_state_anchors_are_declared_in_the_records():
+    """Issue #41 item 3: whether a pool plans ahead (the asynchronous pool: ``Compat.plans_ahead``), whether a
+    controller keeps per-plan state (``Compat.keeps_plan_state``) and whether a task's turns carry state
+    anchors (``Compat.state_anchors``) are fields of the parts' records, read by ``compat`` where each is
+    decided, not attributes probed with a default."""
+    from rollwise import control, tasks
+
+    assert [k for k in compat.POOLS.names() if compat.record(compat.POOLS.get(k)).plans_ahead] == ["async"]
+    keeps = sorted(n for n in control.REGISTRY.names() if compat.record(control.REGISTRY.get(n)).keeps_plan_state)
+    assert keeps == ["ar3po", "cures", "dars", "dars_b", "dots", "gdro", "greso", "speed", "wise", "xrpo"]
+    assert not any(hasattr(control.REGISTRY.get(n), "plans_ahead") for n in control.REGISTRY.names())
+    python_math = tasks.REGISTRY.get("python_math")
+    assert compat.record(python_math).state_anchors is False and not hasattr(python_math, "state_anchors")
+    assert compat.record(tasks.REGISTRY.get("calculator")).state_anchors is True
+
+
+def test_compat_reads_the_records_it_declares_without_probing():
+    """The three mode switches above, and the controller hooks every controller inherits
+    (``rollwise.types.Controller``), are read from ``compat.py`` without ``getattr(..., default)``."""
+    tree = ast.parse((ROOT / "src" / "rollwise" / "compat.py").read_text())
+    probes = [
+        ast.unparse(n)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "getattr" and len(n.args) == 3
+    ]
+    named = [p for p in probes if any(k in p for k in ("plans_ahead", "state_anchors", "needs_prox", "ctrl, h"))]
+    assert named == []

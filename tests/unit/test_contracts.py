@@ -12,14 +12,15 @@ import torch
 from rollwise import backends, control, replay
 from rollwise import filter as filters
 from rollwise.batches import apply_row_weights
-from rollwise.control.base import Controller
 from rollwise.control.uniform import Uniform
 from rollwise.filter.chain import apply_filters
 from rollwise.objectives import ADVANTAGES, OBJECTIVES
 from rollwise.objectives.inputs import _CONTEXT_INPUTS, _INPUTS, advantage_context, advantage_inputs
+from rollwise.registry import record
 from rollwise.types import (
     AdvantageInputs,
     Backend,
+    Controller,
     Decision,
     Group,
     Prompt,
@@ -45,6 +46,17 @@ HOOKS = (
 )
 
 
+def test_the_controller_contract_is_written_once():
+    """Issue #41 item 3: the hooks are one class, ``rollwise.types.Controller`` (the ground floor, so the
+    asynchronous pool's lock keeps it without importing a controller), not a Protocol beside a base class."""
+    import importlib.util
+
+    assert importlib.util.find_spec("rollwise.control.base") is None
+    assert not getattr(Controller, "_is_protocol", False)
+    public = {n for n, v in vars(Controller).items() if callable(v) and not n.startswith("_")}
+    assert public == set(HOOKS)
+
+
 def _entries(registry):
     return [(name, registry.get(name)) for name in registry.names()]
 
@@ -54,7 +66,8 @@ def test_every_controller_inherits_the_hook_contract(name, cls):
     assert issubclass(cls, Controller)
     for hook in HOOKS:
         assert callable(getattr(cls, hook)), hook
-    assert isinstance(cls.plans_ahead, bool)
+    assert isinstance(record(cls).keeps_plan_state, bool)
+    assert not hasattr(cls, "plans_ahead")  # declared once, in the record (issue #41 item 3)
     for required in (
         "select",
         "plan",

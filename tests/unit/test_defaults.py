@@ -261,7 +261,7 @@ def test_an_environment_task_derives_from_its_demonstrated_actions():
     """calculator: the references are the demonstrated turns (a '<calc>...</calc>' call, then the number),
     not a single completion: max_new_tokens bounds a turn (rollwise.envs.base)."""
     from rollwise import tasks
-    from rollwise.tasks._common import reference_completions
+    from rollwise.types import reference_completions
 
     cfg = load_config(overrides=['task.name="calculator"', "task.options={n_train=40, n_heldout=4}"])
     refs, what = reference_completions(tasks.build(cfg), 8, episodes=True)

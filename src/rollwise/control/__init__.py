@@ -6,11 +6,12 @@ the pool calls ``select``/``plan`` for plans k+1 .. k+η before step k's ``next_
 ``select``/``plan`` write state that those later calls read *for the plan being trained* (a round
 context, bins and arms, a "reference step" flag) would then work on the wrong plan. Such a
 controller either keys that state by plan (``v05`` queues each plan's priors and ``observe`` takes
-the oldest) or sets the class attribute ``plans_ahead = False``, with which η >= 1 is refused at config
-load (:func:`rollwise.compat.check_plans_ahead`). A controller that only resets
+the oldest) or declares it in its compatibility record, ``compat = Compat(keeps_plan_state=True)``,
+with which η >= 1 (a pool whose record says ``plans_ahead``) is refused at config load
+(:func:`rollwise.compat.check_plans_ahead`). A controller that only resets
 per-step counters in ``plan`` (read by the same step's rounds, which come after every ``plan``
 call of that step) or keeps only cross-step statistics updated in ``observe`` leaves the default
-(``plans_ahead = True``, declared by ``rollwise.control.base.Controller``): its next plans are
+(``keeps_plan_state = False``, ``rollwise.registry.Compat``): its next plans are
 merely chosen from statistics up to step k - 1, the price of running ahead.
 """
 

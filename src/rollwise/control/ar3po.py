@@ -84,6 +84,7 @@ from typing import ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from rollwise.control.source import PromptSource, SourceController
+from rollwise.registry import Compat
 from rollwise.types import CORRECT, Group, Plan, Prompt, Request, Rollout
 
 
@@ -129,7 +130,7 @@ class AR3PO(SourceController):
     """AR3PO (arXiv 2509.25808), reconstructed: stages until the first success, then response reuse."""
 
     Options = AR3POOptions
-    plans_ahead = False  # select() clears, plan() fills the stages that next_round reads
+    compat = Compat(keeps_plan_state=True)  # select() clears, plan() fills the stages that next_round reads
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: AR3POOptions | None, seed: int):
         self.cfg = cfg
@@ -187,7 +188,7 @@ class AR3PO(SourceController):
             or not group.verified_rewards()
         ):
             return group
-        age = getattr(state, "policy_version", 0) - stored.policy_version
+        age = state.policy_version - stored.policy_version
         if self.opts.max_reuse_age is not None and age > self.opts.max_reuse_age:
             return group
         self._reused[group.prompt.id] = stored
@@ -207,7 +208,7 @@ class AR3PO(SourceController):
             correct = [r for r in g.rollouts if is_correct(r) and r.finish in ("stop", "length")]
             if correct:
                 self.store[g.prompt.id] = correct[-1]
-        version = getattr(state, "policy_version", 0)
+        version = state.policy_version
         reused = list(self._reused.values())
         n_fresh = sum(g.size for g in fresh)
         self.metrics = {

@@ -82,9 +82,10 @@ def completion_tokens(groups: Iterable[Group]) -> tuple[int, int]:
 
 
 def max_new_tokens_prior(control_cfg) -> int:
-    """``sampling.max_new_tokens`` of the run (the ``Config`` hands it to its control section);
-    a control section built on its own falls back to the sampling default."""
-    prior = getattr(control_cfg, "_max_new_tokens", None)
+    """``sampling.max_new_tokens`` of the run (the ``Config`` hands it to its control section, a private
+    attribute ``ControlConfig`` declares); a control section built on its own falls back to the sampling
+    default."""
+    prior = control_cfg._max_new_tokens
     if prior is None:
         from rollwise.config import SamplingConfig
 
@@ -106,8 +107,8 @@ class StepBudget:
         """``control.budget_rollouts`` (else the controller's ``default_rollouts``; None = no
         rollout cap) and ``control.budget_tokens``."""
         return cls(
-            getattr(control_cfg, "budget_rollouts", None) or default_rollouts,
-            getattr(control_cfg, "budget_tokens", None),
+            control_cfg.budget_rollouts or default_rollouts,
+            control_cfg.budget_tokens,
             max_new_tokens_prior(control_cfg),
         )
 

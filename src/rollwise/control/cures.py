@@ -57,12 +57,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rollwise.control.base import Controller
 from rollwise.control.budget import StepBudget
 from rollwise.control.history import PromptHistory
 from rollwise.control.source import restore_rng
 from rollwise.registry import Compat
-from rollwise.types import Group, Plan, Prompt, Request
+from rollwise.types import Controller, Group, Plan, Prompt, Request
 
 
 def posterior_mean(c: int, n: int) -> float:
@@ -136,8 +135,8 @@ class CuresOptions(BaseModel):
 
 class CurES(Controller):
     Options = CuresOptions
-    plans_ahead = False  # plan() replaces the round context (probe phase, allocation) that next_round reads
-    compat = Compat(needs_value=("rates", "predicted"))
+    # keeps_plan_state=True: plan() replaces the round context (probe phase, allocation) that next_round reads
+    compat = Compat(needs_value=("rates", "predicted"), keeps_plan_state=True)
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: CuresOptions | None, seed: int):
         self.cfg = cfg

@@ -144,8 +144,8 @@ class DARS(SourceController):
     """DARS (arXiv 2508.13755): stage-1 rollouts, then ΔN top-ups for prompts with p_hat < 0.5."""
 
     Options = DARSOptions
-    plans_ahead = False  # select()/plan() reset and fill the stage-1 prompts that next_round tops up
-    compat = Compat(needs_value=("rates", "predicted"))
+    # keeps_plan_state=True: select()/plan() reset and fill the stage-1 prompts that next_round tops up
+    compat = Compat(needs_value=("rates", "predicted"), keeps_plan_state=True)
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: DARSOptions | None, seed: int):
         self.cfg = cfg

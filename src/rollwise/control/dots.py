@@ -78,10 +78,10 @@ from collections.abc import Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from rollwise.control.base import Controller
 from rollwise.control.budget import StepBudget
 from rollwise.control.history import PromptHistory
-from rollwise.types import Decision, Group, Plan, Prompt, Request
+from rollwise.registry import Compat
+from rollwise.types import Controller, Decision, Group, Plan, Prompt, Request
 
 REFERENCE_KEY = "dots_reference"  # Prompt.metadata flag of a reference rollout request
 
@@ -223,7 +223,7 @@ class DOTS(Controller):
     near-greedy selection of the prompts closest to ``alpha`` for the round's ``mu`` steps."""
 
     Options = DOTSOptions
-    plans_ahead = False  # select() sets the reference-step flag that plan() and next_round read
+    compat = Compat(keeps_plan_state=True)  # select() sets the reference-step flag that plan() and next_round read
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: DOTSOptions | None, seed: int):
         self.cfg = cfg

@@ -291,9 +291,9 @@ class GDRO(SourceController):
     """Multi-Adversary GDRO (module docstring)."""
 
     Options = GdroOptions
-    plans_ahead = False  # plan() sets the bins, arms and counts that row_weights and after_update credit
-
-    compat = Compat(batch_statistics=True)  # row_weights weighs and scores the whole batch's rows
+    # batch_statistics: row_weights weighs and scores the whole batch's rows; keeps_plan_state=True: plan() sets
+    # the bins, arms and counts that row_weights and after_update credit
+    compat = Compat(batch_statistics=True, keeps_plan_state=True)
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: GdroOptions | None, seed: int):
         self.cfg = cfg

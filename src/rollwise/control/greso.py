@@ -94,9 +94,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rollwise.control.rounds import target_groups
 from rollwise.control.source import PromptSource, PromptStream, SourceController, restore_rng
+from rollwise.outcomes import degenerate_prob
 from rollwise.registry import Compat
 from rollwise.types import Group, Plan, Prompt, Request
-from rollwise.value.metrics import degenerate_prob
 
 # ------------------------------------------------------------------------- the pure parts
 
@@ -262,10 +262,9 @@ class GRESO(SourceController):
     tuning of (p_easy, p_hard), DS rounds of adaptive size."""
 
     Options = GRESOOptions
-    plans_ahead = False  # select() starts the round context (round prompts, counters) that next_round reads
-
-    # GRESO runs its own rounds inside DAPO refill; 'replace' would redraw whole batches through select mid-step
-    compat = Compat(dynamic_sampling="refill", needs_value=("first_visit", "predicted"))
+    # GRESO runs its own rounds inside DAPO refill; 'replace' would redraw whole batches through select mid-step.
+    # keeps_plan_state=True: select() starts the round context (round prompts, counters) that next_round reads
+    compat = Compat(dynamic_sampling="refill", needs_value=("first_visit", "predicted"), keeps_plan_state=True)
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: GRESOOptions | None, seed: int):
         self.cfg = cfg

@@ -27,7 +27,7 @@ Deviations (stated in docs/strategies.md):
   JSON critique (summary, root cause, principle, ``retry_from_step``) and the retry is generated
   *with* that guidance and trained without it (context distillation). A tiny model cannot write
   one, so the reflector is pluggable: ``"rule"`` (default) is the FAPO rule detector's first false
-  equation (:func:`rollwise.reward.fapo.first_false_equation`), which sees the working of the
+  equation (:func:`rollwise.flaws.first_false_equation`), which sees the working of the
   built-in arithmetic task with ``cot = true``; ``"package.module:attr"`` is any callable
   ``(prompt, completion_text) -> int | None``. Retries are therefore plain on-policy
   continuations (the code applies no importance correction to its off-policy retries either);
@@ -47,8 +47,8 @@ from collections.abc import Sequence
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rollwise.control.uniform import Uniform
+from rollwise.flaws import first_false_equation
 from rollwise.registry import Compat, Registry, UserError
-from rollwise.reward.fapo import first_false_equation
 from rollwise.types import Group, Plan, Prompt, Request, Rollout
 
 REFLECTORS = Registry("reflector")

@@ -71,11 +71,10 @@ import random
 from collections import Counter
 from collections.abc import Callable
 
-from rollwise.control.base import Controller
 from rollwise.control.source import PromptStream
 from rollwise.filter.replace import passes_gate, replace_bad
 from rollwise.registry import UserError
-from rollwise.types import Group, Plan
+from rollwise.types import Controller, Group, Plan
 
 
 def target_groups(control_cfg) -> int | None:
@@ -128,10 +127,6 @@ class DynamicSampling(Controller):
     @property
     def history(self):
         return self.inner.history
-
-    @property
-    def plans_ahead(self) -> bool:
-        return self.inner.plans_ahead
 
     def select(self, state):
         return self.inner.select(state)

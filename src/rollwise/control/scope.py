@@ -10,7 +10,7 @@ Per step (prompts and rollouts drawn as ``uniform`` does), after the filters (``
 
 1. candidates: rollouts with reward below ``success_at``;
 2. a step verifier names the first erroneous step k* (0-based): ``detector``, one of the FAPO flaw
-   detectors (:mod:`rollwise.reward.fapo`; ``"rule"`` = first false equation, for the built-in
+   detectors (:mod:`rollwise.flaws`; ``"rule"`` = first false equation, for the built-in
    task with ``cot = true``; the paper uses a PRM);
 3. "largely correct" gate: rectify only if ``k* >= 1`` and ``k* / K >= kappa`` (K = the rollout's
    number of steps; spec ``(k*-1)/K >= kappa`` with 1-based k*), ``kappa = 0.5``;
@@ -45,8 +45,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rollwise.control.r3l import _mask_prefix, pivot_offset, token_cut
 from rollwise.control.uniform import Uniform
+from rollwise.flaws import DETECTORS
 from rollwise.registry import Compat, UserError
-from rollwise.reward.fapo import DETECTORS
 from rollwise.types import Group, Prompt, Rollout
 
 _STEPS = re.compile(r"[^,;\n]*(?:[,;\n]|$)")

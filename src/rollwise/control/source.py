@@ -20,10 +20,9 @@ import random
 from collections.abc import Sequence
 from typing import Literal
 
-from rollwise.control.base import Controller
 from rollwise.control.budget import StepBudget
 from rollwise.control.history import PromptHistory
-from rollwise.types import Group, Plan, Prompt, Request
+from rollwise.types import Controller, Group, Plan, Prompt, Request
 
 
 def restore_rng(rng: random.Random, state) -> None:

@@ -180,10 +180,9 @@ class SPEED(SourceController):
     same call as the next screening, until B groups are finished."""
 
     Options = SPEEDOptions
-    plans_ahead = False  # select() starts the screen/continue context next_round reads (wise inherits it)
-
-    # without its filter the unfinished screens would be trained on; it runs its own rounds
-    compat = Compat(needs_filter="speed_complete", dynamic_sampling=False)
+    # without its filter the unfinished screens would be trained on; it runs its own rounds.
+    # keeps_plan_state=True: select() starts the screen/continue context next_round reads (wise inherits it)
+    compat = Compat(needs_filter="speed_complete", dynamic_sampling=False, keeps_plan_state=True)
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: SPEEDOptions | None, seed: int):
         self.cfg = cfg

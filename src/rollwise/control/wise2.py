@@ -44,9 +44,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rollwise.control.source import restore_rng
 from rollwise.control.uniform import Uniform
+from rollwise.outcomes import degenerate_prob
 from rollwise.registry import Compat
 from rollwise.types import Prompt
-from rollwise.value.metrics import degenerate_prob
 
 
 class Wise2Options(BaseModel):

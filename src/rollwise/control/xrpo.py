@@ -90,7 +90,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rollwise.control.source import PromptSource, SourceController
-from rollwise.registry import UserError
+from rollwise.registry import Compat, UserError
 from rollwise.types import Group, Plan, Prompt, Request
 
 # ------------------------------------------------------------------ Student-t quantile
@@ -365,7 +365,7 @@ def seeded_prompt(prompt: Prompt, exemplars: Sequence[Exemplar], template: str) 
 
 class Xrpo(SourceController):
     Options = XrpoOptions
-    plans_ahead = False  # plan() replaces the round context (ids, allocation) that next_round reads
+    compat = Compat(keeps_plan_state=True)  # plan() replaces the round context (ids, allocation) that next_round reads
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: XrpoOptions | None, seed: int):
         self.cfg = cfg

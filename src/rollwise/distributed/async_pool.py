@@ -52,9 +52,9 @@ How it works:
   objective that does not (``rollwise.compat.corrects_off_policy`` states the rule) is refused at config load
   unless ``train.async.allow_uncorrected = true``.
 - **Controllers.** Plans ahead are drawn before the current step's ``next_round``/``observe``/
-  ``after_update``; a controller that keeps per-plan state between them declares
-  ``plans_ahead = False`` and η >= 1 is refused with it (``rollwise.compat.check_plans_ahead``;
-  rollwise/control/__init__.py lists the rule).
+  ``after_update``: this pool declares ``Compat(plans_ahead=True)``, a controller that keeps per-plan
+  state between them declares ``Compat(keeps_plan_state=True)``, and η >= 1 is refused with it
+  (``rollwise.compat.check_plans_ahead``; rollwise/control/__init__.py lists the rule).
 
 Costs and metrics (per step, in ``metrics.jsonl``): the cost of plan ``k`` is charged at step ``k``
 (its tokens, rollouts, verifier calls, generation seconds); ``async/staleness_<d>`` counts the
@@ -91,10 +91,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rollwise.control.base import Controller
 from rollwise.generate.common import StepCost, merge_groups
 from rollwise.registry import Compat
-from rollwise.types import Completion, Plan, Request
+from rollwise.types import Completion, Controller, Plan, Request
 
 now = time.perf_counter
 
@@ -517,14 +516,15 @@ def check_config(cfg) -> None:
 
 
 # The generator has its own weights and runs ahead: a wrapper cannot drive the trainer's backend,
-# and one generator thread per process is not shared across data-parallel ranks.
-COMPAT = Compat(decode_hooks=False, per_rank=False)
+# one generator thread per process is not shared across data-parallel ranks, and it draws the plans of
+# up to η later steps before a step's rounds and observe (plans ahead).
+COMPAT = Compat(decode_hooks=False, per_rank=False, plans_ahead=True)
 
 
 class Locked(Controller):
     """``obj`` with every method call (and its ``stream``'s) under ``lock``: the controller, when
     APRIL in the generator thread draws prompts from it while the loop's thread uses it. The
-    controller hooks (``rollwise.control.base.Controller``) are forwarded by name, every other
+    controller hooks (the contract, ``rollwise.types.Controller``) are forwarded by name, every other
     attribute through ``__getattr__``."""
 
     def __init__(self, obj, lock):
@@ -536,7 +536,6 @@ class Locked(Controller):
 
     metrics = property(lambda self: self._obj.metrics)
     history = property(lambda self: self._obj.history)
-    plans_ahead = property(lambda self: self._obj.plans_ahead)
 
     def select(self, state):
         return self._call("select", state)

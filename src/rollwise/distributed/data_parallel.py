@@ -46,7 +46,7 @@ Limits (refused by :func:`check_config` with the key to change): Ray rollout wor
 (``distributed.workers > 0``), rollout strategies that drive the sampler in this process
 (ARRoL, LATR trees, APRIL, SPEC-RL), and ``model.backend = "vllm"`` (one engine per rank on
 one device is not handled). Every rank holds the whole model and optimizer state, unless
-``train.fsdp = true``: then the trainer shards them with FSDP2 (``rollwise.distributed.fsdp``),
+``train.fsdp = true``: then the trainer shards them with FSDP2 (``rollwise.trainer.fsdp``),
 whose reduce-scatter replaces :meth:`DataParallel.all_reduce_grads`, and each rank keeps one whole
 copy of the weights for its sampler.
 

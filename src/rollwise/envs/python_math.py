@@ -265,7 +265,6 @@ class _Options(ToolOptions):
 
 
 make.Options = _Options
-make.compat = Compat(
-    episodes=True
-)  # an environment task: rollwise.compat checks the episode keys from the config alone
-make.state_anchors = PythonMathTask.STATE_ANCHORS  # False: rollwise.compat refuses gigpo
+# an environment task: rollwise.compat checks the episode keys from the config alone; its turns carry no
+# state anchor (STATE_ANCHORS = False), so rollwise.compat refuses gigpo
+make.compat = Compat(episodes=True, state_anchors=PythonMathTask.STATE_ANCHORS)

@@ -47,7 +47,7 @@ function of its call (``calc``) holds no other state, so two episodes whose call
 but got the same outputs (``<calc>1+2</calc>`` and ``<calc>2+1</calc>``) share a step group, and
 episodes told different things never do. A task whose tools keep state that the outputs do not
 show sets ``STATE_ANCHORS = False``: its turns get no anchor, and ``rollwise.compat`` refuses
-``advantage.name = "gigpo"`` for it (``make.state_anchors``; e.g. ``python_math``).
+``advantage.name = "gigpo"`` for it (its factory's ``Compat(state_anchors=False)``; e.g. ``python_math``).
 """
 
 from __future__ import annotations

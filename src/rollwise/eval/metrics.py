@@ -11,9 +11,10 @@ that could not be verified do not vote.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from math import comb
+
+from rollwise.outcomes import majority_answer
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -24,16 +25,6 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     if n - c < k:
         return 1.0
     return 1.0 - comb(n - c, k) / comb(n, k)
-
-
-def majority_answer(answers: Sequence[str | None]) -> str | None:
-    """The most frequent non-None answer, ties broken by first appearance; None if there is none
-    (maj@k here, TTRL's pseudo-label in ``rollwise.reward.ttrl``). ["5", "3", "3", "5"] -> "5"."""
-    counts = Counter(a for a in answers if a is not None)
-    if not counts:
-        return None
-    best = max(counts.values())
-    return next(a for a in answers if a is not None and counts[a] == best)
 
 
 def maj_at_k(answers: Sequence[str | None], correct: Sequence[bool | None], k: int) -> float:

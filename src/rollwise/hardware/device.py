@@ -22,7 +22,7 @@ hidden unit (with ``train.activation_checkpointing``: each layer's input plus on
 the memory available when training began (``MemAvailable``, Linux; elsewhere nothing is checked).
 Calibrated on SmolLM2-135M in fp32 with LoRA: 0.77-1.02 GB per 560-token row measured (20-27
 values), 1.08 GB estimated.
-With FSDP (``train.fsdp``, ``shards = W`` ranks; ``rollwise.distributed.fsdp``) the trained weights,
+With FSDP (``train.fsdp``, ``shards = W`` ranks; ``rollwise.trainer.fsdp``) the trained weights,
 their gradients and moments are divided by W (rounded up), and a whole generation copy of the
 weights (the ``hf`` sampler's) is added; the reference copy stays whole.
 """

@@ -42,7 +42,7 @@ def confidence_shift(rows: Sequence[Rollout], services: Services) -> torch.Tenso
     (rollout policy, detached) log-probs minus the frozen reference's (ACE, ``objectives/ace.py``).
     Needs the trainer built with a reference model (the assembler does so when the estimator sets
     ``needs_reference``): ``services.policy_and_reference_logprobs``."""
-    from rollwise.batch.collate import collate
+    from rollwise.collate import collate
     from rollwise.types import Advantages
 
     b = len(rows)

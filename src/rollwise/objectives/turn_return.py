@@ -20,7 +20,7 @@ turn k of a row:
    every turn of the group (one baseline for the prompt's state-action pairs, closer to a
    batch-normalised return).
 4. **Tokens** (``Advantages.token_values``): turn k's policy tokens carry ``A_k``; observation
-   tokens carry 0 (they have loss mask 0, ``batch/collate.py``). ``Advantages.values`` is ``A_0``
+   tokens carry 0 (they have loss mask 0, ``rollwise/collate.py``). ``Advantages.values`` is ``A_0``
    (the first turn's, i.e. the whole trajectory's return), the per-row summary.
 
 A single-turn rollout (``episode`` None) is one turn over its whole completion with ``G_0 = r``:

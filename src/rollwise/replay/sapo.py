@@ -385,7 +385,7 @@ class Sapo(ReplaySource):
         rows = [r for g in groups for r in g.rollouts]
         if not rows:
             return groups
-        from rollwise.batch.collate import collate
+        from rollwise.collate import collate
 
         b = len(rows)
         batch = collate(

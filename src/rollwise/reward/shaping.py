@@ -65,7 +65,7 @@ def sequence_kl(
 def reference_kl(rows: list[Rollout], trainer, estimator: str, pad_id: int) -> torch.Tensor:
     """(B,) per-sequence KL of the rows' completions, from the trainer's no-grad recompute of the
     current policy and of the frozen reference (``Trainer.policy_and_reference_logprobs``)."""
-    from rollwise.batch.collate import collate
+    from rollwise.collate import collate
 
     b = len(rows)
     every_row = Advantages(torch.zeros(b), torch.ones(b, dtype=torch.bool))
@@ -92,7 +92,8 @@ def shape(
         return rewards, {}
     out, metrics = rewards.float().clone(), {}
     if on_fapo:  # flawed positives, judged on the verifier scores (rollwise.reward.fapo)
-        from rollwise.reward.fapo import DETECTORS, fapo_penalty
+        from rollwise.flaws import DETECTORS
+        from rollwise.reward.fapo import fapo_penalty
 
         delta, fm = fapo_penalty(rows, prompts or {}, DETECTORS.get(fapo.detector), fapo.penalty, fapo.correct_at)
         out = out + delta.to(out.dtype)

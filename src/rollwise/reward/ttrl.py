@@ -10,7 +10,7 @@ Per group (one prompt, N_vote rollouts) after generation:
    the key maj@k voting reads; the verifiers normalise it: ``exact`` gives the integer, ``math``
    its parsed form), else its stripped text; rollouts without an answer do not vote;
 2. pseudo-label ``y_hat`` = the most frequent answer, ties to the first seen
-   (:func:`rollwise.eval.metrics.majority_answer`, as ``Counter.most_common`` in the code);
+   (:func:`rollwise.outcomes.majority_answer`, as ``Counter.most_common`` in the code);
 3. reward ``1`` if the rollout's answer equals ``y_hat``, else ``0`` (no answer: 0); the verdict
    becomes ``Verdict(agree, "ttrl_agree" | "ttrl_disagree", details)`` with the original
    verdict's score kept as ``details["true_score"]`` for the metrics below only. A group in which
@@ -40,7 +40,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from rollwise.eval.metrics import majority_answer
+from rollwise.outcomes import majority_answer
 from rollwise.sections.reward import TtrlOptions as Options  # noqa: F401 (the schema lives in its section)
 from rollwise.types import Group, Plan, Rollout, Verdict
 

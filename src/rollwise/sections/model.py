@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rollwise.registry import UserError
 from rollwise.sections import Section
 
 
@@ -148,3 +149,13 @@ class ModelConfig(Section):
     vllm: VllmConfig = Field(
         default_factory=VllmConfig, description="vLLM engine options (model.backend = 'vllm' only)."
     )
+
+
+def check_lora(model: ModelConfig) -> None:
+    """``model.lora.enabled`` trains adapters with peft, an optional extra: refused at load when it is not
+    installed, before any model loads."""
+    if model.lora.enabled:
+        import importlib.util
+
+        if importlib.util.find_spec("peft") is None:
+            raise UserError("model.lora.enabled needs peft: pip install 'rollwise[hf]'")

@@ -120,7 +120,7 @@ class TrainConfig(Section):
         description="Shard the training state (weights, gradients, fp32 AdamW moments) across the torchrun "
         "data-parallel ranks with FSDP2 (torch fully_shard, one group per decoder layer): each rank keeps 1/N "
         "of it, and a full-weight copy for its hf sampler, refreshed after every optimizer step "
-        "(rollwise.distributed.fsdp). Needs torchrun with at least 2 processes; not with model.lora.",
+        "(rollwise.trainer.fsdp). Needs torchrun with at least 2 processes; not with model.lora.",
     )
     epochs: int = Field(
         1,

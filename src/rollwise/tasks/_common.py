@@ -86,22 +86,6 @@ def draw_splits(draw, n_train: int, n_heldout: int, seed: int, name: str) -> tup
     return out[1], out[0]
 
 
-def reference_completions(task, n: int, *, episodes: bool) -> tuple[list[str], str]:
-    """Up to ``n`` of the task's reference completions (train split, seed 0) and what they are: an
-    environment task's demonstrated actions, one per turn (``sampling.max_new_tokens`` bounds a turn;
-    ``rollwise.envs.base``), else its warm-start targets, else its reference answers. ``episodes``:
-    the task runs multi-turn episodes, as its compatibility record declares
-    (``rollwise.compat.declares_episodes``)."""
-    n = min(n, len(task.train_prompts()))
-    if episodes:
-        demos = task.episode_examples(n, 0)
-        return [t[0] for _, turns in demos for t in turns if t[0]], "demonstrated actions"
-    try:
-        return [t for _, t in task.sft_examples(n, 0) if t], "warm-start targets"
-    except (NotImplementedError, AttributeError):
-        return [p.answer for p in task.train_prompts()[:n] if p.answer], "reference answers"
-
-
 def prompts_digest(prompts: Sequence[Prompt]) -> str:
     """A fingerprint of a task's prompts as read from the user's data (ids, text, chat messages, reference
     answers, metadata): the warm start's cache key carries it, so an edited data file (even with as many

@@ -32,7 +32,7 @@ Options the trainer serves (each computed here, its math living in ``objectives/
   rank trains on its contiguous share of the batch's rows (still divided by the global counts),
   and before clipping the gradients are summed over the ranks, and the loss, metric sums,
   mismatch and ESS log-weights gathered, so every rank takes the one-process step.
-- **FSDP2** (``train.fsdp``; ``shard``, ``rollwise.distributed.fsdp``): the trainer trains a sharded
+- **FSDP2** (``train.fsdp``; ``shard``, ``rollwise.trainer.fsdp``): the trainer trains a sharded
   copy (AdamW over its shards; FSDP sums the gradients in each backward) and keeps the model it
   was given whole as ``full_model``, refreshed after every optimizer step: the sampler's module,
   and what the no-grad whole-batch passes read. Every rank runs the same number of passes.
@@ -142,10 +142,10 @@ def token_logprobs(
     the model's packed-sequence mask) go to the decoder only when a row holds two sequences.
     Other models (test doubles) take the full path: one forward, every position's logits.
     ``compute_dtype`` runs the forward under autocast; logits are cast to fp32 before the
-    log-softmax either way. An FSDP-sharded model (``rollwise.distributed.fsdp``) runs it inside a
+    log-softmax either way. An FSDP-sharded model (``rollwise.trainer.fsdp``) runs it inside a
     call of its root module, which gathers the root group's parameters.
     """
-    from rollwise.distributed import fsdp
+    from rollwise.trainer import fsdp
 
     if fsdp.is_sharded(model):
         return fsdp.call_as_root(
@@ -287,11 +287,11 @@ class Trainer:
         return self.full_model if self.fsdp else self.model
 
     def shard(self) -> None:
-        """FSDP2 (``train.fsdp``; ``rollwise.distributed.fsdp``): train a sharded copy of the model
+        """FSDP2 (``train.fsdp``; ``rollwise.trainer.fsdp``): train a sharded copy of the model
         with AdamW over its shards, and keep ``self.model`` whole as ``full_model`` (refreshed after
         every optimizer step). The optimizer and scheduler state (a resumed run's) carries over.
         Every data-parallel rank calls it, with the same weights (after ``DataParallel.lead``)."""
-        from rollwise.distributed import fsdp
+        from rollwise.trainer import fsdp
 
         if self.fsdp:
             return
@@ -521,7 +521,7 @@ class Trainer:
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         if self.fsdp:  # the sampler's whole copy takes the new weights
-            from rollwise.distributed.fsdp import copy_full
+            from rollwise.trainer.fsdp import copy_full
 
             copy_full(self.model, self.full_model)
         metrics = {
@@ -541,7 +541,7 @@ class Trainer:
         of one process; a collective: every rank calls it)."""
         opt = self.optimizer.state_dict()
         if self.fsdp:
-            from rollwise.distributed.fsdp import full_optimizer_state
+            from rollwise.trainer.fsdp import full_optimizer_state
 
             opt = full_optimizer_state(opt)
         return {"optimizer": opt, "scheduler": self.scheduler.state_dict()}
@@ -549,7 +549,7 @@ class Trainer:
     def load_state_dict(self, s: dict) -> None:
         opt = s["optimizer"]
         if self.fsdp:  # full tensors (state_dict's format): this rank's shard of each
-            from rollwise.distributed.fsdp import shard_optimizer_state
+            from rollwise.trainer.fsdp import shard_optimizer_state
 
             opt = shard_optimizer_state(opt, [p for g in self.optimizer.param_groups for p in g["params"]])
         self.optimizer.load_state_dict(opt)

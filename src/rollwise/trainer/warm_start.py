@@ -282,12 +282,12 @@ def fit_warnings(
     episodes: bool,
 ) -> list[str]:
     """Warnings, before any training, when a run cannot score however long it trains: the task's
-    reference completions (``tasks._common.reference_completions``; end-of-text included) are
+    reference completions (``types.reference_completions``; end-of-text included) are
     longer than ``sampling.max_new_tokens``; and, for the built-in tiny model (``builtin``), the
     task uses characters its character-level tokenizer lacks, or its prompts do not fit the
     model's ``context`` with ``max_new_tokens`` after them. Looks at the first ``n`` train examples."""
     prompts = list(task.train_prompts()[:n])
-    from rollwise.tasks._common import reference_completions
+    from rollwise.types import reference_completions
 
     targets, what = reference_completions(task, n, episodes=episodes)
     out = []

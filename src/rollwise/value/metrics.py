@@ -3,7 +3,7 @@
 - Brier score: ``mean((p_hat - p_obs)^2)`` over prompts, with ``p_obs`` the observed group pass rate
   (0 is perfect; always predicting 0.5 on 0/1 outcomes scores 0.25).
 - AUC of "this group will be zero-variance": the score is the predicted probability that ``n``
-  Bernoulli(``p_hat``) rollouts all agree, ``p^n + (1 - p)^n`` (:func:`degenerate_prob`); the label is
+  Bernoulli(``p_hat``) rollouts all agree, ``p^n + (1 - p)^n`` (``rollwise.outcomes.degenerate_prob``); the label is
   whether the observed group's rewards were all equal. AUC is the Mann-Whitney probability that a
   degenerate group scores above a mixed one (ties count one half); undefined (None) when either
   class is empty.
@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rollwise.outcomes import degenerate_prob
+
 
 def brier(pred: Sequence[float], observed: Sequence[float]) -> float:
     """Mean squared error of predicted vs observed pass rates.
@@ -22,12 +24,6 @@ def brier(pred: Sequence[float], observed: Sequence[float]) -> float:
     if len(pred) != len(observed) or not pred:
         raise ValueError(f"brier needs two equal, non-empty sequences, got {len(pred)} and {len(observed)}")
     return sum((p - o) ** 2 for p, o in zip(pred, observed)) / len(pred)
-
-
-def degenerate_prob(p: float, n: int) -> float:
-    """Probability that ``n`` Bernoulli(``p``) rollouts all agree: ``p^n + (1-p)^n``
-    (p 0.5, n 4 -> 0.125; p 0.9, n 2 -> 0.82)."""
-    return p**n + (1.0 - p) ** n
 
 
 def auc(scores: Sequence[float], labels: Sequence[bool]) -> float | None:

@@ -8,7 +8,6 @@ import random
 import pytest
 import torch
 
-from rollwise.batch.collate import collate
 from rollwise.batch.d3s import (
     Options,
     apply,
@@ -23,6 +22,7 @@ from rollwise.batch.d3s import (
     select_tokens,
     token_scores,
 )
+from rollwise.collate import collate
 from rollwise.objectives.advantages import dr_grpo, grpo
 from rollwise.types import Rollout
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rollwise.batch.collate import collate
+from rollwise.collate import collate
 from rollwise.config import load_config
 from rollwise.control.adhint import ADHint, Options, hint_length, hint_ratio
 from rollwise.objectives import ADVANTAGES

@@ -13,7 +13,7 @@ import torch
 import rollwise
 from conftest import as_sets, tiny_overrides
 from rollwise.backends.scripted import ScriptedBackend
-from rollwise.batch.collate import flatten
+from rollwise.collate import flatten
 from rollwise.config import load_config
 from rollwise.control import REGISTRY
 from rollwise.control.ar3po import AR3PO, expected_fresh_responses
@@ -193,7 +193,7 @@ def test_reused_rollout_keeps_its_sampler_logprobs_and_versions():
     ctrl.store["p0"] = old
     groups, _ = _step(ctrl, {"p0": [0] * 4}, step=9, version=9)
     assert groups[0].rollouts[-1] is old  # the very record: ids, mu, policy_version, token_versions
-    from rollwise.batch.collate import collate
+    from rollwise.collate import collate
 
     rows, rewards, gidx = flatten(groups)
     batch = collate(rows, rewards, gidx, ADVANTAGES.get("grpo")(rewards, gidx), pad_id=0)

@@ -174,7 +174,7 @@ class ForwardSizes(torch.nn.Module):
 
 
 def test_hf_generation_and_training_never_see_more_than_their_chunk():
-    from rollwise.batch.collate import collate, flatten
+    from rollwise.collate import collate, flatten
     from rollwise.objectives import ADVANTAGES, OBJECTIVES
     from rollwise.trainer.trainer import Trainer
 

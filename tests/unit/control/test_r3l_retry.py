@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rollwise.batch.collate import collate, flatten
+from rollwise.collate import collate, flatten
 from rollwise.config import load_config
 from rollwise.control.r3l import R3L, Options, pivot_offset, token_cut
 from rollwise.objectives import ADVANTAGES

@@ -1,7 +1,7 @@
 """Asynchrony is correct for every controller (issue #27, item 4). With ``train.async.max_staleness``
 = η >= 1 the async pool draws plans k+1 .. k+η before step k's rounds, filters and ``observe`` run.
 
-- A controller that keeps per-plan state between them (``plans_ahead = False``) is refused at
+- A controller that keeps per-plan state between them (``Compat(keeps_plan_state=True)``) is refused at
   config load, naming ``train.async.max_staleness`` and the controller; so is dynamic sampling's
   ``replace``.
 - The others are driven through the real :class:`AsyncPool` and the loop's order of calls at η = 0
@@ -31,7 +31,7 @@ from rollwise.control import REGISTRY
 from rollwise.distributed.async_pool import AsyncPool
 from rollwise.filter.chain import apply_filters
 from rollwise.generate.common import StepCost
-from rollwise.registry import UserError
+from rollwise.registry import UserError, record
 from rollwise.types import Prompt, Rollout, RunState, Services, Verdict
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs"
@@ -92,7 +92,7 @@ def test_every_registered_controller_is_classified():
     refused = {name for _, name in REFUSED}
     assert refused | set(ACCEPTED) | set(NEEDS_VALUE) == set(REGISTRY.names())
     for name in REGISTRY.names():
-        assert getattr(REGISTRY.resolve(name).obj, "plans_ahead", True) is (name not in refused), name
+        assert record(REGISTRY.resolve(name).obj).keeps_plan_state is (name in refused), name
 
 
 @pytest.mark.parametrize("name", NEEDS_VALUE)

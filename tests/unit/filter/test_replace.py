@@ -11,7 +11,7 @@ import pytest
 import rollwise
 from conftest import as_sets, tiny_overrides
 from rollwise.backends.scripted import ScriptedBackend
-from rollwise.batch.collate import collate, flatten
+from rollwise.collate import collate, flatten
 from rollwise.components import build_filters
 from rollwise.config import load_config
 from rollwise.control.rounds import DynamicSampling, target_groups

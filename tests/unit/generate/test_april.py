@@ -5,7 +5,7 @@ import torch
 
 from rollwise.backends.hf import HFBackend
 from rollwise.backends.scripted import ScriptedBackend
-from rollwise.batch.collate import collate, flatten
+from rollwise.collate import collate, flatten
 from rollwise.distributed.local import LocalPool
 from rollwise.generate.april import PartialRollouts
 from rollwise.tokens import Codec

@@ -154,7 +154,7 @@ def test_a_training_pass_past_the_host_memory_is_refused_naming_the_keys():
 
 
 def test_the_trainer_checks_each_pass_before_its_forward():
-    from rollwise.batch.collate import collate
+    from rollwise.collate import collate
     from rollwise.config import load_config
     from rollwise.objectives import OBJECTIVES
     from rollwise.trainer.tiny import build_tiny

@@ -9,7 +9,7 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from rollwise.batch.collate import collate, flatten
+from rollwise.collate import collate, flatten
 from rollwise.objectives import ADVANTAGES
 from rollwise.objectives.advantages import GrpoOptions, grpo
 from rollwise.objectives.gigpo import GigpoOptions, gigpo

@@ -8,7 +8,7 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from rollwise.batch.collate import collate
+from rollwise.collate import collate
 from rollwise.objectives import ADVANTAGES
 from rollwise.objectives.advantages import GrpoOptions, grpo
 from rollwise.objectives.grpo import loss as grpo_loss

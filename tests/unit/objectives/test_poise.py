@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from rollwise.backends.hf import HFBackend
-from rollwise.batch.collate import flatten
+from rollwise.collate import flatten
 from rollwise.config import load_config
 from rollwise.objectives.inputs import value_baseline
 from rollwise.objectives.poise import cross_rollout, poise

@@ -11,7 +11,7 @@ import torch
 
 import rollwise
 from conftest import as_sets, tiny_overrides
-from rollwise.batch.collate import flatten
+from rollwise.collate import flatten
 from rollwise.config import load_config
 from rollwise.objectives import advantages
 from rollwise.registry import UserError
@@ -259,7 +259,7 @@ def test_unfinished_completions_get_no_eos_and_long_ones_are_cut(tmp_path, task,
 def test_received_rows_carry_the_local_policys_logprobs_so_the_ratio_starts_at_1(tmp_path, task, codec):
     from types import SimpleNamespace
 
-    from rollwise.batch.collate import collate
+    from rollwise.collate import collate
     from rollwise.objectives import grpo
     from rollwise.trainer.tiny import build_tiny
     from rollwise.trainer.trainer import Trainer

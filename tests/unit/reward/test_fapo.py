@@ -8,10 +8,11 @@ import pytest
 import torch
 
 from rollwise.config import load_config
+from rollwise.flaws import first_false_equation, int_value
 from rollwise.objectives import ADVANTAGES
 from rollwise.registry import UserError
 from rollwise.reward import shape
-from rollwise.reward.fapo import fapo_penalty, first_false_equation, int_value
+from rollwise.reward.fapo import fapo_penalty
 from rollwise.tasks.arithmetic import trace
 from rollwise.types import Prompt, Rollout, Verdict
 
@@ -89,8 +90,14 @@ def test_baseline_without_penalty_is_plain_grpo():
 
 
 def test_unknown_detector_is_named_at_load():
-    with pytest.raises(UserError, match="known: rule"):
+    with pytest.raises(UserError, match="known: rule") as e:
         load_config(overrides=["reward.fapo.detector=genrm"])
+    assert str(e.value).startswith("reward.fapo.detector = 'genrm': ")  # the key, then the known names
+
+
+def test_a_plugin_detector_that_does_not_import_is_refused_naming_the_key():
+    with pytest.raises(UserError, match=r"^reward.fapo.detector = 'no_such_pkg.module:f': cannot import module"):
+        load_config(overrides=["reward.fapo.detector='no_such_pkg.module:f'"])
 
 
 def test_detector_gets_the_training_prompt():

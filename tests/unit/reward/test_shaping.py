@@ -10,7 +10,7 @@ import torch
 import rollwise
 from conftest import as_sets, tiny_overrides
 from rollwise.backends.scripted import ScriptedBackend
-from rollwise.batch.collate import flatten
+from rollwise.collate import flatten
 from rollwise.config import load_config
 from rollwise.registry import UserError
 from rollwise.reward import overlong_limits, sequence_kl, shape

@@ -2,8 +2,8 @@
 
 import torch
 
-from rollwise.eval.metrics import majority_answer
 from rollwise.objectives.advantages import grpo
+from rollwise.outcomes import majority_answer
 from rollwise.reward.ttrl import Options, TtrlPool, relabel, step_metrics
 from rollwise.types import Group, Plan, Prompt, Rollout, Verdict
 

@@ -4,7 +4,7 @@ positions, chunked; it must equal the plain full-logits forward in values and gr
 import pytest
 import torch
 
-from rollwise.batch.collate import collate
+from rollwise.collate import collate
 from rollwise.trainer.tiny import build_tiny
 from rollwise.trainer.trainer import pack_rows, token_logprobs
 from rollwise.types import Advantages, Rollout

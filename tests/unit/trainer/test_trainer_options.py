@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from rollwise.batch.collate import collate
+from rollwise.collate import collate
 from rollwise.config import load_config
 from rollwise.objectives import ADVANTAGES, OBJECTIVES
 from rollwise.trainer.trainer import Trainer, token_logprobs

@@ -1,6 +1,11 @@
 """From groups to trainer tensors: ``flatten`` (rewards and group ids for the advantage
 estimator) and ``collate`` (the padded ``Batch``). Rollouts that could not be verified are
 left out here (and counted in the ledger by the pool); they are never scored 0.
+
+On the ground floor (docs/architecture.md §4): the batch builder (``rollwise.batches``) collates the
+step's batch, and every stage that scores rows with the trainer's log-probs lays them out the same
+way (KL in the reward, ``reward/shaping.py``; ACE's confidence shift, ``objectives/inputs.py``;
+SAPO's shared rows, ``replay/sapo.py``), one layout written once.
 """
 
 from __future__ import annotations
