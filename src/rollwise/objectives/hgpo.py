@@ -11,7 +11,8 @@ assigns every turn to nested groups ``G_0 ⊇ G_1 ⊇ ... ⊇ G_K``:
 - level k: those of them whose last k turns were also the same: the same anchors and the same
   tokens (the policy's actions and the observations after them) from the start of turn ``j - k`` to
   the start of turn j (a turn with fewer than k turns before it compares its whole history, and
-  only with turns whose history is as long).
+  only with turns whose history is as long, so its groups at levels j..K are one group, counted at
+  each of those levels).
 
 For a turn with discounted return ``G`` (as GiGPO: ``objectives/turn_return.py``), each level gives
 the relative advantage ``A^k = (G - mean_{G_k}) / F_norm`` (the ``grpo`` statistics: 0 in a group
