@@ -1,8 +1,10 @@
 """``salt``: step-level advantages from a graph of a prompt's trajectories (issue #44).
 
-Paper: SALT, arXiv 2510.20022; the working specification is the SALT entry of the project's
-agentic specifications (issue #44). The trajectories of one prompt often share steps (the same first
-tool call, the same reply to the same feedback). Trajectory GRPO gives every step of a trajectory its
+Paper: Li, Wang, Yan, Tian, Xu, Song, Xu, Cheong, "SALT: Step-level Advantage Assignment for
+Long-horizon Agents via Trajectory Graph", arXiv 2510.20022 (EACL 2026 Findings); the working
+specification is the SALT entry of the project's agentic specifications (issue #44). The
+trajectories of one prompt often share steps (the same first tool call, the same reply to the same
+feedback). Trajectory GRPO gives every step of a trajectory its
 outcome advantage, so a step that successful and failed trajectories both take is pushed up in the
 ones and down in the others. SALT merges identical steps into one node of a graph and gives each
 step the aggregate of the outcome advantages of the trajectories that pass through its node:
