@@ -88,7 +88,8 @@ def test_the_cap_is_the_quantile_of_the_observed_turns_and_the_ledger_counts_the
         assert m["episodes/end_turn_cap"] == 1
         # evaluation (charge=False) is never capped, and is not recorded
         ev = p.rollouts(WARMUP, 2, charge=False)
-        assert turns_and_ends(ev)[3] == (4, "done") and len(p.budget.seen) == 7  # 4 + the 3 uncapped
+        assert turns_and_ends(ev)[3] == (4, "done") and len(p.budget.seen) == 8  # 4 + 4, one censored
+        assert (3, True) in p.budget.seen
     finally:
         p.close()
 
@@ -107,23 +108,49 @@ def test_an_episode_that_still_moves_is_extended_and_one_that_is_stuck_is_not():
         assert m["turn_budget/extensions"] == 2 and m["turn_budget/capped"] == 2
         # (4, 3) recorded turns (1, 2, 3, 4): E[T - 4 | T > 4] = 0 (none longer), E[T - 3 | T > 3] = 1
         assert m["turn_budget/saved_turns_est"] == 1.0
-        assert sorted(p.budget.seen) == [1, 2, 3, 4, 4]  # a's 4 turns recorded, the capped ones not
+        assert sorted(p.budget.seen) == [
+            (1, False),
+            (2, False),
+            (3, False),
+            (3, True),
+            (4, False),
+            (4, False),
+            (4, True),
+        ]
     finally:
         p.close()
 
 
 def test_cap_nearest_rank_warmup_window_and_bounds():
-    b = TurnBudget(TurnBudgetConfig(enabled=True, warmup_episodes=6, window=6), max_turns=6)
+    b = TurnBudget(TurnBudgetConfig(enabled=True, warmup_episodes=6, window=8), max_turns=6)
     b.record([(1, "done"), (2, "done"), (2, "done"), (3, "max_turns"), (5, "done")])
     assert b.cap() == 6  # 5 of 6 warm-up episodes: task.max_turns
-    b.record([(8, "done"), (9, "turn_cap")])  # a capped episode is not recorded
-    assert sorted(b.seen) == [1, 2, 2, 3, 5, 8] and b.cap() == 5  # ceil(0.75 * 6) = 5th smallest
-    b.record([(1, "done")])  # the window keeps the last 6: (2, 2, 3, 5, 8, 1)
+    b.record([(6, "max_turns")])
+    # uncensored: 1 - S = 1/6, 1/2, 2/3 at 1, 2, 3, then 5/6 >= 0.75 at 5: the nearest rank, ceil(4.5) = 5th
     assert b.cap() == 5
+    # E[T - 3 | T > 3] = (S(3) + S(4) + S(5)) / S(3) = (1/3 + 1/3 + 1/6) / (1/3): the episodes 5 and 6, 2 and 3 more
+    assert b.expected_more(3) == pytest.approx(2.5)
+    assert b.expected_more(6) == 0.0
     b.seen.clear()
-    b.record([(9, "done")] * 6)
-    assert b.cap() == 6  # never above task.max_turns
-    assert b.expected_more(3) == 6.0 and b.expected_more(9) == 0.0
+    b.record([(7, "done")] * 6)  # never above task.max_turns
+    assert b.cap() == 6 and b.survival()[5] == 1.0
+
+
+def test_capped_episodes_are_censored_so_the_cap_does_not_ratchet_down():
+    """Ended (1, 2, 2, 3, 5, 6) and two episodes capped at 3 (Kaplan-Meier, hand-worked):
+    S(1) = 7/8, S(2) = 7/8 * 5/7 = 5/8, S(3) = 5/8 * 4/5 = 1/2, S(5) = 1/2 * 1/2 = 1/4 -> the 0.75
+    quantile stays 5. Counting the capped pair as ended at 3 would give the 6th of 8 sorted turns, 3;
+    dropping them (reading only what ended under the cap) keeps 5 here but not once the cap binds
+    often (docs/results.md: 6 -> 4 -> 3 in three steps)."""
+    b = TurnBudget(TurnBudgetConfig(enabled=True, warmup_episodes=6), max_turns=6)
+    b.record([(1, "done"), (2, "done"), (2, "done"), (3, "done"), (5, "done"), (6, "max_turns")])
+    b.record([(3, "turn_cap"), (3, "turn_cap")])
+    assert b.survival() == pytest.approx([1.0, 7 / 8, 5 / 8, 1 / 2, 1 / 2, 1 / 4, 0.0])
+    assert b.cap() == 5
+    # a window of capped episodes only: the estimate never reaches 0.75 below them -> task.max_turns
+    c = TurnBudget(TurnBudgetConfig(enabled=True, warmup_episodes=2), max_turns=6)
+    c.record([(3, "turn_cap")] * 4)
+    assert c.cap() == 6
 
 
 def test_moving_reads_tool_outcomes_and_states():
