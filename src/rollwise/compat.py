@@ -194,7 +194,7 @@ def check(cfg) -> None:
         resolve(cfg, section)
     if declares_episodes(cfg):  # first: the episode pool replaces what later checks reason about
         check_episodes(cfg, True)
-        check_anchors(cfg)
+    check_episode_credit(cfg)
     adv_fn, adv_opts, _ = resolve(cfg, "advantage")
     if cfg.objective.name == "gspo" and getattr(adv_fn, "per_token", False):  # turn_return, gigpo: per turn
         raise UserError(
@@ -275,16 +275,25 @@ def check_episodes(cfg, env: bool) -> None:
         )
 
 
-def check_anchors(cfg) -> None:
-    """``advantage.name = "gigpo"`` groups turns by the environment state they acted on
-    (``Turn.anchor``); an environment task whose record declares ``Compat(state_anchors=False)`` keys no
-    state (e.g. ``python_math``: an interpreter namespace), where gigpo would silently be
-    episode-level GRPO. Refused, naming both keys."""
-    if cfg.advantage.name != "gigpo" or record(resolve(cfg, "task")[0]).state_anchors:
+def check_episode_credit(cfg) -> None:
+    """Step-level credit on episodes. An advantage with ``needs_episodes`` (HGPO, SALT: their step
+    groups are turns of episodes) on a task that makes single-turn rollouts would silently be
+    trajectory GRPO; one with ``needs_anchors`` (GiGPO, HGPO: turns grouped by the environment state
+    they acted on, ``Turn.anchor``) on an environment task whose record declares
+    ``Compat(state_anchors=False)`` keys no state (e.g. ``python_math``: an interpreter namespace) and would
+    silently be episode-level GRPO. Both refused, naming both keys."""
+    adv, name = resolve(cfg, "advantage")[0], cfg.advantage.name
+    if getattr(adv, "needs_episodes", False) and not declares_episodes(cfg):
+        raise UserError(
+            f"advantage.name = {name!r} assigns credit to the turns of multi-turn episodes, and task.name = "
+            f"{cfg.task.name!r} makes single-turn rollouts: it would be trajectory GRPO; choose an environment task "
+            "(e.g. 'guess_number', 'calculator') or advantage.name = 'grpo'"
+        )
+    if not getattr(adv, "needs_anchors", False) or record(resolve(cfg, "task")[0]).state_anchors:
         return
     raise UserError(
-        f"advantage.name = 'gigpo' groups turns by the environment state they acted on, and task.name = "
-        f"{cfg.task.name!r} keys no state (its turns carry no anchor, see its module docstring): gigpo would be "
+        f"advantage.name = {name!r} groups turns by the environment state they acted on, and task.name = "
+        f"{cfg.task.name!r} keys no state (its turns carry no anchor, see its module docstring): {name} would be "
         "episode-level GRPO; choose advantage.name = 'turn_return' or 'grpo'"
     )
 

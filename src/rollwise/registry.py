@@ -73,7 +73,7 @@ class Compat:
       ``rollwise.compat.declares_episodes``), nothing probes a task for it;
     - ``state_anchors``: its episodes' turns carry the environment state they acted on (``Turn.anchor``,
       ``rollwise/envs/tools.py``); False (``python_math``: an interpreter namespace) refuses GiGPO's
-      step groups (``rollwise.compat.check_anchors``).
+      step groups (``rollwise.compat.check_episode_credit``).
 
     Planning ahead (``train.async.max_staleness`` = η >= 1, ``rollwise/control/__init__.py``):
 

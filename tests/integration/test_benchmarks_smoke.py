@@ -248,7 +248,9 @@ def test_episode_runs_summarises_a_real_episode_run(tmp_path):
     del o["task.options"]
     rollwise.train(load_config(overrides=as_sets(o)), log=lambda m: None)
     bench(tmp_path, "episode_runs.py", tmp_path / "sweep", tmp_path / "runs.json")
-    assert _json(tmp_path / "runs.json")
+    run = _json(tmp_path / "runs.json")["runs"]["calc-s0"]
+    assert run["episodes"] == 2 and sum(run["ends"].values()) == 2  # how every episode ended (issue #44)
+    assert "turn_budget" not in run  # only runs with task.turn_budget report it
 
 
 # ---------------------------------------------------------------- scripts that need what a CPU test lacks

@@ -22,6 +22,9 @@ trajectory whose tool-output tokens are masked out of the loss) and RAGEN's mult
 Limits (``EpisodeLimits``, from the ``task`` section of the config):
 
 - ``max_turns`` policy turns (end "max_turns");
+- ``turn_budget``: training episodes capped below ``max_turns`` at a quantile of the turns episodes
+  took so far, extended while they still move (end "turn_cap"; ``rollwise.generate.turn_budget``,
+  its ``turn_budget/*`` ledger fields; evaluation runs to ``max_turns``);
 - ``max_episode_tokens`` policy + observation ids: a turn may decode at most
   min(``sampling.max_new_tokens``, what is left); an episode with no room for another turn ends
   "token_budget" (its last observation is then not appended);
@@ -63,7 +66,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from rollwise.generate.common import StepCost, merge_groups
+from rollwise.generate.turn_budget import CAPPED, TurnBudget
 from rollwise.registry import Compat
+from rollwise.sections.task import TurnBudgetConfig
 from rollwise.tokens import Codec
 from rollwise.types import Episode, Plan, Prompt, Rollout, Sampling, Turn, Verdict
 
@@ -81,6 +86,7 @@ class EpisodeLimits:
     tool_timeout_s: float = 10.0
     tool_workers: int = 8
     episode_schedule: Literal["lockstep", "overlap"] = "lockstep"
+    turn_budget: TurnBudgetConfig | None = None  # None or not enabled: every episode may use max_turns
 
 
 @dataclass
@@ -97,6 +103,8 @@ class _Live:
     entropies: list[float] | None = field(default_factory=list)  # None once a turn has none
     turns: list[Turn] = field(default_factory=list)
     tool_calls_used: int = 0
+    limit: int = 0  # turns this episode may take (task.max_turns, or the turn budget's cap and extensions)
+    extensions: int = 0  # extensions the turn budget granted
     action: str = ""  # the current turn's decoded text
     turn: tuple = ()  # (start, end, finish, budget_cut) of the current turn
     last: Any = None  # the last StepResult
@@ -113,6 +121,7 @@ class _Tally:
     waiting_s: float = 0.0
     env_s: float = 0.0
     truncated: int = 0
+    extensions: int = 0  # turns budget extensions granted (rollwise.generate.turn_budget)
 
 
 class EpisodePool:
@@ -132,6 +141,8 @@ class EpisodePool:
         self.limits, self.max_batch = limits or EpisodeLimits(), max_batch
         self.cost = StepCost()
         self._workers: ThreadPoolExecutor | None = None
+        tb = self.limits.turn_budget
+        self.budget = TurnBudget(tb, self.limits.max_turns) if tb is not None and tb.enabled else None
 
     @classmethod
     def for_run(cls, cfg, backend, codec: Codec, task, sampling: Sampling) -> EpisodePool:
@@ -156,24 +167,28 @@ class EpisodePool:
     ) -> list[tuple[Prompt, Rollout]]:
         """Run ``req.n`` episodes of every request of ``plan`` (``charge=False`` for evaluation)."""
         sampling = sampling or self.sampling
+        # the turn budget caps training episodes only, at one cap for the whole call (reproducible)
+        cap = self.budget.cap() if self.budget is not None and charge else self.limits.max_turns
         live: list[_Live] = []
         for req in plan.requests:
             if req.prefix:
                 raise ValueError(f"request for {req.prompt.id!r} continues a prefix, which episodes do not do")
             pids = self.codec.encode_prompt(req.prompt)
             for _ in range(req.n):
-                live.append(self._start(len(live), req.prompt, pids))
+                live.append(self._start(len(live), req.prompt, pids, cap))
         tally = _Tally()
         self._run(live, sampling, generator, tally)
         out = [(e.prompt, self._rollout(e, version)) for e in live]
         if charge:
             self._charge(out, tally)
+            if self.budget is not None:
+                self._charge_budget(out, tally, cap)
         return out
 
     # ------------------------------------------------------------ the turns
 
-    def _start(self, index: int, prompt: Prompt, pids) -> _Live:
-        e = _Live(index, prompt, pids, None)
+    def _start(self, index: int, prompt: Prompt, pids, limit: int) -> _Live:
+        e = _Live(index, prompt, pids, None, limit=limit)
         try:
             e.env = self.task.environment(prompt)
             e.env.reset(int(prompt.metadata.get("seed", 0)))
@@ -254,6 +269,12 @@ class EpisodePool:
         e.tool_calls_used += sum(c.outcome != "limit" for c in calls)
         e.last, lim = res, self.limits
         reason = _end_reason(res.done, len(e.turns) + 1, finish, budget_cut, end, lim)
+        if reason is None and len(e.turns) + 1 >= e.limit:  # at the turn budget's cap (below max_turns)
+            now = [*e.turns, Turn(start, end, end, res.reward, calls, res.anchor)]
+            granted = e.extensions
+            e.limit, e.extensions = self.budget.limit(now, e.limit, e.extensions)
+            tally.extensions += e.extensions - granted
+            reason = CAPPED if len(now) >= e.limit else None
         obs: list[int] = []
         if reason is None:
             role = "tool" if calls else "user"
@@ -311,6 +332,26 @@ class EpisodePool:
             for call in r.episode.tool_calls:  # episodes/tool_ok, tool_error, tool_timeout, tool_parse_error, ...
                 ends[f"episodes/tool_{call.outcome}"] = ends.get(f"episodes/tool_{call.outcome}", 0) + 1
         c.count(**ends, **({"episodes/obs_truncated": tally.truncated} if tally.truncated else {}))
+
+    def _charge_budget(self, out, tally: _Tally, cap: int) -> None:
+        """The turn budget's ledger fields (``rollwise.generate.turn_budget``, 4.), then the call's
+        episodes recorded: savings are estimated from the distribution the cap was read from."""
+        episodes = [r.episode for _, r in out]
+        turns = sum(len(ep.turns) for ep in episodes)
+        capped = [len(ep.turns) for ep in episodes if ep.end == CAPPED]
+        more = sum(self.budget.expected_more(t) for t in capped)
+        per_turn_s = (tally.generate_s + tally.waiting_s) / turns if turns else 0.0
+        self.cost.metrics["turn_budget/cap"] = cap  # the last call's, not a sum
+        self.cost.count(
+            **{
+                "turn_budget/capped": len(capped),
+                "turn_budget/extensions": tally.extensions,
+                "turn_budget/saved_turns_est": more,
+                "turn_budget/saved_tokens_est": more * (tally.decoded / turns if turns else 0.0),
+                "turn_budget/saved_s_est": more * per_turn_s,
+            }
+        )
+        self.budget.record([(len(ep.turns), ep.end) for ep in episodes])
 
 
 def _end_reason(done: bool, turns: int, finish: str, budget_cut: bool, used: int, lim: EpisodeLimits) -> str | None:

@@ -80,19 +80,32 @@ def gigpo(
     if group_index.shape != rewards.shape:
         raise ValueError(f"group_index must be (B,) like rewards, got {tuple(group_index.shape)}")
     row_turns, returns, width = episode_table(rewards, episodes, completion_lengths, opts.outcome, opts.gamma)
+    episode = episode_level(rewards, group_index, row_turns, opts)
+    keys = step_keys(group_index, row_turns)
+    return turn_advantages(row_turns, returns, keys, width, opts, base=episode, weight=opts.omega)
+
+
+def episode_level(rewards: torch.Tensor, group_index: torch.Tensor, row_turns, opts) -> torch.Tensor:
+    """(B,) ``A^E``: each episode's total reward normalised within its group (module docstring, 1.;
+    also HGPO's episode level, ``objectives/hgpo.py``)."""
     totals = torch.tensor(
         [sum(turn_rewards(t, float(rewards[i]), opts.outcome)) for i, t in enumerate(row_turns)],
         dtype=torch.float32,
     )
-    episode = normalised(totals, group_index, opts.eps, opts.std, opts.scale)
-    keys = [
+    return normalised(totals, group_index, opts.eps, opts.std, opts.scale)
+
+
+def step_keys(group_index: torch.Tensor, row_turns) -> list[tuple]:
+    """The step group of every turn, flat in row-then-turn order (module docstring, 2.): the group and
+    the turn's anchor, or a key of its own for a turn without one."""
+    return [
         (int(group_index[i]), "anchor", t.anchor) if t.anchor is not None else (int(group_index[i]), "turn", i, k)
         for i, turns in enumerate(row_turns)
         for k, t in enumerate(turns)
     ]
-    return turn_advantages(row_turns, returns, keys, width, opts, base=episode, weight=opts.omega)
 
 
 gigpo.Options = GigpoOptions  # type: ignore[attr-defined]
 gigpo.inputs = ("episodes", "completion_lengths")  # type: ignore[attr-defined]
 gigpo.per_token = True  # type: ignore[attr-defined]  # always token_values: no sequence-level objective (compat.check)
+gigpo.needs_anchors = True  # type: ignore[attr-defined]  # groups by Turn.anchor (compat.check_episode_credit)

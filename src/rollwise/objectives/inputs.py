@@ -61,6 +61,12 @@ def episodes(rows: Sequence[Rollout]) -> list:
     return [getattr(r, "episode", None) for r in rows]
 
 
+def completion_ids(rows: Sequence[Rollout]) -> list[tuple[int, ...]]:
+    """Each row's completion token ids (HGPO's histories and SALT's step graph compare turns by them,
+    ``objectives/hgpo.py``, ``objectives/salt.py``)."""
+    return [r.completion_ids for r in rows]
+
+
 def completion_lengths(rows: Sequence[Rollout]) -> torch.Tensor:
     """(B,) float: each row's completion length in tokens."""
     return torch.tensor([float(len(r.completion_ids)) for r in rows], dtype=torch.float32)
@@ -117,6 +123,7 @@ _INPUTS = {
     "completion_logprobs": completion_logprobs,
     "completion_texts": completion_texts,
     "completion_lengths": completion_lengths,
+    "completion_ids": completion_ids,
     "hint_tokens": hint_tokens,
     "named_rewards": named_rewards,
     "completion_entropies": completion_entropies,

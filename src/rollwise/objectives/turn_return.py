@@ -132,6 +132,12 @@ def turn_advantages(row_turns, returns, keys, width: int, opts, base=None, weigh
     on its policy tokens, and the row's summary ``values`` is its first turn's."""
     flat = torch.tensor([x for g in returns for x in g], dtype=torch.float32)
     adv = normalised(flat, labels(keys), opts.eps, opts.std, opts.scale)
+    return spread_turns(row_turns, returns, adv, width, base, weight)
+
+
+def spread_turns(row_turns, returns, adv: torch.Tensor, width: int, base=None, weight: float = 1.0) -> Advantages:
+    """Turn k of row i gets ``base[i] + weight * adv[...]`` (``adv`` flat in row-then-turn order, one
+    value per entry of ``returns``) on its policy tokens; the row's summary ``values`` is its first turn's."""
     per_turn, at = [], 0
     for i, g in enumerate(returns):
         shift = 0.0 if base is None else float(base[i])

@@ -8,7 +8,28 @@ from typing import Literal
 from pydantic import Field
 
 from rollwise.registry import UserError
-from rollwise.sections import StrategyConfig
+from rollwise.sections import Section, StrategyConfig
+
+
+class TurnBudgetConfig(Section):
+    """Turn budgets of environment tasks (``rollwise.generate.turn_budget``, issue #44)."""
+
+    enabled: bool = Field(
+        False,
+        description="Environment tasks: cap an episode's turns at a quantile of the turns episodes took so far "
+        "(arXiv 2510.16786's turn control), extended while the episode still moves; savings in turn_budget/*.",
+    )
+    quantile: float = Field(
+        0.75, gt=0.0, le=1.0, description="The cap is this quantile of the observed turns (paper: the 75th percentile)."
+    )
+    warmup_episodes: int = Field(
+        32, ge=1, description="Episodes observed at task.max_turns before the first cap is set."
+    )
+    window: int = Field(512, ge=1, description="The cap reads the turns of the last this many uncapped episodes.")
+    extension: int = Field(1, ge=1, description="Turns one extension adds to an episode that reached its cap.")
+    max_extensions: int = Field(
+        2, ge=0, description="Extensions one episode may get (0 = a fixed cap); never past task.max_turns."
+    )
 
 
 class TaskConfig(StrategyConfig):
@@ -46,6 +67,10 @@ class TaskConfig(StrategyConfig):
     tool_workers: int = Field(
         8, ge=1, description="Environment tasks: environment steps (tool calls) run in parallel, in threads."
     )
+    turn_budget: TurnBudgetConfig = Field(
+        default_factory=TurnBudgetConfig,
+        description="Environment tasks: a cap on turns set from the observed turn distribution, with extensions.",
+    )
     episode_schedule: Literal["lockstep", "overlap"] = Field(
         "lockstep",
         description="Environment tasks: 'lockstep' = every turn waits for all environment steps (reproducible for a "
@@ -63,6 +88,7 @@ EPISODE_KEYS = (
     "tool_timeout_s",
     "tool_workers",
     "episode_schedule",
+    "turn_budget",
 )
 
 
@@ -70,7 +96,7 @@ def check_single_turn(task: TaskConfig) -> None:
     """A task that makes single-turn rollouts (``rollwise.compat.check_episodes`` knows which from its
     factory) refuses the episode keys changed from their defaults: they would be silently ignored."""
     fields = type(task).model_fields
-    changed = [k for k in EPISODE_KEYS if getattr(task, k) != fields[k].default]
+    changed = [k for k in EPISODE_KEYS if getattr(task, k) != fields[k].get_default(call_default_factory=True)]
     if changed:
         raise UserError(
             f"task.{changed[0]} applies to environment tasks (multi-turn episodes, e.g. 'guess_number') only; "

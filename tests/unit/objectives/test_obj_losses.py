@@ -286,6 +286,8 @@ def test_registry_names_resolve_and_validate_options():
             "poise",
             "turn_return",
             "gigpo",
+            "hgpo",
+            "salt",
         ]
     )
     o = validate_options(

@@ -1,0 +1,60 @@
+"""The presets of issue #44 (configs/hgpo.toml, configs/salt.toml, configs/turn_budget.toml) train a
+few steps of guess-the-number episodes on the tiny model, at small sizes."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+import rollwise
+from conftest import as_sets
+from rollwise.config import load_config
+
+CONFIGS = Path(__file__).parents[2] / "configs"
+
+
+def small(tmp_path, name, **extra):
+    o = {
+        "run.dir": str(tmp_path),
+        "run.name": name,
+        "run.progress": False,
+        "run.checkpoint_every": 0,
+        "model.warm_start.steps": 10,
+        "model.warm_start.batch_size": 8,
+        "task.options": {"n_train": 32, "n_heldout": 4},
+        "task.max_turns": 4,
+        "train.steps": 2,
+        "control.prompts_per_step": 2,
+        "control.rollouts_per_prompt": 4,
+        "eval.every": 0,
+        **extra,
+    }
+    return as_sets(o)
+
+
+def lines(run_dir):
+    return [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("preset", ["hgpo", "salt"])
+def test_step_credit_presets_train(tmp_path, preset):
+    cfg = load_config(CONFIGS / f"{preset}.toml", small(tmp_path, preset))
+    assert cfg.advantage.name == preset and cfg.task.name == "guess_number"
+    res = rollwise.train(cfg, log=lambda m: None)
+    got = lines(res.run_dir)
+    assert len(got) == 2 and all(m["episodes/count"] == 8 for m in got)
+    assert all(0.0 <= m["reward/mean"] <= 1.0 for m in got)
+
+
+def test_turn_budget_preset_trains_and_caps_after_its_warm_up(tmp_path):
+    """Warm-up of 8 episodes (step 1), then step 2 runs under a cap read from step 1's turns."""
+    extra = {"task.turn_budget": {"enabled": True, "warmup_episodes": 8, "max_extensions": 1}, "train.steps": 3}
+    cfg = load_config(CONFIGS / "turn_budget.toml", small(tmp_path, "turn_budget", **extra))
+    res = rollwise.train(cfg, log=lambda m: None)
+    got = lines(res.run_dir)
+    assert len(got) == 3 and got[0]["turn_budget/cap"] == 4  # warm-up: task.max_turns
+    assert all(1 <= m["turn_budget/cap"] <= 4 for m in got)
+    for m in got:
+        assert m["turn_budget/capped"] == m.get("episodes/end_turn_cap", 0)
+        assert m["turn_budget/saved_tokens_est"] >= 0.0 and m["turn_budget/saved_s_est"] >= 0.0
+        assert m["episodes/turns"] <= 8 * m["turn_budget/cap"] + m["turn_budget/extensions"]
