@@ -78,6 +78,11 @@ KEEP_LOGITS_BYTES = (
 # SmolLM2's decoder forward + backward against plain causal attention (benchmarks/train_profile.py,
 # CPU), so saving fewer rows than that loses time (benchmarks/results/train_packing.json)
 PACK_MAX_ROW_FRACTION = 0.85
+# packed rows hold at least this many tokens (more when a sequence is longer): short rollouts (the
+# embedded default's are 9-15 tokens) share one row instead of pairing within the longest's width,
+# while attention, which the packed mask computes over each whole row (transformers' SDPA path),
+# stays a small share of a token's FLOPs (SmolLM2: 4 x 256 x 576 against ~7M of linear layers)
+PACK_ROW_TOKENS = 256
 PACKING_MODES = ("auto", "on", "off")  # train.packing
 _LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale")
 
@@ -135,19 +140,27 @@ def packing_refusal(model) -> str | None:
     return None
 
 
-def pack_layout(lengths: list[int], width: int, packing: str, device: torch.device) -> list[list[int]]:
-    """Which sequences (their ``lengths``) share each decoder row of ``width`` tokens under
-    ``train.packing``: ``"off"``, one each; ``"on"``, ``pack_rows``; ``"auto"``, ``pack_rows`` on
-    CUDA, and elsewhere only when it leaves at most ``PACK_MAX_ROW_FRACTION`` of the rows."""
+def pack_layout(lengths: list[int], width: int, packing: str, device: torch.device) -> tuple[list[list[int]], int]:
+    """``(layout, row width)``: which sequences (their ``lengths``, the longest ``width``) share each
+    decoder row under ``train.packing``, and the rows' width. ``"off"``: one sequence per row of
+    ``width``. ``"on"``: ``pack_rows`` into rows of ``max(width, PACK_ROW_TOKENS)`` tokens, trimmed
+    to the fullest. ``"auto"``: packed on CUDA; elsewhere only when the packed rows hold at most
+    ``PACK_MAX_ROW_FRACTION`` of the padded rows' positions, since there the packed-sequence mask
+    costs more than the FLOPs it saves unless enough padding goes."""
     if packing not in PACKING_MODES:
         raise ValueError(f"train.packing = {packing!r}; valid: {', '.join(PACKING_MODES)}")
-    alone = [[i] for i in range(len(lengths))]
+    alone = [[i] for i in range(len(lengths))], width
     if packing == "off":
         return alone
-    layout = pack_rows(lengths, width)
-    if packing == "auto" and device.type != "cuda" and len(layout) > PACK_MAX_ROW_FRACTION * len(lengths):
+    layout = pack_rows(lengths, max(width, PACK_ROW_TOKENS))
+    fill = max((sum(lengths[i] for i in members) for members in layout), default=width)
+    if (
+        packing == "auto"
+        and device.type != "cuda"
+        and len(layout) * fill > PACK_MAX_ROW_FRACTION * len(lengths) * width
+    ):
         return alone
-    return layout
+    return layout, fill
 
 
 def pack_rows(lengths: list[int], width: int) -> list[list[int]]:
@@ -182,7 +195,7 @@ def token_logprobs(
     entropy of the distribution there.
 
     For a Hugging Face causal LM (issues #13 and #42, "no compute on padding"): the right-padded
-    rows are packed first-fit into rows of the batch's width, each sequence keeping its own
+    rows are packed first-fit into rows of at least ``PACK_ROW_TOKENS``, each sequence keeping its own
     position ids (the model's packed-sequence mask keeps them apart), as ``packing``
     (``train.packing``, ``pack_layout``) says; the decoder runs on the packed rows;
     only the hidden states that predict a ``where`` token reach the LM head and the log-softmax,
@@ -224,12 +237,12 @@ def _token_logprobs(model, batch, temperature, with_entropy, where, compute_dtyp
     decoder, head = parts
     b, width = ids.shape
     lengths = attn.sum(1).tolist()
-    layout = pack_layout(lengths, width, packing, dev)
+    layout, row_width = pack_layout(lengths, width, packing, dev)
     # position ids only where a row holds several sequences; a lone sequence in a row needs none
     # (its padding tail comes after it, unseen by it)
     shared = any(len(members) > 1 for members in layout)
-    packed = torch.zeros((len(layout), width), dtype=ids.dtype, device=dev)
-    ppos = torch.zeros((len(layout), width), dtype=torch.long, device=dev)
+    packed = torch.zeros((len(layout), row_width), dtype=ids.dtype, device=dev)
+    ppos = torch.zeros((len(layout), row_width), dtype=torch.long, device=dev)
     row_of, off_of = [0] * b, [0] * b
     for r, members in enumerate(layout):
         off = 0
@@ -239,8 +252,8 @@ def _token_logprobs(model, batch, temperature, with_entropy, where, compute_dtyp
             ppos[r, off : off + n] = torch.arange(n, device=dev)
             row_of[i], off_of[i] = r, off
             off += n
-        if off < width:  # the row's free tail is a block of its own (a fresh position 0..)
-            ppos[r, off:] = torch.arange(width - off, device=dev)
+        if off < row_width:  # the row's free tail is a block of its own (a fresh position 0..)
+            ppos[r, off:] = torch.arange(row_width - off, device=dev)
     with autocast(compute_dtype, dev):
         hidden = decoder(input_ids=packed, position_ids=ppos if shared else None, use_cache=False).last_hidden_state
     tb, tt = where.nonzero(as_tuple=True)

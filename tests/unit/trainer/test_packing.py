@@ -16,9 +16,12 @@ from rollwise.trainer.tiny import build_tiny
 from rollwise.trainer.trainer import Trainer, pack_layout, token_logprobs
 from rollwise.types import Advantages, Rollout
 
-# (prompt, completion) lengths: totals 20, 9, 11, 7, 16, 5 in rows of 20 -> first-fit decreasing
-# packs them as 20 | 16 | 11 + 9 | 7 + 5: 4 decoder rows instead of 6
+# (prompt, completion) lengths: totals 20, 9, 11, 7, 16, 5, padded to 6 rows of 20, packed into
+# one row of 68 (PACK_ROW_TOKENS = 256)
 LENGTHS = [(8, 12), (4, 5), (6, 5), (3, 4), (7, 9), (3, 2)]
+# totals 180, 110, 70, 130 in rows of 256: 180 + 70 | 130 + 110, two rows of 250 (the second
+# with a 10-position tail)
+LONG = [(100, 80), (50, 60), (30, 40), (60, 70)]
 
 
 def _smollm2_shaped(seed: int = 0):
@@ -80,14 +83,20 @@ def _accumulate(model, batch, packing: str):
     return acc.loss, grads, seen
 
 
-@pytest.mark.parametrize("kind", ["tiny", "smollm2_shaped"])
-def test_packed_training_equals_padded_training_in_loss_and_gradients(kind):
+@pytest.mark.parametrize(
+    "kind, lengths, padded, packed",
+    [
+        ("tiny", LENGTHS, (6, 20), (1, 68)),
+        ("tiny", LONG, (4, 180), (2, 250)),
+        ("smollm2_shaped", LENGTHS, (6, 20), (1, 68)),
+    ],
+)
+def test_packed_training_equals_padded_training_in_loss_and_gradients(kind, lengths, padded, packed):
     model, vocab, pad = _model(kind)
-    batch = _batch(vocab, pad)
-    assert batch.input_ids.shape == (6, 20)
+    batch = _batch(vocab, pad, lengths)
     loss_off, grads_off, seen_off = _accumulate(model, batch, "off")
     loss_on, grads_on, seen_on = _accumulate(model, batch, "on")
-    assert seen_off == [(6, 20)] and seen_on == [(4, 20)]  # padded rows, then packed ones
+    assert seen_off == [padded] and seen_on == [packed]  # the decoder's input: padded rows, then packed ones
     assert loss_off != 0.0
     assert loss_on == pytest.approx(loss_off, rel=1e-5, abs=1e-7)
     assert grads_on.keys() == grads_off.keys() and len(grads_on) == len(list(model.parameters()))
@@ -123,17 +132,20 @@ def test_chunked_logprobs_equal_unchunked_on_a_smollm2_shaped_model():
 
 
 def test_pack_layout_follows_the_setting_and_the_device():
-    # six sequences of 12 tokens and two of 6 in rows of 12: packing gives 7 rows (7/8 = 0.875 of
-    # them, above PACK_MAX_ROW_FRACTION 0.85), so "auto" packs on CUDA only
-    lengths, packed = [12] * 6 + [6, 6], [[0], [1], [2], [3], [4], [5], [6, 7]]
-    alone = [[i] for i in range(8)]
+    # six sequences of 12 tokens and two of 6: one packed row of 84 positions against 8 padded rows
+    # of 12 (84 / 96 = 0.875, above PACK_MAX_ROW_FRACTION 0.85), so "auto" packs on CUDA only
+    lengths, packed = [12] * 6 + [6, 6], ([list(range(8))], 84)
+    alone = ([[i] for i in range(8)], 12)
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     assert pack_layout(lengths, 12, "on", cpu) == packed
     assert pack_layout(lengths, 12, "auto", cuda) == packed
     assert pack_layout(lengths, 12, "auto", cpu) == alone
     assert pack_layout(lengths, 12, "off", cuda) == alone
-    # saving enough rows: four of 6 tokens in rows of 12 -> 2 rows, packed on CPU too
-    assert pack_layout([6, 6, 6, 6], 12, "auto", cpu) == [[0, 1], [2, 3]]
+    # saving enough: four of 6 tokens, one row of 24 against 48 padded positions, packed on CPU too
+    assert pack_layout([6, 6, 6, 6], 12, "auto", cpu) == ([[0, 1, 2, 3]], 24)
+    # rows of 256 tokens, first-fit decreasing: 200 | 150 + 100 | 60 (56 left beside the 200);
+    # the rows' width is the fullest one's, 250
+    assert pack_layout([200, 100, 60, 150], 200, "on", cpu) == ([[0], [3, 1], [2]], 250)
 
 
 def test_packing_is_a_documented_setting_that_names_its_choices():
