@@ -15,7 +15,7 @@ Cases (``--cases``):
   (``train_profile.make_batch``'s natural lengths; the arithmetic task's answers and ``<eos>``);
 - ``default_forced``: the same with every completion 8 tokens (nothing to gain from packing);
 - ``smollm2``: SmolLM2-135M's architecture (30 layers, random weights: time does not depend on
-  them), 32 rows of a 10-token prompt and 21..64 completion tokens, as ``train_profile.py``.
+  them), 16 rows of a 10-token prompt and 21..64 completion tokens (``train_profile.py``'s lengths).
 
     python benchmarks/train_packing.py --out benchmarks/results/train_packing.json
 Smoke test::
@@ -43,7 +43,7 @@ CASES = {
     # name: (model, rows, micro_batch, prompt_len, completion_len, natural lengths)
     "default": ("tiny-s", 256, 128, 7, 8, True),
     "default_forced": ("tiny-s", 256, 128, 7, 8, False),
-    "smollm2": ("smollm2-arch", 32, 32, 10, 64, True),
+    "smollm2": ("smollm2-arch", 16, 16, 10, 64, True),
 }
 
 
