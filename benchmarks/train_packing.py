@@ -20,7 +20,7 @@ Cases (``--cases``):
     python benchmarks/train_packing.py --out benchmarks/results/train_packing.json
 Smoke test::
 
-    python benchmarks/train_packing.py --cases default --repeats 1 --out <file>
+    python benchmarks/train_packing.py --cases default --rows 8 --repeats 1 --out <file>
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def layouts(batch, micro_batch: int) -> dict:
     return out
 
 
-def run_case(name: str, repeats: int, log=print) -> dict:
+def run_case(name: str, repeats: int, rows: int | None = None, log=print) -> dict:
     import torch
     from train_profile import make_batch
 
@@ -93,7 +93,9 @@ def run_case(name: str, repeats: int, log=print) -> dict:
     from rollwise.objectives import OBJECTIVES
     from rollwise.trainer.trainer import Trainer
 
-    model_name, rows, micro, prompt_len, completion_len, natural = CASES[name]
+    model_name, case_rows, micro, prompt_len, completion_len, natural = CASES[name]
+    rows = rows or case_rows  # --rows: a smaller step (the smoke test)
+    micro = min(micro, rows)
     model = build(model_name)
     grpo = OBJECTIVES.get("grpo")
     cfg = Config().train.model_copy(update={"micro_batch": micro, "lr": 1e-5})
@@ -131,6 +133,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--rows", type=int, default=None, help="rows per step instead of each case's own")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--out", default=str(HERE / "results" / "train_packing.json"))
     args = p.parse_args(argv)
@@ -154,7 +157,7 @@ def main(argv=None) -> int:
         "cases": {},
     }
     for name in args.cases:
-        out["cases"][name] = run_case(name, args.repeats)
+        out["cases"][name] = run_case(name, args.repeats, args.rows)
         out["total_wall_s"] = round(time.perf_counter() - t_start, 1)
         out["load_average_at_end"] = os.getloadavg()
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
