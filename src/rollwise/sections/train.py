@@ -110,11 +110,12 @@ class TrainConfig(Section):
     packing: Literal["auto", "on", "off"] = Field(
         "auto",
         description="Pack a micro-batch's rows so the decoder computes no padding: 'on' packs them first-fit "
-        "into rows of the micro-batch's width, each sequence with its own position ids, and the model's "
+        "into rows of at least 256 tokens, each sequence with its own position ids, and the model's "
         "packed-sequence attention mask (transformers builds it from the position ids: block-diagonal causal "
         "attention, exact) keeps them apart; 'off' runs one padded row per sequence with plain causal "
-        "attention; 'auto' packs on CUDA, and on CPU only when packing leaves at most 85% of the rows (the "
-        "packed mask costs CPU attention ~14%, benchmarks/results/train_packing.json). Either way only "
+        "attention; 'auto' packs on CUDA, and on CPU only when the packed rows hold at most 85% of the padded "
+        "positions (there the packed mask costs more than it saves otherwise: "
+        "benchmarks/results/train_packing_default.json). Either way only "
         "completion positions reach the LM head, in chunks (rollwise.trainer.head). 'on' is refused for a "
         "model whose logits are not its LM head's output (a logit soft-cap or scale).",
     )

@@ -28,7 +28,7 @@ Options the trainer serves (each computed here, its math living in ``objectives/
   restored right after ``optimizer.step()``. Logs ``train/ess_ratio`` and ``train/lr_scale``.
 - **Packing** (``train.packing``, issue #42 item 4; ``pack_layout``): whether a micro-batch's
   rows share decoder rows, each sequence with its own position ids (default ``"auto"``: on CUDA;
-  on CPU when it saves enough rows to pay for the packed-sequence mask). Loss and gradients are
+  on CPU when it saves enough positions to pay for the packed-sequence mask). Loss and gradients are
   those of the padded rows (tests/unit/trainer/test_packing.py); ``"on"`` is refused for a model
   that cannot be packed (``packing_refusal``).
 - The entropy bonus is the objective option ``entropy_coef``; the trainer always passes the
@@ -73,10 +73,11 @@ LOGIT_CHUNK = 512  # positions per LM-head + log-softmax chunk (49k vocab: ~100 
 KEEP_LOGITS_BYTES = (
     CPU_KEEP_LOGITS_BYTES  # on CPU a micro-batch whose completion log-probs fit keeps them for the backward
 )
-# ``train.packing = "auto"`` on CPU packs only when the packed rows are at most this share of the
-# micro-batch's rows: position ids make the model build the packed-sequence mask, which cost ~14% of
-# SmolLM2's decoder forward + backward against plain causal attention (benchmarks/train_profile.py,
-# CPU), so saving fewer rows than that loses time (benchmarks/results/train_packing.json)
+# ``train.packing = "auto"`` on CPU packs only when the packed rows hold at most this share of the
+# micro-batch's padded positions: position ids make the model build the packed-sequence mask, which
+# cost ~14% of SmolLM2's decoder forward + backward against plain causal attention
+# (benchmarks/train_profile.py, CPU), so saving less than that loses time; packing every micro-batch
+# was no faster on CPU (benchmarks/results/train_packing_{default,smollm2}.json)
 PACK_MAX_ROW_FRACTION = 0.85
 # packed rows hold at least this many tokens (more when a sequence is longer): short rollouts (the
 # embedded default's are 9-15 tokens) share one row instead of pairing within the longest's width,
