@@ -18,6 +18,8 @@ that fails records its error and the others still run:
    time, wall time per decode step against the kernels' time).
 5. ``training``: the same model, ``Trainer.optimize`` on 64 rows x (32 prompt + 224 completion)
    random tokens: tokens/s (every position) and % of the bf16 rate, peak memory.
+   ``training_packing``: the same rows with natural completion lengths (75..224), ``train.packing``
+   off against on: real tokens/s and their FLOPs as % of the bf16 rate (issue #42 item 4).
 6. ``demo``: the embedded default (``rollwise train`` with no settings) on the GPU: seconds and
    held-out pass@1 before and after.
 7. ``regime2``: ``benchmarks/regime_smollm2_gpu.toml``, uniform, ``wise`` and GRESO x 3 seeds as 9
@@ -347,6 +349,78 @@ def training(
     }
 
 
+def training_packing(
+    bf16_tflops: float,
+    rows: int = 64,
+    prompt_len: int = 32,
+    completion_len: int = 224,
+    steps: int = 3,
+    device: str = "cuda",
+    arch: dict | None = None,
+) -> dict:
+    """Issue #42 item 4: the training step with ``train.packing`` off (one padded row per sequence)
+    and on (packed rows, per-sequence position ids), SmolLM2's architecture (``arch``), rows of
+    natural lengths (completions uniform in [L/3, L]), compute dtype ``auto``, interleaved after a
+    warm-up of each. Tokens/s counts the real (non-padding) tokens; ``useful_percent_of_bf16_matmul``
+    the model FLOPs of those tokens (``train_profile.step_flops``) over the bf16 matmul rate measured
+    in the same run. ``device`` and ``arch`` let a CPU test run it small."""
+    import statistics
+
+    import torch
+    from gen_throughput import linear_params
+    from train_profile import make_batch, step_flops
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from rollwise.hardware.device import keep_logits_bytes
+    from rollwise.hardware.precision import resolve_compute_dtype
+
+    dev = torch.device(device)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(**(arch or SMOLLM2_ARCH))).to(dev).train()
+    dtype = resolve_compute_dtype("auto", dev) if dev.type == "cuda" else torch.float32  # CPU: the small test
+    trainer = _grpo_trainer(model, dtype)
+    trainer.cfg = trainer.cfg.model_copy(update={"micro_batch": rows})
+    batch = make_batch(rows, prompt_len, completion_len, natural=True, vocab=model.config.vocab_size, seed=0)
+    batch = dataclasses.replace(batch, advantages=torch.randn(rows, generator=torch.Generator().manual_seed(3)))
+
+    def sync() -> None:
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+
+    times: dict[str, list[float]] = {"off": [], "on": []}
+    for r in range(steps + 1):  # round 0 warms up both
+        for mode in ("off", "on"):
+            trainer.packing = mode
+            sync()
+            t0 = time.perf_counter()
+            trainer.optimize(batch)
+            sync()
+            if r:
+                times[mode].append(time.perf_counter() - t0)
+    p_body, p_head = linear_params(model)
+    real = int(batch.attention_mask.sum())
+    completions = int(batch.loss_mask.sum())
+    kept = completions * model.config.vocab_size * 4 <= keep_logits_bytes(dev)
+    flops = step_flops(p_body, p_head, real, completions, kept)
+    out = {
+        "model": "SmolLM2-135M architecture, random weights" if arch is None else "given architecture",
+        "device": str(dev),
+        "compute_dtype": str(dtype),
+        "rows": rows,
+        "padded_positions": int(batch.attention_mask.numel()),
+        "real_tokens_per_step": real,
+    }
+    for mode, sec in times.items():
+        med = statistics.median(sec)
+        out[mode] = {
+            "seconds_per_step": round(med, 4),
+            "tokens_per_s": real / med,
+            "useful_percent_of_bf16_matmul": 100 * flops / med / (bf16_tflops * 1e12),
+        }
+    out["speedup_on_over_off"] = out["off"]["seconds_per_step"] / out["on"]["seconds_per_step"]
+    return out
+
+
 def demo(run_dir: Path, timeout_s: int) -> dict:
     code = (
         f"import rollwise; cfg = rollwise.load_config(overrides=['run.dir={run_dir}', 'run.name=demo', "
@@ -547,7 +621,12 @@ def main(argv=None) -> int:
         "a device call allows 600",
     )
     p.add_argument("--bundle", default=str(ROOT / "gpu_bundle"), help="gpu_bundle.py's folder (if present)")
-    p.add_argument("--skip", nargs="*", default=[], help="parts to skip (gpu_tests parity generation training demo)")
+    p.add_argument(
+        "--skip",
+        nargs="*",
+        default=[],
+        help="parts to skip (gpu_tests parity generation training training_packing demo)",
+    )
     args = p.parse_args(argv)
     import torch
 
@@ -578,6 +657,7 @@ def main(argv=None) -> int:
         ("generation", generation, (peak,)),
         ("decode_profile", decode_profile, ()),
         ("training", training, (peak,)),
+        ("training_packing", training_packing, (peak,)),
         ("demo", demo, (RUN_ROOT, args.demo_timeout)),
     ):
         if name not in args.skip:

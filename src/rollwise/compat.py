@@ -225,6 +225,7 @@ def check(cfg) -> None:
     check_async(cfg)
     check_data_parallel(cfg)
     check_fsdp(cfg)
+    check_packing(cfg)
     check_sampler_entropy(cfg)
     check_value(cfg)
     check_independent_rows(cfg)
@@ -640,6 +641,33 @@ def check_fsdp(cfg) -> None:
         raise UserError(
             "train.fsdp = true with model.lora.enabled = true is not supported (LoRA trains adapters well under 1% "
             "of the weights, which need no sharding): set train.fsdp = false, or model.lora.enabled = false"
+        )
+
+
+def check_packing(cfg) -> None:
+    """``train.packing = "on"`` needs a model whose logits are its LM head's output: a local model
+    directory whose ``config.json`` sets a logit soft-cap or scale (``trainer.logit_transform``) is
+    refused here, before it loads; the trainer refuses what only the loaded model shows
+    (``trainer.packing_refusal``)."""
+    if cfg.train.packing != "on":
+        return
+    import json
+    from pathlib import Path
+
+    config = Path(cfg.model.name).expanduser() / "config.json"
+    if not config.is_file():  # a built-in tiny model, the SmolLM2 preset or a GGUF file: Llama-style
+        return
+    from rollwise.trainer.trainer import logit_transform
+
+    try:
+        key = logit_transform(json.loads(config.read_text()))
+    except (OSError, ValueError, AttributeError):
+        return  # an unreadable config.json fails where the model loads, with its own message
+    if key is not None:
+        raise UserError(
+            f"train.packing = 'on' cannot apply to model {cfg.model.name!r}: its config.json sets {key}, so its "
+            "logits are not the LM head's output and the trainer runs one full forward per row; set "
+            "train.packing = 'auto' or 'off'"
         )
 
 

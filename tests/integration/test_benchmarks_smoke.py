@@ -229,6 +229,17 @@ def test_train_profile(tmp_path):
     assert set(_json(tmp_path / "tp.json")["modes"]) == {"forced", "natural"}
 
 
+def test_train_packing(tmp_path):
+    bench(
+        tmp_path,
+        "train_packing.py",
+        *("--cases", "default", "--rows", "8", "--repeats", "1", "--threads", "1", "--out", tmp_path / "tp.json"),
+    )
+    case = _json(tmp_path / "tp.json")["cases"]["default"]
+    assert case["rows"] == 8 and len(case["seconds_off"]) == len(case["seconds_on"]) == 1
+    assert case["layout"]["padded_rows"] == 8 and case["layout"]["packed_rows"] == 1  # 8 short rows share one
+
+
 def test_value_ceiling(tmp_path):
     bench(
         tmp_path,
@@ -303,6 +314,7 @@ SMOKED = {
     "simulate_async.py": "test_simulate_async",
     "table.py": "test_table_of_a_committed_compare_result",
     "train_profile.py": "test_train_profile",
+    "train_packing.py": "test_train_packing",
     "value_ceiling.py": "test_value_ceiling",
     "value_ledger.py": "its derivations on hand-worked ledgers: tests/unit/bench/test_value_ledger.py",
     "ledger_fingerprint.py": "test_ledger_fingerprint_runs_and_compares",

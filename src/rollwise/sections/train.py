@@ -107,6 +107,18 @@ class TrainConfig(Section):
     micro_batch: int = Field(
         128, ge=1, description="Sequences per forward/backward pass (gradient accumulation is exact)."
     )
+    packing: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Pack a micro-batch's rows so the decoder computes no padding: 'on' packs them first-fit "
+        "into rows of at least 256 tokens, each sequence with its own position ids, and the model's "
+        "packed-sequence attention mask (transformers builds it from the position ids: block-diagonal causal "
+        "attention, exact) keeps them apart; 'off' runs one padded row per sequence with plain causal "
+        "attention; 'auto' packs on CUDA, and on CPU only when the packed rows hold at most 85% of the padded "
+        "positions (there the packed mask costs more than it saves otherwise: "
+        "benchmarks/results/train_packing_default.json). Either way only "
+        "completion positions reach the LM head, in chunks (rollwise.trainer.head). 'on' is refused for a "
+        "model whose logits are not its LM head's output (a logit soft-cap or scale).",
+    )
     gap_guard: GapGuardConfig = Field(
         default_factory=GapGuardConfig, description="Stale-weight alarm on the sampler/trainer log-prob gap."
     )

@@ -26,6 +26,11 @@ Options the trainer serves (each computed here, its math living in ``objectives/
   learning rate of this step is multiplied by ``objectives.ess.ess_lr_scale`` of the sequence
   log-weights ``sum_t m (log pi_prox - log mu)`` of every row of the step (the global batch), and
   restored right after ``optimizer.step()``. Logs ``train/ess_ratio`` and ``train/lr_scale``.
+- **Packing** (``train.packing``, issue #42 item 4; ``pack_layout``): whether a micro-batch's
+  rows share decoder rows, each sequence with its own position ids (default ``"auto"``: on CUDA;
+  on CPU when it saves enough positions to pay for the packed-sequence mask). Loss and gradients are
+  those of the padded rows (tests/unit/trainer/test_packing.py); ``"on"`` is refused for a model
+  that cannot be packed (``packing_refusal``).
 - The entropy bonus is the objective option ``entropy_coef``; the trainer always passes the
   entropy tensor and logs ``train/entropy``.
 - **Data parallel** (``data_parallel``, torchrun; ``rollwise.distributed.data_parallel``): each
@@ -59,6 +64,7 @@ import torch
 from rollwise.hardware.device import CPU_KEEP_LOGITS_BYTES, available_bytes, check_activations, keep_logits_bytes
 from rollwise.hardware.precision import autocast
 from rollwise.objectives.ess import ess_lr_scale, ess_ratio
+from rollwise.registry import UserError
 from rollwise.trainer.head import fusable, head_logprobs, reference_head_logprobs
 from rollwise.trainer.mismatch import MismatchMeter, StaleWeightsError
 from rollwise.types import Batch
@@ -67,11 +73,18 @@ LOGIT_CHUNK = 512  # positions per LM-head + log-softmax chunk (49k vocab: ~100 
 KEEP_LOGITS_BYTES = (
     CPU_KEEP_LOGITS_BYTES  # on CPU a micro-batch whose completion log-probs fit keeps them for the backward
 )
-# pack only when the packed rows are at most this share of the micro-batch's rows: position ids
-# make the model build the packed-sequence mask, which cost ~14% of SmolLM2's decoder forward +
-# backward against plain causal attention (benchmarks/train_profile.py, CPU), so saving fewer rows
-# than that loses time
+# ``train.packing = "auto"`` on CPU packs only when the packed rows hold at most this share of the
+# micro-batch's padded positions: position ids make the model build the packed-sequence mask, which
+# cost ~14% of SmolLM2's decoder forward + backward against plain causal attention
+# (benchmarks/train_profile.py, CPU), so saving less than that loses time; packing every micro-batch
+# was no faster on CPU (benchmarks/results/train_packing_{default,smollm2}.json)
 PACK_MAX_ROW_FRACTION = 0.85
+# packed rows hold at least this many tokens (more when a sequence is longer): short rollouts (the
+# embedded default's are 9-15 tokens) share one row instead of pairing within the longest's width,
+# while attention, which the packed mask computes over each whole row (transformers' SDPA path),
+# stays a small share of a token's FLOPs (SmolLM2: 4 x 256 x 576 against ~7M of linear layers)
+PACK_ROW_TOKENS = 256
+PACKING_MODES = ("auto", "on", "off")  # train.packing
 _LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale")
 
 
@@ -89,7 +102,7 @@ def _decoder_and_head(model):
     config = getattr(model, "config", None)
     if get_dec is None or get_head is None or config is None:
         return None
-    if any(getattr(config, k, None) not in (None, 1, 1.0) for k in _LOGIT_TRANSFORMS):
+    if logit_transform(config) is not None:
         return None
     try:
         dec, head = get_dec(), get_head()
@@ -98,6 +111,57 @@ def _decoder_and_head(model):
     if dec is None or dec is model or head is None:
         return None
     return dec, head
+
+
+def logit_transform(config) -> str | None:
+    """The first ``_LOGIT_TRANSFORMS`` key that ``config`` (a model config, or ``config.json``'s
+    dict) sets to something other than 1: such a model's logits are not its LM head's output, so
+    it takes the full path (one forward, every position's logits), never the packed one."""
+    get = config.get if isinstance(config, dict) else lambda k: getattr(config, k, None)
+    return next((k for k in _LOGIT_TRANSFORMS if get(k) not in (None, 1, 1.0)), None)
+
+
+def packing_refusal(model) -> str | None:
+    """Why ``train.packing = "on"`` cannot apply to ``model``, or None: it must be a Hugging Face
+    causal LM whose logits are ``head(decoder(...))`` (``_decoder_and_head``) and whose decoder
+    takes ``position_ids``, from which transformers builds the packed-sequence mask."""
+    import inspect
+
+    parts = _decoder_and_head(model)
+    if parts is None:
+        key = logit_transform(getattr(model, "config", None) or {})
+        why = f"its config sets {key}" if key else "it is not a Hugging Face causal LM with a decoder and an LM head"
+        return f"{type(model).__name__}: {why}, so its logits come from one full forward that cannot be packed"
+    try:
+        takes = "position_ids" in inspect.signature(parts[0].forward).parameters
+    except (TypeError, ValueError):
+        takes = False
+    if not takes:
+        return f"{type(model).__name__}: its decoder ({type(parts[0]).__name__}) takes no position_ids"
+    return None
+
+
+def pack_layout(lengths: list[int], width: int, packing: str, device: torch.device) -> tuple[list[list[int]], int]:
+    """``(layout, row width)``: which sequences (their ``lengths``, the longest ``width``) share each
+    decoder row under ``train.packing``, and the rows' width. ``"off"``: one sequence per row of
+    ``width``. ``"on"``: ``pack_rows`` into rows of ``max(width, PACK_ROW_TOKENS)`` tokens, trimmed
+    to the fullest. ``"auto"``: packed on CUDA; elsewhere only when the packed rows hold at most
+    ``PACK_MAX_ROW_FRACTION`` of the padded rows' positions, since there the packed-sequence mask
+    costs more than the FLOPs it saves unless enough padding goes."""
+    if packing not in PACKING_MODES:
+        raise ValueError(f"train.packing = {packing!r}; valid: {', '.join(PACKING_MODES)}")
+    alone = [[i] for i in range(len(lengths))], width
+    if packing == "off":
+        return alone
+    layout = pack_rows(lengths, max(width, PACK_ROW_TOKENS))
+    fill = max((sum(lengths[i] for i in members) for members in layout), default=width)
+    if (
+        packing == "auto"
+        and device.type != "cuda"
+        and len(layout) * fill > PACK_MAX_ROW_FRACTION * len(lengths) * width
+    ):
+        return alone
+    return layout, fill
 
 
 def pack_rows(lengths: list[int], width: int) -> list[list[int]]:
@@ -125,15 +189,16 @@ def token_logprobs(
     where: torch.Tensor | None = None,
     compute_dtype: torch.dtype | None = None,
     chunk: int = LOGIT_CHUNK,
+    packing: str = "auto",
 ):
     """(B, T) log-probs of ``input_ids`` under ``model`` at the positions ``where`` (default
     ``completion_positions``; 0 elsewhere, and at position 0) and, with ``with_entropy``, the
     entropy of the distribution there.
 
-    For a Hugging Face causal LM (issue #13, "no compute on padding"): the right-padded rows are
-    packed first-fit into rows of the batch's width, each sequence keeping its own position ids
-    (the model's packed-sequence mask keeps them apart), when that leaves at most
-    ``PACK_MAX_ROW_FRACTION`` of the rows; the decoder runs on the packed rows;
+    For a Hugging Face causal LM (issues #13 and #42, "no compute on padding"): the right-padded
+    rows are packed first-fit into rows of at least ``PACK_ROW_TOKENS``, each sequence keeping its own
+    position ids (the model's packed-sequence mask keeps them apart), as ``packing``
+    (``train.packing``, ``pack_layout``) says; the decoder runs on the packed rows;
     only the hidden states that predict a ``where`` token reach the LM head and the log-softmax,
     ``chunk`` positions at a time (``rollwise.trainer.head.head_logprobs`` for a plain linear head,
     activation checkpointing otherwise); beyond ``device.keep_logits_bytes`` of fp32 log-probs (512 MiB
@@ -149,12 +214,12 @@ def token_logprobs(
 
     if fsdp.is_sharded(model):
         return fsdp.call_as_root(
-            model, _token_logprobs, model, batch, temperature, with_entropy, where, compute_dtype, chunk
+            model, _token_logprobs, model, batch, temperature, with_entropy, where, compute_dtype, chunk, packing
         )
-    return _token_logprobs(model, batch, temperature, with_entropy, where, compute_dtype, chunk)
+    return _token_logprobs(model, batch, temperature, with_entropy, where, compute_dtype, chunk, packing)
 
 
-def _token_logprobs(model, batch, temperature, with_entropy, where, compute_dtype, chunk):
+def _token_logprobs(model, batch, temperature, with_entropy, where, compute_dtype, chunk, packing):
     ids, attn = batch.input_ids, batch.attention_mask.bool()
     where = (completion_positions(batch) if where is None else where.bool()) & attn
     where[:, 0] = False
@@ -173,14 +238,12 @@ def _token_logprobs(model, batch, temperature, with_entropy, where, compute_dtyp
     decoder, head = parts
     b, width = ids.shape
     lengths = attn.sum(1).tolist()
-    layout = pack_rows(lengths, width)
-    if len(layout) > PACK_MAX_ROW_FRACTION * b:  # too few rows saved to pay for the packed-sequence mask
-        layout = [[i] for i in range(b)]
+    layout, row_width = pack_layout(lengths, width, packing, dev)
     # position ids only where a row holds several sequences; a lone sequence in a row needs none
     # (its padding tail comes after it, unseen by it)
     shared = any(len(members) > 1 for members in layout)
-    packed = torch.zeros((len(layout), width), dtype=ids.dtype, device=dev)
-    ppos = torch.zeros((len(layout), width), dtype=torch.long, device=dev)
+    packed = torch.zeros((len(layout), row_width), dtype=ids.dtype, device=dev)
+    ppos = torch.zeros((len(layout), row_width), dtype=torch.long, device=dev)
     row_of, off_of = [0] * b, [0] * b
     for r, members in enumerate(layout):
         off = 0
@@ -190,8 +253,8 @@ def _token_logprobs(model, batch, temperature, with_entropy, where, compute_dtyp
             ppos[r, off : off + n] = torch.arange(n, device=dev)
             row_of[i], off_of[i] = r, off
             off += n
-        if off < width:  # the row's free tail is a block of its own (a fresh position 0..)
-            ppos[r, off:] = torch.arange(width - off, device=dev)
+        if off < row_width:  # the row's free tail is a block of its own (a fresh position 0..)
+            ppos[r, off:] = torch.arange(row_width - off, device=dev)
     with autocast(compute_dtype, dev):
         hidden = decoder(input_ids=packed, position_ids=ppos if shared else None, use_cache=False).last_hidden_state
     tb, tt = where.nonzero(as_tuple=True)
@@ -256,6 +319,11 @@ class Trainer:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.objective, self.options = objective, options
         self.cfg = train_cfg
+        self.packing = getattr(train_cfg, "packing", "auto")  # train.packing (pack_layout)
+        if self.packing == "on":  # before any pass; config.load_config refused what config.json shows
+            why = packing_refusal(model)
+            if why is not None:
+                raise UserError(f"train.packing = 'on' cannot apply to this model ({why}); set it to 'auto' or 'off'")
         self.temperature = temperature
         self.needs_prox = bool(getattr(options, "needs_prox", False))
         self.kl_in_loss = bool(getattr(options, "kl_coef", 0.0))
@@ -314,7 +382,14 @@ class Trainer:
 
     def _logprobs(self, model, mb: Batch, with_entropy: bool = False):
         """``token_logprobs`` at the completion positions under this trainer's temperature and dtype."""
-        return token_logprobs(model, mb, self.temperature, with_entropy=with_entropy, compute_dtype=self.compute_dtype)
+        return token_logprobs(
+            model,
+            mb,
+            self.temperature,
+            with_entropy=with_entropy,
+            compute_dtype=self.compute_dtype,
+            packing=self.packing,
+        )
 
     @torch.no_grad()
     def _with_reference(self, mb: Batch) -> Batch:

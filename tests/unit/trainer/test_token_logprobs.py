@@ -76,8 +76,8 @@ def test_lm_head_sees_only_completion_positions_and_padding_is_packed_away(monke
     h2.remove()
     n_comp = int(((batch.loss_mask != 0) | (batch.old_logprobs != 0)).sum())  # 3 + 1 + 7 + 2 = 13
     assert n_comp == 13 and head_rows == [4, 4, 4, 1]  # 13 positions in chunks of 4
-    # lengths 9, 5, 12, 6 in rows of 12: 12 | 9 | 6 + 5 -> 3 packed rows instead of 4
-    assert dec_shapes == [(3, 12)]
+    # lengths 9, 5, 12, 6 share one row of 32 positions instead of 4 rows of 12 (PACK_ROW_TOKENS)
+    assert dec_shapes == [(1, 32)]
 
 
 def test_bf16_autocast_logprobs_stay_close_and_fp32():
@@ -110,8 +110,9 @@ def test_activation_checkpointing_gives_the_same_update():
 
 
 def test_rows_holding_one_sequence_each_run_plain_causal_and_match_the_full_forward():
-    # two rows of lengths 9 and 12 in rows of 12 cannot share a row: no position ids go to the
-    # decoder (plain causal attention, no packed-sequence mask), and the values are unchanged
+    # two rows of lengths 9 and 12: one shared row of 21 positions saves too little of the 24 padded
+    # ones (21 > PACK_MAX_ROW_FRACTION x 24) for CPU: no position ids go to the decoder (plain causal
+    # attention, no packed-sequence mask), and the values are unchanged
     model, tok = build_tiny("tiny-s", seed=2)
     batch = _batch(tok).rows(slice(0, 3, 2))  # rows 0 and 2: lengths 9 and 12
     seen = []
@@ -124,16 +125,16 @@ def test_rows_holding_one_sequence_each_run_plain_causal_and_match_the_full_forw
         full, _ = token_logprobs(_Plain(model), batch, 1.0)
     assert torch.allclose(fast, full, atol=1e-5)
     hook = model.model.register_forward_pre_hook(lambda m, a, kw: seen.append(kw.get("position_ids")), with_kwargs=True)
-    with torch.no_grad():  # the packed batch of the other tests (6 + 5 share a row) does pass them
+    with torch.no_grad():  # the packed batch of the other tests (all four share a row) does pass them
         token_logprobs(model, _batch(tok), 1.0)
     hook.remove()
-    assert seen[1] is not None and seen[1].shape == (3, 12)
+    assert seen[1] is not None and seen[1].shape == (1, 32)
 
 
 def test_packing_that_saves_too_few_rows_is_skipped():
-    # 8 rows: six of length 12 and two of length 6 that would share one row -> 7 rows of 8
-    # (0.875 > PACK_MAX_ROW_FRACTION 0.85): not worth the packed mask, so 8 plain rows
-    from rollwise.trainer.trainer import PACK_MAX_ROW_FRACTION
+    # 8 rows: six of length 12 and two of length 5 -> one packed row of 82 positions against 96
+    # padded ones (0.854 > PACK_MAX_ROW_FRACTION 0.85): on CPU not worth the packed mask, so 8 plain rows
+    from rollwise.trainer.trainer import PACK_MAX_ROW_FRACTION, pack_layout
 
     model, tok = build_tiny("tiny-s", seed=2)
     pairs = [("12+34=", "46 and")] * 6 + [("1+1=", "2")] * 2
@@ -142,7 +143,8 @@ def test_packing_that_saves_too_few_rows_is_skipped():
         for i, (p, c) in enumerate(pairs)
     ]
     lengths = [len(r.prompt_ids) + len(r.completion_ids) for r in rows]
-    assert len(pack_rows(lengths, max(lengths))) == 7 and 7 > PACK_MAX_ROW_FRACTION * 8
+    layout, fill = pack_layout(lengths, max(lengths), "on", torch.device("cpu"))
+    assert len(layout) == 1 and fill == 82 and 82 > PACK_MAX_ROW_FRACTION * 96
     adv = Advantages(torch.ones(8), torch.ones(8, dtype=torch.bool))
     batch = collate(rows, torch.zeros(8), torch.zeros(8, dtype=torch.long), adv, pad_id=tok.pad_token_id)
     seen = []
