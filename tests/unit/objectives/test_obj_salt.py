@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from rollwise.batch.collate import flatten
+from rollwise.collate import flatten
 from rollwise.config import load_config
 from rollwise.objectives import ADVANTAGES
 from rollwise.objectives.advantages import GrpoOptions, grpo

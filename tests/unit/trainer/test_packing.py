@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from rollwise.batch.collate import collate
+from rollwise.collate import collate
 from rollwise.config import load_config
 from rollwise.objectives import OBJECTIVES
 from rollwise.registry import UserError
