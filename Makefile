@@ -1,6 +1,6 @@
 # rollwise: two set-up commands for a fresh machine.
 #   make demo   create .venv, install rollwise, run the embedded default (`rollwise train`)
-#   make test   create .venv, install rollwise with test extras, run the test suite
+#   make test   create .venv, install rollwise with test extras, run the test suite (in parallel)
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip install -q --disable-pip-version-check
@@ -55,11 +55,14 @@ install-test: $(VENV)/.installed-test
 demo: $(VENV)/.installed
 	$(VENV)/bin/rollwise train
 
-# ruff first (configured in pyproject.toml): formatting, then lint, then the suite
+# ruff first (configured in pyproject.toml): formatting, then lint, then the suite, one pytest-xdist
+# worker per core (make test TEST_WORKERS=0 runs it in one process); a test file stays on one worker
+# (--dist loadfile), so that the trainings its tests share run once
+TEST_WORKERS ?= auto
 test: $(VENV)/.installed-test
 	$(VENV)/bin/ruff format --check
 	$(VENV)/bin/ruff check
-	$(PY) -m pytest -q -ra
+	$(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile
 
 # the compare presets (install if needed, then run; interrupted sweeps resume, finished runs are skipped)
 bench-quick: $(VENV)/.installed
