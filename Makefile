@@ -1,6 +1,6 @@
 # rollwise: two set-up commands for a fresh machine.
 #   make demo   create .venv, install rollwise, run the embedded default (`rollwise train`)
-#   make test   create .venv, install rollwise with test extras, run the test suite (and build the docs)
+#   make test   create .venv, install rollwise with test extras, build the docs, run the test suite (in parallel)
 #   make docs   serve the documentation site locally
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -56,12 +56,15 @@ install-test: $(VENV)/.installed-test
 demo: $(VENV)/.installed
 	$(VENV)/bin/rollwise train
 
-# ruff first (configured in pyproject.toml): formatting, then lint, then the suite
+# ruff first (configured in pyproject.toml): formatting, then lint, then the suite, one pytest-xdist
+# worker per core (make test TEST_WORKERS=0 runs it in one process); a test file stays on one worker
+# (--dist loadfile), so that the trainings its tests share run once
+TEST_WORKERS ?= auto
 test: $(VENV)/.installed-test
 	$(VENV)/bin/ruff format --check
 	$(VENV)/bin/ruff check
 	$(MAKE) --no-print-directory docs-build
-	$(PY) -m pytest -q -ra
+	$(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile
 
 # the documentation site (MkDocs; the configuration reference is generated from the schema):
 # `make docs` serves it at http://127.0.0.1:8000, `make docs-build` builds it into site/ with

@@ -10,7 +10,8 @@ one (issue #33).
    ``--dtypes`` arm (default ``auto float32 bfloat16``), each in its own process and in turn. Step
    time is the ledger's: the last ``metrics.jsonl`` ``wall_s`` (the training loop, from the end of
    the set-up to the end of the last step); the process wall time (imports, model, final
-   evaluation, export) is recorded too. The warm start is run (and cached) before the first arm.
+   evaluation, export) is recorded too. The warm start is run (and cached) before the first arm
+   (not with ``--warm-start-steps 0``: nothing to cache).
 3. **vs_trl** (optional, ``--vs-trl-json``): the summary of a ``benchmarks/vs_trl.py`` result
    run separately, e.g. the issue's reduced pair::
 
@@ -184,12 +185,13 @@ def main(argv=None) -> int:
             f"auto for {d['model']}: {d['chose']} ({d['detail']}; measuring took {d['measure_wall_s']} s)", flush=True
         )
 
-    print("warm start (cached for the arms) ...", flush=True)
-    subprocess.run(
-        train_command(arm_overrides("float32", 1, work, "prep", a.threads, a.warm_start_steps)),
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
+    if a.warm_start_steps != 0:  # with no warm start (a smoke run) there is nothing to cache: no extra process
+        print("warm start (cached for the arms) ...", flush=True)
+        subprocess.run(
+            train_command(arm_overrides("float32", 1, work, "prep", a.threads, a.warm_start_steps)),
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
     arms = {}
     for dtype in a.dtypes:
         print(f"embedded default, compute_dtype={dtype}, {a.steps} steps ...", flush=True)

@@ -1,4 +1,6 @@
+import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -7,13 +9,20 @@ from leftovers import pytest_configure, pytest_sessionfinish  # noqa: F401  (the
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
+def threads_per_worker() -> int:
+    """torch threads of a test process: at most 2, and the cores shared out between pytest-xdist's
+    workers (``-n``), so that two workers on two cores do not each run two threads."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    return max(1, min(2, (os.cpu_count() or 1) // workers))
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _isolated_cache(tmp_path_factory):
-    """Warm-start caches go to a per-session temp dir, never the user's cache."""
+    """Warm-start caches go to a per-session temp dir (one per xdist worker), never the user's cache."""
     os.environ["ROLLWISE_CACHE"] = str(tmp_path_factory.mktemp("rollwise-cache"))
     import torch
 
-    torch.set_num_threads(min(2, os.cpu_count() or 1))
+    torch.set_num_threads(threads_per_worker())
     yield
 
 
@@ -50,6 +59,34 @@ def toml_inline(d: dict) -> str:
     import json
 
     return "{" + ", ".join(f"{k} = {json.dumps(v)}" for k, v in d.items()) + "}"
+
+
+@pytest.fixture(scope="session")
+def trained(tmp_path_factory):
+    """``trained(overrides)``: the run directory of ``rollwise.train`` on ``overrides`` (``tiny_overrides``'
+    form), trained once per distinct configuration in a test session (in each xdist worker: the
+    Makefile keeps a test file on one worker) and shared by the tests that only read it. A test that
+    writes into the run directory (a checkpoint of its own, a resume) asks for ``copy_to=`` a
+    directory of its own, or keeps its own training. ``run.dir`` and ``run.name`` are not part of
+    the key: where a run is written changes nothing it computes."""
+    import shutil
+
+    import rollwise
+    from rollwise.config import load_config
+
+    runs: dict[str, Path] = {}
+
+    def train(overrides: dict, copy_to: Path | None = None) -> Path:
+        key = json.dumps({k: v for k, v in overrides.items() if k not in ("run.dir", "run.name")}, sort_keys=True)
+        if key not in runs:
+            o = dict(overrides, **{"run.dir": str(tmp_path_factory.mktemp("trained")), "run.name": "run"})
+            runs[key] = rollwise.train(load_config(overrides=as_sets(o)), log=lambda m: None).run_dir
+        if copy_to is None:
+            return runs[key]
+        shutil.copytree(runs[key], copy_to)
+        return Path(copy_to)
+
+    return train
 
 
 def scripted_arithmetic(schedule):

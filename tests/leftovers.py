@@ -15,6 +15,13 @@ uses its two hooks) that fails the session, naming them, when at its end there i
 
 Zombies (ended, not yet reaped) do not count: they run nothing; nor does what the test process
 itself ends at its exit (``LIFETIME_HELPERS``, ``LIFETIME_TMP``).
+
+Under pytest-xdist (``pytest -n 2``) only the controller checks, once every worker is gone (its
+``pytest_sessionfinish`` runs last, after xdist has shut the workers down): a worker cannot tell the
+other worker's files and processes from its own leftovers, and the controller sees both. The workers
+inherit the controller's mark, so what their tests start is named as before; each gives its Ray a
+directory of its own inside the session's (``<RAY_TMPDIR>/<worker id>``), so that two workers' Rays
+never share a cluster file, and the controller checks those directories too.
 """
 
 from __future__ import annotations
@@ -79,7 +86,10 @@ def _processes() -> dict[int, tuple[int, str, int]]:
 
 def _cluster_files() -> dict[str, str]:
     out = {}
-    for d in {"/tmp/ray", os.path.join(os.environ.get("RAY_TMPDIR", "/tmp"), "ray")}:
+    dirs = {"/tmp/ray", os.path.join(os.environ.get("RAY_TMPDIR", "/tmp"), "ray")}
+    if "ray_dir" in _start:  # the xdist workers' own Ray directories (module docstring)
+        dirs |= {str(d) for d in Path(_start["ray_dir"]).glob("*/ray")}
+    for d in dirs:
         f = Path(d) / "ray_current_cluster"
         try:
             out[str(f)] = f.read_text()
@@ -95,9 +105,17 @@ def _tmp_entries() -> set[str]:
         return set()
 
 
-def configure() -> None:
-    """At the session's start: the mark, the session's Ray directory and what the machine holds now."""
+def configure(worker: str | None = None) -> None:
+    """At the session's start: the mark, the session's Ray directory and what the machine holds now.
+    In an xdist worker (``worker``: its id) only the worker's own Ray directory: the controller, whose
+    mark and ``RAY_TMPDIR`` the worker inherited, checks for the whole session."""
     if _start:
+        return
+    if worker is not None and os.environ.get(MARK) and os.environ.get("RAY_TMPDIR"):
+        ray_dir = os.path.join(os.environ["RAY_TMPDIR"], worker)
+        os.makedirs(ray_dir, exist_ok=True)
+        os.environ["RAY_TMPDIR"] = ray_dir
+        _start.update(worker=worker)
         return
     os.environ[MARK] = uuid.uuid4().hex
     before_tmp = _tmp_entries()
@@ -114,8 +132,9 @@ def configure() -> None:
 
 
 def leftovers() -> list[str]:
-    """What this session left (module docstring), one line each; removes the session's Ray directory."""
-    if not _start:
+    """What this session left (module docstring), one line each; removes the session's Ray directory.
+    Nothing in an xdist worker: the controller checks."""
+    if not _start or "worker" in _start:
         return []
     me, mark = os.getpid(), os.environ.get(MARK)
     procs = _processes()
@@ -173,8 +192,9 @@ def finish(session) -> None:
 
 
 def pytest_configure(config) -> None:
-    configure()
+    configure(getattr(config, "workerinput", {}).get("workerid"))
 
 
+@pytest.hookimpl(trylast=True)  # after xdist's controller has shut its workers down
 def pytest_sessionfinish(session, exitstatus) -> None:
     finish(session)

@@ -145,7 +145,7 @@ def test_code_sandbox_ab_with_this_tree_on_both_sides(tmp_path):
 
 
 def test_compute_dtype_auto(tmp_path):
-    bench(
+    out = bench(
         tmp_path,
         "compute_dtype_auto.py",
         *("--steps", "1", "--threads", "1", "--warm-start-steps", "0", "--dtypes", "float32"),
@@ -153,6 +153,8 @@ def test_compute_dtype_auto(tmp_path):
     )
     res = _json(tmp_path / "cdt.json")
     assert [d["model"] for d in res["decisions"]] == ["tiny (embedded default)", "smollm2-135m"]
+    assert list(res["embedded_default"]["arms"]) == ["float32"]
+    assert "warm start (cached for the arms)" not in out  # no warm start to cache: no process run for it
 
 
 def test_episode_tools(tmp_path):

@@ -39,24 +39,24 @@ def stable(path):
     ]
 
 
-def test_guess_number_trains_and_resume_matches_uninterrupted(tmp_path):
+def test_guess_number_trains_and_resume_matches_uninterrupted(tmp_path, trained):
     base = guess(tmp_path)
-    full = rollwise.train(load_config(overrides=as_sets(dict(base, **{"run.name": "full"}))), log=lambda m: None)
+    full = trained(base)  # the uninterrupted run, shared with the asynchronous test's synchronous one
     part = dict(base, **{"run.name": "part", "train.steps": 2})
     rollwise.train(load_config(overrides=as_sets(part)), log=lambda m: None)
     resumed = rollwise.train(
         load_config(overrides=as_sets(dict(part, **{"train.steps": 4}))), resume=True, log=lambda m: None
     )
-    a, b = stable(full.run_dir / "metrics.jsonl"), stable(resumed.run_dir / "metrics.jsonl")
+    a, b = stable(full / "metrics.jsonl"), stable(resumed.run_dir / "metrics.jsonl")
     assert len(a) == 4 and a == b
-    assert stable(full.run_dir / "eval.jsonl") == stable(resumed.run_dir / "eval.jsonl")
-    assert (full.run_dir / "checkpoints" / "step-4" / "model.safetensors").exists()
+    assert stable(full / "eval.jsonl") == stable(resumed.run_dir / "eval.jsonl")
+    assert (full / "checkpoints" / "step-4" / "model.safetensors").exists()
     for m in a:  # 2 prompts x 4 episodes a step, 1..5 turns each; observations never count as generated
         assert m["episodes/count"] == 8 and 8 <= m["episodes/turns"] <= 40
         assert m["episodes/observation_tokens"] > 0 and m["episodes/tool_calls"] == 0
         assert sum(v for k, v in m.items() if k.startswith("episodes/end_")) == 8
         assert 0.0 <= m["reward/mean"] <= 1.0
-    line = json.loads((full.run_dir / "metrics.jsonl").read_text().splitlines()[0])
+    line = json.loads((full / "metrics.jsonl").read_text().splitlines()[0])
     assert {"episodes/tool_s", "episodes/waiting_s", "episodes/env_s"} <= set(line)
     assert a[-1]["cost/generated_tokens"] == a[-1]["cost/trained_tokens"]  # every policy token trained, no observation
 
@@ -143,15 +143,15 @@ def test_a_run_killed_mid_episode_batch_resumes_to_the_uninterrupted_result(tmp_
     assert stable(tmp_path / "killed" / "eval.jsonl") == stable(tmp_path / "full" / "eval.jsonl")
 
 
-def test_async_episodes_at_eta_zero_equal_the_synchronous_run_and_run_ahead_at_eta_one(tmp_path):
+def test_async_episodes_at_eta_zero_equal_the_synchronous_run_and_run_ahead_at_eta_one(tmp_path, trained):
     """train.async's generator runs the episode pool over its own weights: at max_staleness 0 the run is
     the synchronous one (the generator's utilisation lines aside); at 1, with decoupled PPO, plans of
     episodes run one version ahead. Stopping plans mid-generation is refused for episodes."""
-    sync = rollwise.train(load_config(overrides=as_sets(guess(tmp_path, **{"run.name": "sync"}))), log=lambda m: None)
+    sync = trained(guess(tmp_path))  # the synchronous run, shared with the resume test's uninterrupted one
     eta0 = guess(tmp_path, **{"run.name": "eta0", "train.async.enabled": True, "train.async.max_staleness": 0})
     eta0 = rollwise.train(load_config(overrides=as_sets(eta0)), log=lambda m: None)
     skip = lambda lines: [{k: v for k, v in m.items() if not k.startswith(("util/", "async/"))} for m in lines]  # noqa: E731
-    assert skip(stable(eta0.run_dir / "metrics.jsonl")) == skip(stable(sync.run_dir / "metrics.jsonl"))
+    assert skip(stable(eta0.run_dir / "metrics.jsonl")) == skip(stable(sync / "metrics.jsonl"))
     eta1 = guess(
         tmp_path,
         **{

@@ -7,25 +7,20 @@ import json
 import pytest
 import torch
 
-import rollwise
-from conftest import as_sets, tiny_overrides
+from conftest import tiny_overrides
 from rollwise.backends.hf import HFBackend
 from rollwise.cli import main
-from rollwise.config import load_config
 from rollwise.registry import UserError
 from rollwise.types import Sampling
 
 N_NEW = 10
 
 
-def _train(tmp_path, name, **extra):
-    cfg = load_config(
-        overrides=as_sets(
-            tiny_overrides(tmp_path, name=name, steps=2, **{"run.checkpoint_every": 1, "train.lr": 1e-2, **extra})
-        )
-    )
-    rollwise.train(cfg, log=lambda m: None)
-    return tmp_path / name
+def _train(trained, tmp_path, name, copy=False, **extra):
+    """A 2-step run with a checkpoint at each step, trained once per configuration in the session
+    (``trained``, tests/conftest.py): exports only read it; ``copy``: the test's own copy to write into."""
+    o = tiny_overrides(tmp_path, name=name, steps=2, **{"run.checkpoint_every": 1, "train.lr": 1e-2, **extra})
+    return trained(o, copy_to=tmp_path / name if copy else None)
 
 
 def _rollwise_greedy(run_dir, step=None):
@@ -53,10 +48,10 @@ def _hf_greedy(model, seqs, eos):
     return out
 
 
-def test_export_full_run_loads_and_generates_rollwise_greedy_tokens(tmp_path):
+def test_export_full_run_loads_and_generates_rollwise_greedy_tokens(tmp_path, trained):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    run = _train(tmp_path, "full")
+    run = _train(trained, tmp_path, "full")
     seqs, want, codec = _rollwise_greedy(run)
     with pytest.raises(SystemExit):  # a checkpoint that is not there: exit 2 naming the steps there
         main(["export", str(run), str(tmp_path / "x"), "--step", "7"])
@@ -85,8 +80,8 @@ def test_export_full_run_loads_and_generates_rollwise_greedy_tokens(tmp_path):
     assert meta["checkpoint"] == "step-2" and meta["gguf"] == "model.gguf"
 
 
-def test_export_step_and_refusals(tmp_path):
-    run = _train(tmp_path, "s", **{"run.keep_checkpoints": 3})
+def test_export_step_and_refusals(tmp_path, trained):
+    run = _train(trained, tmp_path, "s", **{"run.keep_checkpoints": 3})
     seqs, want1, codec = _rollwise_greedy(run, step=1)
     from transformers import AutoModelForCausalLM
 
@@ -123,12 +118,13 @@ def _perturb_adapters(run):
     checkpoint.save(run, 3, model, {k: v for k, v in state.items() if k not in ("rng", "step")}, keep=5)
 
 
-def test_export_lora_run_merged_and_adapter(tmp_path):
+def test_export_lora_run_merged_and_adapter(tmp_path, trained):
     pytest.importorskip("peft")
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    run = _train(tmp_path, "lora", **{"model.lora.enabled": True, "model.lora.r": 4, "train.lr": 5e-2})
+    lora = {"model.lora.enabled": True, "model.lora.r": 4, "train.lr": 5e-2}
+    run = _train(trained, tmp_path, "lora", copy=True, **lora)  # a copy: step-3 is written into it
     _perturb_adapters(run)  # step-3: LoRA B matrices surely non-zero, so merged != base
     seqs, want, codec = _rollwise_greedy(run)
     from rollwise.export import export_run
@@ -150,10 +146,10 @@ def test_export_lora_run_merged_and_adapter(tmp_path):
     )
 
 
-def test_export_gguf_without_the_package_writes_nothing_and_the_rerun_works(tmp_path, monkeypatch, capsys):
+def test_export_gguf_without_the_package_writes_nothing_and_the_rerun_works(tmp_path, monkeypatch, capsys, trained):
     import sys
 
-    run = _train(tmp_path, "g")
+    run = _train(trained, tmp_path, "g")
     monkeypatch.setitem(sys.modules, "gguf", None)  # `import gguf` raises ImportError
     with pytest.raises(SystemExit) as exc:
         main(["export", str(run), str(tmp_path / "out"), "--gguf"])
@@ -198,10 +194,10 @@ def test_adapter_names_a_local_base_model_by_its_absolute_path(tmp_path, monkeyp
     assert torch.allclose(loaded(ids).logits, lora(ids).logits, atol=1e-6)
 
 
-def test_export_gguf_refused_for_its_architecture_leaves_no_directory(tmp_path, monkeypatch):
+def test_export_gguf_refused_for_its_architecture_leaves_no_directory(tmp_path, monkeypatch, trained):
     import rollwise.export as export
 
-    run = _train(tmp_path, "arch")
+    run = _train(trained, tmp_path, "arch")
 
     def refuse(model, tokenizer, path):
         raise UserError("GGUF export supports Llama-architecture models; this model is 'gpt2'")

@@ -1,6 +1,8 @@
 """The session-end check of ``tests/leftovers.py`` (issue #47), run on a pytest session of its own: a
 session whose tests leave a process running, a Ray cluster file and a ``/tmp`` entry exits non-zero
-naming each of them; a session that leaves nothing exits 0."""
+naming each of them; a session that leaves nothing exits 0. Both also under pytest-xdist (``-n 2``,
+issue #41 item 5), where the workers are the session's own processes until the controller ends them
+and a worker's Ray writes its cluster file in a directory of the worker's."""
 
 import os
 import signal
@@ -8,6 +10,8 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+
+import pytest
 
 TESTS = Path(__file__).resolve().parents[1]
 
@@ -33,14 +37,17 @@ import subprocess
 
 def test_waits_for_its_process():
     subprocess.run(["true"], check=True)
+
+def test_waits_for_another():
+    subprocess.run(["true"], check=True)
 """
 
 
-def _session(tmp_path, source: str, **env):
+def _session(tmp_path, source: str, *args, **env):
     (tmp_path / "test_inner.py").write_text(source)
     env = {**os.environ, "PYTHONPATH": str(TESTS), **env}
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "leftovers", "-p", "no:cacheprovider", "test_inner.py"],
+        [sys.executable, "-m", "pytest", "-q", "-p", "leftovers", "-p", "no:cacheprovider", *args, "test_inner.py"],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -49,10 +56,11 @@ def _session(tmp_path, source: str, **env):
     )
 
 
-def test_a_session_that_leaves_things_fails_naming_them(tmp_path):
+@pytest.mark.parametrize("args", [(), ("-n", "2")], ids=["one process", "xdist"])
+def test_a_session_that_leaves_things_fails_naming_them(tmp_path, args):
     name = f"rw-leftover-{uuid.uuid4().hex[:8]}"
     try:
-        r = _session(tmp_path, LEAKY.format(name=name))
+        r = _session(tmp_path, LEAKY.format(name=name), *args)
     finally:
         pid = int((tmp_path / "pid").read_text()) if (tmp_path / "pid").exists() else None
         if pid is not None:
@@ -67,8 +75,10 @@ def test_a_session_that_leaves_things_fails_naming_them(tmp_path):
     assert f"/tmp/{name} created during the session" in out, out
 
 
-def test_a_session_that_leaves_nothing_passes(tmp_path):
+@pytest.mark.parametrize("args", [(), ("-n", "2")], ids=["one process", "xdist"])
+def test_a_session_that_leaves_nothing_passes(tmp_path, args):
     # others' /tmp entries on a shared machine are not this session's
-    r = _session(tmp_path, CLEAN, ROLLWISE_TEST_TMP_IGNORE="*")
+    r = _session(tmp_path, CLEAN, *args, ROLLWISE_TEST_TMP_IGNORE="*")
+    assert "2 passed" in r.stdout, r.stdout + r.stderr
     assert r.returncode == 0, r.stdout + r.stderr
     assert "leftovers" not in r.stdout

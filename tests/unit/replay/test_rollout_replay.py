@@ -163,13 +163,14 @@ def _stable(path):
     ]
 
 
-def test_fraction_zero_and_staleness_zero_equal_on_policy_in_the_loop(tmp_path):
+def test_fraction_zero_and_staleness_zero_equal_on_policy_in_the_loop(tmp_path, trained):
     runs = {
-        "on_policy": {},
         "fraction0": {"replay.name": "rollout_replay", "replay.options": {"replay_fraction": 0.0}},
         "staleness0": {"replay.name": "rollout_replay", "replay.options": {"max_replay_age": 0}},
     }
-    lines = {}
+    # the on-policy run only read: shared (tests/conftest.py ``trained``, also test_sapo's reference)
+    on_policy = trained(tiny_overrides(tmp_path, steps=3, **{"eval.at_start": False, "run.threads": 1}))
+    lines = {"on_policy": _stable(on_policy / "metrics.jsonl")}
     for name, extra in runs.items():
         o = tiny_overrides(tmp_path, name=name, steps=3, **{"eval.at_start": False, "run.threads": 1}, **extra)
         result = rollwise.train(load_config(overrides=as_sets(o)), log=lambda m: None)

@@ -335,15 +335,13 @@ def _weights(run_dir):
     return load_file(str(f))
 
 
-def test_external_zero_is_exactly_on_policy_in_the_loop(tmp_path):
-    runs = {
-        "on_policy": {},
-        "sapo_j0": {"replay.name": "sapo", "replay.options": {"swarm_dir": str(tmp_path / "swarm"), "external": 0}},
-    }
-    out = {}
-    for name, extra in runs.items():
-        o = tiny_overrides(tmp_path, name=name, steps=3, **{"eval.at_start": False, "run.threads": 1}, **extra)
-        out[name] = rollwise.train(load_config(overrides=as_sets(o)), log=lambda m: None).run_dir
+def test_external_zero_is_exactly_on_policy_in_the_loop(tmp_path, trained):
+    common = {"eval.at_start": False, "run.threads": 1}
+    # the on-policy run only read: shared (tests/conftest.py ``trained``, also test_rollout_replay's reference)
+    out = {"on_policy": trained(tiny_overrides(tmp_path, steps=3, **common))}
+    sapo = {"replay.name": "sapo", "replay.options": {"swarm_dir": str(tmp_path / "swarm"), "external": 0}}
+    o = tiny_overrides(tmp_path, name="sapo_j0", steps=3, **common, **sapo)
+    out["sapo_j0"] = rollwise.train(load_config(overrides=as_sets(o)), log=lambda m: None).run_dir
     assert _stable(out["sapo_j0"] / "metrics.jsonl") == _stable(out["on_policy"] / "metrics.jsonl")
     a, b = _weights(out["on_policy"]), _weights(out["sapo_j0"])
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
