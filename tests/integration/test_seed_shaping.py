@@ -157,3 +157,21 @@ def test_adhint_cgm_preset_trains_and_modulates(tmp_path):
     on, off = go("cgm", True), go("plain", False)
     assert len(on) == 2 and all(x["train/grad_norm"] > 0 and x["control/adhint_hint_tokens_mean"] > 0 for x in on)
     assert on[0]["train/loss"] != pytest.approx(off[0]["train/loss"], rel=1e-4)
+
+
+def test_vcpo_preset_trains_with_the_off_policy_baseline(tmp_path):
+    # the preset (configs/vcpo.toml: OPOB + ESS learning-rate scaling) for two steps; the same scripted
+    # completions under GRPO's mean baseline give another first loss (b* weights rows by w^2 ||g||^2)
+    from pathlib import Path
+
+    preset = Path(__file__).parents[2] / "configs" / "vcpo.toml"
+
+    def go(name, adv):
+        extra = {"eval.at_start": False, "advantage.name": adv}
+        cfg = load_config(preset, overrides=as_sets(tiny_overrides(tmp_path, name=name, steps=2, **extra)))
+        res = rollwise.train(cfg, backend=scripted(False, lambda i: CYCLE[i % 3]), log=lambda m: None)
+        return lines(res.run_dir / "metrics.jsonl")
+
+    on, off = go("opob", "opob"), go("grpo", "grpo")
+    assert len(on) == 2 and all(x["train/grad_norm"] > 0 and 0 < x["train/lr_scale"] <= 1 for x in on)
+    assert on[0]["train/loss"] != pytest.approx(off[0]["train/loss"], rel=1e-4)

@@ -263,7 +263,7 @@ def advantage_context(
             fields[name] = value_baseline(rows, services, groups)
         elif name == "policy_entropy" and services is not None:
             fields[name] = policy_entropy(rows, services)
-        elif name == "seq_log_weights" and services is not None:
+        elif name in ("seq_log_weights", "score_norms") and services is not None and name not in fields:
             fields["seq_log_weights"], fields["score_norms"] = row_scores(rows, services)
     return AdvantageContext(**fields, weights=given.weights)
 
