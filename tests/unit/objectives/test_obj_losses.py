@@ -286,6 +286,7 @@ def test_registry_names_resolve_and_validate_options():
             "poise",
             "turn_return",
             "gigpo",
+            "opob",
         ]
     )
     o = validate_options(
