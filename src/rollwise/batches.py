@@ -55,8 +55,9 @@ class Batches:
         ``advantages`` the estimator's before the context's row weights."""
         rows, rewards, gidx = flatten(groups)
         rewards, shaping = self.shape_rewards(rows, rewards)
-        context = advantage_context(self.advantage, rows, self.services, self.controller, gidx)
-        inputs = advantage_inputs(self.advantage, rows, context)
+        opts = self.advantage_options
+        context = advantage_context(self.advantage, rows, self.services, self.controller, gidx, opts)
+        inputs = advantage_inputs(self.advantage, rows, context, opts)
         advs = self.advantage(rewards, gidx, self.advantage_options, **inputs)
         batch = collate(rows, rewards, gidx, apply_row_weights(advs, context.weights), self.services.codec.pad_id)
         return rows, batch, shaping, advs

@@ -221,6 +221,7 @@ def check(cfg) -> None:
         )
     check_wrappers(cfg)
     check_backend(cfg)
+    check_rollout_precision(cfg)
     check_workers(cfg)
     check_async(cfg)
     check_data_parallel(cfg)
@@ -443,6 +444,32 @@ def check_backend(cfg) -> None:
             f"{', '.join(needs_hf)} needs the hf backend's decode hooks or scoring, which "
             f"model.backend = {cfg.model.backend!r} does not have; set model.backend = 'hf' or turn it off"
         )
+
+
+def check_rollout_precision(cfg) -> None:
+    """``model.rollout_precision = "fp8"`` (``rollwise.hardware.fp8``) quantises the hf sampler's module in
+    this process; ``train.matched_quantisation`` the trainer's to match it."""
+    fp8 = cfg.model.rollout_precision == "fp8"
+    if cfg.train.matched_quantisation and not fp8:
+        raise UserError(
+            "train.matched_quantisation = true quantises the trainer's forward to match FP8 rollouts: set "
+            "model.rollout_precision = 'fp8', or train.matched_quantisation = false"
+        )
+    if not fp8:
+        return
+    refused = [
+        (cfg.model.backend != "hf", f"model.backend = {cfg.model.backend!r} (vLLM quantises with its own kernels)"),
+        (cfg.distributed.workers > 0, "distributed.workers > 0 (each Ray worker builds its own sampler)"),
+        (cfg.train.async_.on, "train.async (its generator holds its own copy of the weights)"),
+        (cfg.train.fsdp, "train.fsdp = true"),
+        (cfg.model.lora.enabled, "model.lora.enabled = true (the adapters' products would stay unquantised)"),
+    ]
+    for bad, what in refused:
+        if bad:
+            raise UserError(
+                f"model.rollout_precision = 'fp8' quantises the hf sampler in this process and does not work with "
+                f"{what}; set model.rollout_precision = 'model' or change that key"
+            )
 
 
 def check_workers(cfg) -> None:

@@ -464,7 +464,12 @@ def assemble(cfg, task, parts: Strategies, wiring: Wiring, dp=None, backend=None
     a.sampling = Sampling(s.temperature, s.top_p, s.max_new_tokens)
     a.precision = _precision(cfg, a.model, log)
     a.compute_dtype = a.precision.dtype
-    a.backend = backend if backend is not None else build_backend(cfg, a.model, a.codec, cfg.run.seed, a.compute_dtype)
+    from rollwise.hardware import fp8
+
+    sampler_model, a.model = fp8.for_run(cfg, a.model, log)  # FP8 rollouts (model.rollout_precision), else a.model
+    a.backend = (
+        backend if backend is not None else build_backend(cfg, sampler_model, a.codec, cfg.run.seed, a.compute_dtype)
+    )
     _record_entropy(cfg, a.backend, parts)
     describe = getattr(task, "describe_verifier", None)
     if describe is not None:  # e.g. which code sandbox is active (verify/sandbox.py), and its ledger facts

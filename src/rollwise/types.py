@@ -508,13 +508,18 @@ class AdvantageContext:
 
     ``confidence_shift``: (B,) sampler minus reference log-prob sums (ACE); ``value_prior``: (B,)
     V0.5's prior; ``prompt_baseline``: (B,) MSSR's baseline; ``value_baseline``: (B,) POISE's
-    cross-rollout value baseline; ``weights``: (B,) Prompt-GDRO's row weights, multiplied into the
-    estimator's advantages."""
+    cross-rollout value baseline; ``policy_entropy``: (B, L) the current policy's entropy at each
+    completion position (ADHint's CGM); ``seq_log_weights`` and ``score_norms``: (B,) each row's
+    ``sum_t (log pi_prox - log mu)`` and score-gradient norm (VCPO's OPOB); ``weights``: (B,)
+    Prompt-GDRO's row weights, multiplied into the estimator's advantages."""
 
     confidence_shift: torch.Tensor | None = None
     value_prior: torch.Tensor | None = None
     prompt_baseline: torch.Tensor | None = None
     value_baseline: torch.Tensor | None = None
+    policy_entropy: torch.Tensor | None = None
+    seq_log_weights: torch.Tensor | None = None
+    score_norms: torch.Tensor | None = None
     weights: torch.Tensor | None = None
 
 

@@ -137,3 +137,41 @@ def test_v05_escalates_when_the_prior_is_off(tmp_path):
     )
     assert m[0]["control/v05_rejected_frac"] == 1.0 and m[0]["control/v05_extra_rollouts"] == 16
     assert m[0]["cost/rollouts"] == 32
+
+
+def test_adhint_cgm_preset_trains_and_modulates(tmp_path):
+    # the preset (configs/adhint_cgm.toml) for two steps; the same scripted completions without CGM give
+    # another loss, so the per-token weights reached the objective
+    from pathlib import Path
+
+    preset = Path(__file__).parents[2] / "configs" / "adhint_cgm.toml"
+
+    def go(name, cgm):
+        extra = {"eval.at_start": False, "advantage.options": {"cgm": cgm}, **COT}
+        cfg = load_config(preset, overrides=as_sets(tiny_overrides(tmp_path, name=name, steps=2, **extra)))
+        # every group half right: hints of ~40% of the reference trace, and hinted rows that succeed (trained hints)
+        backend = scripted(True, lambda i: "wrong" if i % 2 else "right")
+        res = rollwise.train(cfg, backend=backend, log=lambda m: None)
+        return lines(res.run_dir / "metrics.jsonl")
+
+    on, off = go("cgm", True), go("plain", False)
+    assert len(on) == 2 and all(x["train/grad_norm"] > 0 and x["control/adhint_hint_tokens_mean"] > 0 for x in on)
+    assert on[0]["train/loss"] != pytest.approx(off[0]["train/loss"], rel=1e-4)
+
+
+def test_vcpo_preset_trains_with_the_off_policy_baseline(tmp_path):
+    # the preset (configs/vcpo.toml: OPOB + ESS learning-rate scaling) for two steps; the same scripted
+    # completions under GRPO's mean baseline give another first loss (b* weights rows by w^2 ||g||^2)
+    from pathlib import Path
+
+    preset = Path(__file__).parents[2] / "configs" / "vcpo.toml"
+
+    def go(name, adv):
+        extra = {"eval.at_start": False, "advantage.name": adv}
+        cfg = load_config(preset, overrides=as_sets(tiny_overrides(tmp_path, name=name, steps=2, **extra)))
+        res = rollwise.train(cfg, backend=scripted(False, lambda i: CYCLE[i % 3]), log=lambda m: None)
+        return lines(res.run_dir / "metrics.jsonl")
+
+    on, off = go("opob", "opob"), go("grpo", "grpo")
+    assert len(on) == 2 and all(x["train/grad_norm"] > 0 and 0 < x["train/lr_scale"] <= 1 for x in on)
+    assert on[0]["train/loss"] != pytest.approx(off[0]["train/loss"], rel=1e-4)

@@ -23,10 +23,11 @@ normalise naive and hinted rollouts separately (AE-RDP) and to mask the hint tok
 rollout with a negative advantage (selective masking).
 
 Deviations / not built: the hint is cut at a token count, not at a sentence or step boundary;
-the prior comes from this step's naive rollouts (the two-pass design), not from history; CGM
-(entropy-consistency modulation of hint-token gradients) is not built — hint tokens of positive
-hinted rollouts get the objective's plain ratio ``pi_theta / 1`` (the advantage option
-``train_hint_tokens = false`` masks them always, SEELE's choice). Metrics: ``control/adhint_hint_ratio_mean``,
+the prior comes from this step's naive rollouts (the two-pass design), not from history. Hint tokens of positive
+hinted rollouts get the objective's plain ratio ``pi_theta / 1``, weighted per token by CGM when the
+advantage option ``cgm = true`` (entropy-consistency modulation, the spec's [RECON] formula,
+:mod:`rollwise.objectives.adhint`; ``configs/adhint_cgm.toml``); ``train_hint_tokens = false`` masks
+them always (SEELE's choice). Metrics: ``control/adhint_hint_ratio_mean``,
 ``control/adhint_hint_tokens_mean``, ``control/adhint_diff_naive_mean``.
 """
 

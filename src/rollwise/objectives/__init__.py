@@ -36,3 +36,4 @@ ADVANTAGES.register("turn_return", "rollwise.objectives.turn_return:turn_return"
 ADVANTAGES.register("gigpo", "rollwise.objectives.gigpo:gigpo")
 ADVANTAGES.register("hgpo", "rollwise.objectives.hgpo:hgpo")
 ADVANTAGES.register("salt", "rollwise.objectives.salt:salt")
+ADVANTAGES.register("opob", "rollwise.objectives.ess:opob")

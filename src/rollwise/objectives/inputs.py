@@ -42,17 +42,53 @@ def confidence_shift(rows: Sequence[Rollout], services: Services) -> torch.Tenso
     (rollout policy, detached) log-probs minus the frozen reference's (ACE, ``objectives/ace.py``).
     Needs the trainer built with a reference model (the assembler does so when the estimator sets
     ``needs_reference``): ``services.policy_and_reference_logprobs``."""
+    if not rows:
+        return torch.zeros(0)
+    batch = _collated(rows, services)
+    _, ref = services.policy_and_reference_logprobs(batch)
+    diff = (batch.old_logprobs - ref.to(batch.old_logprobs.dtype)) * batch.loss_mask
+    return diff.sum(dim=1)
+
+
+def _collated(rows: Sequence[Rollout], services: Services):
+    """The rows as one trainer batch (every completion token in the loss, advantages 0): what the
+    trainer's no-grad and per-row passes below read."""
     from rollwise.collate import collate
     from rollwise.types import Advantages
 
     b = len(rows)
-    if b == 0:
-        return torch.zeros(0)
     every_row = Advantages(torch.zeros(b), torch.ones(b, dtype=torch.bool))
-    batch = collate(list(rows), torch.zeros(b), torch.zeros(b, dtype=torch.long), every_row, services.codec.pad_id)
-    _, ref = services.policy_and_reference_logprobs(batch)
-    diff = (batch.old_logprobs - ref.to(batch.old_logprobs.dtype)) * batch.loss_mask
-    return diff.sum(dim=1)
+    return collate(list(rows), torch.zeros(b), torch.zeros(b, dtype=torch.long), every_row, services.codec.pad_id)
+
+
+def policy_entropy(rows: Sequence[Rollout], services: Services) -> torch.Tensor:
+    """(B, L) the current policy's full-vocabulary entropy at each completion position (L = the longest
+    completion, 0-padded), for the rows with hint tokens (``hint_tokens`` > 0) only; the other rows
+    stay 0. ADHint's CGM (``objectives/adhint.py``) compares a hint token's entropy with the mean of
+    its continuation's: hint tokens were never sampled, so the sampler has no entropy for them and
+    both come from one no-grad forward of the trainer (``Trainer.token_entropy``)."""
+    hints = hint_tokens(rows)
+    width = max((len(r.completion_ids) for r in rows), default=0)
+    out = torch.zeros((len(rows), width))
+    hinted = [i for i in range(len(rows)) if int(hints[i]) > 0 and rows[i].completion_ids]
+    if not hinted:
+        return out
+    sub = [rows[i] for i in hinted]
+    batch = _collated(sub, services)
+    ent = services.trainer.token_entropy(batch).float().cpu()
+    for k, i in enumerate(hinted):
+        p, c = len(sub[k].prompt_ids), len(sub[k].completion_ids)
+        out[i, :c] = ent[k, p : p + c]
+    return out
+
+
+def row_scores(rows: Sequence[Rollout], services: Services) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B,) sequence log-weights ``sum_t (log pi_prox - log mu)`` and (B,) norms of each row's score
+    gradient ``|| grad mean_t log pi(y_t) ||`` at the current (pre-update) weights, one forward and
+    backward per row (``Trainer.row_scores``): VCPO's OPOB (``objectives/ess.py``)."""
+    if not rows:
+        return torch.zeros(0), torch.zeros(0)
+    return services.trainer.row_scores(_collated(rows, services))
 
 
 def episodes(rows: Sequence[Rollout]) -> list:
@@ -185,18 +221,40 @@ def value_baseline(rows: Sequence[Rollout], services, groups: torch.Tensor) -> t
     return out
 
 
-_CONTEXT_INPUTS = ("confidence_shift", "value_prior", "prompt_baseline", "value_baseline")  # AdvantageContext fields
+_CONTEXT_INPUTS = (  # AdvantageContext fields
+    "confidence_shift",
+    "value_prior",
+    "prompt_baseline",
+    "value_baseline",
+    "policy_entropy",
+    "seq_log_weights",
+    "score_norms",
+)
+
+
+def declared_inputs(fn, options=None) -> tuple[str, ...]:
+    """The inputs ``fn`` declares for ``options``: ``fn.inputs_for(options)`` where an estimator's
+    inputs depend on its options (an input that costs a forward pass, needed only when an option is
+    on: ADHint's CGM), else ``fn.inputs``."""
+    inputs_for = getattr(fn, "inputs_for", None)
+    return tuple(inputs_for(options) if callable(inputs_for) else getattr(fn, "inputs", ()))
 
 
 def advantage_context(
-    fn, rows: Sequence[Rollout], services: Services | None = None, controller=None, groups: torch.Tensor | None = None
+    fn,
+    rows: Sequence[Rollout],
+    services: Services | None = None,
+    controller=None,
+    groups: torch.Tensor | None = None,
+    options=None,
 ) -> AdvantageContext:
     """The inputs of ``fn`` that need more than the rows (``_CONTEXT_INPUTS``: the trainer's
     reference log-probs through ``services``, the ``controller``'s prior or baseline, POISE's value
     baseline over the batch's group index ``groups``) and the controller's row weights (Prompt-GDRO),
     computed before the estimator. The controller gives its part as one record
-    (``Controller.advantage_inputs(rows, fn.inputs)``)."""
-    needs = tuple(getattr(fn, "inputs", ()))
+    (``Controller.advantage_inputs(rows, fn.inputs)``). ``options``: the estimator's
+    (``declared_inputs``)."""
+    needs = declared_inputs(fn, options)
     given = controller.advantage_inputs(rows, needs) if controller is not None else AdvantageInputs()
     fields = {}
     for name in needs:
@@ -210,15 +268,21 @@ def advantage_context(
             if groups is None:
                 raise ValueError("advantage input 'value_baseline' needs the batch's group index (groups=)")
             fields[name] = value_baseline(rows, services, groups)
+        elif name == "policy_entropy" and services is not None:
+            fields[name] = policy_entropy(rows, services)
+        elif name in ("seq_log_weights", "score_norms") and services is not None and name not in fields:
+            fields["seq_log_weights"], fields["score_norms"] = row_scores(rows, services)
     return AdvantageContext(**fields, weights=given.weights)
 
 
-def advantage_inputs(fn, rows: Sequence[Rollout], context: AdvantageContext | None = None) -> dict[str, torch.Tensor]:
-    """Keyword inputs an estimator declares in ``fn.inputs`` beyond (rewards, group ids), computed
-    from the batch's rows (the ``rows`` of ``batch.collate.flatten``) and, for the inputs in
+def advantage_inputs(
+    fn, rows: Sequence[Rollout], context: AdvantageContext | None = None, options=None
+) -> dict[str, torch.Tensor]:
+    """Keyword inputs an estimator declares (``declared_inputs(fn, options)``) beyond (rewards, group
+    ids), computed from the batch's rows (the ``rows`` of ``collate.flatten``) and, for the inputs in
     ``_CONTEXT_INPUTS``, read from ``context`` (``advantage_context``); ``{}`` for the others."""
     out = {}
-    for name in getattr(fn, "inputs", ()):
+    for name in declared_inputs(fn, options):
         if name in _CONTEXT_INPUTS:
             value = getattr(context, name) if context is not None else None
             if value is None:

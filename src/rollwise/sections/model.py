@@ -128,6 +128,20 @@ class ModelConfig(Section):
         "version; on CUDA, bfloat16 when the GPU supports it. The choice and its reason are logged and written to "
         "metrics.jsonl (precision/*). An explicit float32 / bfloat16 always wins.",
     )
+    rollout_precision: Literal["model", "fp8"] = Field(
+        "model",
+        description="Precision of the sampler's linear layers: 'model' (model.dtype / model.compute_dtype, as the "
+        "trainer) or 'fp8': Jet-RL's FP8 rollouts (arXiv 2601.14243), emulated: every decoder linear layer of the "
+        "sampler's module (sharing the policy's weights) quantises its weights (block x block scales) and inputs "
+        "(1 x block scales) to float8 e4m3 and back (rollwise.hardware.fp8). hf backend only; the trainer stays in "
+        "model precision unless train.matched_quantisation.",
+    )
+    fp8_block_size: int = Field(
+        128,
+        ge=1,
+        description="Tile size of model.rollout_precision = 'fp8': one scale per block x block weight tile and per "
+        "block consecutive input features of a token (128: the DeepSeek-V3 granularity Jet-RL builds on).",
+    )
     device: str = Field(
         "auto",
         pattern=r"^(auto|cpu|cuda(:\d+)?)$",

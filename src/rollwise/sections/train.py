@@ -143,6 +143,12 @@ class TrainConfig(Section):
     ess_lr_scaling: EssLrScalingConfig = Field(
         default_factory=EssLrScalingConfig, description="VCPO ESS learning-rate scaling."
     )
+    matched_quantisation: bool = Field(
+        False,
+        description="With model.rollout_precision = 'fp8': the trainer's forward quantises the same linear layers "
+        "the same way (Jet-RL's unified precision flow; gradients pass straight through to the full-precision "
+        "weights), so the sampler and the trainer agree (mismatch/* near 0). false: a full-precision trainer.",
+    )
     budget_generated_tokens: int | None = Field(
         None,
         ge=1,

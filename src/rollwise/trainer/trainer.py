@@ -31,6 +31,8 @@ Options the trainer serves (each computed here, its math living in ``objectives/
   on CPU when it saves enough positions to pay for the packed-sequence mask). Loss and gradients are
   those of the padded rows (tests/unit/trainer/test_packing.py); ``"on"`` is refused for a model
   that cannot be packed (``packing_refusal``).
+- **Per-row scores** (:meth:`Trainer.row_scores`, VCPO's OPOB: ``advantage.name = "opob"``): each row's
+  sequence log-weight and score-gradient norm, one forward and backward per row, before the step.
 - The entropy bonus is the objective option ``entropy_coef``; the trainer always passes the
   entropy tensor and logs ``train/entropy``.
 - **Data parallel** (``data_parallel``, torchrun; ``rollwise.distributed.data_parallel``): each
@@ -427,6 +429,28 @@ class Trainer:
         """(B, T) entropy of the current policy at each position (as ``token_logprobs``), without
         gradient, micro-batched, zero-padded back to the batch's width (D3S token scores)."""
         return self._whole_batch(batch, self.scoring_model, entropy=True)
+
+    def row_scores(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B,) sequence log-weights ``sum_t m (log pi - log mu)`` and (B,) norms of each row's score
+        gradient ``|| grad_theta (sum_t m log pi(y_t) / sum_t m) ||`` over the trainable parameters,
+        at the current weights (VCPO's OPOB, ``objectives/ess.py``): one forward and backward per
+        row, through ``torch.autograd.grad`` (the parameters' ``.grad`` is left untouched). Rows
+        without loss tokens get 0 and 0."""
+        model = self.scoring_model
+        params = [p for p in model.parameters() if p.requires_grad]
+        device = next(model.parameters()).device
+        log_w, norms = torch.zeros(batch.size), torch.zeros(batch.size)
+        for i in range(batch.size):
+            mb = batch.rows(slice(i, i + 1)).to(device)
+            m = mb.loss_mask
+            if m.sum() == 0:
+                continue
+            lp = self._logprobs(model, mb)[0]
+            log_w[i] = float(((lp.detach() - mb.old_logprobs) * m).sum())
+            score = (lp * m).sum() / m.sum()
+            grads = torch.autograd.grad(score, params, allow_unused=True)
+            norms[i] = float(torch.sqrt(sum((g.detach().double() ** 2).sum() for g in grads if g is not None)))
+        return log_w, norms
 
     def _ess_scale(self, log_w: list[torch.Tensor], has_tokens: list[torch.Tensor]) -> tuple[float, float]:
         """(rho, lr scale) of the step from per-row sequence log-weights, gathered over micro-batches."""

@@ -288,6 +288,7 @@ def test_registry_names_resolve_and_validate_options():
             "gigpo",
             "hgpo",
             "salt",
+            "opob",
         ]
     )
     o = validate_options(

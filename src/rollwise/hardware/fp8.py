@@ -1,0 +1,164 @@
+"""FP8 rollouts, Jet-RL's way: the sampler's linear layers in float8 e4m3 with block scales, and
+(``train.matched_quantisation``) the same quantisation in the trainer's forward, so that the policy
+that samples is numerically the policy being trained.
+
+Paper: "Jet-RL: Enabling On-Policy FP8 Reinforcement Learning with Unified Training and Rollout
+Precision Flow", arXiv 2601.14243 (no code; systems.md §11.1, agents-and-rest.md "FP8/FP4 flows").
+BF16-train + FP8-rollout makes the sampler ``mu`` differ from the trainer's ``pi``; the error
+compounds over long generations and turns training off-policy (collapse at 16k-token rollouts).
+Jet-RL's fix: one FP8 recipe (fine-grained per-block weight scales, per-group activation scales
+for every linear GEMM, BF16 master weights) in the rollout *and* the training forward.
+
+What is built here, emulated (fake quantisation: quantise to ``torch.float8_e4m3fn`` and back, so
+it runs on any CPU; no speed-up is claimed or measured):
+
+- :func:`fake_quantise`: ``x -> round_e4m3(x / s) * s`` per tile, ``s = amax(tile) / 448`` (448 is
+  e4m3's largest finite value), a tile of zeros keeping scale 1. Weights use ``block x block``
+  tiles, activations ``1 x block`` groups along the feature axis; ``block`` is
+  ``model.fp8_block_size`` (128, the DeepSeek-V3 / DeepGEMM granularity Jet-RL reports building
+  on; the paper's exact granularities are not verified: reconstruction).
+- :func:`quantise_linears`: every ``nn.Linear`` of the decoder computes ``F.linear(q(x), q(W), b)``
+  (its ``forward`` replaced on the instance); the LM head, the embeddings, norms and attention's
+  softmax stay in the model's precision, as in the FP8 recipes Jet-RL follows (the output head
+  is not an FP8 GEMM there). Gradients pass straight through the quantiser
+  (``x + (q(x) - x).detach()``) to the full-precision master weights, so the optimizer is unchanged.
+  ``q(W)`` is cached per weight and per in-place version (``Tensor._version``, bumped by every
+  optimizer step), so a sampler quantises each weight once per update, not once per token.
+- :func:`sampler_copy`: the sampler's module (``model.rollout_precision = "fp8"``): a copy of the
+  policy's module tree that **shares** its parameters and buffers (no second copy of the weights:
+  every optimizer step is seen at once, as with the colocated sampler), with quantised linears. The
+  trainer keeps the original module: full precision unless ``train.matched_quantisation``, which
+  quantises it too (:func:`quantise_linears` on the trainer's model), Jet-RL's unified flow.
+
+The sampler/trainer gap (``rollwise.trainer.mismatch``: ``mismatch/abs_mean``, ``mismatch/k3_kl``)
+shows the difference: with FP8 rollouts and a full-precision trainer it is the quantisation error;
+with the matched trainer only the rounding between a cached decode and a full forward remains.
+
+Not built: real FP8 GEMMs (``torch._scaled_mm`` on H100/H200) and FP8 in the backward pass; the
+Sol-RL variant (an FP8 candidate pool re-scored or regenerated in full precision). Refused at load
+(``rollwise.compat.check_rollout_precision``): other backends than ``hf`` (vLLM quantises with its
+own kernels), rollout workers, FSDP and LoRA (adapter products would stay unquantised).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+
+import torch
+import torch.nn.functional as F
+
+E4M3 = torch.float8_e4m3fn
+E4M3_MAX = float(torch.finfo(E4M3).max)  # 448
+
+
+def fake_quantise(x: torch.Tensor, block_rows: int, block_cols: int) -> torch.Tensor:
+    """``x`` (..., R, C) quantised to e4m3 per ``block_rows x block_cols`` tile of its last two axes
+    and dequantised, in ``x``'s dtype. Each tile's scale is ``amax / 448``, so its largest entry is
+    exactly representable; edge tiles are the remainders. Example: the tile [[1, 0.3]] has scale
+    1 / 448; 0.3 * 448 = 134.4 rounds to e4m3's 128 (3 mantissa bits: a step of 16 in [128, 256)),
+    so it comes back as 128 / 448 = 0.28571."""
+    if x.numel() == 0:
+        return x
+    *lead, rows, cols = x.shape
+    pr, pc = -rows % block_rows, -cols % block_cols
+    xf = F.pad(x.float(), (0, pc, 0, pr))
+    tiles = xf.reshape(*lead, (rows + pr) // block_rows, block_rows, (cols + pc) // block_cols, block_cols)
+    amax = tiles.abs().amax(dim=(-3, -1), keepdim=True)
+    scale = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
+    q = (tiles / scale).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3).float() * scale
+    return q.reshape(*lead, rows + pr, cols + pc)[..., :rows, :cols].to(x.dtype)
+
+
+def quantise_weight(w: torch.Tensor, block: int) -> torch.Tensor:
+    """``w`` (out, in) with ``block x block`` tile scales (Jet-RL's per-block weight scales)."""
+    return fake_quantise(w, block, block)
+
+
+def quantise_activation(x: torch.Tensor, block: int) -> torch.Tensor:
+    """``x`` (..., features) with one scale per ``block`` consecutive features of each token
+    (Jet-RL's per-group activation scales)."""
+    flat = x.reshape(-1, 1, x.shape[-1]) if x.dim() >= 1 else x
+    return fake_quantise(flat, 1, block).reshape(x.shape)
+
+
+def _straight_through(x: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """``q`` in the forward, the identity's gradient in the backward (when ``x`` needs one)."""
+    return x + (q - x).detach() if torch.is_grad_enabled() and x.requires_grad else q
+
+
+class _WeightCache:
+    """``q(W)`` of one weight, kept while the weight's storage and in-place version are the same."""
+
+    def __init__(self) -> None:
+        self.key = None
+        self.value = None
+
+    def get(self, w: torch.Tensor, block: int) -> torch.Tensor:
+        key = (w.data_ptr(), w._version, w.dtype, w.device, block)
+        if key != self.key:
+            with torch.no_grad():
+                self.value = quantise_weight(w.detach(), block)
+            self.key = key
+        return self.value
+
+
+def _fp8_forward(module: torch.nn.Linear, block: int, cache: _WeightCache, x: torch.Tensor) -> torch.Tensor:
+    w = module.weight
+    qw = _straight_through(w, cache.get(w, block).to(w.dtype))
+    qx = _straight_through(x, quantise_activation(x, block))
+    return F.linear(qx, qw.to(qx.dtype) if qx.dtype != qw.dtype else qw, module.bias)
+
+
+def _head(model) -> torch.nn.Module | None:
+    get = getattr(model, "get_output_embeddings", None)
+    try:
+        return get() if callable(get) else None
+    except (AttributeError, NotImplementedError):
+        return None
+
+
+def quantised(model) -> bool:
+    """Whether :func:`quantise_linears` was applied to ``model``."""
+    return bool(getattr(model, "_rollwise_fp8_block", None))
+
+
+def quantise_linears(model, block: int = 128):
+    """Every ``nn.Linear`` of ``model`` except its LM head computes in fake e4m3 (module docstring);
+    returns ``model``. Idempotent; the weights themselves are not changed."""
+    if block < 1:
+        raise ValueError(f"fp8 block size must be >= 1, got {block}")
+    if quantised(model):
+        return model
+    head = _head(model)
+    for mod in model.modules():
+        if isinstance(mod, torch.nn.Linear) and mod is not head:
+            mod.forward = functools.partial(_fp8_forward, mod, block, _WeightCache())
+    model._rollwise_fp8_block = block
+    return model
+
+
+def sampler_copy(model, block: int = 128):
+    """The sampler's module: ``model``'s module tree sharing its parameters and buffers, with
+    quantised linears (module docstring); ``model`` itself is not changed."""
+    shared = {id(t): t for t in (*model.parameters(), *model.buffers())}
+    return quantise_linears(copy.deepcopy(model, memo=shared), block)
+
+
+def for_run(cfg, model, log=print):
+    """``(sampler's module, trainer's module)`` of a run (the assembler, ``rollwise.components``): with
+    ``model.rollout_precision = "fp8"`` the sampler gets :func:`sampler_copy`, and with
+    ``train.matched_quantisation`` the trainer's ``model`` is quantised as well; otherwise both are
+    ``model``, unchanged."""
+    if cfg.model.rollout_precision != "fp8":
+        return model, model
+    block = cfg.model.fp8_block_size
+    sampler = sampler_copy(model, block)
+    matched = bool(cfg.train.matched_quantisation)
+    if matched:
+        quantise_linears(model, block)
+    log(
+        f"rollout precision: fp8 e4m3 emulated ({block}x{block} weight tiles, 1x{block} activation groups); "
+        f"trainer {'matched (same quantisation)' if matched else 'in model precision (unmatched)'}"
+    )
+    return sampler, model
