@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from rollwise.backends.hf import HFBackend
-from rollwise.batch.collate import collate
+from rollwise.collate import collate
 from rollwise.config import load_config
 from rollwise.hardware.fp8 import fake_quantise, quantise_activation, quantise_linears, sampler_copy
 from rollwise.objectives import OBJECTIVES

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from rollwise.batch.collate import collate
+from rollwise.collate import collate
 from rollwise.config import load_config
 from rollwise.objectives import ADVANTAGES, OBJECTIVES
 from rollwise.objectives.ess import OpobOptions, opob, opob_baseline
