@@ -54,6 +54,7 @@ ATTENTION = "rollwise_grouped_sdpa"  # the name grouped_attention is registered 
 READ_EVERY = 8  # decode steps between two host reads of the rows' "done" flags (module docstring)
 BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256)  # captured batch sizes (CUDA)
 LENGTH_STEP = 64  # on CUDA, cache length and step budget round up to this (fewer shapes to capture)
+KEEP_LENGTHS = 2  # cache lengths whose slots are kept between calls (prompt widths vary a little per step)
 
 
 def grouped_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
@@ -154,19 +155,28 @@ class StaticDecoder:
     """The static decode path of one ``HFBackend`` (module docstring); ``generate_chunk`` has the
     contract of ``HFBackend._generate_chunk``."""
 
-    def __init__(self, backend, read_every: int = READ_EVERY, graphs: bool | None = None):
+    def __init__(
+        self, backend, read_every: int = READ_EVERY, graphs: bool | None = None, pad_buckets: bool | None = None
+    ):
+        """``graphs``: capture CUDA graphs (None: on CUDA; never on a CPU). ``pad_buckets``: pad the
+        batch to ``BUCKETS`` and round the cache length (None: when graphs are captured; True on a
+        CPU runs the CUDA path's shapes without graphs, which the CPU tests use)."""
         if read_every < 1:
             raise ValueError("read_every must be >= 1")
         register_attention()
         self.backend = backend
         self.read_every = read_every
-        self._graphs = graphs  # None: on CUDA
+        self._graphs = graphs
+        self._pad = pad_buckets
         self._slots: dict = {}  # (rows, length, budget) -> _Slot, kept between calls on CUDA
         self._pool = None  # CUDA graphs share one memory pool
         self.captures = 0  # CUDA graphs captured so far (a test reads it)
 
     def uses_graphs(self, device: torch.device) -> bool:
-        return device.type == "cuda" if self._graphs is None else (self._graphs and device.type == "cuda")
+        return device.type == "cuda" and self._graphs is not False
+
+    def pads(self, device: torch.device) -> bool:
+        return self.uses_graphs(device) if self._pad is None else self._pad
 
     # ------------------------------------------------------------------ one chunk
     def generate_chunk(
@@ -198,11 +208,10 @@ class StaticDecoder:
                 False,
                 be._eos_set,
             )
-        graphs = self.uses_graphs(dev)
         with grouped_attention_on(model):
-            return self._decode(seqs, sampling, u, lim, steps, stop, hook, offset, dev, graphs)
+            return self._decode(seqs, sampling, u, lim, steps, stop, hook, offset, dev)
 
-    def _decode(self, seqs, sampling, u, lim, steps, stop, hook, offset, dev, graphs) -> list[Completion]:
+    def _decode(self, seqs, sampling, u, lim, steps, stop, hook, offset, dev) -> list[Completion]:
         be = self.backend
         b = len(seqs)
         from transformers import StaticCache
@@ -219,10 +228,11 @@ class StaticDecoder:
         logits = res.logits[:, -1, :].float()[g]
         hidden = res.hidden_states[-1][:, -1, :][g] if want0 else None
 
-        budget = _round_up(steps, LENGTH_STEP) if graphs else steps
-        length = _round_up(width + budget, LENGTH_STEP) if graphs else width + steps
+        pad, graphs = self.pads(dev), self.uses_graphs(dev)
+        budget = _round_up(steps, LENGTH_STEP) if pad else steps
+        length = _round_up(width + budget, LENGTH_STEP) if pad else width + steps
         k0, v0 = pre.layers[0].keys, pre.layers[0].values
-        slot = self._slot(bucket(b, graphs, be.max_batch), length, budget, k0, v0, sampling, graphs)
+        slot = self._slot(bucket(b, pad, be.max_batch), length, budget, k0, v0, sampling, pad, graphs)
         if slot.rows > b:  # the bucket's padding rows (finished from the start) sample from zeros
             logits = torch.cat([logits, logits.new_zeros((slot.rows - b, logits.shape[1]))])
         # ---- load the slot: row r of the batch is chunk row act[r]
@@ -262,6 +272,13 @@ class StaticDecoder:
         reported = 0
         stopped = False
 
+        def report(slot, act) -> None:  # on_tokens: the tokens since the last read
+            nonlocal reported
+            counted = int(slot.n_new[: len(act)].sum()) + int(n_new.sum()) - int(n_new[act].sum())
+            if be.on_tokens is not None and counted > reported:
+                be.on_tokens(counted - reported)
+            reported = counted
+
         def unload(slot, act):  # the slot's rows back into the chunk's buffers
             n = len(act)
             new_ids[act] = slot.ids[:n, :steps].cpu()
@@ -274,13 +291,16 @@ class StaticDecoder:
             if t:
                 want = hook is not None and bool(hook.wants(t))
                 if want or slot.graph is None:
-                    logits, hidden = self._forward(slot, want, None if graphs else width + t)
+                    logits, hidden = self._forward(slot, want, None if pad else width + t)
             else:
                 want = want0
             if want:  # the decode hook, before token t is sampled (eager path's contract)
                 n = len(act)
                 done_all = torch.ones(b, dtype=torch.bool)
                 done_all[act] = slot.done[:n].cpu()
+                if bool(done_all.all()):  # as on the eager path, a hook is not called once all rows are done
+                    report(slot, act)
+                    break
                 full = hidden.new_zeros((b, hidden.shape[-1]))
                 full[act.to(full.device)] = hidden[:n]
                 cut = hook(t, torch.arange(offset, offset + b), full, ~done_all)
@@ -295,10 +315,7 @@ class StaticDecoder:
             if (t + 1) % self.read_every == 0 or t + 1 == steps:
                 n = len(act)
                 done_rows = slot.done[:n].cpu()
-                counted = int(slot.n_new[:n].sum()) + int(n_new.sum()) - int(n_new[act].sum())
-                if be.on_tokens is not None and counted > reported:
-                    be.on_tokens(counted - reported)
-                reported = counted
+                report(slot, act)
                 if bool(done_rows.all()) or t + 1 == steps:
                     break
                 chunk_done = torch.ones(b, dtype=torch.bool)
@@ -307,10 +324,10 @@ class StaticDecoder:
                     stopped = True
                     break
                 keep = (~done_rows).nonzero()[:, 0]
-                rows = bucket(len(keep), graphs, be.max_batch)
+                rows = bucket(len(keep), pad, be.max_batch)
                 if rows < slot.rows:  # finished rows leave: the live ones move to a smaller bucket
                     unload(slot, act)
-                    smaller = self._slot(rows, length, budget, k0, v0, sampling, graphs)
+                    smaller = self._slot(rows, length, budget, k0, v0, sampling, pad, graphs)
                     self._move(slot, smaller, keep.to(dev))
                     slot, act = smaller, act[keep]
         unload(slot, act)
@@ -345,15 +362,20 @@ class StaticDecoder:
         slot.tidx.add_(1)
 
     # ------------------------------------------------------------------ slots and graphs
-    def _slot(self, rows, length, budget, k0, v0, sampling, graphs) -> _Slot:
-        """The decode state of ``rows`` rows: kept and its step captured on CUDA (one graph per
-        bucket, recaptured when the sampling settings or the weights' storage change), fresh on a
-        CPU. ``k0``/``v0``: a prefill cache layer (heads, head size, dtype, device of the cache)."""
-        key = (rows, length, budget)
-        slot = self._slots.get(key) if graphs else None
+    def _slot(self, rows, length, budget, k0, v0, sampling, pad, graphs) -> _Slot:
+        """The decode state of ``rows`` rows: with padded buckets kept between calls (and on CUDA its
+        step captured: one graph per bucket, recaptured when the sampling settings or the weights'
+        storage change), else fresh. ``k0``/``v0``: a prefill cache layer (heads, head size, dtype,
+        device of the cache)."""
+        key = (rows, length, budget, k0.dtype, self.backend.record_entropy)
+        if pad and key not in self._slots:  # slots (and graphs) of the last KEEP_LENGTHS cache lengths stay
+            lengths = list(dict.fromkeys(k[1] for k in self._slots))
+            if length not in lengths and len(lengths) >= KEEP_LENGTHS:
+                self._slots = {k: v for k, v in self._slots.items() if k[1] != lengths[0]}
+        slot = self._slots.get(key) if pad else None
         if slot is None:
             slot = self._new_slot(rows, length, budget, k0, v0)
-            if graphs:
+            if pad:
                 self._slots[key] = slot
         if graphs:
             gkey = self._graph_key(sampling)
