@@ -22,6 +22,13 @@ the generator differently from the former ``torch.multinomial`` sampler, so a se
 other samples than before issue #13. ``compute_dtype`` (``rollwise.hardware.precision``) runs the
 forwards under bf16 autocast; the log-softmax of the sampled distribution is always fp32.
 
+Two decode paths (``model.sampler``, ``resolve_sampler``): this module's ``_generate_chunk``
+("eager", the description above) and ``rollwise.backends.static_decode`` ("static": a
+preallocated cache per batch bucket, grouped-query attention without K/V copies, each distinct
+prompt prefilled once, fp32 sampling on the device, "done" read every 8 steps, CUDA graphs on
+CUDA). Both read the same uniforms ``u[i, t]`` and return the same completions up to float
+rounding; ``compact`` concerns the eager path only.
+
 Optional extras (off by default, so the default path is unchanged):
 
 - ``record_entropy = True`` (set by the run when D3S token selection reads sampler entropies,
