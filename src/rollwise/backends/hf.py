@@ -57,7 +57,7 @@ from rollwise.backends.sampling import (  # noqa: F401 (sample_next, top_p_logpr
     sampling_logprobs,
     top_p_logprobs,
 )
-from rollwise.backends.static_decode import StaticDecoder
+from rollwise.backends.static_decode import StaticDecoder, supports
 from rollwise.hardware.precision import autocast
 from rollwise.registry import Compat
 from rollwise.types import Completion, Sampling
@@ -112,7 +112,7 @@ class HFBackend:
         self.pad_id = pad_id
         self.max_batch = max_batch
         self.generator = torch.Generator().manual_seed(seed)
-        self.sampler = resolve_sampler(sampler, next(model.parameters()).device)
+        self.sampler = resolve_sampler(sampler, next(model.parameters()).device, model)
         self._static = StaticDecoder(self) if self.sampler == "static" else None
 
     def state_dict(self) -> dict:
@@ -328,15 +328,21 @@ class HFBackend:
 SAMPLERS = ("auto", "static", "eager")
 
 
-def resolve_sampler(setting: str, device: torch.device) -> str:
+def resolve_sampler(setting: str, device: torch.device, model=None) -> str:
     """``model.sampler``: "eager" (the per-token path above) or "static"
     (``rollwise.backends.static_decode``); "auto" is the static path on CUDA and on a CPU alike
-    (measured faster on both, ``benchmarks/results/static_decode_cpu.json``)."""
-    if setting not in SAMPLERS:
-        from rollwise.registry import UserError
+    (measured faster on both, ``benchmarks/results/static_decode_cpu.json``), unless ``model``
+    cannot take it (``static_decode.supports``): then "auto" is eager and "static" is refused."""
+    from rollwise.registry import UserError
 
+    if setting not in SAMPLERS:
         raise UserError(f"model.sampler = {setting!r}: expected one of {', '.join(SAMPLERS)}")
-    return "static" if setting == "auto" else setting
+    if setting == "eager":
+        return setting
+    why = None if model is None else supports(model)
+    if why is not None and setting == "static":
+        raise UserError(f"model.sampler = 'static': {why}; use model.sampler = 'eager'")
+    return "eager" if why is not None else "static"
 
 
 def _cache_argument(model) -> str:

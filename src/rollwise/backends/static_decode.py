@@ -96,6 +96,25 @@ def grouped_attention_on(model):
         config._attn_implementation = old
 
 
+def supports(model) -> str | None:
+    """Why ``model`` cannot take the static path, or None if it can: its attention must dispatch
+    through transformers' ``AttentionInterface`` (``_supports_attention_backend``) and every layer
+    of its ``StaticCache`` must be a plain full-length ``StaticLayer`` (a sliding-window or
+    recurrent layer keeps other positions than the mask this path builds)."""
+    from transformers import StaticCache
+    from transformers.cache_utils import StaticLayer
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if not getattr(base, "_supports_attention_backend", False):
+        return f"{type(base).__name__} does not dispatch its attention through transformers' AttentionInterface"
+    try:
+        layers = StaticCache(config=base.config, max_cache_len=1).layers
+    except Exception as e:  # noqa: BLE001 - any failure to build the cache is a reason not to use it
+        return f"no StaticCache for {type(base).__name__}: {e}"
+    odd = sorted({type(layer).__name__ for layer in layers if type(layer) is not StaticLayer})
+    return f"{type(base).__name__}'s cache has {', '.join(odd)} layers" if odd else None
+
+
 def bucket(n: int, graphs: bool, cap: int) -> int:
     """Rows of the decode batch for ``n`` live rows: on CUDA the next captured size (at most
     ``cap``, the backend's ``max_batch``, itself always a size), on a CPU ``n`` itself."""

@@ -217,3 +217,30 @@ def test_the_sampler_setting_is_checked_by_name():
     with pytest.raises(UserError, match=r"model\.sampler"):
         load_config(overrides=["model.sampler=fast"])
     assert load_config(overrides=["model.sampler=eager"]).model.sampler == "eager"
+
+
+def test_auto_is_the_static_path_and_eager_stays_selectable(tiny):
+    model, pad, _ = tiny
+    assert HFBackend(model, [pad], pad, sampler="auto").sampler == "static"
+    assert HFBackend(model, [pad], pad, sampler="eager")._static is None
+    with pytest.raises(UserError, match=r"model\.sampler"):
+        HFBackend(model, [pad], pad, sampler="fast")
+
+
+def test_a_model_with_sliding_window_layers_keeps_the_eager_path():
+    """Its static cache keeps a window, not the positions the static path's mask describes."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    cfg = MistralConfig(
+        vocab_size=32,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        sliding_window=4,
+    )
+    model = MistralForCausalLM(cfg)
+    assert HFBackend(model, [0], 0, sampler="auto").sampler == "eager"
+    with pytest.raises(UserError, match=r"model\.sampler = 'static': .*StaticSlidingWindowLayer"):
+        HFBackend(model, [0], 0, sampler="static")
