@@ -244,3 +244,21 @@ def test_a_model_with_sliding_window_layers_keeps_the_eager_path():
     assert HFBackend(model, [0], 0, sampler="auto").sampler == "eager"
     with pytest.raises(UserError, match=r"model\.sampler = 'static': .*StaticSlidingWindowLayer"):
         HFBackend(model, [0], 0, sampler="static")
+
+
+def test_static_equals_eager_through_a_lora_wrapper():
+    """The policy as the trainer holds it with ``model.lora``: a peft wrapper (its B matrices
+    moved off zero so that the adapters count)."""
+    from rollwise.trainer.hf_models import apply_lora
+
+    model, tok = build_tiny("tiny-s", seed=2)
+    model = apply_lora(model, r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"]).eval()
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.2, generator=torch.Generator().manual_seed(len(n)))
+    prompts = [[1] + tok.encode(s) for s in ("12+34=", "7+8=")]
+    eager, fast = _pair(model, tok.pad_token_id, [tok.pad_token_id])
+    assert fast.sampler == "static"
+    seqs = [prompts[0]] * 2 + [prompts[1]] * 2
+    _assert_same(eager.generate(seqs, SAMPLINGS["cooler_top_p"]), fast.generate(seqs, SAMPLINGS["cooler_top_p"]))
