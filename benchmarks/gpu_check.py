@@ -337,7 +337,7 @@ def decode(
 
     model = _smollm2_random(device, layers)
     cfg = model.config
-    dtype = resolve_compute_dtype("auto", device)
+    dtype = resolve_compute_dtype("auto", device) if device.startswith("cuda") else torch.float32  # smoke: fp32
     weight_bytes = 2 if dtype == torch.bfloat16 else 4
     bandwidth = memory_bandwidth(device, bandwidth_mib)
     params = sum(p.numel() for p in model.parameters())

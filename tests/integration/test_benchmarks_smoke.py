@@ -262,7 +262,7 @@ def test_static_decode_cpu(tmp_path):
         *("--threads", "1", "--out", tmp_path / "sd.json"),
     )
     (row,) = _json(tmp_path / "sd.json")["models"]
-    assert set(row["paths"]) == {"eager", "static"} and row["static_speedup"] > 0
+    assert set(row["paths"]) == {"eager", "static"} and row["static_speedup_cpu"] > 0
 
 
 def test_gpu_check_smoke_decode_on_a_cpu(tmp_path):
