@@ -262,3 +262,53 @@ def test_static_equals_eager_through_a_lora_wrapper():
     assert fast.sampler == "static"
     seqs = [prompts[0]] * 2 + [prompts[1]] * 2
     _assert_same(eager.generate(seqs, SAMPLINGS["cooler_top_p"]), fast.generate(seqs, SAMPLINGS["cooler_top_p"]))
+
+
+def test_multi_turn_episodes_through_the_static_path_equal_eager(tiny):
+    """The episode pool (``rollwise.generate.episodes``) calls the backend for every turn: with
+    the static path its episodes are the eager path's (lockstep schedule: reproducible)."""
+    from rollwise.envs.base import StepResult
+    from rollwise.generate.episodes import EpisodeLimits, EpisodePool
+    from rollwise.tokens import Codec
+    from rollwise.trainer.tiny import char_tokenizer
+    from rollwise.types import Plan, Prompt, Request, Verdict
+
+    model, pad, _ = tiny
+    tok = char_tokenizer()
+
+    class Env:
+        def reset(self, seed):
+            pass
+
+        def step(self, action):
+            return StepResult(" ok:", reward=0.5)
+
+    class Task:
+        name = "t"
+
+        def train_prompts(self):
+            return [Prompt("p0", "t", "12+34=", None, metadata={"seed": 3})]
+
+        def verify(self, prompt, completion):
+            return Verdict(None, "no")
+
+        def environment(self, prompt):
+            return Env()
+
+    def episodes(backend):
+        pool = EpisodePool(
+            backend, Codec(tok, use_chat=False), Task(), Sampling(1.0, 1.0, 6), EpisodeLimits(max_turns=3)
+        )
+        try:
+            return [r for _, r in pool.rollouts(Plan((Request(Task().train_prompts()[0], 3),)), version=0)]
+        finally:
+            pool.close()
+
+    ends = [tok.eos_token_id] + list(range(0, len(tok), 3))  # a turn ends at one id in three: turns of several lengths
+    eager, fast = _pair(model, pad, ends)
+    e, s = episodes(eager), episodes(fast)
+    assert [len(r.episode.turns) for r in s] == [len(r.episode.turns) for r in e]
+    assert max(len(r.episode.turns) for r in e) > 1
+    assert [r.completion_ids for r in s] == [r.completion_ids for r in e]
+    for a, b in zip(e, s):
+        assert torch.allclose(torch.tensor(b.logprobs), torch.tensor(a.logprobs), atol=1e-5, rtol=0)
