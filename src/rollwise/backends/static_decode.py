@@ -137,6 +137,23 @@ def prefill_mask(valid: torch.Tensor) -> torch.Tensor:
     return (causal & valid[:, None, None, :]) | eye
 
 
+def static_cache(config, length: int, rows: int, spec: tuple):
+    """transformers' ``StaticCache`` of ``rows`` x ``length`` positions, allocated now in ``spec``'s
+    (K/V heads, head size, dtype, device), whose layers cast what they store to that dtype."""
+    from transformers import StaticCache
+    from transformers.cache_utils import StaticLayer
+
+    class CastingLayer(StaticLayer):
+        def update(self, key_states, value_states, *args, **kwargs):
+            return super().update(key_states.to(self.keys.dtype), value_states.to(self.values.dtype), *args, **kwargs)
+
+    heads, head_dim, dtype, device = spec
+    cache = StaticCache(config=config, max_cache_len=length)
+    cache.layers = [CastingLayer(max_cache_len=length) for _ in cache.layers]  # all plain StaticLayers (supports)
+    cache.early_initialization(batch_size=rows, num_heads=heads, head_dim=head_dim, dtype=dtype, device=device)
+    return cache
+
+
 @dataclasses.dataclass
 class _Slot:
     """The static state of one decode batch of ``rows`` rows (one bucket): its KV cache and every
@@ -233,14 +250,14 @@ class StaticDecoder:
     def _decode(self, seqs, sampling, u, lim, steps, stop, hook, offset, dev) -> list[Completion]:
         be = self.backend
         b = len(seqs)
-        from transformers import StaticCache
 
         # ---- prefill: each distinct prompt once
         firsts: dict[tuple, int] = {}
         grp = torch.tensor([firsts.setdefault(tuple(s), len(firsts)) for s in seqs], dtype=torch.long)
         ids, mask2, pos2 = be.left_pad(list(firsts))
         width = ids.shape[1]
-        pre = StaticCache(config=be.model.config, max_cache_len=width)
+        spec = self._cache_spec(dev)
+        pre = static_cache(be.model.config, width, len(firsts), spec)
         want0 = hook is not None and bool(hook.wants(0))
         res = be._forward(ids, prefill_mask(mask2.bool()), pos2, pre, hidden=want0)
         g = grp.to(dev)
@@ -250,8 +267,7 @@ class StaticDecoder:
         pad, graphs = self.pads(dev), self.uses_graphs(dev)
         budget = _round_up(steps, LENGTH_STEP) if pad else steps
         length = _round_up(width + budget, LENGTH_STEP) if pad else width + steps
-        k0, v0 = pre.layers[0].keys, pre.layers[0].values
-        slot = self._slot(bucket(b, pad, be.max_batch), length, budget, k0, v0, sampling, pad, graphs)
+        slot = self._slot(bucket(b, pad, be.max_batch), length, budget, spec, sampling, pad, graphs)
         if slot.rows > b:  # the bucket's padding rows (finished from the start) sample from zeros
             logits = torch.cat([logits, logits.new_zeros((slot.rows - b, logits.shape[1]))])
         # ---- load the slot: row r of the batch is chunk row act[r]
@@ -346,7 +362,7 @@ class StaticDecoder:
                 rows = bucket(len(keep), pad, be.max_batch)
                 if rows < slot.rows:  # finished rows leave: the live ones move to a smaller bucket
                     unload(slot, act)
-                    smaller = self._slot(rows, length, budget, k0, v0, sampling, pad, graphs)
+                    smaller = self._slot(rows, length, budget, spec, sampling, pad, graphs)
                     self._move(slot, smaller, keep.to(dev))
                     slot, act = smaller, act[keep]
         unload(slot, act)
@@ -381,19 +397,18 @@ class StaticDecoder:
         slot.tidx.add_(1)
 
     # ------------------------------------------------------------------ slots and graphs
-    def _slot(self, rows, length, budget, k0, v0, sampling, pad, graphs) -> _Slot:
+    def _slot(self, rows, length, budget, spec, sampling, pad, graphs) -> _Slot:
         """The decode state of ``rows`` rows: with padded buckets kept between calls (and on CUDA its
         step captured: one graph per bucket, recaptured when the sampling settings or the weights'
-        storage change), else fresh. ``k0``/``v0``: a prefill cache layer (heads, head size, dtype,
-        device of the cache)."""
-        key = (rows, length, budget, k0.dtype, self.backend.record_entropy)
+        storage change), else fresh. ``spec``: the cache's (K/V heads, head size, dtype, device)."""
+        key = (rows, length, budget, spec, self.backend.record_entropy)
         if pad and key not in self._slots:  # slots (and graphs) of the last KEEP_LENGTHS cache lengths stay
             lengths = list(dict.fromkeys(k[1] for k in self._slots))
             if length not in lengths and len(lengths) >= KEEP_LENGTHS:
                 self._slots = {k: v for k, v in self._slots.items() if k[1] != lengths[0]}
         slot = self._slots.get(key) if pad else None
         if slot is None:
-            slot = self._new_slot(rows, length, budget, k0, v0)
+            slot = self._new_slot(rows, length, budget, spec)
             if pad:
                 self._slots[key] = slot
         if graphs:
@@ -402,17 +417,23 @@ class StaticDecoder:
                 self._capture(slot, sampling, gkey)
         return slot
 
-    def _new_slot(self, rows, length, budget, k0, v0) -> _Slot:
-        from transformers import StaticCache
-
+    def _cache_spec(self, dev: torch.device) -> tuple:
+        """(K/V heads, head size, dtype, device) of the cache: under bf16 / fp16 autocast the compute
+        dtype (what autocast's SDPA reads K and V in; without a fixed dtype transformers' layer would
+        take the dtype of the first keys, fp32 after the rotary embedding, while the values are
+        bf16), else the weights' dtype."""
         be = self.backend
-        dev = k0.device
-        cache = StaticCache(config=be.model.config, max_cache_len=length)
-        cache.early_initialization(
-            batch_size=rows, num_heads=k0.shape[1], head_dim=k0.shape[-1], dtype=k0.dtype, device=dev
-        )
-        if v0.shape[-1] != k0.shape[-1]:
-            raise ValueError("the static decode path needs keys and values of one head size")
+        cfg = be.model.config.get_text_config(decoder=True)
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        kv = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+        half = be.compute_dtype in (torch.bfloat16, torch.float16)
+        dtype = be.compute_dtype if half else next(be.model.parameters()).dtype
+        return (kv, head_dim, dtype, dev)
+
+    def _new_slot(self, rows, length, budget, spec) -> _Slot:
+        be = self.backend
+        dev = spec[3]
+        cache = static_cache(be.model.config, length, rows, spec)
 
         def z(*shape, dtype=torch.long):
             return torch.zeros(shape, dtype=dtype, device=dev)

@@ -312,3 +312,14 @@ def test_multi_turn_episodes_through_the_static_path_equal_eager(tiny):
     assert [r.completion_ids for r in s] == [r.completion_ids for r in e]
     for a, b in zip(e, s):
         assert torch.allclose(torch.tensor(b.logprobs), torch.tensor(a.logprobs), atol=1e-5, rtol=0)
+
+
+def test_static_equals_eager_under_bf16_autocast(tiny):
+    """``model.compute_dtype = bfloat16``: the keys leave the rotary embedding in fp32 and the values
+    in bf16; the cache holds both in bf16, which is what autocast's attention reads them in."""
+    model, pad, prompts = tiny
+    seqs = [prompts[0]] * 3 + [prompts[1]] * 2
+    eager, fast = _pair(model, pad, [pad])
+    eager.compute_dtype = fast.compute_dtype = torch.bfloat16
+    for sampling in (SAMPLINGS["greedy"], SAMPLINGS["temperature"]):
+        _assert_same(eager.generate(seqs, sampling), fast.generate(seqs, sampling))
