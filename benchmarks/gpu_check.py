@@ -16,6 +16,10 @@ that fails records its error and the others still run:
    FLOP/s as % of the bf16 matmul rate, peak memory.
    ``decode_profile``: one such generation under ``torch.profiler`` (top operators by CPU and CUDA
    time, wall time per decode step against the kernels' time).
+   ``decode`` (issue #42 item 6): the ``hf`` sampler's eager and static decode paths and
+   transformers' StaticCache + torch.compile, at batch 64 and 256: tokens/s, ms per decode step,
+   kernel launches per step and the step's bytes over the bandwidth measured in the same run
+   (``--smoke`` runs this part alone on a CPU at toy sizes).
 5. ``training``: the same model, ``Trainer.optimize`` on 64 rows x (32 prompt + 224 completion)
    random tokens: tokens/s (every position) and % of the bf16 rate, peak memory.
    ``training_packing``: the same rows with natural completion lengths (75..224), ``train.packing``
@@ -208,12 +212,194 @@ def parity() -> dict:
     }
 
 
-def _smollm2_random():
+def _smollm2_random(device: str = "cuda", layers: int | None = None):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    return LlamaForCausalLM(LlamaConfig(**SMOLLM2_ARCH)).cuda().eval()
+    arch = dict(SMOLLM2_ARCH, **({"num_hidden_layers": layers} if layers else {}))
+    return LlamaForCausalLM(LlamaConfig(**arch)).to(device).eval()
+
+
+# ---------------------------------------------------------------- decode: eager vs static vs library
+
+
+def decode_step_bytes(
+    params: int, weight_bytes: int, batch: int, context: int, layers: int, kv_heads: int, head_dim: int, vocab: int
+) -> int:
+    """Bytes one decode step must move at least: every weight once (``weight_bytes`` each, the
+    compute dtype's size), each row's K and V cache over ``context`` positions in every layer (same
+    size), and the (batch, vocab) fp32 logits written and read once."""
+    kv = batch * context * layers * 2 * kv_heads * head_dim * weight_bytes
+    return params * weight_bytes + kv + batch * vocab * 4 * 2
+
+
+def memory_bandwidth(device: str, mib: int = 1024, repeats: int = 10) -> float:
+    """Bytes/s of a device-to-device copy of ``mib`` MiB (read + write counted), median of ``repeats``."""
+    import statistics
+
+    import torch
+
+    x = torch.empty(mib * 2**20 // 4, device=device)
+    y = torch.empty_like(x)
+    times = []
+    for _ in range(repeats + 2):
+        _sync(device)
+        t0 = time.perf_counter()
+        y.copy_(x)
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    return 2 * x.numel() * 4 / statistics.median(times[2:])
+
+
+def _sync(device: str) -> None:
+    import torch
+
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def _launches(prof) -> dict:
+    """Counts in a profile: kernels that ran on the GPU, the host's kernel / graph launch calls, and
+    (on a CPU) the operators the host dispatched."""
+    from torch.autograd import DeviceType
+
+    ev = prof.events()
+    return {
+        "gpu_kernels": sum(1 for e in ev if e.device_type == DeviceType.CUDA),
+        "host_launches": sum(1 for e in ev if e.name in ("cudaLaunchKernel", "cuLaunchKernel", "cudaGraphLaunch")),
+        "cpu_ops": sum(1 for e in ev if e.device_type == DeviceType.CPU and e.name.startswith("aten::")),
+    }
+
+
+def _decoder(path: str, model, dtype, batch: int):
+    """A callable (prompt rows, new tokens) -> None for one decode path."""
+    import torch
+
+    from rollwise.backends.hf import HFBackend
+    from rollwise.hardware.precision import autocast
+    from rollwise.types import Sampling
+
+    if path in ("eager", "static"):
+        backend = HFBackend(model, eos_ids=(), pad_id=0, max_batch=batch, seed=0, compute_dtype=dtype, sampler=path)
+
+        def run(rows, new_tokens):
+            out = backend.generate(rows, Sampling(1.0, 1.0, new_tokens))
+            assert {len(c.token_ids) for c in out} == {new_tokens}
+
+        return run
+    # transformers' own fast path: StaticCache, and on CUDA its automatic torch.compile of the decode
+    # step (mode "reduce-overhead": CUDA graphs); the scores are returned, as rollwise needs log-probs
+    dev = next(model.parameters()).device
+
+    def run(rows, new_tokens):
+        ids = torch.tensor(rows, device=dev)
+        with torch.no_grad(), autocast(dtype, dev):
+            out = model.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                do_sample=True,
+                temperature=1.0,
+                top_p=1.0,
+                top_k=0,
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                cache_implementation="static",
+                output_scores=True,
+                return_dict_in_generate=True,
+                pad_token_id=0,
+            )
+        assert out.sequences.shape[1] == ids.shape[1] + new_tokens
+
+    return run
+
+
+def decode(
+    batches=(64, 256),
+    prompt_len: int = 32,
+    new_tokens: int = 128,
+    device: str = "cuda",
+    layers: int | None = None,
+    profile_steps: int = 8,
+    bandwidth_mib: int = 1024,
+    paths=("eager", "static", "library"),
+) -> dict:
+    """Decode pace against the ceiling (issue #42 item 6), SmolLM2-135M's architecture with random
+    weights, one prompt repeated per batch (a group), forced length: for each batch and path (the
+    ``hf`` sampler's eager and static paths, transformers' StaticCache + torch.compile) tokens/s and
+    ms per decode step (one timed call after a warm-up of the same shape, prefill included), the
+    kernel launches per step (``torch.profiler`` over a call of 1 + ``profile_steps`` steps minus a
+    call of 1 step, per step), and the step's bytes (``decode_step_bytes`` at the mean context)
+    over the bandwidth measured here: the memory floor of a step and the share of it reached. A
+    path that fails records its error; the others still run."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from rollwise.hardware.precision import resolve_compute_dtype
+
+    model = _smollm2_random(device, layers)
+    cfg = model.config
+    dtype = resolve_compute_dtype("auto", device) if device.startswith("cuda") else torch.float32  # smoke: fp32
+    weight_bytes = 2 if dtype == torch.bfloat16 else 4
+    bandwidth = memory_bandwidth(device, bandwidth_mib)
+    params = sum(p.numel() for p in model.parameters())
+    head_dim = cfg.hidden_size // cfg.num_attention_heads
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
+    prompt = [5 + i % 1000 for i in range(prompt_len)]
+    rows_out = []
+    for b in batches:
+        rows = [prompt] * b
+        step_bytes = decode_step_bytes(
+            params,
+            weight_bytes,
+            b,
+            prompt_len + new_tokens // 2,
+            cfg.num_hidden_layers,
+            cfg.num_key_value_heads,
+            head_dim,
+            cfg.vocab_size,
+        )
+        floor_ms = 1000 * step_bytes / bandwidth
+        for path in paths:
+            row = {"batch": b, "path": path, "step_bytes": step_bytes, "floor_ms_per_step": round(floor_ms, 4)}
+            try:
+                run = _decoder(path, model, dtype, b)
+                for n in (new_tokens, 1, 1 + profile_steps):  # warm-ups (graphs and compiled shapes)
+                    run(rows, n)
+                _sync(device)
+                t0 = time.perf_counter()
+                run(rows, new_tokens)
+                _sync(device)
+                sec = time.perf_counter() - t0
+                counts = []
+                for n in (1, 1 + profile_steps):
+                    with profile(activities=acts) as prof:
+                        run(rows, n)
+                        _sync(device)
+                    counts.append(_launches(prof))
+                per_step = {k: round((counts[1][k] - counts[0][k]) / profile_steps, 1) for k in counts[0]}
+                ms = 1000 * sec / new_tokens
+                row.update(
+                    seconds=round(sec, 3),
+                    tokens_per_s=round(b * new_tokens / sec, 1),
+                    ms_per_step=round(ms, 3),
+                    percent_of_memory_floor=round(100 * floor_ms / ms, 2),
+                    launches_per_step=per_step,
+                )
+            except Exception as e:  # noqa: BLE001 - one path's failure is recorded, the others still run
+                row["error"] = f"{type(e).__name__}: {e}"
+            rows_out.append(row)
+            print(f"[gpu-check] decode {path} batch {b}: {row.get('tokens_per_s', row.get('error'))}", flush=True)
+        _sync(device)
+    return {
+        "model": "SmolLM2-135M architecture, random weights" + (f", {layers} layers" if layers else ""),
+        "device": device,
+        "compute_dtype": str(dtype),
+        "prompt_tokens": prompt_len,
+        "new_tokens": new_tokens,
+        "bandwidth_gb_s": round(bandwidth / 1e9, 1),
+        "rows": rows_out,
+    }
 
 
 def generation(bf16_tflops: float, batches=(64, 256), prompt_len: int = 32, new_tokens: int = 128) -> dict:
@@ -603,6 +789,15 @@ def regime2(budget: int = REGIME2_BUDGET, seconds: float = 300.0, bundle_error: 
     return res
 
 
+def smoke(out: Path) -> int:
+    """The parts a CPU can run, at toy sizes, with the JSON written after each (the smoke test)."""
+    results: dict = {"check": "rollwise gpu-check --smoke", "started": time.strftime("%Y-%m-%dT%H:%M:%SZ")}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    part(results, "decode", decode, (2, 4), 8, 4, "cpu", 2, 2, 16)
+    out.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    return 0 if "error" not in results["decode"] else 1
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=str(HERE / "results" / "gpu" / "gpu_check.json"))
@@ -625,11 +820,18 @@ def main(argv=None) -> int:
         "--skip",
         nargs="*",
         default=[],
-        help="parts to skip (gpu_tests parity generation training training_packing demo)",
+        help="parts to skip (gpu_tests parity generation decode training training_packing demo)",
+    )
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="on a CPU, the decode comparison only, at toy sizes (2 layers, batches 2 and 4, 4 new tokens)",
     )
     args = p.parse_args(argv)
     import torch
 
+    if args.smoke:
+        return smoke(Path(args.out))
     if not torch.cuda.is_available():
         print("gpu-check: torch sees no CUDA device; nothing to check", file=sys.stderr)
         return 2
@@ -655,6 +857,7 @@ def main(argv=None) -> int:
     for name, fn, fargs in (
         ("parity", parity, ()),
         ("generation", generation, (peak,)),
+        ("decode", decode, ()),
         ("decode_profile", decode_profile, ()),
         ("training", training, (peak,)),
         ("training_packing", training_packing, (peak,)),

@@ -268,6 +268,26 @@ def test_episode_runs_summarises_a_real_episode_run(tmp_path):
 
 # ---------------------------------------------------------------- scripts that need what a CPU test lacks
 
+
+def test_static_decode_cpu(tmp_path):
+    bench(
+        tmp_path,
+        "static_decode_cpu.py",
+        *("--models", "tiny-s", "--groups", "2", "--group-size", "2", "--new-tokens", "3", "--repeats", "2"),
+        *("--threads", "1", "--out", tmp_path / "sd.json"),
+    )
+    (row,) = _json(tmp_path / "sd.json")["models"]
+    assert set(row["paths"]) == {"eager", "static"} and row["static_speedup_cpu"] > 0
+
+
+def test_gpu_check_smoke_decode_on_a_cpu(tmp_path):
+    """The GPU check's decode comparison (eager, static, transformers' static cache) at toy sizes."""
+    bench(tmp_path, "gpu_check.py", "--smoke", "--out", tmp_path / "gc.json", timeout=600)
+    rows = _json(tmp_path / "gc.json")["decode"]["rows"]
+    assert [(r["batch"], r["path"]) for r in rows] == [(b, p) for b in (2, 4) for p in ("eager", "static", "library")]
+    assert all("error" not in r and r["tokens_per_s"] > 0 and r["launches_per_step"]["cpu_ops"] > 0 for r in rows)
+
+
 # script -> what it needs beyond this machine; here: its imports and argument parsing
 NEEDS = {
     "async_steps.py": "a Ray cluster of rollout workers, 4 whole runs per task",
@@ -277,7 +297,7 @@ NEEDS = {
     "gen_throughput_vllm.py": "vLLM's engine and SmolLM2's weights",
     "gen_compile.py": "SmolLM2's weights and torch.compile's minutes of compilation",
     "pretrained_lengths.py": "SmolLM2's weights",
-    "gpu_check.py": "a CUDA GPU",
+    "gpu_check.py": "a CUDA GPU (its decode comparison runs on a CPU: test_gpu_check_smoke_decode_on_a_cpu)",
     "gpu_bundle.py": "SmolLM2's 94 MiB GGUF split into parts (its logic: tests/unit/bench/test_gpu_bundle.py)",
 }
 
@@ -312,6 +332,7 @@ SMOKED = {
     "episode_runs.py": "test_episode_runs_summarises_a_real_episode_run",
     "episode_tools.py": "test_episode_tools",
     "gen_throughput.py": "test_gen_throughput",
+    "static_decode_cpu.py": "test_static_decode_cpu",
     "regime.py": "test_regime_probes_a_sweep_at_step_0",
     "simulate_async.py": "test_simulate_async",
     "table.py": "test_table_of_a_committed_compare_result",

@@ -22,6 +22,13 @@ the generator differently from the former ``torch.multinomial`` sampler, so a se
 other samples than before issue #13. ``compute_dtype`` (``rollwise.hardware.precision``) runs the
 forwards under bf16 autocast; the log-softmax of the sampled distribution is always fp32.
 
+Two decode paths (``model.sampler``, ``resolve_sampler``): this module's ``_generate_chunk``
+("eager", the description above) and ``rollwise.backends.static_decode`` ("static": a
+preallocated cache per batch bucket, grouped-query attention without K/V copies, each distinct
+prompt prefilled once, fp32 sampling on the device, "done" read every 8 steps, CUDA graphs on
+CUDA). Both read the same uniforms ``u[i, t]`` and return the same completions up to float
+rounding; ``compact`` concerns the eager path only.
+
 Optional extras (off by default, so the default path is unchanged):
 
 - ``record_entropy = True`` (set by the run when D3S token selection reads sampler entropies,
@@ -38,11 +45,19 @@ Optional extras (off by default, so the default path is unchanged):
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 
 import torch
 
+from rollwise.backends.sampling import (  # noqa: F401 (sample_next, top_p_logprobs: re-exported, hf is their old home)
+    completions,
+    entropy,
+    sample_next,
+    sample_rows,
+    sampling_logprobs,
+    top_p_logprobs,
+)
+from rollwise.backends.static_decode import StaticDecoder, supports
 from rollwise.hardware.precision import autocast
 from rollwise.registry import Compat
 from rollwise.types import Completion, Sampling
@@ -55,6 +70,7 @@ class HFBackend:
     record_entropy: bool = False  # fill Completion.entropies (module docstring)
     compact: bool = True  # finished rows leave the decode batch (False: the pre-#13 behaviour, for A/B tests)
     on_tokens = None  # callable(n) told the tokens of every decode step (a Ray worker reports progress)
+    _autocast_cache = True  # autocast caches the weights' casts (off while a CUDA graph is captured)
 
     @classmethod
     def for_run(cls, cfg, codec, model, config=None, compute_dtype: torch.dtype | None = None) -> HFBackend:
@@ -67,7 +83,15 @@ class HFBackend:
             compute_dtype = resolve_compute_dtype(
                 cfg.model.compute_dtype, weights.device, model.config, weights_dtype=weights.dtype
             )
-        return cls(model, codec.eos_ids, codec.pad_id, cfg.model.max_batch, cfg.run.seed, compute_dtype=compute_dtype)
+        return cls(
+            model,
+            codec.eos_ids,
+            codec.pad_id,
+            cfg.model.max_batch,
+            cfg.run.seed,
+            compute_dtype=compute_dtype,
+            sampler=cfg.model.sampler,
+        )
 
     def __init__(
         self,
@@ -77,6 +101,7 @@ class HFBackend:
         max_batch: int = 256,
         seed: int = 0,
         compute_dtype: torch.dtype | None = None,
+        sampler: str = "eager",
     ):
         self.model = model
         self.compute_dtype = compute_dtype  # autocast dtype of the forwards (None / float32: none)
@@ -87,6 +112,8 @@ class HFBackend:
         self.pad_id = pad_id
         self.max_batch = max_batch
         self.generator = torch.Generator().manual_seed(seed)
+        self.sampler = resolve_sampler(sampler, next(model.parameters()).device, model)
+        self._static = StaticDecoder(self) if self.sampler == "static" else None
 
     def state_dict(self) -> dict:
         return {"generator": self.generator.get_state()}
@@ -126,7 +153,8 @@ class HFBackend:
                 if stop_when is not None:
                     before, after = [True] * start, [False] * (len(sequences) - start - len(chunk))
                     stop = (lambda b, a: lambda done: stop_when(b + done + a))(before, after)
-                done = self._generate_chunk(chunk, sampling, gen, limits, stop, hook=decode_hook, offset=start)
+                decode = self._generate_chunk if self._static is None else self._static.generate_chunk
+                done = decode(chunk, sampling, gen, limits, stop, hook=decode_hook, offset=start)
                 halted = (
                     stop is not None
                     and len(sequences) > start + len(chunk)
@@ -179,7 +207,7 @@ class HFBackend:
         kw = {"output_hidden_states": True} if hidden else {}
         if self._keeps_logits:
             kw["logits_to_keep"] = 1  # the LM head only where a token is sampled (prefill included)
-        with autocast(self.compute_dtype, inp.device):
+        with autocast(self.compute_dtype, inp.device, cache_enabled=self._autocast_cache):
             kw[self._cache] = cache
             return self.model(input_ids=inp, attention_mask=mask, position_ids=pos, use_cache=True, **kw)
 
@@ -258,22 +286,7 @@ class HFBackend:
                 sel = keep.nonzero()[:, 0]
                 act, inp, pos, mask = act[sel], inp[sel], pos[sel], mask[sel]
                 cache.batch_select_indices(sel)
-        result = []
-        for i in range(b):
-            n = int(n_new[i])
-            toks = tuple(new_ids[i, :n].tolist())
-            finish = "stop" if n and toks[-1] in self._eos_set else "length"
-            if stopped and finish == "length" and n < int(lim[i]):
-                finish = "partial"
-            if bool(pruned[i]):
-                finish = "partial"
-            result.append(Completion(toks, tuple(new_lp[i, :n].tolist()), finish))
-        if new_ent is not None:
-            result = [
-                dataclasses.replace(c, entropies=tuple(new_ent[i, : len(c.token_ids)].tolist()))
-                for i, c in enumerate(result)
-            ]
-        return result
+        return completions(new_ids, new_lp, new_ent, n_new, lim, pruned, stopped, self._eos_set)
 
     # ---------------------------------------------------------------- reusable pieces (tree samplers)
     def left_pad(self, seqs: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -312,6 +325,26 @@ class HFBackend:
         return res.logits[:, -1, :].float(), getattr(res, self._cache)
 
 
+SAMPLERS = ("auto", "static", "eager")
+
+
+def resolve_sampler(setting: str, device: torch.device, model=None) -> str:
+    """``model.sampler``: "eager" (the per-token path above) or "static"
+    (``rollwise.backends.static_decode``); "auto" is the static path on CUDA and on a CPU alike
+    (measured faster on both, ``benchmarks/results/static_decode_cpu.json``), unless ``model``
+    cannot take it (``static_decode.supports``): then "auto" is eager and "static" is refused."""
+    from rollwise.registry import UserError
+
+    if setting not in SAMPLERS:
+        raise UserError(f"model.sampler = {setting!r}: expected one of {', '.join(SAMPLERS)}")
+    if setting == "eager":
+        return setting
+    why = None if model is None else supports(model)
+    if why is not None and setting == "static":
+        raise UserError(f"model.sampler = 'static': {why}; use model.sampler = 'eager'")
+    return "eager" if why is not None else "static"
+
+
 def _cache_argument(model) -> str:
     """The name under which ``model.forward`` takes and returns its KV cache: ``cache`` from
     transformers 5.2x on (where ``past_key_values`` still works but prints a FutureWarning on every
@@ -336,63 +369,3 @@ def _accepts_logits_to_keep(model) -> bool:
     except (TypeError, ValueError):  # pragma: no cover - builtins
         return False
     return "logits_to_keep" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
-
-
-def sample_rows(
-    logits: torch.Tensor, sampling: Sampling, logp: torch.Tensor, u: torch.Tensor | None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Draw one token per row by inverse CDF: row i takes the first token whose cumulative
-    probability under ``logp`` (the sampled distribution, fp32) exceeds ``u[i]`` times the row's
-    total (so rounding of the total cannot push past the end); a token of probability 0 (top-p
-    removed) has an empty interval and is never drawn. Temperature <= 0 (``u`` None) is greedy.
-    Returns (ids (B,), their log-probs (B,))."""
-    if sampling.temperature <= 0 or u is None:
-        tok = logits.argmax(dim=-1)
-    else:
-        cdf = logp.exp().double().cumsum(dim=-1)
-        x = u.to(cdf.device, torch.float64) * cdf[:, -1]
-        tok = torch.searchsorted(cdf, x[:, None], right=True)[:, 0].clamp(max=logp.shape[-1] - 1)
-    return tok, logp.gather(1, tok[:, None])[:, 0]
-
-
-def sample_next(
-    logits: torch.Tensor, sampling: Sampling, gen: torch.Generator, logp: torch.Tensor | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Draw one token per row; return (ids (B,), log-probs (B,)) under the sampled distribution
-    (``logp``, default ``sampling_logprobs(logits, sampling)``; temperature <= 0 is greedy)."""
-    if logp is None:
-        logp = sampling_logprobs(logits, sampling)
-    if sampling.temperature <= 0:
-        tok = logits.argmax(dim=-1)
-    else:
-        probs = logp.exp()
-        if probs.device != gen.device:  # a CPU generator keeps sampling reproducible on any device
-            probs = probs.float().cpu()
-        tok = torch.multinomial(probs, 1, generator=gen)[:, 0].to(logp.device)
-    return tok, logp.gather(1, tok[:, None])[:, 0]
-
-
-def top_p_logprobs(logp: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Keep the smallest set of tokens whose mass reaches ``top_p``; renormalise."""
-    sorted_lp, order = logp.sort(dim=-1, descending=True)
-    cum = sorted_lp.exp().cumsum(dim=-1)
-    drop_sorted = (cum - sorted_lp.exp()) >= top_p  # mass before this token already reaches top_p
-    drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
-    kept = logp.masked_fill(drop, float("-inf"))
-    return kept - torch.logsumexp(kept, dim=-1, keepdim=True)
-
-
-def sampling_logprobs(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
-    """(B, V) log-probs of the distribution ``sample_next`` draws from (temperature-scaled, top-p
-    renormalised; temperature <= 0 reports temperature-1 log-probs), for scoring a token that was
-    chosen rather than sampled (``rollwise.generate.latr``)."""
-    if sampling.temperature <= 0:
-        return torch.log_softmax(logits, dim=-1)
-    logp = torch.log_softmax(logits / sampling.temperature, dim=-1)
-    return top_p_logprobs(logp, sampling.top_p) if sampling.top_p < 1.0 else logp
-
-
-def entropy(logp: torch.Tensor) -> torch.Tensor:
-    """(B,) entropy of each row of (B, V) log-probs (``sampling_logprobs``: the distribution
-    ``sample_next`` draws from); tokens top-p removed (-inf) contribute 0."""
-    return -torch.where(torch.isfinite(logp), logp.exp() * logp, torch.zeros_like(logp)).sum(-1)

@@ -16,9 +16,12 @@ generation round, asking for N groups:
    are parked at the back of the buffer, unstarted (nothing is dropped; the buffer settles at
    N' - N groups).
 2. **Generates them in one backend call** with each row's remaining budget
-   ``max_new_tokens - len(prefix)`` and a ``stop_when`` callback: after every decode step, once
-   N pulled groups have every rollout finished, generation stops (slime's ``abort_all``).
-   Unfinished rows come back with finish "partial" and their ids so far.
+   ``max_new_tokens - len(prefix)`` and a ``stop_when`` callback: asked when the hf backend
+   reads its rows' "done" flags (the eager path, ``model.sampler = "eager"``: after every decode
+   step; the static path: every ``static_decode.READ_EVERY`` = 8 steps, so the stop comes up to
+   7 steps later and those rows carry up to 7 more tokens), once N pulled groups have every
+   rollout finished, generation stops (slime's ``abort_all``). Unfinished rows come back with
+   finish "partial" and their ids so far.
 3. **Returns the first N complete groups in pull order** (buffered before fresh) to the loop;
    every other pulled group goes back into the buffer as a whole: finished rollouts keep their
    ids, reward and log-probs and are not regenerated; unfinished ones keep their ids, sampler

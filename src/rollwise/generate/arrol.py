@@ -259,6 +259,10 @@ class QualityHead:
 
 class PruneHook:
     """The hf backend's decode hook for one generation call (``HFBackend.generate(decode_hook=)``).
+    Both decode paths call it before exactly the step it asks for (``wants``): the static path
+    (``rollwise.backends.static_decode``) runs that step outside its CUDA graph and reads "done"
+    there, so pruning acts at the same token as on the eager path; only the host's other reads
+    of "done" (the end of a chunk, APRIL's stop) come every 8 steps.
 
     ``units``: one ``(rows, keep)`` per request, ``rows`` its indices into the call's sequences.
     At the check point it caches each running row's feature and, when ``active``, stops the

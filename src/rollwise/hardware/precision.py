@@ -510,8 +510,9 @@ def resolve_compute_dtype(setting: str, device: torch.device | str = "cpu", mode
     return decide_compute_dtype(setting, device, model_config, **kw).dtype
 
 
-def autocast(dtype: torch.dtype | None, device: torch.device | str = "cpu"):
-    """``torch.autocast`` to ``dtype`` on ``device``, or a no-op for None / float32."""
+def autocast(dtype: torch.dtype | None, device: torch.device | str = "cpu", cache_enabled: bool = True):
+    """``torch.autocast`` to ``dtype`` on ``device``, or a no-op for None / float32. ``cache_enabled``
+    False: no cache of the weights' casts (a CUDA graph capture needs it off)."""
     if dtype is None or dtype == torch.float32:
         return contextlib.nullcontext()
-    return torch.autocast(device_type=torch.device(device).type, dtype=dtype)
+    return torch.autocast(device_type=torch.device(device).type, dtype=dtype, cache_enabled=cache_enabled)

@@ -154,6 +154,13 @@ class ModelConfig(Section):
     warm_start: WarmStartConfig = Field(
         default_factory=WarmStartConfig, description="Supervised warm start of the built-in model."
     )
+    sampler: Literal["auto", "static", "eager"] = Field(
+        "auto",
+        description="How the hf backend decodes: 'static' (preallocated KV cache per batch bucket, grouped-query "
+        "attention without K/V copies, each group's prompt prefilled once, fp32 sampling on the device, 'done' "
+        "read every 8 steps, one CUDA graph per bucket on CUDA; rollwise.backends.static_decode) or 'eager' "
+        "(a growing cache, host checks after every token). 'auto': static (measured faster on CPU and GPU).",
+    )
     backend: Literal["hf", "vllm"] = Field(
         "hf",
         description="Rollout engine: 'hf' (rollwise's own sampler on the trainer's module) or "

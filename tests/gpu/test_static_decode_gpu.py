@@ -1,0 +1,54 @@
+"""The static decode path's CUDA graphs (``rollwise.backends.static_decode``, issue #42 item 5): a
+graph replay decodes what the eager path decodes. Skipped without a CUDA device
+(benchmarks/gpu_check.py runs it on a lent GPU)."""
+
+import pytest
+import torch
+
+from rollwise.backends.hf import HFBackend
+from rollwise.types import Sampling
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
+
+
+@pytest.fixture(scope="module")
+def smol():
+    """SmolLM2-135M's attention shapes (9 heads over 3 K/V heads), two layers, random weights, on CUDA."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(
+        vocab_size=49152,
+        hidden_size=576,
+        intermediate_size=1536,
+        num_hidden_layers=2,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        pad_token_id=2,
+        eos_token_id=2,
+    )
+    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 on both paths, as on a CPU
+    torch.backends.cudnn.allow_tf32 = False
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(cfg).cuda().eval()
+    g = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(3, 49152, (n,), generator=g).tolist() for n in (9, 5, 12)]
+    return model, prompts
+
+
+@pytest.mark.parametrize("sampling", [Sampling(0.0, 1.0, 12), Sampling(1.0, 1.0, 12), Sampling(1.0, 0.9, 12)])
+def test_graph_replay_equals_eager_decoding(smol, sampling):
+    model, prompts = smol
+    seqs = [prompts[0]] * 3 + [prompts[1]] * 2 + [prompts[2]] * 2  # 7 rows: the bucket of 8
+    limits = [12, 7, 12, 3, 12, 9, 5]  # rows stop at different lengths: the batch moves to smaller buckets
+    eager = HFBackend(model, [2], 2, max_batch=16, seed=3, sampler="eager")
+    fast = HFBackend(model, [2], 2, max_batch=16, seed=3, sampler="static")
+    for _ in range(2):  # the second call replays the graphs the first captured
+        e = eager.generate(seqs, sampling, max_new_tokens=limits)
+        s = fast.generate(seqs, sampling, max_new_tokens=limits)
+        for a, b in zip(e, s):
+            assert b.token_ids == a.token_ids and b.finish == a.finish
+            assert torch.allclose(torch.tensor(b.logprobs), torch.tensor(a.logprobs), atol=1e-4, rtol=0)
+    assert fast._static.uses_graphs(torch.device("cuda")) and fast._static.captures >= 2  # buckets 8 and below
