@@ -27,14 +27,15 @@
 
 Everything is checked before a model loads: the rows and functions when the trainer is made, the
 whole config again when ``train()`` starts (a section edited since names its key). Reward
-functions are Python objects of this process: Ray rollout workers (``distributed.workers``) and
-torchrun ranks (``distributed.data_parallel``) are refused with that reason; asynchrony
-(``train.async``) generates in a thread of this process and runs them there.
+functions are Python objects of this process: Ray rollout workers (``distributed.workers``) are
+refused with that reason; asynchrony (``train.async``) generates in a thread of this process and
+runs them there.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -131,8 +132,6 @@ def check(cfg: Config) -> Config:
         )
         if checked.distributed.workers > 0:
             raise UserError(why.format(what="a Ray rollout worker", key="distributed.workers", off=0))
-        if checked.distributed.data_parallel:
-            raise UserError(why.format(what="another torchrun rank", key="distributed.data_parallel", off="false"))
     return checked
 
 
@@ -163,12 +162,18 @@ def _model_name(model: Any, tokenizer: Any) -> str:
     return str(save_model(model, tokenizer))
 
 
+SAVE_ADDS = ("architectures", "dtype", "torch_dtype", "transformers_version")
+
+
 def save_model(model: Any, tokenizer: Any) -> Path:
     """``model`` and ``tokenizer`` as a Hugging Face directory under the cache, named by a digest of the
     weights and the config (the same model is written once; a changed one gets its own directory)."""
     from rollwise.storage import cache_root
 
-    h = hashlib.sha256(model.config.to_json_string().encode())
+    conf = json.loads(model.config.to_json_string())
+    for k in SAVE_ADDS:  # what save_pretrained writes into the model's config: the same model, the same digest
+        conf.pop(k, None)
+    h = hashlib.sha256(json.dumps([type(model).__name__, conf], sort_keys=True).encode())
     for name, t in sorted(model.state_dict().items()):
         h.update(name.encode())
         h.update(t.detach().cpu().contiguous().view(-1).view(dtype=_byte_dtype()).numpy().tobytes())

@@ -11,7 +11,7 @@ Contract:
 - The rows live in this Python process only (a table keyed by the handle that ``register``
   returns): ``task.name = "dataset:<handle>"`` names them, and the factory refuses a handle it does
   not hold (another process: Ray workers, ``rollwise eval`` from the command line) with that reason.
-  ``rollwise.api`` refuses ``distributed.workers`` and ``distributed.data_parallel`` before that.
+  ``rollwise.api`` refuses ``distributed.workers`` before that.
 - Held-out split: the API's ``eval_dataset`` when given, else ``options.heldout_fraction`` of the
   distinct prompts drawn by ``options.seed`` (``tasks._common.holdout_questions``, as ``jsonl:``).
 - Prompts: ``text`` the prompt string, or the last user message's content for a conversational row
