@@ -28,10 +28,10 @@ def brief(prompts, completions, **kwargs):
     return [0.1 * min(1.0, 3 / max(len(c.strip()), 1)) for c in completions]
 
 
-def main(argv=None):
+def main(argv=None, model="tiny"):
     rows = [{"prompt": f"{a}+{b}=", "answer": a + b} for a in range(10, 60) for b in range(1, 10)]
     trainer = rollwise.Trainer(
-        model="tiny",
+        model=model,
         dataset=rows,
         reward_funcs=[correct, brief],
         reward_weights=[1.0, 0.5],

@@ -41,7 +41,7 @@ def rows(path: Path, n: int = 2000) -> list[dict]:
     ]
 
 
-def main(argv=None):
+def main(argv=None, model="smollm2-135m"):
     overrides = [
         "run.name=own-data-chat",
         "run.overwrite=true",
@@ -54,7 +54,7 @@ def main(argv=None):
         "eval.every=20",
         *(sys.argv[1:] if argv is None else argv),  # yours last: they win
     ]
-    result = rollwise.train(model="smollm2-135m", dataset=rows(DATA), reward_funcs=[correct], overrides=overrides)
+    result = rollwise.train(model=model, dataset=rows(DATA), reward_funcs=[correct], overrides=overrides)
     print(result.summary())
     return result
 
