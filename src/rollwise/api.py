@@ -124,14 +124,12 @@ def check(cfg: Config) -> Config:
     if not isinstance(cfg, Config):
         raise UserError(f"config must be a rollwise Config (rollwise.load_config(...)), not {type(cfg).__name__}")
     checked = load_config(data=tomllib.loads(to_toml(cfg)))
-    if checked.task.name.partition(":")[0] == "dataset":
-        why = (
-            "the dataset and reward functions given to rollwise.train are Python objects of this process, "
-            "which {what} does not have; set {key} = {off} (or use task 'jsonl:<path>' / 'hf:<path>' with a "
-            "verifier import path)"
+    if checked.task.name.partition(":")[0] == "dataset" and checked.distributed.workers > 0:
+        raise UserError(
+            "the dataset and reward functions given to rollwise.train are Python objects of this process, which "
+            "a Ray rollout worker does not have; set distributed.workers = 0 (or use task 'jsonl:<path>' / "
+            "'hf:<path>' with a verifier import path)"
         )
-        if checked.distributed.workers > 0:
-            raise UserError(why.format(what="a Ray rollout worker", key="distributed.workers", off=0))
     return checked
 
 
