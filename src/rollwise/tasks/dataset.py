@@ -126,13 +126,25 @@ _TABLE: dict[str, Data] = {}  # handle -> what this process was given (see the m
 def register(train: Rows, heldout: Rows | None, rewards: RewardFunctions) -> str:
     """Keep the rows and reward functions in this process; returns the handle for ``dataset:<handle>``:
     the file name's stem or ``rows``, then a digest of the rows and of the functions' names and weights
-    (the same data and functions get the same handle, and so the same default run name)."""
+    (the same data and functions get the same handle, and so the same default run name; other functions of the
+    same names get ``-2``, ``-3``, ... so that a trainer made earlier keeps its own)."""
     stem = Path(train.label).stem if train.label.endswith((".jsonl", ".json")) else "rows"
     parts = (train.rows, heldout.rows if heldout else None, rewards.names, rewards.weights)
     digest = hashlib.sha256(json.dumps(parts, sort_keys=True, default=repr).encode()).hexdigest()[:10]
-    handle = f"{stem}-{digest}"
+    handle, n = f"{stem}-{digest}", 1
+    while handle in _TABLE and not _same(_TABLE[handle], train, heldout, rewards):  # e.g. a redefined function
+        n += 1
+        handle = f"{stem}-{digest}-{n}"
     _TABLE[handle] = Data(train, heldout, rewards)
     return handle
+
+
+def _same(data: Data, train: Rows, heldout: Rows | None, rewards: RewardFunctions) -> bool:
+    """Whether ``data`` holds these rows and these very function objects (a trainer made earlier keeps its own)."""
+    same_funcs = len(data.rewards.funcs) == len(rewards.funcs) and all(
+        a is b for a, b in zip(data.rewards.funcs, rewards.funcs)
+    )
+    return same_funcs and data.rewards.weights == rewards.weights and (data.train, data.heldout) == (train, heldout)
 
 
 def _key(prompt: Any) -> str:

@@ -106,3 +106,19 @@ def test_the_reward_error_names_the_data_row():
         UserError, match=rf"reward function 'boom' raised ValueError: no parser \(dataset row {p.metadata['row']}\)"
     ):
         task.verify(p, "1")
+
+
+def test_a_redefined_function_of_the_same_name_gets_its_own_handle():
+    def score(prompts, completions, **kwargs):
+        return [1.0]
+
+    first = make(funcs=[score], heldout_fraction=0.1)
+
+    def score(prompts, completions, **kwargs):  # noqa: F811 - redefined, as in a notebook
+        return [0.0]
+
+    second = make(funcs=[score], heldout_fraction=0.1)
+    again = make(funcs=[score], heldout_fraction=0.1)
+    assert first.name != second.name == again.name and second.name == first.name + "-2"
+    p = first.train_prompts()[0]
+    assert first.verify(p, "1").score == 1.0 and second.verify(second.train_prompts()[0], "1").score == 0.0
