@@ -28,7 +28,7 @@ import tomllib
 from pydantic import Field, PrivateAttr, ValidationError, model_validator
 
 from rollwise.registry import UserError, format_validation
-from rollwise.sections import Section, StrategyConfig
+from rollwise.sections import Section, StrategyConfig, place
 from rollwise.sections.advantage import AdvantageConfig
 from rollwise.sections.batch import BatchConfig, D3SConfig, D3SOptions
 from rollwise.sections.control import ControlConfig, DynamicSamplingConfig
@@ -130,6 +130,7 @@ class Config(Section):
     @model_validator(mode="after")
     def _control_knows_max_new_tokens(self):
         self.control._max_new_tokens = self.sampling.max_new_tokens
+        place(self)  # an assignment's error names the whole key (train.steps)
         return self
 
     def run_name(self) -> str:

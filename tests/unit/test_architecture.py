@@ -6,11 +6,12 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 ASSEMBLY = {"rollwise.components", "rollwise.compat", "rollwise.session", "rollwise.loop"}
-# the assembly, the commands above it (cli, bench, export, swarm, config_doc's `config show`) and the
+# the assembly, the commands above it (cli, the Python API, bench, export, swarm, config_doc's `config show`) and the
 # config derivation the session runs before assembling (defaults)
 MAY_IMPORT_ASSEMBLY = {
     "rollwise",
     "rollwise.cli",
+    "rollwise.api",
     "rollwise.loop",
     "rollwise.session",
     "rollwise.components",

@@ -11,11 +11,34 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+
+from rollwise.registry import UserError, format_validation
 
 
 class Section(BaseModel):
+    """A section of the configuration. Assignment is validated as a ``--set`` is (``cfg.train.steps = 0``
+    raises ``UserError`` naming ``train.steps``, issue #46): ``_key`` is where the section sits in
+    ``rollwise.config.Config`` (``place`` sets it), the prefix of the key an error names."""
+
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    _key: str = PrivateAttr("")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        try:
+            super().__setattr__(name, value)
+        except ValidationError as e:
+            raise UserError("invalid configuration:\n" + format_validation(e, prefix=self._key)) from None
+
+
+def place(section: BaseModel, key: str = "") -> None:
+    """Tell ``section`` and the sections inside it their keys (``train``, ``train.async``, ...)."""
+    if isinstance(section, Section):
+        section._key = key
+    for name, field in type(section).model_fields.items():
+        value = getattr(section, name)
+        if isinstance(value, BaseModel):
+            place(value, f"{key}.{field.alias or name}" if key else field.alias or name)
 
 
 class StrategyConfig(Section):

@@ -11,6 +11,7 @@ REGISTRY.register("arithmetic", "rollwise.tasks.arithmetic:make")
 REGISTRY.register("reasoning_gym", "rollwise.tasks.reasoning_gym:make", takes_arg=True)
 REGISTRY.register("jsonl", "rollwise.tasks.jsonl:make", takes_arg=True)
 REGISTRY.register("hf", "rollwise.tasks.hf_dataset:make", takes_arg=True)
+REGISTRY.register("dataset", "rollwise.tasks.dataset:make", takes_arg=True)  # the Python API's rows
 REGISTRY.register("pyfunc", "rollwise.tasks.pyfunc:make")
 REGISTRY.register("humaneval", "rollwise.tasks.humaneval:make")
 # multi-turn environments (rollwise.envs, docs/architecture.md §11)
