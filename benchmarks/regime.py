@@ -134,6 +134,7 @@ def probe(sweep_path: str, n_prompts: int, g: int, batch: int, overrides: list[s
         "config": {
             "task": cfg.task.model_dump(mode="json"),
             "model": cfg.model.name,
+            "warm_start": {k: getattr(cfg.model.warm_start, k) for k in ("steps", "batch_size", "lr", "seed")},
             "max_new_tokens": cfg.sampling.max_new_tokens,
             "temperature": cfg.sampling.temperature,
             "group_size": g,

@@ -209,7 +209,13 @@ def compare(
     )
     out = Path(result["sweep"]["out_dir"])
     t = result["target"]["value"]
-    console.print(f"[bold]target pass@1 {t:.3f}[/] ({result['target']['source']})")
+    tgt = result["target"]
+    console.print(
+        f"[bold]target pass@1 {t:.3f}[/] (rule {escape(tgt['rule'])}: {escape(tgt['source'])}; baseline seeds "
+        f"reaching it: {tgt['baseline_seeds_reached']})",
+        highlight=False,
+        soft_wrap=True,
+    )
     at_start = result["target"].get("reached_at_start_by_every_arm")
     if at_start:
         console.print(
@@ -233,6 +239,14 @@ def compare(
                 + "   "
             )
         )
+        paired = (a.get("paired") or {}).get("tokens_to_target")
+        if paired and not at_start:  # the saving against the baseline, seed by seed (analysis.paired_saving)
+            lo, hi = paired["ci"]
+            v = "not reached" if paired["value"] is None else f"x{paired['value']:.2f}"
+            to_target += (
+                f"paired saving {v} [{'-' if lo is None else f'{lo:.2f}'}, {'open' if hi is None else f'{hi:.2f}'}]"
+                f"{' separated' if paired['separation'] else ''}   "
+            )
         console.print(
             f"  {arm:20s} {to_target}AUC {m['auc']['value']:.3f}   final pass@1 {m['final_pass@1']['value']:.3f}",
             markup=False,

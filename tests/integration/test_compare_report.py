@@ -7,6 +7,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from rollwise import cli
 from rollwise.bench import analysis, runner
 from rollwise.bench.sweep import load_sweep, plan
@@ -18,7 +20,7 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "benchmarks" / "example_sweep.to
 def _finished_sweep(tmp_path, pass1, sessions, target=None, jobs=1):
     """The example sweep's runs as if they had run: ``pass1[arm]`` = (start, end) pass@1 of every
     seed, ``sessions(i)`` = (start, end) unix seconds of the i-th run."""
-    # the sweep's own target, replaced (None: the default, the baseline's final pass@1)
+    # the sweep's own target, replaced (None: the default, gain:0.75 of the baseline's mean curve)
     text = re.sub(
         r"^target = .*$", "" if target is None else f"target = {target}", EXAMPLE.read_text(), count=1, flags=re.M
     )
@@ -28,7 +30,7 @@ def _finished_sweep(tmp_path, pass1, sessions, target=None, jobs=1):
     for i, s in enumerate(plan(load_sweep(sweep_path), out)):
         s.dir.mkdir(parents=True)
         (s.dir / "config.resolved.toml").write_text(to_toml(s.cfg))
-        p0, p1 = pass1[s.arm]
+        p0, p1 = pass1[s.arm] if isinstance(pass1[s.arm], tuple) else pass1[s.arm][s.seed]  # or one pair per seed
         evals = [
             {
                 "step": st,
@@ -156,3 +158,33 @@ def test_rollwise_report_redraws_the_same_files_from_compare_json(tmp_path, caps
     cli.main(["report", str(out)])
     assert "report.html" in capsys.readouterr().out
     assert (out / "report.html").read_bytes() == page and (out / "pass_at_1_vs_tokens.png").read_bytes() == png
+
+
+def test_a_target_the_baseline_misses_in_some_seeds_is_warned_and_savings_are_paired_by_seed(tmp_path, capsys):
+    # grpo: seed 0 0.1 -> 0.5 at 420 tokens, seed 1 0.1 -> 0.3 at 430; mean curve 0.1 -> 0.4 (both flat after
+    # their last point), so the default gain:0.75 target is 0.1 + 0.75 * 0.3 = 0.325: seed 0 reaches it at
+    # 0.225 / 0.4 * 420 = 236.25 tokens, seed 1 never (0.3 at most)
+    # dapo-refill: 0.1 -> 0.9 in both seeds: 0.225 / 0.8 * 420 = 118.125 and 0.225 / 0.8 * 430 = 120.9375
+    pass1 = {"grpo": {0: (0.1, 0.5), 1: (0.1, 0.3)}, "dapo-refill": (0.1, 0.9)}
+    sweep_path, out = _finished_sweep(tmp_path, pass1, ONE_AFTER_ANOTHER)
+    terminal, c, page = _run_cli(sweep_path, out, capsys)
+    t = c["target"]
+    assert t["rule"] == "gain:0.75" and t["value"] == pytest.approx(0.325) and t["baseline_seeds_reached"] == "1/2"
+    (w,) = c["warnings"]
+    assert w.startswith("the baseline 'grpo' reaches the target 0.325 in 1 of 2 seeds")
+    assert terminal.count(" ".join(w.split())) == 1 and page.count(html.escape(w)) == 1
+    assert "target pass@1 0.325 (rule gain:0.75" in terminal and "rule gain:0.75" in page
+    fig = c["arms"]["dapo-refill"]["paired"]["tokens_to_target"]
+    # seed 0: 236.25 / 118.125 = 2 exactly; seed 1: grpo never reached it after 430 tokens: >= 430 / 120.9375
+    assert [(p["bound"], p["saving"]) for p in fig["per_seed"].values()] == [
+        ("exact", pytest.approx(2.0)),
+        ("at least", pytest.approx(430 / 120.9375)),
+    ]
+    assert fig["value"] == pytest.approx((2 * 430 / 120.9375) ** 0.5)
+    # lower end at the worst (seed 1 at its bound): resampled means 2 (1/4 of draws), ... -> 2; upper end open
+    assert fig["ci"] == [pytest.approx(2.0), None] and fig["separation"] == 1
+    assert c["arms"]["grpo"]["paired"] == {} and c["paired"] == analysis.PAIRED
+    assert "paired saving x2.67 [2.00, open] separated" in terminal
+    table = page.split("<h2>Paired by seed: tokens to target</h2>")[1].split("<h2>Runs</h2>")[0]
+    assert "×2.67 <span class=ci>[2.00, open]</span>" in table and "s0 ×2.00, s1 ≥×3.56" in table
+    assert "separated: fewer tokens" in table

@@ -13,11 +13,33 @@ last one (the run's final model is what it has once it stops). Conventions:
 - **mean curve** (``mean_curve``): the seeds' curves on a common grid (the union of their x
   values), averaged; because every seed is piecewise linear on that grid, the mean curve is
   exactly the mean of the seeds' curves. Its band is the min and max over seeds.
+- **target** (``target_rule``, ``resolve_target``): fixed in the sweep file before anything
+  runs, as an absolute held-out pass@1 (``target = 0.4``) or as a fraction of the baseline's
+  gain (``target = "gain:0.75"``: start + 0.75 × (final − start) of the baseline arm's mean
+  curve). The default is ``gain:0.75`` (issue #43): the old default, the baseline's final mean
+  pass@1 (``gain:1``), sits at the very end of the baseline's own curve, which it reaches in some
+  seeds and not in others, so the baseline's to-target interval was open at the top by
+  construction. compare.json records the rule, its inputs and the resulting number, and warns
+  when the baseline reaches the target in fewer than all of its seeds.
 - **arm value and CI**: to-target figures are the crossing of the arm's mean curve; AUC and
   final pass@k are seed means. Confidence intervals are percentile bootstraps over seeds (the
   same statistic on seeds resampled with replacement) with a fixed ``numpy`` RNG seed, so they
   are deterministic; a resample whose mean curve never reaches the target counts as infinitely
   many tokens, and an infinite bound is reported as ``None``.
+- **paired by seed** (``paired_saving``): arms that share a seed share its warm start, held-out
+  set and prompt stream (``bench.sweep.plan`` refuses arms that differ in what fixes them), so
+  each seed gives a ratio, the **saving** s = baseline's tokens to target ÷ the arm's (> 1: the
+  arm needs fewer tokens), from each seed's own curve. The arm's figure is the geometric mean
+  of the seeds' savings (the mean of ratios that treats 2× and 1/2× alike), with a percentile
+  bootstrap that resamples seeds jointly (the same draws for the arm and the baseline; same RNG
+  as the unpaired intervals). A seed that never reaches the target is **censored**: its tokens
+  to target are at least the tokens it spent (its curve's last x). The point value takes a
+  censored count at that lower bound (so that seed's saving is an upper bound when the arm is
+  censored, a lower bound when the baseline is, and unknown when both are); the interval takes
+  every censored count at its worst for the arm for the lower end (the arm's at +inf, saving
+  0; the baseline's at the tokens it spent) and at its best for the upper end (the arm's at the
+  tokens it spent; the baseline's at +inf), so it contains the interval of the uncensored data
+  whatever those would have been; a bound at +inf is reported as None.
 - **separation**: an arm differs from the baseline on a figure only when their intervals do not
   overlap (``separation``: +1 wholly above, -1 wholly below, 0 overlapping); the report colours a
   ratio and calls it better or worse only then.
@@ -43,6 +65,13 @@ CONFOUNDED = "confounded (runs shared the machine)"
 EPS = 1e-9  # crossing tolerance: a mean of seeds' finals equals the default target up to rounding
 
 BOOTSTRAP = {"method": "percentile bootstrap over seeds", "resamples": 2000, "level": 0.95, "rng_seed": 0}
+DEFAULT_TARGET = "gain:0.75"  # see the module docstring: a target the baseline reaches inside its curve
+PAIRED = {
+    "statistic": "geometric mean over seeds of the saving: baseline's tokens to target / the arm's",
+    "method": "percentile bootstrap over seeds resampled jointly for the arm and the baseline",
+    "censoring": "a seed that never reaches the target needs at least the tokens it spent: the value takes that "
+    "bound, the interval's lower end every censored count at its worst for the arm, its upper end at its best",
+}
 
 
 # ---------------------------------------------------------------- curves of one run
@@ -161,6 +190,130 @@ def to_target_stat(curves: Sequence[tuple[np.ndarray, np.ndarray]], target: floa
     }
 
 
+# ---------------------------------------------------------------- the target, fixed in advance
+
+
+def target_rule(value) -> tuple[str, float]:
+    """``("absolute", v)`` for a held-out pass@1 in [0, 1], ``("gain", f)`` for ``"gain:f"`` with
+    0 < f <= 1; anything else raises ValueError saying what is accepted (the sweep file's ``target``
+    is read through this, so a bad value is refused when the sweep loads)."""
+    if isinstance(value, bool):
+        raise ValueError("target must be a pass@1 in [0, 1] or 'gain:F' with 0 < F <= 1")
+    if isinstance(value, (int, float)):
+        if not 0.0 <= float(value) <= 1.0:
+            raise ValueError("an absolute target is a held-out pass@1 in [0, 1]")
+        return "absolute", float(value)
+    if isinstance(value, str) and value.strip().startswith("gain:"):
+        text = value.strip()[len("gain:") :]
+        try:
+            f = float(text)
+        except ValueError:
+            f = math.nan
+        if not 0.0 < f <= 1.0:  # nan fails too
+            raise ValueError("'gain:F' takes a fraction 0 < F <= 1 of the baseline's gain (e.g. 'gain:0.75')")
+        return "gain", f
+    raise ValueError(
+        "target must be a held-out pass@1 in [0, 1] (e.g. 0.4) or 'gain:F', a fraction 0 < F <= 1 of the "
+        "baseline's gain (e.g. 'gain:0.75')"
+    )
+
+
+def resolve_target(value, baseline_curves: Sequence[tuple[np.ndarray, np.ndarray]], baseline: str) -> dict:
+    """The target's number and how it was obtained: {"value", "rule", "source"} and, for a gain
+    rule, "fraction", "baseline_start" and "baseline_final" (the baseline's mean curve at its
+    first and last point): value = start + fraction × (final − start).
+
+    Baseline mean curve 0.60 → 0.70, "gain:0.75": 0.60 + 0.75 × 0.10 = 0.675."""
+    kind, number = target_rule(value)
+    if kind == "absolute":
+        return {"value": number, "rule": f"absolute {number:g}", "source": "sweep file (absolute)"}
+    mean = mean_curve(baseline_curves)["mean"]
+    start, final = mean[0], mean[-1]
+    return {
+        "value": float(start + number * (final - start)),
+        "rule": f"gain:{number:g}",
+        "source": f"start + {number:g} x (final - start) of the mean curve of baseline arm {baseline!r} "
+        f"({start:.4f} + {number:g} x ({final:.4f} - {start:.4f}))",
+        "fraction": number,
+        "baseline_start": float(start),
+        "baseline_final": float(final),
+    }
+
+
+# ---------------------------------------------------------------- paired seeds
+
+
+def geometric_mean(values: Sequence[float]) -> float:
+    """exp(mean(log v)); 0 if any value is 0, +inf if any is +inf (never both: see paired_saving)."""
+    arr = np.asarray(values, dtype=float)
+    if (arr == 0).any():
+        return 0.0
+    if np.isinf(arr).any():
+        return math.inf
+    return float(np.exp(np.log(arr).mean()))
+
+
+def paired_saving(
+    arm: Sequence[float | None],
+    base: Sequence[float | None],
+    arm_spent: Sequence[float],
+    base_spent: Sequence[float],
+) -> dict:
+    """The paired figure of one arm against the baseline from each seed's tokens to target (None:
+    never reached; ``*_spent``: the tokens that seed's run spent, the lower bound of a None), seeds
+    aligned. Returns {"value", "per_seed": [{"saving", "bound"}], "censored", "ci"} where bound is
+    "exact", "at most" (the arm never reached the target), "at least" (the baseline never did) or
+    "unknown" (neither did; saving None). See the module docstring for the censoring rule.
+
+    Baseline 100, 200, 300 and arm 50, 100, 100 tokens: savings 2, 2, 3, value (2·2·3)^(1/3) = 2.289."""
+    if not (len(arm) == len(base) == len(arm_spent) == len(base_spent)) or not arm:
+        raise ValueError("paired_saving needs the same seeds, at least one, for the arm and the baseline")
+    point, worst, best, per_seed = [], [], [], []
+    for a, b, sa, sb in zip(arm, base, arm_spent, base_spent):
+        a_lo = float(sa) if a is None else float(a)  # the fewest tokens the arm can need
+        b_lo = float(sb) if b is None else float(b)
+        a_hi = math.inf if a is None else float(a)  # the most
+        b_hi = math.inf if b is None else float(b)
+        bound = {(False, False): "exact", (True, False): "at most", (False, True): "at least"}.get(
+            (a is None, b is None), "unknown"
+        )
+        value = _saving(b_lo, a_lo)
+        point.append(value)
+        worst.append(0.0 if math.isinf(a_hi) else _saving(b_lo, a_hi))
+        best.append(math.inf if math.isinf(b_hi) else _saving(b_hi, a_lo))
+        per_seed.append({"saving": None if bound == "unknown" else value, "bound": bound})
+    w, bst = np.array(worst), np.array(best)
+    lo = bootstrap_ci(len(w), lambda idx: geometric_mean(w[idx]))[0]
+    hi = bootstrap_ci(len(bst), lambda idx: _finite_or_none(geometric_mean(bst[idx])))[1]
+    v = geometric_mean(point)
+    return {
+        "value": _finite_or_none(v),
+        "per_seed": per_seed,
+        "censored": sum(p["bound"] != "exact" for p in per_seed),
+        "ci": [lo, hi],
+    }
+
+
+def _saving(base: float, arm: float) -> float:
+    """base / arm tokens; an arm at the target from the start (0 tokens) saves everything (+inf),
+    unless the baseline is there too (1: the same)."""
+    if arm > 0:
+        return base / arm
+    return 1.0 if base == 0 else math.inf
+
+
+def _finite_or_none(v: float) -> float | None:
+    return None if math.isinf(v) else float(v)
+
+
+def paired_separation(fig: dict) -> int:
+    """+1 when the paired saving's interval lies wholly above 1 (the arm needs fewer tokens than the
+    baseline in the seeds' joint resamples), -1 wholly below 1, else 0. A None upper bound is +inf."""
+    lo, hi = fig["ci"]
+    hi = math.inf if hi is None else hi
+    return 1 if lo is not None and lo > 1.0 else -1 if hi < 1.0 else 0
+
+
 def separation(a: dict, b: dict) -> int:
     """Whether figure ``a``'s interval lies wholly above (+1) or below (-1) figure ``b``'s, else 0
     (they overlap: the data do not say which is larger). A ``None`` bound is +inf (a to-target
@@ -174,6 +327,20 @@ def ratio(a: float | None, b: float | None) -> float | None:
     if a is None or b is None or b == 0:
         return None
     return float(a) / float(b)
+
+
+def _paired(arm: dict, base: dict) -> dict:
+    """``paired_saving`` of one arm's seeds against the baseline's same seeds (the seeds both ran)."""
+    a_fig, b_fig = arm["metrics"]["tokens_to_target"], base["metrics"]["tokens_to_target"]
+    seeds = [s for s in a_fig["per_seed"] if s in b_fig["per_seed"]]
+    a, b = [a_fig["per_seed"][s] for s in seeds], [b_fig["per_seed"][s] for s in seeds]
+    fig = paired_saving(a, b, [arm["spent"][s] for s in seeds], [base["spent"][s] for s in seeds])
+    fig["per_seed"] = {
+        s: {**p, "arm": ta, "baseline": tb, "arm_spent": arm["spent"][s], "baseline_spent": base["spent"][s]}
+        for s, p, ta, tb in zip(seeds, fig["per_seed"], a, b)
+    }
+    fig["separation"] = paired_separation(fig)
+    return fig
 
 
 # ---------------------------------------------------------------- runs sharing the machine
@@ -212,28 +379,30 @@ def analyse(
     baseline: str,
     auc_x_max: float,
     ks: Sequence[int],
-    target: float | None = None,
+    target: float | str = DEFAULT_TARGET,
     shared: str | None = None,
 ) -> dict:
     """Per-arm figures of a sweep from each run's eval lines (``evals[arm][seed]``).
 
-    Returns {"target": {"value", "source", "reached_at_start_by_every_arm"}, "auc_tokens": auc_x_max,
+    ``target``: the sweep file's rule (``target_rule``: a pass@1, or ``"gain:F"`` of the baseline's
+    mean curve). Returns {"target": {"value", "rule", "source", ("fraction", "baseline_start",
+    "baseline_final" for a gain rule), "baseline_seeds_reached", "reached_at_start_by_every_arm"},
+    "auc_tokens": auc_x_max,
     "wall_clock": {"confounded", "reason"}, "warnings": [str], "arms": {arm: {"seeds",
     "metrics": {name: {"value", "per_seed", "ci", ...}}, "ratios": {name: arm / baseline},
     "separation": {name: +1 / -1 / 0} (``separation`` of the arm's and the baseline's intervals),
     "confounded": {name: CONFOUNDED} (wall-clock figures when ``shared``: their ratio and separation
-    are None), "curve": {"x", "mean", "lo", "hi"}}}} with metric names ``tokens_to_target``,
+    are None), "paired": {"tokens_to_target": ``paired_saving``'s figure with "per_seed" keyed by seed
+    ({"saving", "bound", "arm", "baseline"}: the two tokens to target) and "separation"
+    (``paired_separation``); {} for the baseline itself}, "curve": {"x", "mean", "lo", "hi"}}}} with
+    metric names ``tokens_to_target``,
     ``seconds_to_target``, ``auc``, ``final_pass@1`` and ``final_pass@<k>`` for each k.
     ``shared`` is ``shared_machine``'s answer for the runs (None: each run had the machine to itself).
     """
     tok = {arm: [curve(runs[s]) for s in sorted(runs)] for arm, runs in evals.items()}
     sec = {arm: [curve(runs[s], x="seconds") for s in sorted(runs)] for arm, runs in evals.items()}
-    source = "sweep file"
-    if target is None:
-        target, source = (
-            mean_curve(tok[baseline])["mean"][-1],
-            f"final pass@1 of the mean curve of baseline arm {baseline!r}",
-        )
+    rule = resolve_target(target, tok[baseline], baseline)
+    target = rule["value"]
     arms: dict[str, dict] = {}
     for arm, runs in evals.items():
         seeds = sorted(runs)
@@ -247,12 +416,14 @@ def analyse(
             m[f"final_pass@{k}"] = mean_stat([f[f"eval/pass@{k}"] for f in finals])
         for fig in m.values():
             fig["per_seed"] = {str(s): v for s, v in zip(seeds, fig["per_seed"])}
-        arms[arm] = {"seeds": seeds, "metrics": m, "curve": mean_curve(tok[arm])}
+        spent = {str(s): float(cx[-1]) for s, (cx, _cy) in zip(seeds, tok[arm])}  # a censored count's lower bound
+        arms[arm] = {"seeds": seeds, "metrics": m, "curve": mean_curve(tok[arm]), "spent": spent}
     for a in arms.values():
         base = arms[baseline]["metrics"]
         a["ratios"] = {name: ratio(fig["value"], base[name]["value"]) for name, fig in a["metrics"].items()}
         a["separation"] = {name: separation(fig, base[name]) for name, fig in a["metrics"].items()}
         a["confounded"] = {}
+        a["paired"] = {} if a is arms[baseline] else {"tokens_to_target": _paired(a, arms[baseline])}
         if shared:
             for name in WALL_CLOCK:
                 a["ratios"][name] = a["separation"][name] = None
@@ -270,13 +441,27 @@ def analyse(
             "first evaluation, before training): nothing was learned, so tokens to target compares nothing; "
             "raise the budget or set a higher target"
         )
+    base_fig = arms[baseline]["metrics"]["tokens_to_target"]
+    n_base = len(base_fig["per_seed"])
+    if base_fig["seeds_reached"] < n_base:
+        warnings.append(
+            f"the baseline {baseline!r} reaches the target {target:.3f} in {base_fig['seeds_reached']} of {n_base} "
+            "seeds (each seed's own curve): the seeds that do not reach it give censored paired savings (bounds, "
+            "not values) and can leave tokens-to-target intervals open at the top; a target the baseline reaches "
+            "in every seed (a smaller gain fraction, or a larger budget) compares more"
+        )
     if shared:
         warnings.append(
             f"wall-clock figures are {CONFOUNDED}: {shared}; seconds are compared only between runs that had "
             "the machine to themselves (train with jobs = 1 and nothing else running)"
         )
     return {
-        "target": {"value": float(target), "source": source, "reached_at_start_by_every_arm": at_start},
+        "target": {
+            **rule,
+            "value": float(target),
+            "baseline_seeds_reached": f"{base_fig['seeds_reached']}/{n_base}",
+            "reached_at_start_by_every_arm": at_start,
+        },
         "auc_tokens": float(auc_x_max),
         "wall_clock": {"confounded": bool(shared), "reason": shared},
         "warnings": warnings,

@@ -3,7 +3,9 @@
 ``plot`` draws held-out pass@1 against training generated tokens: per arm the mean curve over
 seeds and a min–max band, the target as a dashed line and the budget as a dotted one.
 ``html`` renders the tables (per arm: to-target tokens and seconds, AUC, final pass@k, each with
-its CI and ratio to the baseline; per run: steps, stop reason, cost), the plot embedded as a
+its CI and ratio to the baseline; paired by seed: each arm's saving in tokens to target against
+the baseline seed by seed, with its paired interval; per run: steps, stop reason, cost), the plot
+embedded as a
 base64 ``data:`` URI, and every arm's resolved config in a ``<pre>``: no external resources, so
 the file opens from disk anywhere.
 """
@@ -80,6 +82,44 @@ def _ratio(name: str, r, sep: int | None, confounded: str | None = None) -> str:
         return f"<span class=same>×{r:.2f} (intervals overlap)</span>"
     better = sep < 0 if name in LOWER_IS_BETTER else sep > 0
     return f"<span class={'better' if better else 'worse'}>×{r:.2f}, {'better' if better else 'worse'}</span>"
+
+
+BOUND = {"exact": "", "at most": "≤", "at least": "≥", "unknown": "?"}
+
+
+def _saving(v) -> str:
+    return "not reached" if v is None else f"×{v:.2f}"
+
+
+def _seed_saving(p: dict) -> str:
+    """One seed's saving: '×2.00', '≤×0.67' (the arm never reached the target), '≥×4.00' (the
+    baseline never did) or '?' (neither did)."""
+    return "?" if p["saving"] is None else f"{BOUND[p['bound']]}×{p['saving']:.2f}"
+
+
+def paired_rows(compare: dict) -> str:
+    """The paired table's rows (analysis.paired_saving); '' for a compare.json written before it."""
+    rows = []
+    for arm, a in compare["arms"].items():
+        fig = (a.get("paired") or {}).get("tokens_to_target")
+        if not fig:
+            continue
+        lo, hi = fig["ci"]
+        sep = fig["separation"]
+        verdict = (
+            "<span class=better>separated: fewer tokens</span>"
+            if sep > 0
+            else "<span class=worse>separated: more tokens</span>"
+            if sep < 0
+            else "<span class=same>not separated (the interval contains ×1)</span>"
+        )
+        seeds = ", ".join(f"s{seed} {_seed_saving(p)}" for seed, p in fig["per_seed"].items())
+        rows.append(
+            f"<tr><th class=arm>{H.escape(arm)}</th><td>{_saving(fig['value'])} <span class=ci>[{_num(lo, 2)}, "
+            f"{'open' if hi is None else _num(hi, 2)}]</span><br>{verdict}</td><td>{fig['censored']}</td>"
+            f"<td>{H.escape(seeds)}</td></tr>"
+        )
+    return "".join(rows)
 
 
 def html(compare: dict, png: bytes, configs: dict[str, str]) -> str:
@@ -174,7 +214,7 @@ dt {{ font-weight: 600; }} dd {{ margin: 0; }}
 <dt>arms</dt><dd>{", ".join(H.escape(a) for a in arms)} (baseline: {H.escape(sw["baseline"])})</dd>
 <dt>seeds</dt><dd>{", ".join(str(s) for s in sw["seeds"])}</dd>
 <dt>budget per run</dt><dd>{budget}</dd>
-<dt>target pass@1</dt><dd>{compare["target"]["value"]:.4f} ({H.escape(compare["target"]["source"])})</dd>
+<dt>target pass@1</dt><dd>{_target(compare["target"])}</dd>
 <dt>AUC range</dt><dd>0 – {compare["auc_tokens"]:,.0f} generated tokens</dd>
 <dt>intervals</dt><dd>{int(ci["level"] * 100)}% {H.escape(ci["method"])}, {ci["resamples"]} resamples, \
 RNG seed {ci["rng_seed"]}</dd>
@@ -194,6 +234,7 @@ marked “{H.escape(CONFOUNDED)}”.</p>
 <table><thead><tr><th class=arm>arm</th>{head}</tr></thead><tbody>
 {"".join(rows)}
 </tbody></table>
+{_paired_section(compare)}
 <h2>Runs</h2>{steps_note}
 <table><thead><tr><th>arm</th><th>seed</th><th>steps</th><th>stopped by</th><th>generated tokens</th><th>rollouts</th>
 <th>train s</th><th>wall s</th><th>final pass@1</th><th>directory</th></tr></thead><tbody>
@@ -204,6 +245,37 @@ marked “{H.escape(CONFOUNDED)}”.</p>
 {cfgs}
 </body></html>
 """
+
+
+def _target(t: dict) -> str:
+    """The target's number, the rule that fixed it and how many baseline seeds reach it (a
+    compare.json written before issue #43 has the number and its source only)."""
+    text = f"{t['value']:.4f}"
+    if t.get("rule"):
+        text += f" (rule {H.escape(t['rule'])}: {H.escape(t['source'])})"
+    else:
+        text += f" ({H.escape(t['source'])})"
+    if t.get("baseline_seeds_reached"):
+        text += f"; baseline seeds reaching it: {H.escape(t['baseline_seeds_reached'])}"
+    return text
+
+
+def _paired_section(compare: dict) -> str:
+    rows = paired_rows(compare)
+    if not rows:
+        return ""
+    p = compare.get("paired") or {}
+    return f"""<h2>Paired by seed: tokens to target</h2>
+<p>Arms that share a seed share its warm start, held-out set and prompt stream, so each seed gives a ratio: the
+<b>saving</b> = the baseline's tokens to target ÷ the arm's, each from that seed's own curve (×2.00: the arm needs
+half the tokens). The arm's figure is the geometric mean over seeds, with a {int(compare["ci"]["level"] * 100)}%
+{H.escape(p.get("method", "percentile bootstrap over seeds resampled jointly"))}. {H.escape(p.get("censoring", ""))}.
+Per seed, ≤ marks a seed the arm never reached (an upper bound), ≥ one the baseline never reached (a lower bound), ? one
+neither reached.</p>
+<table><thead><tr><th class=arm>arm</th><th>saving against {H.escape(compare["sweep"]["baseline"])} [interval]</th>
+<th>censored seeds</th><th>per seed</th></tr></thead><tbody>
+{rows}
+</tbody></table>"""
 
 
 def run_configs(out_dir: Path, compare: dict) -> dict[str, str]:

@@ -325,6 +325,7 @@ def compare(
             "ratios": a["ratios"],
             "separation": a["separation"],
             "confounded": a["confounded"],
+            "paired": a["paired"],
             "curve": a["curve"],
         }
     compare_json = {
@@ -343,6 +344,7 @@ def compare(
         "auc_tokens": result["auc_tokens"],
         "wall_clock": result["wall_clock"],
         "ci": analysis.BOOTSTRAP,
+        "paired": analysis.PAIRED,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "machine": machine,
         "git": git_info(),

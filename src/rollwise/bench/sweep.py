@@ -7,7 +7,8 @@ base = "../configs/arith.toml"        # a config file (relative to this file), o
 seeds = [0, 1]
 budget = { generated_tokens = 20000 } # or { rollouts = 2000 }: train.budget_* of every run
 baseline = "grpo"                     # default: the first arm
-# target = 0.6                        # held-out pass@1 (default: final pass@1 of the baseline's mean curve)
+# target = "gain:0.75"                # the default: start + 0.75 x (final - start) of the baseline's mean
+#                                     # held-out curve; or an absolute pass@1, target = 0.6
 # out_dir = "runs/compare/example"    # default: runs/compare/<name>
 # runs_dir = "runs/compare/shared"     # default: out_dir; sweeps sharing it reuse identical runs
 set = { "eval.every" = 10 }           # overrides for every arm
@@ -37,8 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
+from rollwise.bench.analysis import DEFAULT_TARGET, target_rule
 from rollwise.registry import UserError, format_validation
 
 RESERVED = (
@@ -50,6 +52,10 @@ RESERVED = (
     "train.budget_rollouts",
 )
 SHARED_SECTIONS = ("task", "eval")  # every arm is evaluated on the same held-out prompts the same way
+# Paired seeds (issue #43): a seed fixes the warm start (the model and model.warm_start, seeded by
+# model.warm_start.seed, not run.seed), the held-out set and the train pool (task), and the order in
+# which the prompt stream visits the pool (run.seed); arms that share a seed must share all of them.
+PAIRED_KEYS = ("model.name", "model.warm_start")
 
 
 class _Model(BaseModel):
@@ -114,12 +120,11 @@ class Sweep(_Model):
     )
     budget: Budget = Field(description="The one budget shared by all arms: {generated_tokens = N} or {rollouts = N}.")
     baseline: str | None = Field(None, description="Arm that ratios are relative to (default: the first arm).")
-    target: float | None = Field(
-        None,
-        ge=0.0,
-        le=1.0,
-        description="Held-out pass@1 target for tokens/seconds-to-target "
-        "(default: the final pass@1 of the baseline arm's mean curve).",
+    target: float | str = Field(
+        DEFAULT_TARGET,
+        description="Held-out pass@1 target for tokens/seconds-to-target, fixed before the sweep runs: an absolute "
+        "pass@1 in [0, 1] (0.4) or 'gain:F', start + F x (final - start) of the baseline arm's mean held-out curve "
+        "with 0 < F <= 1 (default 'gain:0.75'; 'gain:1' is the baseline's final mean pass@1).",
     )
     out_dir: str | None = Field(
         None,
@@ -140,6 +145,13 @@ class Sweep(_Model):
     )
 
     _source: Path | None = PrivateAttr(None)
+
+    @field_validator("target", mode="before")
+    @classmethod
+    def _target(cls, v):
+        """Refused at load (naming ``target``), not after the runs: ``analysis.target_rule`` reads it."""
+        kind, number = target_rule(v)
+        return number if kind == "absolute" else f"gain:{number:g}"
 
     @model_validator(mode="after")
     def _names(self):
@@ -292,3 +304,21 @@ def _check_comparable(specs: list[RunSpec]) -> None:
                     f"sweep arms {ref.arm!r} and {s.arm!r} differ in {', '.join(f'{section}.{k}' for k in keys)}; "
                     f"all arms must share the [{section}] section to be comparable"
                 )
+        a, b = _paired_part(ref.cfg), _paired_part(s.cfg)
+        if a != b:
+            keys = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+            raise UserError(
+                f"sweep arms {ref.arm!r} and {s.arm!r} differ in {', '.join(keys)}; arms that share a seed must "
+                "share its warm start (the seeds are paired: each arm's ratio to the baseline is taken seed by seed)"
+            )
+
+
+def _paired_part(cfg) -> dict:
+    """The flattened ``PAIRED_KEYS`` of a config ({"model.name": ..., "model.warm_start.steps": ...})."""
+    out = {}
+    for key in PAIRED_KEYS:
+        node = cfg
+        for part in key.split("."):
+            node = getattr(node, part)
+        out.update(flatten({key: node.model_dump(mode="json")}) if hasattr(node, "model_dump") else {key: node})
+    return out

@@ -79,7 +79,18 @@ BAD_FILES = [
     ("bad arm name", MINIMAL.replace('name = "b"', 'name = "b/c"'), "arms.1.name"),
     ("repeated seed", MINIMAL.replace("[0, 1]", "[1, 1]"), "seeds"),
     ("not TOML", "arms = [", "not valid TOML"),
+    ("target above 1", "target = 1.5\n" + MINIMAL, "target: Value error, an absolute target is a held-out pass@1"),
+    ("gain fraction above 1", "target = 'gain:1.5'\n" + MINIMAL, "target: Value error, 'gain:F' takes a fraction"),
+    ("gain fraction not a number", "target = 'gain:most'\n" + MINIMAL, "target: Value error, 'gain:F'"),
+    ("target neither form", "target = 'final'\n" + MINIMAL, "target: Value error, target must be"),
 ]
+
+
+@pytest.mark.parametrize(
+    "line, rule", [("", "gain:0.75"), ("target = 'gain:0.50'\n", "gain:0.5"), ("target = 0.4\n", 0.4)]
+)
+def test_the_target_rule_is_read_at_load_with_gain_0_75_by_default(tmp_path, line, rule):
+    assert load_sweep(_write(tmp_path, line + MINIMAL)).target == rule
 
 
 @pytest.mark.parametrize("label, text, needle", BAD_FILES, ids=[b[0] for b in BAD_FILES])
@@ -120,6 +131,16 @@ BAD_PLANS = [
         "no eval at step 0",
         MINIMAL.replace('"train.steps" = 100', '"train.steps" = 100\n"eval.at_start" = false'),
         ["eval.at_start"],
+    ),
+    (
+        "arms with different warm starts (their seeds would not be paired)",
+        MINIMAL.replace('"filter.names" = ["zero_variance"]', '"model.warm_start.steps" = 10'),
+        ["arms 'a' and 'b' differ in model.warm_start.steps", "share its warm start"],
+    ),
+    (
+        "arms with different models",
+        MINIMAL.replace('"filter.names" = ["zero_variance"]', '"model.name" = "tiny-m"'),
+        ["differ in model.name"],
     ),
     (
         "missing base file",
