@@ -88,3 +88,16 @@ def test_train_cfg_keeps_working_and_a_config_object_takes_overrides(tmp_path):
     t = rollwise.Trainer(config=cfg, overrides=["control.prompts_per_step=3"])
     assert (t.config.train.steps, t.config.control.prompts_per_step, t.config.task.name) == (7, 3, "arithmetic")
     assert cfg.control.prompts_per_step == 32  # the given config is left as it was
+
+
+def test_a_placed_section_equals_a_fresh_one_with_the_same_values():
+    """Where a section sits (its key, set for error messages) is not part of its value: the check that
+    refuses episode keys on single-turn tasks compares ``task.turn_budget`` with a fresh default, and a
+    config made through the API (placed sections) must not read as changed."""
+    from rollwise.sections import place
+    from rollwise.sections.task import TurnBudgetConfig
+
+    placed = TurnBudgetConfig()
+    place(placed, "task.turn_budget")
+    assert placed == TurnBudgetConfig()
+    assert placed != TurnBudgetConfig(quantile=0.5)

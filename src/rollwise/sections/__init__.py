@@ -30,6 +30,15 @@ class Section(BaseModel):
         except ValidationError as e:
             raise UserError("invalid configuration:\n" + format_validation(e, prefix=self._key)) from None
 
+    def __eq__(self, other: object) -> bool:
+        """Equal values, wherever the sections sit: ``_key`` is where a section is, not what it holds
+        (``task.turn_budget`` compared with a fresh ``TurnBudgetConfig()`` to tell a changed key)."""
+        if type(other) is not type(self):
+            return NotImplemented
+        return self.__dict__ == other.__dict__ and self.__pydantic_extra__ == other.__pydantic_extra__
+
+    __hash__ = None  # mutable, as pydantic's models are
+
 
 def place(section: BaseModel, key: str = "") -> None:
     """Tell ``section`` and the sections inside it their keys (``train``, ``train.async``, ...)."""
