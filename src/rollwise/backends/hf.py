@@ -90,7 +90,7 @@ class HFBackend:
             cfg.model.max_batch,
             cfg.run.seed,
             compute_dtype=compute_dtype,
-            sampler=cfg.model.sampler,
+            sampler=sampler_for(cfg),
         )
 
     def __init__(
@@ -328,10 +328,23 @@ class HFBackend:
 SAMPLERS = ("auto", "static", "eager")
 
 
+def sampler_for(cfg) -> str:
+    """``model.sampler`` as this run can take it. The static path routes attention through
+    ``static_decode.grouped_attention`` by switching the model config's attention implementation
+    around its forwards; under ``train.async`` (bounded staleness or periodic) a generator thread
+    decodes while the trainer's thread runs forwards, so "auto" is the eager path there ("static"
+    is refused at load, ``compat.check_async``)."""
+    a = cfg.train.async_
+    if cfg.model.sampler == "auto" and (a.on or a.periodic):
+        return "eager"
+    return cfg.model.sampler
+
+
 def resolve_sampler(setting: str, device: torch.device, model=None) -> str:
     """``model.sampler``: "eager" (the per-token path above) or "static"
     (``rollwise.backends.static_decode``); "auto" is the static path on CUDA and on a CPU alike
-    (measured faster on both, ``benchmarks/results/static_decode_cpu.json``), unless ``model``
+    (measured faster on a CPU, ``benchmarks/results/static_decode_cpu.json``; on CUDA by design, one
+    graph per bucket, not yet measured), except under asynchrony (``sampler_for``), unless ``model``
     cannot take it (``static_decode.supports``): then "auto" is eager and "static" is refused."""
     from rollwise.registry import UserError
 
