@@ -56,10 +56,11 @@ install-test: $(VENV)/.installed-test
 demo: $(VENV)/.installed
 	$(VENV)/bin/rollwise train
 
-# ruff first (configured in pyproject.toml): formatting, then lint, then the suite, one pytest-xdist
-# worker per core (make test TEST_WORKERS=0 runs it in one process); a test file stays on one worker
-# (--dist loadfile), so that the trainings its tests share run once
-TEST_WORKERS ?= auto
+# ruff first (configured in pyproject.toml): formatting, then lint, then the docs, then the suite on two
+# pytest-xdist workers (the setting it is checked with; make test TEST_WORKERS=auto for one per core,
+# TEST_WORKERS=0 for one process); a test file stays on one worker (--dist loadfile), so that the
+# trainings its tests share run once
+TEST_WORKERS ?= 2
 test: $(VENV)/.installed-test
 	$(VENV)/bin/ruff format --check
 	$(VENV)/bin/ruff check
