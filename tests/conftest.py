@@ -187,3 +187,21 @@ def disk(tmp_path):
     d = Disk(tmp_path)
     yield d
     d.close()
+
+
+def smollm2_shaped_config(**extra):
+    """A ``LlamaConfig`` of SmolLM2-135M's shapes (hidden 576, 9 heads over 3 K/V heads, MLP 1536, its
+    49,152-word tied vocabulary) with two decoder layers, for random-weight models; ``extra`` sets the
+    rest (context length, special token ids)."""
+    from transformers import LlamaConfig
+
+    shape = dict(
+        vocab_size=49152,
+        hidden_size=576,
+        intermediate_size=1536,
+        num_hidden_layers=2,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        tie_word_embeddings=True,
+    )
+    return LlamaConfig(**shape, **extra)

@@ -5,6 +5,7 @@ graph replay decodes what the eager path decodes. Skipped without a CUDA device
 import pytest
 import torch
 
+from conftest import smollm2_shaped_config
 from rollwise.backends.hf import HFBackend
 from rollwise.types import Sampling
 
@@ -14,20 +15,9 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 @pytest.fixture(scope="module")
 def smol():
     """SmolLM2-135M's attention shapes (9 heads over 3 K/V heads), two layers, random weights, on CUDA."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
-    cfg = LlamaConfig(
-        vocab_size=49152,
-        hidden_size=576,
-        intermediate_size=1536,
-        num_hidden_layers=2,
-        num_attention_heads=9,
-        num_key_value_heads=3,
-        max_position_embeddings=512,
-        tie_word_embeddings=True,
-        pad_token_id=2,
-        eos_token_id=2,
-    )
+    cfg = smollm2_shaped_config(max_position_embeddings=512, pad_token_id=2, eos_token_id=2)
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 on both paths, as on a CPU
     torch.backends.cudnn.allow_tf32 = False
     with torch.random.fork_rng():

@@ -4,6 +4,7 @@ token, on the tiny model and on a random-weight model of SmolLM2-135M's attentio
 import pytest
 import torch
 
+from conftest import smollm2_shaped_config
 from rollwise.backends.hf import HFBackend
 from rollwise.backends.static_decode import StaticDecoder, grouped_attention
 from rollwise.config import load_config
@@ -36,20 +37,9 @@ def tiny():
 def smol():
     """SmolLM2-135M's shapes (hidden 576, 9 heads over 3 K/V heads, vocab 49,152), two layers,
     random weights."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
-    cfg = LlamaConfig(
-        vocab_size=49152,
-        hidden_size=576,
-        intermediate_size=1536,
-        num_hidden_layers=2,
-        num_attention_heads=9,
-        num_key_value_heads=3,
-        max_position_embeddings=256,
-        tie_word_embeddings=True,
-        pad_token_id=2,
-        eos_token_id=2,
-    )
+    cfg = smollm2_shaped_config(max_position_embeddings=256, pad_token_id=2, eos_token_id=2)
     with torch.random.fork_rng():
         torch.manual_seed(0)
         model = LlamaForCausalLM(cfg).eval()

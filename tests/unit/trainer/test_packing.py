@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 
+from conftest import smollm2_shaped_config
 from rollwise.collate import collate
 from rollwise.config import load_config
 from rollwise.objectives import OBJECTIVES
@@ -27,19 +28,9 @@ LONG = [(100, 80), (50, 60), (30, 40), (60, 70)]
 def _smollm2_shaped(seed: int = 0):
     """SmolLM2-135M's shape (hidden 576, 9 heads over 3 KV heads, MLP 1536, its 49,152-word tied
     vocabulary), two decoder layers, random weights."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
-    cfg = LlamaConfig(
-        vocab_size=49152,
-        hidden_size=576,
-        intermediate_size=1536,
-        num_hidden_layers=2,
-        num_attention_heads=9,
-        num_key_value_heads=3,
-        max_position_embeddings=2048,
-        tie_word_embeddings=True,
-        rope_theta=10000.0,
-    )
+    cfg = smollm2_shaped_config(max_position_embeddings=2048, rope_theta=10000.0)
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         return LlamaForCausalLM(cfg)
