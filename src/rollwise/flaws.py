@@ -28,6 +28,23 @@ _NUM = re.compile(r"\s*[-+]?\d+")
 _SAFE = re.compile(r"^[\d\s+\-*()]+$")
 
 
+def int_tree_value(node: ast.AST) -> int:
+    """Value of a parsed integer expression (``ast.parse(text, mode="eval")`` or its body) with
+    ``+ - *``, unary signs and parentheses; ``ValueError`` for anything else. Also the calculator
+    tool's evaluator (``rollwise.envs.calculator``)."""
+    if isinstance(node, ast.Expression):
+        return int_tree_value(node.body)
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        v = int_tree_value(node.operand)
+        return -v if isinstance(node.op, ast.USub) else v
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult)):
+        a, b = int_tree_value(node.left), int_tree_value(node.right)
+        return a + b if isinstance(node.op, ast.Add) else a - b if isinstance(node.op, ast.Sub) else a * b
+    raise ValueError("not an integer expression")
+
+
 def int_value(expr: str) -> int | None:
     """Value of an integer expression with ``+ - *`` and parentheses, or None if it is not one.
     Example: ``"2-7-0"`` -> -5; ``"-5+10"`` -> 5; ``"x+1"`` -> None."""
@@ -38,20 +55,8 @@ def int_value(expr: str) -> int | None:
         tree = ast.parse(expr, mode="eval").body
     except SyntaxError:
         return None
-
-    def ev(node) -> int:
-        if isinstance(node, ast.Constant) and type(node.value) is int:
-            return node.value
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-            v = ev(node.operand)
-            return -v if isinstance(node.op, ast.USub) else v
-        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult)):
-            a, b = ev(node.left), ev(node.right)
-            return a + b if isinstance(node.op, ast.Add) else a - b if isinstance(node.op, ast.Sub) else a * b
-        raise ValueError("not an integer expression")
-
     try:
-        return ev(tree)
+        return int_tree_value(tree)
     except (ValueError, RecursionError):
         return None
 

@@ -19,6 +19,7 @@ import ast
 from pydantic import Field, field_validator
 
 from rollwise.envs.tools import Tool, ToolOptions, ToolTask
+from rollwise.flaws import int_tree_value
 from rollwise.registry import Compat, UserError
 from rollwise.tasks._common import chat, coerce_options, draw_splits
 from rollwise.types import Prompt, Verdict
@@ -26,20 +27,6 @@ from rollwise.verify import exact
 
 NAME = "calculator"
 MAX_EXPRESSION = 200  # characters: bounds the size of a product
-
-
-def _value(node: ast.AST) -> int:
-    if isinstance(node, ast.Expression):
-        return _value(node.body)
-    if isinstance(node, ast.Constant) and type(node.value) is int:
-        return node.value
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        v = _value(node.operand)
-        return -v if isinstance(node.op, ast.USub) else v
-    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult)):
-        a, b = _value(node.left), _value(node.right)
-        return a + b if isinstance(node.op, ast.Add) else a - b if isinstance(node.op, ast.Sub) else a * b
-    raise ValueError("calc takes integers, + - * and parentheses only")
 
 
 def calc(expression: str) -> str:
@@ -55,7 +42,10 @@ def calc(expression: str) -> str:
         tree = ast.parse(text, mode="eval")
     except SyntaxError:
         raise ValueError(f"cannot parse {text!r}") from None
-    return str(_value(tree))
+    try:
+        return str(int_tree_value(tree))
+    except ValueError:
+        raise ValueError("calc takes integers, + - * and parentheses only") from None
 
 
 CALC = Tool.from_function(calc)
