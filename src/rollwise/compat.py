@@ -488,12 +488,6 @@ def check_async(cfg) -> None:
     """``train.async``: periodic asynchrony (strictly on-policy, streamed) or bounded staleness."""
     a = cfg.train.async_
     local_check(POOLS.get("async"), cfg)  # its own options consistent
-    if (a.on or a.periodic) and cfg.model.sampler == "static":
-        raise UserError(
-            "model.sampler = 'static' switches the model's attention around its forwards, and train.async "
-            "decodes in a thread beside the trainer's forwards: use model.sampler = 'auto' (the eager path under "
-            "asynchrony) or 'eager'"
-        )
     if a.periodic:
         check_periodic(cfg)
         return

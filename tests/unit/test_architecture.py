@@ -190,6 +190,7 @@ STAGE_JOBS = {
 # the task's reference completions (``rollwise.types``); FSDP is the trainer's own (``trainer/fsdp.py``).
 CROSSINGS = {
     ("backends.vllm", "distributed.weights"): "the engine reads the published weights' format (§8)",
+    ("backends.generation_copy", "distributed.weights"): "the generation copy merges LoRA as published weights do",
     ("control.rounds", "filter.replace"): "dynamic sampling's replace mode refills with the replace filter's gate",
     ("control.gdro", "objectives.common"): "Prompt-GDRO scores each response with the objective's own surrogate",
     ("control.gdro", "trainer.trainer"): "Prompt-GDRO's per-response losses run the trainer's log-prob forward",

@@ -26,8 +26,11 @@ Two decode paths (``model.sampler``, ``resolve_sampler``): this module's ``_gene
 ("eager", the description above) and ``rollwise.backends.static_decode`` ("static": a
 preallocated cache per batch bucket, grouped-query attention without K/V copies, each distinct
 prompt prefilled once, fp32 sampling on the device, "done" read every 8 steps, CUDA graphs on
-CUDA). Both read the same uniforms ``u[i, t]`` and return the same completions up to float
-rounding; ``compact`` concerns the eager path only.
+CUDA), which decodes on a generation copy of the model (``rollwise.backends.generation_copy``:
+linears in the compute dtype, LoRA merged, refreshed in place when the weights change). Both read
+the same uniforms ``u[i, t]`` and return the same completions up to float rounding; ``compact``
+concerns the eager path only. ``score``, ``prompt_states`` and ``forward_step`` read the model
+itself on either path.
 
 Optional extras (off by default, so the default path is unchanged):
 
@@ -90,7 +93,7 @@ class HFBackend:
             cfg.model.max_batch,
             cfg.run.seed,
             compute_dtype=compute_dtype,
-            sampler=sampler_for(cfg),
+            sampler=cfg.model.sampler,
         )
 
     def __init__(
@@ -114,6 +117,16 @@ class HFBackend:
         self.generator = torch.Generator().manual_seed(seed)
         self.sampler = resolve_sampler(sampler, next(model.parameters()).device, model)
         self._static = StaticDecoder(self) if self.sampler == "static" else None
+
+    def __copy__(self) -> HFBackend:
+        """A shallow copy (the same sampling RNG) with a static decoder of its own: the asynchronous
+        generator's backend (``distributed.async_pool.build``), which then takes a model of its own,
+        must not decode through this backend's decoder, slots and generation copy."""
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        if self._static is not None:
+            new._static = self._static.for_backend(new)
+        return new
 
     def state_dict(self) -> dict:
         return {"generator": self.generator.get_state()}
@@ -202,14 +215,17 @@ class HFBackend:
             self.model.train(was_training)
         return out
 
-    def _forward(self, inp, mask, pos, cache, hidden: bool = False):
-        """One cached forward under the compute dtype; logits only at the last position."""
+    def _forward(self, inp, mask, pos, cache, hidden: bool = False, model=None):
+        """One cached forward of ``model`` (default: the backend's model; the static path passes its
+        generation copy) under the compute dtype; logits only at the last position."""
         kw = {"output_hidden_states": True} if hidden else {}
         if self._keeps_logits:
             kw["logits_to_keep"] = 1  # the LM head only where a token is sampled (prefill included)
         with autocast(self.compute_dtype, inp.device, cache_enabled=self._autocast_cache):
             kw[self._cache] = cache
-            return self.model(input_ids=inp, attention_mask=mask, position_ids=pos, use_cache=True, **kw)
+            return (self.model if model is None else model)(
+                input_ids=inp, attention_mask=mask, position_ids=pos, use_cache=True, **kw
+            )
 
     def _generate_chunk(
         self, seqs, sampling: Sampling, gen, limits=None, stop=None, hook=None, offset=0
@@ -328,24 +344,13 @@ class HFBackend:
 SAMPLERS = ("auto", "static", "eager")
 
 
-def sampler_for(cfg) -> str:
-    """``model.sampler`` as this run can take it. The static path routes attention through
-    ``static_decode.grouped_attention`` by switching the model config's attention implementation
-    around its forwards; under ``train.async`` (bounded staleness or periodic) a generator thread
-    decodes while the trainer's thread runs forwards, so "auto" is the eager path there ("static"
-    is refused at load, ``compat.check_async``)."""
-    a = cfg.train.async_
-    if cfg.model.sampler == "auto" and (a.on or a.periodic):
-        return "eager"
-    return cfg.model.sampler
-
-
 def resolve_sampler(setting: str, device: torch.device, model=None) -> str:
     """``model.sampler``: "eager" (the per-token path above) or "static"
     (``rollwise.backends.static_decode``); "auto" is the static path on CUDA and on a CPU alike
     (measured faster on a CPU, ``benchmarks/results/static_decode_cpu.json``; on CUDA by design, one
-    graph per bucket, not yet measured), except under asynchrony (``sampler_for``), unless ``model``
-    cannot take it (``static_decode.supports``): then "auto" is eager and "static" is refused."""
+    graph per bucket, not yet measured), under ``train.async`` too (the static path decodes on a
+    generation copy whose attention is its own), unless ``model`` cannot take it
+    (``static_decode.supports``): then "auto" is eager and "static" is refused."""
     from rollwise.registry import UserError
 
     if setting not in SAMPLERS:

@@ -12,8 +12,17 @@ to the next captured size, static input buffers):
   in place at its own device-side position counter, so nothing is concatenated and a CUDA graph
   can replay the write). One cache per batch *bucket*: on CUDA the next captured size
   (``BUCKETS``), the padding rows being finished from the start; on a CPU the exact row count.
+- **Its own module and weights** (``rollwise.backends.generation_copy``): the decode runs on a
+  generation copy of the policy whose linears hold the compute dtype's weights (bf16 under bf16
+  autocast: no per-step weight casts), LoRA merged, refreshed in place before a chunk when the
+  master changed (one copy after each optimizer step; a CUDA graph's pointers stay valid), while
+  the trainer keeps its fp32 master. The copy's config names ``grouped_attention`` once, so the
+  trainer's module is never switched (a generator thread under ``train.async`` decodes beside the
+  trainer's forwards). The copy is built at the first static decode, so an eager sampler, or a
+  backend whose generator decodes (``train.async``: the shallow copy ``HFBackend.__copy__`` makes),
+  holds none.
 - **Grouped-query attention without repeating K/V** (``grouped_attention``, registered with
-  transformers' ``AttentionInterface`` and switched on only around this path's forwards): the
+  transformers' ``AttentionInterface`` and named by the generation copy's config): the
   query heads that share a K/V head are folded into the query-length axis, (B, H, Q, D) ->
   (B, KVH, G*Q, D), so one plain SDPA call reads each K/V head once, with a padding mask, on
   every kernel (SDPA's own ``enable_gqa`` falls back to the math kernel under a mask on CUDA,
@@ -42,11 +51,11 @@ Prefill runs without a graph (its shape changes with the prompt width).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 
 import torch
 
+from rollwise.backends.generation_copy import HALF, GenerationCopy
 from rollwise.backends.sampling import completions, entropy, sample_rows, sampling_logprobs
 from rollwise.types import Completion, Sampling
 
@@ -81,19 +90,6 @@ def register_attention() -> None:
     from transformers import AttentionInterface
 
     AttentionInterface.register(ATTENTION, grouped_attention)
-
-
-@contextlib.contextmanager
-def grouped_attention_on(model):
-    """Route ``model``'s attention through ``grouped_attention`` inside the block (the training
-    forwards keep the model's own implementation)."""
-    config = model.config
-    old = config._attn_implementation
-    config._attn_implementation = ATTENTION
-    try:
-        yield
-    finally:
-        config._attn_implementation = old
 
 
 def supports(model) -> str | None:
@@ -207,6 +203,24 @@ class StaticDecoder:
         self._slots: dict = {}  # (rows, length, budget) -> _Slot, kept between calls on CUDA
         self._pool = None  # CUDA graphs share one memory pool
         self.captures = 0  # CUDA graphs captured so far (a test reads it)
+        self.gen: GenerationCopy | None = None  # the generation copy, built at the first decode (generation)
+
+    def for_backend(self, backend) -> StaticDecoder:
+        """A decoder with these settings for another backend (``HFBackend.__copy__``): slots, graphs
+        and the generation copy belong to one backend's model."""
+        return StaticDecoder(backend, self.read_every, self._graphs, self._pad)
+
+    def generation(self) -> GenerationCopy:
+        """The generation copy of the backend's model in its compute dtype, refreshed: the one call
+        that keeps it current (``GenerationCopy.refresh``: copies only when the master changed, so once
+        after each optimizer step). A new copy when the backend's model or compute dtype changed."""
+        be = self.backend
+        if self.gen is None or not self.gen.follows(be.model, be.compute_dtype):
+            self.gen = None  # the old copy's memory is free before the new one is made
+            self.gen = GenerationCopy(be.model, be.compute_dtype, ATTENTION)
+        else:
+            self.gen.refresh()
+        return self.gen
 
     def uses_graphs(self, device: torch.device) -> bool:
         return device.type == "cuda" and self._graphs is not False
@@ -219,11 +233,10 @@ class StaticDecoder:
         self, seqs, sampling: Sampling, gen, limits=None, stop=None, hook=None, offset=0
     ) -> list[Completion]:
         be = self.backend
-        model = be.model
         b = len(seqs)
         if b == 0:
             return []
-        dev = next(model.parameters()).device
+        dev = next(be.model.parameters()).device
         steps = sampling.max_new_tokens if limits is None else max(list(limits) + [0])
         lim = torch.tensor([steps] * b if limits is None else list(limits), dtype=torch.long)
         # the same draw as the eager path: one uniform per (row, step), up front
@@ -244,10 +257,9 @@ class StaticDecoder:
                 False,
                 be._eos_set,
             )
-        with grouped_attention_on(model):
-            return self._decode(seqs, sampling, u, lim, steps, stop, hook, offset, dev)
+        return self._decode(self.generation().module, seqs, sampling, u, lim, steps, stop, hook, offset, dev)
 
-    def _decode(self, seqs, sampling, u, lim, steps, stop, hook, offset, dev) -> list[Completion]:
+    def _decode(self, model, seqs, sampling, u, lim, steps, stop, hook, offset, dev) -> list[Completion]:
         be = self.backend
         b = len(seqs)
 
@@ -256,10 +268,10 @@ class StaticDecoder:
         grp = torch.tensor([firsts.setdefault(tuple(s), len(firsts)) for s in seqs], dtype=torch.long)
         ids, mask2, pos2 = be.left_pad(list(firsts))
         width = ids.shape[1]
-        spec = self._cache_spec(dev)
-        pre = static_cache(be.model.config, width, len(firsts), spec)
+        spec = self._cache_spec(model, dev)
+        pre = static_cache(model.config, width, len(firsts), spec)
         want0 = hook is not None and bool(hook.wants(0))
-        res = be._forward(ids, prefill_mask(mask2.bool()), pos2, pre, hidden=want0)
+        res = be._forward(ids, prefill_mask(mask2.bool()), pos2, pre, hidden=want0, model=model)
         g = grp.to(dev)
         logits = res.logits[:, -1, :].float()[g]
         hidden = res.hidden_states[-1][:, -1, :][g] if want0 else None
@@ -267,7 +279,7 @@ class StaticDecoder:
         pad, graphs = self.pads(dev), self.uses_graphs(dev)
         budget = _round_up(steps, LENGTH_STEP) if pad else steps
         length = _round_up(width + budget, LENGTH_STEP) if pad else width + steps
-        slot = self._slot(bucket(b, pad, be.max_batch), length, budget, spec, sampling, pad, graphs)
+        slot = self._slot(model, bucket(b, pad, be.max_batch), length, budget, spec, sampling, pad, graphs)
         if slot.rows > b:  # the bucket's padding rows (finished from the start) sample from zeros
             logits = torch.cat([logits, logits.new_zeros((slot.rows - b, logits.shape[1]))])
         # ---- load the slot: row r of the batch is chunk row act[r]
@@ -326,7 +338,7 @@ class StaticDecoder:
             if t:
                 want = hook is not None and bool(hook.wants(t))
                 if want or slot.graph is None:
-                    logits, hidden = self._forward(slot, want, None if pad else width + t)
+                    logits, hidden = self._forward(model, slot, want, None if pad else width + t)
             else:
                 want = want0
             if want:  # the decode hook, before token t is sampled (eager path's contract)
@@ -362,19 +374,20 @@ class StaticDecoder:
                 rows = bucket(len(keep), pad, be.max_batch)
                 if rows < slot.rows:  # finished rows leave: the live ones move to a smaller bucket
                     unload(slot, act)
-                    smaller = self._slot(rows, length, budget, spec, sampling, pad, graphs)
+                    smaller = self._slot(model, rows, length, budget, spec, sampling, pad, graphs)
                     self._move(slot, smaller, keep.to(dev))
                     slot, act = smaller, act[keep]
         unload(slot, act)
         return completions(new_ids, new_lp, new_ent, n_new, lim, pruned, stopped, be._eos_set)
 
     # ------------------------------------------------------------------ the decode step
-    def _forward(self, slot: _Slot, hidden: bool, width: int | None):
-        """Feed each row's last token at its position; (logits (R, V) fp32, last hidden (R, H) or None).
-        ``width``: cache positions attended (None: all, as a CUDA graph must)."""
+    def _forward(self, model, slot: _Slot, hidden: bool, width: int | None):
+        """Feed each row's last token at its position through ``model`` (the generation copy); (logits
+        (R, V) fp32, last hidden (R, H) or None). ``width``: cache positions attended (None: all, as a
+        CUDA graph must)."""
         slot.valid.index_fill_(1, slot.cum.view(1), True)
         mask = slot.valid[:, None, None, :] if width is None else slot.valid[:, None, None, :width]
-        res = self.backend._forward(slot.tok, mask, slot.pos, slot.cache, hidden=hidden)
+        res = self.backend._forward(slot.tok, mask, slot.pos, slot.cache, hidden=hidden, model=model)
         h = res.hidden_states[-1][:, -1, :] if hidden else None
         return res.logits[:, -1, :].float(), h
 
@@ -397,7 +410,7 @@ class StaticDecoder:
         slot.tidx.add_(1)
 
     # ------------------------------------------------------------------ slots and graphs
-    def _slot(self, rows, length, budget, spec, sampling, pad, graphs) -> _Slot:
+    def _slot(self, model, rows, length, budget, spec, sampling, pad, graphs) -> _Slot:
         """The decode state of ``rows`` rows: with padded buckets kept between calls (and on CUDA its
         step captured: one graph per bucket, recaptured when the sampling settings or the weights'
         storage change), else fresh. ``spec``: the cache's (K/V heads, head size, dtype, device)."""
@@ -408,32 +421,31 @@ class StaticDecoder:
                 self._slots = {k: v for k, v in self._slots.items() if k[1] != lengths[0]}
         slot = self._slots.get(key) if pad else None
         if slot is None:
-            slot = self._new_slot(rows, length, budget, spec)
+            slot = self._new_slot(model, rows, length, budget, spec)
             if pad:
                 self._slots[key] = slot
         if graphs:
-            gkey = self._graph_key(sampling)
+            gkey = self._graph_key(model, sampling)
             if slot.graph is None or slot.graph_key != gkey:
-                self._capture(slot, sampling, gkey)
+                self._capture(model, slot, sampling, gkey)
         return slot
 
-    def _cache_spec(self, dev: torch.device) -> tuple:
+    def _cache_spec(self, model, dev: torch.device) -> tuple:
         """(K/V heads, head size, dtype, device) of the cache: under bf16 / fp16 autocast the compute
         dtype (what autocast's SDPA reads K and V in; without a fixed dtype transformers' layer would
         take the dtype of the first keys, fp32 after the rotary embedding, while the values are
         bf16), else the weights' dtype."""
         be = self.backend
-        cfg = be.model.config.get_text_config(decoder=True)
+        cfg = model.config.get_text_config(decoder=True)
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         kv = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
-        half = be.compute_dtype in (torch.bfloat16, torch.float16)
-        dtype = be.compute_dtype if half else next(be.model.parameters()).dtype
+        dtype = be.compute_dtype if be.compute_dtype in HALF else next(model.parameters()).dtype
         return (kv, head_dim, dtype, dev)
 
-    def _new_slot(self, rows, length, budget, spec) -> _Slot:
+    def _new_slot(self, model, rows, length, budget, spec) -> _Slot:
         be = self.backend
         dev = spec[3]
-        cache = static_cache(be.model.config, length, rows, spec)
+        cache = static_cache(model.config, length, rows, spec)
 
         def z(*shape, dtype=torch.long):
             return torch.zeros(shape, dtype=dtype, device=dev)
@@ -456,9 +468,9 @@ class StaticDecoder:
             ent=z(rows, budget, dtype=torch.float32) if be.record_entropy else None,
         )
 
-    def _graph_key(self, sampling: Sampling) -> tuple:
+    def _graph_key(self, model, sampling: Sampling) -> tuple:
         be = self.backend
-        weights = tuple(p.data_ptr() for p in be.model.parameters())
+        weights = tuple(p.data_ptr() for p in model.parameters())  # the generation copy's: kept by refreshes
         return (sampling.temperature, sampling.top_p, be.record_entropy, be.compute_dtype, hash(weights))
 
     def _move(self, src: _Slot, dst: _Slot, keep: torch.Tensor) -> None:
@@ -479,7 +491,7 @@ class StaticDecoder:
                     d[n:] = True if name in ("done",) else 0
             dst.tidx.copy_(src.tidx)
 
-    def _capture(self, slot: _Slot, sampling: Sampling, gkey: tuple) -> None:
+    def _capture(self, model, slot: _Slot, sampling: Sampling, gkey: tuple) -> None:
         """Capture one decode step (forward over the whole cache, sampling, bookkeeping) of ``slot``
         into a CUDA graph, after warm-up steps on a side stream (PyTorch's CUDA graph recipe); the
         state the warm-up and the capture wrote is reset by the slot's next load. Autocast's weight
@@ -490,7 +502,7 @@ class StaticDecoder:
         be._autocast_cache = False
 
         def step():
-            logits, _ = self._forward(slot, False, None)
+            logits, _ = self._forward(model, slot, False, None)
             self._sample(slot, sampling, logits, eos)
 
         def reset():
@@ -511,7 +523,8 @@ class StaticDecoder:
                 self._pool = torch.cuda.graph_pool_handle()
             graph = torch.cuda.CUDAGraph()
             reset()
-            with torch.cuda.graph(graph, pool=self._pool):
+            # thread_local: under train.async the trainer's thread keeps launching its own work meanwhile
+            with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
                 step()
             torch.cuda.synchronize()
         finally:
