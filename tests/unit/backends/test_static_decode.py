@@ -313,3 +313,45 @@ def test_static_equals_eager_under_bf16_autocast(tiny):
     eager.compute_dtype = fast.compute_dtype = torch.bfloat16
     for sampling in (SAMPLINGS["greedy"], SAMPLINGS["temperature"]):
         _assert_same(eager.generate(seqs, sampling), fast.generate(seqs, sampling))
+
+
+def test_the_models_own_forward_runs_unchanged_in_the_middle_of_a_static_decode(tiny):
+    """Under train.async the trainer's thread runs the model's forwards (no padding mask) while the
+    generator decodes. A decode hook runs in the middle of a decode, so it stands in for that thread:
+    the model's own forward there equals its forward outside any decode (the static path's attention
+    belongs to its generation copy; it was switched on the model itself, which then crashed)."""
+    model, pad, prompts = tiny
+    ids = torch.tensor([prompts[0]])
+    with torch.no_grad():
+        outside = model(input_ids=ids).logits
+    inside = []
+
+    class TrainerForward:
+        def wants(self, t):
+            return t == 2
+
+        def __call__(self, t, rows, hidden, alive):
+            with torch.no_grad():
+                inside.append(model(input_ids=ids).logits)
+
+    _, fast = _pair(model, pad, [pad])
+    fast.generate(prompts, SAMPLINGS["temperature"], decode_hook=TrainerForward())
+    assert len(inside) == 1 and torch.equal(inside[0], outside)
+
+
+def test_a_shallow_copy_of_the_backend_decodes_its_own_model(tiny):
+    """The asynchronous generator's backend is ``copy.copy`` of the run's, given a model of its own
+    (distributed/async_pool.py): its static decodes read that model, as its eager ones do."""
+    import copy
+
+    model, pad, prompts = tiny
+    other = build_tiny("tiny-s", seed=7)[0].eval()
+    _, fast = _pair(model, pad, [pad])
+    local = copy.copy(fast)
+    local.model = other
+    eager_other = HFBackend(other, [pad], pad, max_batch=16, sampler="eager")
+    seqs = [prompts[0]] * 2 + [prompts[1]] * 2
+    for sampling in (SAMPLINGS["greedy"], SAMPLINGS["temperature"]):
+        e = eager_other.generate(seqs, sampling, generator=torch.Generator().manual_seed(5))
+        s = local.generate(seqs, sampling, generator=torch.Generator().manual_seed(5))
+        _assert_same(e, s)
