@@ -18,7 +18,8 @@ that fails records its error and the others still run:
    time, wall time per decode step against the kernels' time).
    ``decode`` (issue #42 item 6): the ``hf`` sampler's eager and static decode paths and
    transformers' StaticCache + torch.compile, at batch 64 and 256: tokens/s, ms per decode step,
-   kernel launches per step and the step's bytes over the bandwidth measured in the same run
+   kernel launches per step and the step's bytes over the bandwidth measured in the same run; the
+   static path decodes on its generation copy (bf16 linears; its size in the JSON)
    (``--smoke`` runs this part alone on a CPU at toy sizes).
 5. ``training``: the same model, ``Trainer.optimize`` on 64 rows x (32 prompt + 224 completion)
    random tokens: tokens/s (every position) and % of the bf16 rate, peak memory.
@@ -273,7 +274,8 @@ def _launches(prof) -> dict:
 
 
 def _decoder(path: str, model, dtype, batch: int):
-    """A callable (prompt rows, new tokens) -> None for one decode path."""
+    """A callable (prompt rows, new tokens) -> None for one decode path, and the ``hf`` backend
+    behind it (None for the library path)."""
     import torch
 
     from rollwise.backends.hf import HFBackend
@@ -287,7 +289,7 @@ def _decoder(path: str, model, dtype, batch: int):
             out = backend.generate(rows, Sampling(1.0, 1.0, new_tokens))
             assert {len(c.token_ids) for c in out} == {new_tokens}
 
-        return run
+        return run, backend
     # transformers' own fast path: StaticCache, and on CUDA its automatic torch.compile of the decode
     # step (mode "reduce-overhead": CUDA graphs); the scores are returned, as rollwise needs log-probs
     dev = next(model.parameters()).device
@@ -311,7 +313,17 @@ def _decoder(path: str, model, dtype, batch: int):
             )
         assert out.sequences.shape[1] == ids.shape[1] + new_tokens
 
-    return run
+    return run, None
+
+
+def generation_copy(backend) -> dict | None:
+    """What the static path decodes on (``rollwise.backends.generation_copy``): the dtype of its
+    linears and the MiB it holds beside the master weights; None for another path."""
+    gen = getattr(getattr(backend, "_static", None), "gen", None)
+    if gen is None:
+        return None
+    dtype = str(gen.dtype or next(gen.master.parameters()).dtype).removeprefix("torch.")
+    return {"linear_dtype": dtype, "own_mib": round(gen.own_bytes() / 2**20, 1), "own_tensors": len(gen.own)}
 
 
 def decode(
@@ -329,7 +341,8 @@ def decode(
     ``hf`` sampler's eager and static paths, transformers' StaticCache + torch.compile) tokens/s and
     ms per decode step (one timed call after a warm-up of the same shape, prefill included), the
     kernel launches per step (``torch.profiler`` over a call of 1 + ``profile_steps`` steps minus a
-    call of 1 step, per step), and the step's bytes (``decode_step_bytes`` at the mean context)
+    call of 1 step, per step), the static path's generation copy (``generation_copy``: the weights it
+    decodes on, linears in the compute dtype), and the step's bytes (``decode_step_bytes`` at the mean context)
     over the bandwidth measured here: the memory floor of a step and the share of it reached. A
     path that fails records its error; the others still run."""
     import torch
@@ -363,9 +376,11 @@ def decode(
         for path in paths:
             row = {"batch": b, "path": path, "step_bytes": step_bytes, "floor_ms_per_step": round(floor_ms, 4)}
             try:
-                run = _decoder(path, model, dtype, b)
+                run, backend = _decoder(path, model, dtype, b)
                 for n in (new_tokens, 1, 1 + profile_steps):  # warm-ups (graphs and compiled shapes)
                     run(rows, n)
+                if generation_copy(backend) is not None:
+                    row["generation_copy"] = generation_copy(backend)
                 _sync(device)
                 t0 = time.perf_counter()
                 run(rows, new_tokens)

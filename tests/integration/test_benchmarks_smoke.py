@@ -286,6 +286,11 @@ def test_gpu_check_smoke_decode_on_a_cpu(tmp_path):
     rows = _json(tmp_path / "gc.json")["decode"]["rows"]
     assert [(r["batch"], r["path"]) for r in rows] == [(b, p) for b in (2, 4) for p in ("eager", "static", "library")]
     assert all("error" not in r and r["tokens_per_s"] > 0 and r["launches_per_step"]["cpu_ops"] > 0 for r in rows)
+    # the static path decodes on its generation copy: fp32 here, so it shares every master tensor
+    assert [r.get("generation_copy") for r in rows if r["path"] == "static"] == [
+        {"linear_dtype": "float32", "own_mib": 0.0, "own_tensors": 0}
+    ] * 2
+    assert all("generation_copy" not in r for r in rows if r["path"] != "static")
 
 
 # script -> what it needs beyond this machine; here: its imports and argument parsing

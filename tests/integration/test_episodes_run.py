@@ -147,8 +147,7 @@ def test_async_episodes_at_eta_zero_equal_the_synchronous_run_and_run_ahead_at_e
     """train.async's generator runs the episode pool over its own weights: at max_staleness 0 the run is
     the synchronous one (the generator's utilisation lines aside); at 1, with decoupled PPO, plans of
     episodes run one version ahead. Stopping plans mid-generation is refused for episodes."""
-    # the synchronous run on the eager decode path, the one asynchrony takes (backends.hf.sampler_for)
-    sync = trained(guess(tmp_path, **{"model.sampler": "eager"}))
+    sync = trained(guess(tmp_path))  # the synchronous run, shared with the resume test's uninterrupted one
     eta0 = guess(tmp_path, **{"run.name": "eta0", "train.async.enabled": True, "train.async.max_staleness": 0})
     eta0 = rollwise.train(load_config(overrides=as_sets(eta0)), log=lambda m: None)
     skip = lambda lines: [{k: v for k, v in m.items() if not k.startswith(("util/", "async/"))} for m in lines]  # noqa: E731

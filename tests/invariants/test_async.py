@@ -44,11 +44,14 @@ def _weights(run_dir):
     return load_file(ckpt / "model.safetensors")
 
 
-def test_eta_zero_through_the_async_pool_is_the_synchronous_run(tmp_path):
-    # asynchrony decodes on the eager path (model.sampler = "auto" there, backends.hf.sampler_for): the
-    # synchronous run it equals is the one on that path
-    sync = _run(tmp_path, "sync", **{"model.sampler": "eager"})
-    asy = _run(tmp_path, "async0", **{"train.async.enabled": True, "train.async.max_staleness": 0})
+@pytest.mark.parametrize("sampler", ["static", "eager"])
+def test_eta_zero_through_the_async_pool_is_the_synchronous_run(tmp_path, sampler):
+    # each decode path: the static one ("auto") decodes on the generator's own generation copy, beside
+    # the trainer's forwards (backends/generation_copy.py)
+    sync = _run(tmp_path, "sync", **{"model.sampler": sampler})
+    asy = _run(
+        tmp_path, "async0", **{"model.sampler": sampler, "train.async.enabled": True, "train.async.max_staleness": 0}
+    )
     assert _lines(sync.run_dir / "metrics.jsonl") == _lines(asy.run_dir / "metrics.jsonl")
     assert _lines(sync.run_dir / "eval.jsonl") == _lines(asy.run_dir / "eval.jsonl")
     wa, wb = _weights(sync.run_dir), _weights(asy.run_dir)
