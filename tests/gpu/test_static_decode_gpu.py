@@ -42,3 +42,29 @@ def test_graph_replay_equals_eager_decoding(smol, sampling):
             assert b.token_ids == a.token_ids and b.finish == a.finish
             assert torch.allclose(torch.tensor(b.logprobs), torch.tensor(a.logprobs), atol=1e-4, rtol=0)
     assert fast._static.uses_graphs(torch.device("cuda")) and fast._static.captures >= 2  # buckets 8 and below
+
+
+def test_a_graph_replay_reads_the_generation_copy_refreshed_in_place(smol):
+    """bf16: after the master's weights change in place (as an optimizer step changes them) the captured
+    graphs replay on the refreshed generation copy, without a new capture, and decode what a backend
+    built after the change decodes."""
+    import copy
+
+    model, prompts = smol
+    model = copy.deepcopy(model)
+    seqs = [prompts[0]] * 3 + [prompts[1]] * 2
+    sampling = Sampling(1.0, 1.0, 12)
+    fast = HFBackend(model, [2], 2, max_batch=16, seed=3, compute_dtype=torch.bfloat16, sampler="static")
+    fast.generate(seqs, sampling, generator=torch.Generator().manual_seed(4))
+    captures, gen = fast._static.captures, fast._static.gen
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, torch.nn.Linear):
+                m.weight.mul_(-1.5)
+    s = fast.generate(seqs, sampling, generator=torch.Generator().manual_seed(4))
+    assert fast._static.captures == captures and fast._static.gen is gen
+    fresh = HFBackend(model, [2], 2, max_batch=16, seed=3, compute_dtype=torch.bfloat16, sampler="static")
+    f = fresh.generate(seqs, sampling, generator=torch.Generator().manual_seed(4))
+    for a, b in zip(f, s):
+        assert b.token_ids == a.token_ids
+        assert torch.allclose(torch.tensor(b.logprobs), torch.tensor(a.logprobs), atol=1e-4, rtol=0)
