@@ -158,10 +158,10 @@ class ModelConfig(Section):
         "auto",
         description="How the hf backend decodes: 'static' (preallocated KV cache per batch bucket, grouped-query "
         "attention without K/V copies, each group's prompt prefilled once, fp32 sampling on the device, 'done' "
-        "read every 8 steps, one CUDA graph per bucket on CUDA; rollwise.backends.static_decode) or 'eager' "
-        "(a growing cache, host checks after every token). 'auto': static (measured faster on a CPU; on CUDA "
-        "by design, not yet measured), except under train.async, where the eager path decodes beside the "
-        "trainer's thread.",
+        "read every 8 steps, one CUDA graph per bucket on CUDA, on a generation copy of the weights whose linears "
+        "are in the compute dtype, LoRA merged; rollwise.backends.static_decode) or 'eager' (a growing cache, host "
+        "checks after every token). 'auto': static (measured faster on a CPU; on CUDA by design, not yet measured), "
+        "train.async included.",
     )
     backend: Literal["hf", "vllm"] = Field(
         "hf",
