@@ -143,3 +143,17 @@ def test_the_copy_is_made_only_where_the_static_path_decodes():
     local.model = copy.deepcopy(model)
     local.generate([prompt], GREEDY_ONE)
     assert fast._static.gen is None and local._static.gen.master is local.model
+
+
+def test_an_fp8_sampler_keeps_its_quantised_linears_in_the_copy():
+    """``model.rollout_precision = "fp8"``: the sampler's module quantises its master weights itself
+    (hardware/fp8.py); its generation copy shares them and computes what that module computes."""
+    from rollwise.hardware import fp8
+
+    model, _, prompt = _tiny()
+    sampler = fp8.sampler_copy(model, block=16)
+    gen = GenerationCopy(sampler, torch.bfloat16)
+    ids = torch.tensor([prompt])
+    with torch.no_grad():
+        quantised, copied, plain = (m(input_ids=ids).logits for m in (sampler, gen.module, model))
+    assert gen.own == [] and torch.equal(copied, quantised) and not torch.equal(copied, plain)
