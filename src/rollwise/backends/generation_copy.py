@@ -25,9 +25,11 @@ an H200, issue #42). The static path (``rollwise.backends.static_decode``) sampl
   itself casts and allocates nothing. The decoder calls ``refresh`` before each chunk it decodes;
   it copies only when a master parameter's in-place version (``Tensor._version``, bumped by every
   optimizer step, checkpoint load, received weights or FSDP's copy into the whole model) moved since
-  the last copy, so it copies once after each optimizer step, whatever changed the weights. A
-  replaced master parameter (``load_state_dict(assign=True)``) or a move to another device asks
-  for a new copy (:meth:`GenerationCopy.follows`).
+  the last copy, so it copies once after each optimizer step, whatever changed the weights (a write
+  through ``Tensor.data`` bypasses the version counter; none of rollwise's writers after the first
+  decode uses one, and the copy is built at that decode). A replaced master parameter
+  (``load_state_dict(assign=True)``) or a move to another device asks for a new copy
+  (:meth:`GenerationCopy.follows`).
 
 An FP8-emulated sampler (``hardware.fp8``, ``model.rollout_precision``) quantises its master weights
 per in-place version itself: its tensors are all shared.
