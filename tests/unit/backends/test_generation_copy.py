@@ -157,3 +157,22 @@ def test_an_fp8_sampler_keeps_its_quantised_linears_in_the_copy():
     with torch.no_grad():
         quantised, copied, plain = (m(input_ids=ids).logits for m in (sampler, gen.module, model))
     assert gen.own == [] and torch.equal(copied, quantised) and not torch.equal(copied, plain)
+
+
+def test_a_new_copy_when_the_compute_dtype_or_a_master_parameter_is_replaced():
+    """The copy follows its master: another compute dtype, or a parameter object replaced (not
+    written in place), makes the decoder build a new copy rather than decode on the old one."""
+    model, pad, prompt = _tiny()
+    fast = HFBackend(model, [pad], pad, sampler="static")
+    fast.generate([prompt], GREEDY_ONE)
+    first = fast._static.gen
+    assert first.own == []  # fp32: all shared
+    fast.compute_dtype = torch.bfloat16
+    fast.generate([prompt], GREEDY_ONE)
+    second = fast._static.gen
+    assert second is not first and second.own and second.dtype == torch.bfloat16
+    model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach() * 2)
+    fast.generate([prompt], GREEDY_ONE)
+    third = fast._static.gen
+    assert third is not second
+    assert torch.equal(third.module.lm_head.weight, model.lm_head.weight.to(torch.bfloat16))
