@@ -25,6 +25,10 @@ Limits (``EpisodeLimits``, from the ``task`` section of the config):
 - ``turn_budget``: training episodes capped below ``max_turns`` at a quantile of the turns episodes
   took so far, extended while they still move (end "turn_cap"; ``rollwise.generate.turn_budget``,
   its ``turn_budget/*`` ledger fields; evaluation runs to ``max_turns``);
+- ``cleaner``: training episodes whose failed tool call a later turn repaired get the repair spliced
+  in place of the failure, re-scored by the backend (``rollwise.generate.cleaner``, ``cleaner/*``);
+- ``semi_online``: training episodes replay the prompt's expert trajectory, patched on a mismatch
+  (``rollwise.envs.semi_online``; evaluation runs the task's own environment);
 - ``max_episode_tokens`` policy + observation ids: a turn may decode at most
   min(``sampling.max_new_tokens``, what is left); an episode with no room for another turn ends
   "token_budget" (its last observation is then not appended);
@@ -65,10 +69,12 @@ from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, ThreadPoolExecuto
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from rollwise.envs.semi_online import SemiOnline
+from rollwise.generate.cleaner import Cleaner
 from rollwise.generate.common import StepCost, merge_groups
 from rollwise.generate.turn_budget import CAPPED, TurnBudget
 from rollwise.registry import Compat
-from rollwise.sections.task import TurnBudgetConfig
+from rollwise.sections.task import CleanerConfig, SemiOnlineConfig, TurnBudgetConfig
 from rollwise.tokens import Codec
 from rollwise.types import Episode, Plan, Prompt, Rollout, Sampling, Turn, Verdict
 
@@ -87,6 +93,8 @@ class EpisodeLimits:
     tool_workers: int = 8
     episode_schedule: Literal["lockstep", "overlap"] = "lockstep"
     turn_budget: TurnBudgetConfig | None = None  # None or not enabled: every episode may use max_turns
+    cleaner: CleanerConfig | None = None  # None or not enabled: episodes are trained as generated
+    semi_online: SemiOnlineConfig | None = None  # None or not enabled: the task's own environments
 
 
 @dataclass
@@ -143,6 +151,9 @@ class EpisodePool:
         self._workers: ThreadPoolExecutor | None = None
         tb = self.limits.turn_budget
         self.budget = TurnBudget(tb, self.limits.max_turns) if tb is not None and tb.enabled else None
+        cl, so = self.limits.cleaner, self.limits.semi_online
+        self.cleaner = Cleaner(cl.threshold) if cl is not None and cl.enabled else None
+        self.replay = SemiOnline(task, so.patch_budget) if so is not None and so.enabled else None
 
     @classmethod
     def for_run(cls, cfg, backend, codec: Codec, task, sampling: Sampling) -> EpisodePool:
@@ -169,13 +180,14 @@ class EpisodePool:
         sampling = sampling or self.sampling
         # the turn budget caps training episodes only, at one cap for the whole call (reproducible)
         cap = self.budget.cap() if self.budget is not None and charge else self.limits.max_turns
+        make = self.replay.environment if self.replay is not None and charge else self.task.environment
         live: list[_Live] = []
         for req in plan.requests:
             if req.prefix:
                 raise ValueError(f"request for {req.prompt.id!r} continues a prefix, which episodes do not do")
             pids = self.codec.encode_prompt(req.prompt)
             for _ in range(req.n):
-                live.append(self._start(len(live), req.prompt, pids, cap))
+                live.append(self._start(len(live), req.prompt, pids, cap, make))
         tally = _Tally()
         self._run(live, sampling, generator, tally)
         out = [(e.prompt, self._rollout(e, version)) for e in live]
@@ -183,14 +195,16 @@ class EpisodePool:
             self._charge(out, tally)
             if self.budget is not None:
                 self._charge_budget(out, tally, cap)
+            if self.cleaner is not None:  # after the ledger counted the calls that really ran
+                out = self.cleaner.apply(out, self.backend, sampling, self.codec.decode, self.cost)
         return out
 
     # ------------------------------------------------------------ the turns
 
-    def _start(self, index: int, prompt: Prompt, pids, limit: int) -> _Live:
+    def _start(self, index: int, prompt: Prompt, pids, limit: int, make) -> _Live:
         e = _Live(index, prompt, pids, None, limit=limit)
         try:
-            e.env = self.task.environment(prompt)
+            e.env = make(prompt)
             e.env.reset(int(prompt.metadata.get("seed", 0)))
         except Exception as err:  # noqa: BLE001  an environment that cannot start ends its episode, not the run
             e.end, e.error = "error", err
@@ -286,7 +300,8 @@ class EpisodePool:
         e.logprobs += [0.0] * len(obs)
         e.mask += [0] * len(obs)
         e.entropies = None if e.entropies is None else e.entropies + [0.0] * len(obs)
-        e.turns.append(Turn(start, end, end + len(obs), res.reward, calls, res.anchor))
+        patched = bool(res.info.get("patched", False))
+        e.turns.append(Turn(start, end, end + len(obs), res.reward, calls, res.anchor, patched))
         e.end = reason
 
     # ------------------------------------------------------------ records and costs
