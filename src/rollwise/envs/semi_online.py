@@ -33,7 +33,8 @@ own environment (``rollwise.generate.episodes``).
   state after t turns.
 
 The built-in tasks with demonstrations (``calculator``, ``python_math``: ``ToolTask.demonstration``,
-declared by ``Compat(demonstrations=True)``) are its data; the others are refused at load
+declared by ``Compat(demonstrations=True)``) are its data and make its environments
+(``ToolTask.replay_environment``); the others are refused at load
 (``rollwise.compat.check_episode_transforms``).
 """
 
@@ -89,13 +90,3 @@ class SemiOnlineEnv:
         calls = (ToolCall("replay", a, 0.0, "replayed"),) if role == "tool" else ()
         shown = obs if match else a + obs
         return StepResult(shown, reward, False, calls, anchor=anchor, info={"patched": not match})
-
-
-class SemiOnline:
-    """Makes the replay environments of a task with demonstrations (``task.semi_online``)."""
-
-    def __init__(self, task, patch_budget: int):
-        self.task, self.patch_budget = task, patch_budget
-
-    def environment(self, prompt: Prompt) -> SemiOnlineEnv:
-        return SemiOnlineEnv(prompt, self.task.demonstration(prompt), self.task.verify, self.patch_budget)

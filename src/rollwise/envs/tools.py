@@ -65,6 +65,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rollwise.config import TaskConfig
 from rollwise.envs.base import StepResult
+from rollwise.envs.semi_online import SemiOnlineEnv
 from rollwise.tasks._common import sample_prompts
 from rollwise.types import Prompt, ToolCall, Verdict
 
@@ -371,6 +372,10 @@ class ToolTask:
             res = env.step(a)  # the pool's rule: a turn that called a tool is answered in a tool message
             steps.append((a, res.observation, "tool" if res.tool_calls else "user"))
         return (*steps, (answer, "", "user"))
+
+    def replay_environment(self, prompt: Prompt, patch_budget: int) -> SemiOnlineEnv:
+        """UI-S1's semi-online replay of :meth:`demonstration` (``task.semi_online``), for training episodes."""
+        return SemiOnlineEnv(prompt, self.demonstration(prompt), self.verify, patch_budget)
 
     def episode_examples(self, n: int, seed: int) -> list[tuple[Prompt, tuple[tuple[str, str], ...]]]:
         """Demonstrations: :meth:`demonstration` of ``n`` train prompts drawn by ``seed``."""

@@ -28,7 +28,8 @@ Limits (``EpisodeLimits``, from the ``task`` section of the config):
 - ``cleaner``: training episodes whose failed tool call a later turn repaired get the repair spliced
   in place of the failure, re-scored by the backend (``rollwise.generate.cleaner``, ``cleaner/*``);
 - ``semi_online``: training episodes replay the prompt's expert trajectory, patched on a mismatch
-  (``rollwise.envs.semi_online``; evaluation runs the task's own environment);
+  (``rollwise.envs.semi_online``, made by the task's ``replay_environment``; evaluation runs the task's
+  own environment);
 - ``max_episode_tokens`` policy + observation ids: a turn may decode at most
   min(``sampling.max_new_tokens``, what is left); an episode with no room for another turn ends
   "token_budget" (its last observation is then not appended);
@@ -69,7 +70,6 @@ from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, ThreadPoolExecuto
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rollwise.envs.semi_online import SemiOnline
 from rollwise.generate.cleaner import Cleaner
 from rollwise.generate.common import StepCost, merge_groups
 from rollwise.generate.turn_budget import CAPPED, TurnBudget
@@ -153,7 +153,7 @@ class EpisodePool:
         self.budget = TurnBudget(tb, self.limits.max_turns) if tb is not None and tb.enabled else None
         cl, so = self.limits.cleaner, self.limits.semi_online
         self.cleaner = Cleaner(cl.threshold) if cl is not None and cl.enabled else None
-        self.replay = SemiOnline(task, so.patch_budget) if so is not None and so.enabled else None
+        self.patch_budget = so.patch_budget if so is not None and so.enabled else None  # UI-S1's replay
 
     @classmethod
     def for_run(cls, cfg, backend, codec: Codec, task, sampling: Sampling) -> EpisodePool:
@@ -180,7 +180,7 @@ class EpisodePool:
         sampling = sampling or self.sampling
         # the turn budget caps training episodes only, at one cap for the whole call (reproducible)
         cap = self.budget.cap() if self.budget is not None and charge else self.limits.max_turns
-        make = self.replay.environment if self.replay is not None and charge else self.task.environment
+        make = self.task.environment if self.patch_budget is None or not charge else self._replay
         live: list[_Live] = []
         for req in plan.requests:
             if req.prefix:
@@ -198,6 +198,10 @@ class EpisodePool:
             if self.cleaner is not None:  # after the ledger counted the calls that really ran
                 out = self.cleaner.apply(out, self.backend, sampling, self.codec.decode, self.cost)
         return out
+
+    def _replay(self, prompt: Prompt):
+        """UI-S1's replay of the prompt's demonstration (``task.semi_online``): training episodes only."""
+        return self.task.replay_environment(prompt, self.patch_budget)
 
     # ------------------------------------------------------------ the turns
 
