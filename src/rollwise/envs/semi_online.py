@@ -1,8 +1,8 @@
 """UI-S1's semi-online replay: training episodes that follow an offline expert trajectory,
 conditioned on the policy's own earlier turns (issue #44 item 4; ``task.semi_online``).
 
-Paper: Lu et al., "UI-S1: Advancing GUI Automation via Semi-online Reinforcement Learning",
-arXiv 2509.11543; the working specification is the UI-S1 entry of the project's agentic
+Paper: UI-S1, semi-online RL for GUI agents, arXiv 2509.11543 (code: X-PLUG/MobileAgent, ``UI-S1``);
+the working specification is the UI-S1 entry of the project's agentic
 specifications. Offline RL on expert trajectories trains each step on the expert's history, which
 the policy never sees when it acts alone; online RL pays for every environment step and rarely
 reaches the late steps of a long task. Semi-online RL rolls out on the expert trajectory but keeps
@@ -24,6 +24,8 @@ own environment (``rollwise.generate.episodes``).
 **Reconstructions** [RECON] (GUI actions are typed and have coordinates; rollwise's are text):
 
 - an action matches when its text equals the expert's after whitespace is collapsed;
+- the patch substitutes the expert's action and goes on (the paper's patch variants are not
+  reproduced);
 - rollwise appends observations and never rewrites the policy's tokens, so a patch is *shown*: the
   observation after a mismatched turn is the expert's action followed by its observation (the
   policy's own action stays in its history, and in the loss, with reward 0);

@@ -1,7 +1,7 @@
 """``ui_s1``: UI-S1's step and episode advantages for semi-online episodes (issue #44 item 4).
 
-Paper: Lu et al., "UI-S1: Advancing GUI Automation via Semi-online Reinforcement Learning",
-arXiv 2509.11543; the working specification is the UI-S1 entry of the project's agentic
+Paper: UI-S1, semi-online RL for GUI agents, arXiv 2509.11543 (code: X-PLUG/MobileAgent, ``UI-S1``);
+the working specification is the UI-S1 entry of the project's agentic
 specifications. Its episodes come from the semi-online replay (``rollwise.envs.semi_online``,
 ``task.semi_online``): each turn's reward says whether the policy's action matched the expert's, and
 a turn whose action a patch replaced is marked ``Turn.patched``. For turn k of a row:
