@@ -59,7 +59,8 @@ Costs: ``StepCost.generated_tokens`` stays the policy ids decoded; ``episodes``,
 ``tool_calls``, ``tool_s``, ``observation_tokens``, ``env_s`` and ``waiting_s`` (wall seconds
 generation waited for environment steps; also charged as ``time/verify_s``) reach
 ``metrics.jsonl`` as ``episodes/*`` (``rollwise.ledger.episode_fields``), end reasons as
-``episodes/end_<reason>``, tool calls by outcome as ``episodes/tool_<outcome>``.
+``episodes/end_<reason>``, tool calls by outcome as ``episodes/tool_<outcome>``, turns a patch replaced
+(``Turn.patched``) as ``episodes/patched``.
 """
 
 from __future__ import annotations
@@ -350,7 +351,12 @@ class EpisodePool:
             ends[f"episodes/end_{r.episode.end}"] = ends.get(f"episodes/end_{r.episode.end}", 0) + 1
             for call in r.episode.tool_calls:  # episodes/tool_ok, tool_error, tool_timeout, tool_parse_error, ...
                 ends[f"episodes/tool_{call.outcome}"] = ends.get(f"episodes/tool_{call.outcome}", 0) + 1
-        c.count(**ends, **({"episodes/obs_truncated": tally.truncated} if tally.truncated else {}))
+        patched = sum(t.patched for ep in episodes for t in ep.turns)  # UI-S1's patches (task.semi_online)
+        c.count(
+            **ends,
+            **({"episodes/obs_truncated": tally.truncated} if tally.truncated else {}),
+            **({"episodes/patched": patched} if patched else {}),
+        )
 
     def _charge_budget(self, out, tally: _Tally, cap: int) -> None:
         """The turn budget's ledger fields (``rollwise.generate.turn_budget``, 4.), then the call's

@@ -21,7 +21,7 @@ TASK = calculator.make(None, {"n_train": 4, "n_heldout": 2})
 PROMPT = TASK._prompt("12+3")  # expert: <calc>12+3</calc> -> <out>15</out>, then 15
 
 
-def run(turns, budget=1, charge=True):
+def run(turns, budget=1, charge=True, costs=None):
     backend = ScriptedBackend(lambda seq, i: TOK.encode(turns[i]), TOK.eos_token_id)
     limits = EpisodeLimits(
         max_turns=4, max_episode_tokens=200, semi_online=SemiOnlineConfig(enabled=True, patch_budget=budget)
@@ -31,6 +31,8 @@ def run(turns, budget=1, charge=True):
         ((_, r),) = pool.rollouts(Plan((Request(PROMPT, 1),)), 0, charge=charge)
     finally:
         pool.close()
+    if costs is not None:
+        costs.append(pool.take_cost())
     return r
 
 
@@ -55,12 +57,14 @@ def test_matching_actions_follow_the_expert():
 
 
 def test_a_mismatch_within_the_budget_is_patched_with_the_expert_action():
-    r = run(["<calc>12+4</calc>", "15"])  # the real tool would answer <out>16</out>
+    costs = []
+    r = run(["<calc>12+4</calc>", "15"], costs=costs)  # the real tool would answer <out>16</out>
     assert shown(r) == [
         ("<calc>12+4</calc>", "<calc>12+3</calc><out>15</out>", 0.0, True),
         ("15", "", 1.0, False),
     ]
-    assert r.reward == 1.0
+    assert r.reward == 1.0 and costs[0].metrics["episodes/patched"] == 1
+    assert costs[0].metrics["episodes/tool_replayed"] == 1
     r = run(["<calc>12+3</calc>", "16"])  # a wrong answer at the expert's last turn: patched, judged by the task
     assert shown(r)[-1] == ("16", "", 0.0, True) and r.reward == 0.0 and r.episode.end == "done"
 
