@@ -69,6 +69,6 @@ def test_calculator_presets_train(tmp_path, preset):
     res = rollwise.train(cfg, log=lambda m: None)
     got = lines(res.run_dir)
     assert len(got) == 2 and all(m["episodes/count"] == 8 for m in got)
-    assert all(0.0 <= m["reward/mean"] <= 1.0 for m in got)
+    assert all(0.0 <= m["reward/mean"] <= 1.0 and "episodes/end_error" not in m for m in got)
     if preset == "ui_s1":  # the replay runs no tool: every call shown is the expert's output, replayed
-        assert all(m.get("episodes/tool_ok", 0) == 0 for m in got)
+        assert all(m.get("episodes/tool_ok", 0) == 0 and m["episodes/turns"] >= 8 for m in got)
