@@ -1,12 +1,14 @@
 """Per-run summary of an episode sweep (issue #30): held-out pass@1 curve, steps, policy and observation
 tokens, episodes, turns, tool calls and their outcomes, tool-error rate, wall seconds, how episodes
-ended, and, for runs with ``task.turn_budget``, its ``turn_budget/*`` fields (issue #44): one JSON.
+ended, and, for runs with ``task.turn_budget``, its ``turn_budget/*`` fields, for runs with ``task.cleaner``
+or ``task.semi_online`` their ``cleaner/*`` fields and ``episodes/patched`` (issue #44): one JSON.
 
     python benchmarks/episode_runs.py runs/compare/episodes_calc benchmarks/results/episodes_calc/runs.json
 
 Reads each run's metrics.jsonl and eval.jsonl (the ledger's episodes/* lines); the tool-error rate is
-every outcome but ``tool_ok`` over the tool calls. Per arm (run names ``<arm>-s<seed>``) it gives the
-mean of the per-run tool-error rates and of the step counts."""
+every outcome but ``tool_ok`` over the tool calls that ran (not UI-S1's replayed ones; None when none ran).
+Per arm (run names ``<arm>-s<seed>``) it gives the mean of the per-run tool-error rates and of the step
+counts."""
 
 from __future__ import annotations
 
@@ -27,14 +29,18 @@ def run_summary(d: Path) -> dict:
             if k.startswith("episodes/tool_") and k not in ("episodes/tool_s", "episodes/tool_calls"):
                 outcomes[k] = outcomes.get(k, 0) + v
     calls = sum(x["episodes/tool_calls"] for x in m)
+    ran = calls - outcomes.get("episodes/tool_replayed", 0)
     ends: dict[str, float] = {}  # episodes/end_<reason> summed over the run
     budget: dict[str, float] = {}  # turn_budget/* summed over the run (its cap per step is listed apart)
+    repairs: dict[str, float] = {}  # cleaner/* and episodes/patched (UI-S1) summed over the run
     for line in m:
         for k, v in line.items():
             if k.startswith("episodes/end_"):
                 ends[k] = ends.get(k, 0) + v
             elif k.startswith("turn_budget/") and k != "turn_budget/cap":
                 budget[k] = budget.get(k, 0) + v
+            elif k.startswith("cleaner/") or k == "episodes/patched":
+                repairs[k] = repairs.get(k, 0) + v
     return {
         "curve": [(e["step"], e["eval/pass@1"]) for e in ev],
         "steps": len(m),
@@ -44,10 +50,12 @@ def run_summary(d: Path) -> dict:
         "turns": sum(x["episodes/turns"] for x in m),
         "tool_calls": calls,
         "tool_outcomes": outcomes,
-        "tool_error_rate": round(1 - outcomes.get("episodes/tool_ok", 0) / calls, 4) if calls else None,
+        # over the calls that ran: UI-S1's replayed calls (episodes/tool_replayed) ran no tool
+        "tool_error_rate": round(1 - outcomes.get("episodes/tool_ok", 0) / ran, 4) if ran else None,
         "wall_s": m[-1]["wall_s"],
         "ends": ends,
         **({"turn_budget": budget, "turn_budget_caps": [x["turn_budget/cap"] for x in m]} if budget else {}),
+        **({"repairs": repairs} if repairs else {}),
     }
 
 
@@ -60,7 +68,11 @@ def main(sweep_dir: str, out: str) -> None:
         arm: {
             "runs": len(rs),
             "mean_steps": sum(r["steps"] for r in rs) / len(rs),
-            "mean_tool_error_rate": sum(r["tool_error_rate"] or 0 for r in rs) / len(rs),
+            "mean_tool_error_rate": (
+                sum(r["tool_error_rate"] for r in rs) / len(rs)
+                if all(r["tool_error_rate"] is not None for r in rs)
+                else None
+            ),
             "pass@1_first_last": [(r["curve"][0][1], r["curve"][-1][1]) for r in rs],
         }
         for arm, rs in arms.items()

@@ -195,6 +195,7 @@ def check(cfg) -> None:
     if declares_episodes(cfg):  # first: the episode pool replaces what later checks reason about
         check_episodes(cfg, True)
     check_episode_credit(cfg)
+    check_episode_transforms(cfg)
     adv_fn, adv_opts, _ = resolve(cfg, "advantage")
     if cfg.objective.name == "gspo" and getattr(adv_fn, "per_token", False):  # turn_return, gigpo: per turn
         raise UserError(
@@ -298,6 +299,31 @@ def check_episode_credit(cfg) -> None:
         f"{cfg.task.name!r} keys no state (its turns carry no anchor, see its module docstring): {name} would be "
         "episode-level GRPO; choose advantage.name = 'turn_return' or 'grpo'"
     )
+
+
+def check_episode_transforms(cfg) -> None:
+    """CLEANER's splice (``task.cleaner``, ``rollwise.generate.cleaner``) repairs failed tool calls: refused
+    on a task whose record does not declare ``tools``, and with a backend that cannot re-score the spliced
+    tokens (vLLM). UI-S1's replay (``task.semi_online``, ``rollwise.envs.semi_online``) follows each prompt's
+    expert trajectory: refused on a task that does not declare ``demonstrations``. (A single-turn task
+    refuses both keys with every episode key, ``rollwise.sections.task.check_single_turn``.)"""
+    rec, task = record(resolve(cfg, "task")[0]), cfg.task
+    if task.cleaner.enabled and rec.episodes and not rec.tools:
+        raise UserError(
+            f"task.cleaner.enabled splices repaired tool calls in place of failed ones, and task.name = {task.name!r} "
+            "calls no tools: there is nothing to repair; turn task.cleaner.enabled off or choose a tool task "
+            "('calculator', 'python_math')"
+        )
+    if task.cleaner.enabled and engine_kind(cfg) == "vllm":
+        raise UserError(
+            "task.cleaner.enabled re-scores the spliced tokens with the sampler, which model.backend = 'vllm' "
+            "cannot do here; use model.backend = 'hf' or turn task.cleaner.enabled off"
+        )
+    if task.semi_online.enabled and rec.episodes and not rec.demonstrations:
+        raise UserError(
+            f"task.semi_online.enabled replays each prompt's expert trajectory, and task.name = {task.name!r} has no "
+            "demonstrations; choose a task with them ('calculator', 'python_math') or turn task.semi_online.enabled off"
+        )
 
 
 def wants_value(cfg, section: str) -> str | None:

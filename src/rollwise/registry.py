@@ -73,7 +73,11 @@ class Compat:
       ``rollwise.compat.declares_episodes``), nothing probes a task for it;
     - ``state_anchors``: its episodes' turns carry the environment state they acted on (``Turn.anchor``,
       ``rollwise/envs/tools.py``); False (``python_math``: an interpreter namespace) refuses GiGPO's
-      step groups (``rollwise.compat.check_episode_credit``).
+      step groups (``rollwise.compat.check_episode_credit``);
+    - ``tools``: its episodes call tools whose failures a later turn may repair (CLEANER's splice,
+      ``task.cleaner``, ``rollwise.compat.check_episode_transforms``);
+    - ``demonstrations``: it gives every train prompt an expert trajectory (``demonstration(prompt)``),
+      which UI-S1's semi-online replay follows (``task.semi_online``).
 
     Planning ahead (``train.async.max_staleness`` = η >= 1, ``rollwise/control/__init__.py``):
 
@@ -105,6 +109,8 @@ class Compat:
     replays_rows: bool = False
     episodes: bool = False
     state_anchors: bool = True
+    tools: bool = False
+    demonstrations: bool = False
     plans_ahead: bool = False
     keeps_plan_state: bool = False
 

@@ -101,6 +101,9 @@ class Turn:
     reward: float | None = None  # the environment's reward for this turn's action (None = none given)
     tool_calls: tuple[ToolCall, ...] = ()
     anchor: str | None = None  # the environment state the turn acted in, as a key (GiGPO's step groups)
+    # the environment replaced this turn's action by an expert's before going on (UI-S1's patch,
+    # ``rollwise.envs.semi_online``): the turns after it follow a history the policy did not write
+    patched: bool = False
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
-"""The presets of issue #44 (configs/hgpo.toml, configs/salt.toml, configs/turn_budget.toml) train a
-few steps of guess-the-number episodes on the tiny model, at small sizes."""
+"""The presets of issue #44 (configs/hgpo.toml, configs/salt.toml, configs/turn_budget.toml on guess the
+number; configs/cleaner.toml, configs/ui_s1.toml on calculator) train a few steps of episodes on the tiny
+model, at small sizes."""
 
 import json
 from pathlib import Path
@@ -58,3 +59,16 @@ def test_turn_budget_preset_trains_and_caps_after_its_warm_up(tmp_path):
         assert m["turn_budget/capped"] == m.get("episodes/end_turn_cap", 0)
         assert m["turn_budget/saved_tokens_est"] >= 0.0 and m["turn_budget/saved_s_est"] >= 0.0
         assert m["episodes/turns"] <= 8 * m["turn_budget/cap"] + m["turn_budget/extensions"]
+
+
+@pytest.mark.parametrize("preset", ["cleaner", "ui_s1"])
+def test_calculator_presets_train(tmp_path, preset):
+    extra = {"sampling.max_new_tokens": 24, "task.max_turns": 3}
+    cfg = load_config(CONFIGS / f"{preset}.toml", small(tmp_path, preset, **extra))
+    assert cfg.task.name == "calculator" and (cfg.task.cleaner.enabled or cfg.task.semi_online.enabled)
+    res = rollwise.train(cfg, log=lambda m: None)
+    got = lines(res.run_dir)
+    assert len(got) == 2 and all(m["episodes/count"] == 8 for m in got)
+    assert all(0.0 <= m["reward/mean"] <= 1.0 and "episodes/end_error" not in m for m in got)
+    if preset == "ui_s1":  # the replay runs no tool: every call shown is the expert's output, replayed
+        assert all(m.get("episodes/tool_ok", 0) == 0 and m["episodes/turns"] >= 8 for m in got)

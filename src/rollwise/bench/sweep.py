@@ -52,6 +52,9 @@ RESERVED = (
     "train.budget_rollouts",
 )
 SHARED_SECTIONS = ("task", "eval")  # every arm is evaluated on the same held-out prompts the same way
+# Task keys that change only how *training* episodes are made (evaluation always runs the task's own
+# environment to task.max_turns): arms may differ in them, as they may in any training strategy.
+TRAINING_ONLY_TASK_KEYS = frozenset({"turn_budget", "cleaner", "semi_online"})
 # Paired seeds (issue #43): a seed fixes the warm start (the model and model.warm_start, seeded by
 # model.warm_start.seed, not run.seed), the held-out set and the train pool (task), and the order in
 # which the prompt stream visits the pool (run.seed); arms that share a seed must share all of them.
@@ -298,6 +301,8 @@ def _check_comparable(specs: list[RunSpec]) -> None:
             )
         for section in SHARED_SECTIONS:
             a, b = getattr(ref.cfg, section).model_dump(), getattr(s.cfg, section).model_dump()
+            if section == "task":
+                a, b = ({k: v for k, v in d.items() if k not in TRAINING_ONLY_TASK_KEYS} for d in (a, b))
             if a != b:
                 keys = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
                 raise UserError(

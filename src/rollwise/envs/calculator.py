@@ -116,6 +116,6 @@ class _Options(ToolOptions):
 
 
 make.Options = _Options
-make.compat = Compat(
-    episodes=True
-)  # an environment task: rollwise.compat checks the episode keys from the config alone
+# an environment task with a tool and a demonstration per prompt: rollwise.compat checks the episode keys
+# (task.cleaner and task.semi_online included) from the config alone
+make.compat = Compat(episodes=True, tools=True, demonstrations=True)

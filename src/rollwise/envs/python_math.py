@@ -37,7 +37,7 @@ from pydantic import Field, field_validator, model_validator
 
 from rollwise.envs.tools import FORMATS, Tool, ToolFailure, ToolOptions, ToolTask
 from rollwise.registry import Compat, UserError
-from rollwise.tasks._common import chat, coerce_options, draw_splits, sample_prompts
+from rollwise.tasks._common import chat, coerce_options, draw_splits
 from rollwise.types import Prompt, Verdict
 from rollwise.verify import exact
 from rollwise.verify.sandbox import Limits, Sandbox
@@ -210,19 +210,16 @@ class PythonMathTask(ToolTask):
         cells = _P[prompt.metadata["kind"]][3]
         return [c.format(**prompt.metadata["params"]) for c in cells], str(prompt.answer)
 
-    def episode_examples(self, n: int, seed: int) -> list[tuple[Prompt, tuple[tuple[str, str], ...]]]:
-        """Demonstrations without a sandboxed process each: a demonstration's cells print nothing but
-        the last, which prints the reference answer, so their outputs are known (the tests replay
-        demonstrations through the sandbox and compare every observation). A warm start of thousands
-        of examples would otherwise start thousands of sandboxed processes first."""
+    def demonstration(self, prompt: Prompt) -> tuple[tuple[str, str, str], ...]:
+        """Without a sandboxed process: a demonstration's cells print nothing but the last, which prints
+        the reference answer, so their outputs are known (the tests replay demonstrations through the
+        sandbox and compare every observation). A warm start of thousands of examples would otherwise
+        start thousands of sandboxed processes first."""
         fmt, tool = FORMATS[self.options.format], self.tools()[0]
-        out = []
-        for p in sample_prompts(self._train, n, seed):
-            cells, answer = self.demo(p)
-            shown = [""] * (len(cells) - 1) + [f"{p.answer}\n"]
-            pairs = tuple((fmt.call(tool, c), fmt.result(o), "tool") for c, o in zip(cells, shown))  # each a tool call
-            out.append((p, (*pairs, (answer, ""))))
-        return out
+        cells, answer = self.demo(prompt)
+        shown = [""] * (len(cells) - 1) + [f"{prompt.answer}\n"]
+        pairs = tuple((fmt.call(tool, c), fmt.result(o), "tool") for c, o in zip(cells, shown))  # each a tool call
+        return (*pairs, (answer, "", "user"))
 
     def describe_verifier(self) -> str:
         return self.sandbox.describe()
@@ -267,4 +264,4 @@ class _Options(ToolOptions):
 make.Options = _Options
 # an environment task: rollwise.compat checks the episode keys from the config alone; its turns carry no
 # state anchor (STATE_ANCHORS = False), so rollwise.compat refuses gigpo
-make.compat = Compat(episodes=True, state_anchors=PythonMathTask.STATE_ANCHORS)
+make.compat = Compat(episodes=True, state_anchors=PythonMathTask.STATE_ANCHORS, tools=True, demonstrations=True)

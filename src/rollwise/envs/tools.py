@@ -65,6 +65,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rollwise.config import TaskConfig
 from rollwise.envs.base import StepResult
+from rollwise.envs.semi_online import SemiOnlineEnv
 from rollwise.tasks._common import sample_prompts
 from rollwise.types import Prompt, ToolCall, Verdict
 
@@ -357,18 +358,25 @@ class ToolTask:
             prompt, self.verify, lambda: ToolRunner.from_options(self.tools(), self.options), self.STATE_ANCHORS
         )
 
+    def demonstration(self, prompt: Prompt) -> tuple[tuple[str, str, str], ...]:
+        """The expert trajectory of ``prompt``: ``(action, observation, role)`` for each tool call in the
+        task's format with its true output (run here, so the observation is the one the environment
+        gives), then ``(answer, "", "user")``. The warm start's demonstrations and UI-S1's replayed
+        expert (``rollwise.envs.semi_online``) are both these."""
+        env = self.environment(prompt)
+        env.reset(0)
+        inputs, answer = self.demo(prompt)
+        tool, fmt = self.tools()[0], FORMATS[self.options.format]
+        steps = []
+        for a in (fmt.call(tool, x) for x in inputs):
+            res = env.step(a)  # the pool's rule: a turn that called a tool is answered in a tool message
+            steps.append((a, res.observation, "tool" if res.tool_calls else "user"))
+        return (*steps, (answer, "", "user"))
+
+    def replay_environment(self, prompt: Prompt, patch_budget: int) -> SemiOnlineEnv:
+        """UI-S1's semi-online replay of :meth:`demonstration` (``task.semi_online``), for training episodes."""
+        return SemiOnlineEnv(prompt, self.demonstration(prompt), self.verify, patch_budget)
+
     def episode_examples(self, n: int, seed: int) -> list[tuple[Prompt, tuple[tuple[str, str], ...]]]:
-        """Demonstrations: each tool call in the task's format with its true output (run here, so the
-        observation is the one the environment gives), then the answer."""
-        out = []
-        for p in sample_prompts(self._train, n, seed):
-            env = self.environment(p)
-            env.reset(0)
-            inputs, answer = self.demo(p)
-            tool, fmt = self.tools()[0], FORMATS[self.options.format]
-            steps = []
-            for a in (fmt.call(tool, x) for x in inputs):
-                res = env.step(a)  # the pool's rule: a turn that called a tool is answered in a tool message
-                steps.append((a, res.observation, "tool" if res.tool_calls else "user"))
-            out.append((p, (*steps, (answer, ""))))
-        return out
+        """Demonstrations: :meth:`demonstration` of ``n`` train prompts drawn by ``seed``."""
+        return [(p, self.demonstration(p)) for p in sample_prompts(self._train, n, seed)]

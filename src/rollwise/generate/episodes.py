@@ -25,6 +25,11 @@ Limits (``EpisodeLimits``, from the ``task`` section of the config):
 - ``turn_budget``: training episodes capped below ``max_turns`` at a quantile of the turns episodes
   took so far, extended while they still move (end "turn_cap"; ``rollwise.generate.turn_budget``,
   its ``turn_budget/*`` ledger fields; evaluation runs to ``max_turns``);
+- ``cleaner``: training episodes whose failed tool call a later turn repaired get the repair spliced
+  in place of the failure, re-scored by the backend (``rollwise.generate.cleaner``, ``cleaner/*``);
+- ``semi_online``: training episodes replay the prompt's expert trajectory, patched on a mismatch
+  (``rollwise.envs.semi_online``, made by the task's ``replay_environment``; evaluation runs the task's
+  own environment);
 - ``max_episode_tokens`` policy + observation ids: a turn may decode at most
   min(``sampling.max_new_tokens``, what is left); an episode with no room for another turn ends
   "token_budget" (its last observation is then not appended);
@@ -54,7 +59,8 @@ Costs: ``StepCost.generated_tokens`` stays the policy ids decoded; ``episodes``,
 ``tool_calls``, ``tool_s``, ``observation_tokens``, ``env_s`` and ``waiting_s`` (wall seconds
 generation waited for environment steps; also charged as ``time/verify_s``) reach
 ``metrics.jsonl`` as ``episodes/*`` (``rollwise.ledger.episode_fields``), end reasons as
-``episodes/end_<reason>``, tool calls by outcome as ``episodes/tool_<outcome>``.
+``episodes/end_<reason>``, tool calls by outcome as ``episodes/tool_<outcome>``, turns a patch replaced
+(``Turn.patched``) as ``episodes/patched``.
 """
 
 from __future__ import annotations
@@ -65,10 +71,11 @@ from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, ThreadPoolExecuto
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from rollwise.generate.cleaner import Cleaner
 from rollwise.generate.common import StepCost, merge_groups
 from rollwise.generate.turn_budget import CAPPED, TurnBudget
 from rollwise.registry import Compat
-from rollwise.sections.task import TurnBudgetConfig
+from rollwise.sections.task import CleanerConfig, SemiOnlineConfig, TurnBudgetConfig
 from rollwise.tokens import Codec
 from rollwise.types import Episode, Plan, Prompt, Rollout, Sampling, Turn, Verdict
 
@@ -87,6 +94,8 @@ class EpisodeLimits:
     tool_workers: int = 8
     episode_schedule: Literal["lockstep", "overlap"] = "lockstep"
     turn_budget: TurnBudgetConfig | None = None  # None or not enabled: every episode may use max_turns
+    cleaner: CleanerConfig | None = None  # None or not enabled: episodes are trained as generated
+    semi_online: SemiOnlineConfig | None = None  # None or not enabled: the task's own environments
 
 
 @dataclass
@@ -143,6 +152,9 @@ class EpisodePool:
         self._workers: ThreadPoolExecutor | None = None
         tb = self.limits.turn_budget
         self.budget = TurnBudget(tb, self.limits.max_turns) if tb is not None and tb.enabled else None
+        cl, so = self.limits.cleaner, self.limits.semi_online
+        self.cleaner = Cleaner(cl.threshold) if cl is not None and cl.enabled else None
+        self.patch_budget = so.patch_budget if so is not None and so.enabled else None  # UI-S1's replay
 
     @classmethod
     def for_run(cls, cfg, backend, codec: Codec, task, sampling: Sampling) -> EpisodePool:
@@ -169,13 +181,14 @@ class EpisodePool:
         sampling = sampling or self.sampling
         # the turn budget caps training episodes only, at one cap for the whole call (reproducible)
         cap = self.budget.cap() if self.budget is not None and charge else self.limits.max_turns
+        make = self.task.environment if self.patch_budget is None or not charge else self._replay
         live: list[_Live] = []
         for req in plan.requests:
             if req.prefix:
                 raise ValueError(f"request for {req.prompt.id!r} continues a prefix, which episodes do not do")
             pids = self.codec.encode_prompt(req.prompt)
             for _ in range(req.n):
-                live.append(self._start(len(live), req.prompt, pids, cap))
+                live.append(self._start(len(live), req.prompt, pids, cap, make))
         tally = _Tally()
         self._run(live, sampling, generator, tally)
         out = [(e.prompt, self._rollout(e, version)) for e in live]
@@ -183,14 +196,20 @@ class EpisodePool:
             self._charge(out, tally)
             if self.budget is not None:
                 self._charge_budget(out, tally, cap)
+            if self.cleaner is not None:  # after the ledger counted the calls that really ran
+                out = self.cleaner.apply(out, self.backend, sampling, self.codec.decode, self.cost)
         return out
+
+    def _replay(self, prompt: Prompt):
+        """UI-S1's replay of the prompt's demonstration (``task.semi_online``): training episodes only."""
+        return self.task.replay_environment(prompt, self.patch_budget)
 
     # ------------------------------------------------------------ the turns
 
-    def _start(self, index: int, prompt: Prompt, pids, limit: int) -> _Live:
+    def _start(self, index: int, prompt: Prompt, pids, limit: int, make) -> _Live:
         e = _Live(index, prompt, pids, None, limit=limit)
         try:
-            e.env = self.task.environment(prompt)
+            e.env = make(prompt)
             e.env.reset(int(prompt.metadata.get("seed", 0)))
         except Exception as err:  # noqa: BLE001  an environment that cannot start ends its episode, not the run
             e.end, e.error = "error", err
@@ -286,7 +305,8 @@ class EpisodePool:
         e.logprobs += [0.0] * len(obs)
         e.mask += [0] * len(obs)
         e.entropies = None if e.entropies is None else e.entropies + [0.0] * len(obs)
-        e.turns.append(Turn(start, end, end + len(obs), res.reward, calls, res.anchor))
+        patched = bool(res.info.get("patched", False))
+        e.turns.append(Turn(start, end, end + len(obs), res.reward, calls, res.anchor, patched))
         e.end = reason
 
     # ------------------------------------------------------------ records and costs
@@ -331,7 +351,12 @@ class EpisodePool:
             ends[f"episodes/end_{r.episode.end}"] = ends.get(f"episodes/end_{r.episode.end}", 0) + 1
             for call in r.episode.tool_calls:  # episodes/tool_ok, tool_error, tool_timeout, tool_parse_error, ...
                 ends[f"episodes/tool_{call.outcome}"] = ends.get(f"episodes/tool_{call.outcome}", 0) + 1
-        c.count(**ends, **({"episodes/obs_truncated": tally.truncated} if tally.truncated else {}))
+        patched = sum(t.patched for ep in episodes for t in ep.turns)  # UI-S1's patches (task.semi_online)
+        c.count(
+            **ends,
+            **({"episodes/obs_truncated": tally.truncated} if tally.truncated else {}),
+            **({"episodes/patched": patched} if patched else {}),
+        )
 
     def _charge_budget(self, out, tally: _Tally, cap: int) -> None:
         """The turn budget's ledger fields (``rollwise.generate.turn_budget``, 4.), then the call's

@@ -36,4 +36,5 @@ ADVANTAGES.register("turn_return", "rollwise.objectives.turn_return:turn_return"
 ADVANTAGES.register("gigpo", "rollwise.objectives.gigpo:gigpo")
 ADVANTAGES.register("hgpo", "rollwise.objectives.hgpo:hgpo")
 ADVANTAGES.register("salt", "rollwise.objectives.salt:salt")
+ADVANTAGES.register("ui_s1", "rollwise.objectives.ui_s1:ui_s1")
 ADVANTAGES.register("opob", "rollwise.objectives.ess:opob")

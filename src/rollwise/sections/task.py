@@ -32,6 +32,35 @@ class TurnBudgetConfig(Section):
     )
 
 
+class CleanerConfig(Section):
+    """CLEANER's repaired trajectories (``rollwise.generate.cleaner``, issue #44)."""
+
+    enabled: bool = Field(
+        False,
+        description="Tool tasks: when a tool call fails and a later turn repairs it, splice the repair in place of "
+        "the failure before training (arXiv 2601.15141); the spliced row's tokens from the splice on are re-scored "
+        "by the sampler; counts in cleaner/*.",
+    )
+    threshold: float = Field(
+        0.5,
+        ge=0.0,
+        le=1.0,
+        description="Code similarity (difflib ratio of the failed and the repaired call) at or above which the "
+        "splice is shallow (the call only); below it deep (the reasoning before the call too) [reconstructed].",
+    )
+
+
+class SemiOnlineConfig(Section):
+    """UI-S1's semi-online replay of expert trajectories (``rollwise.envs.semi_online``, issue #44)."""
+
+    enabled: bool = Field(
+        False,
+        description="Tasks with demonstrations: training episodes replay the prompt's expert trajectory, conditioned "
+        "on the policy's own turns; a mismatched action is patched with the expert's (arXiv 2509.11543).",
+    )
+    patch_budget: int = Field(1, ge=0, description="Patches one episode may take; the next mismatch ends it (score 0).")
+
+
 class TaskConfig(StrategyConfig):
     name: str = Field("arithmetic", description="'arithmetic', 'reasoning_gym:<dataset>' or 'jsonl:<path>'.")
     max_train_prompts: int = Field(
@@ -71,6 +100,15 @@ class TaskConfig(StrategyConfig):
         default_factory=TurnBudgetConfig,
         description="Environment tasks: a cap on turns set from the observed turn distribution, with extensions.",
     )
+    cleaner: CleanerConfig = Field(
+        default_factory=CleanerConfig,
+        description="Tool tasks: splice a repaired tool call in place of the failed one before training (CLEANER).",
+    )
+    semi_online: SemiOnlineConfig = Field(
+        default_factory=SemiOnlineConfig,
+        description="Tasks with demonstrations: training episodes replay expert trajectories, patched on a "
+        "mismatch (UI-S1).",
+    )
     episode_schedule: Literal["lockstep", "overlap"] = Field(
         "lockstep",
         description="Environment tasks: 'lockstep' = every turn waits for all environment steps (reproducible for a "
@@ -89,6 +127,8 @@ EPISODE_KEYS = (
     "tool_workers",
     "episode_schedule",
     "turn_budget",
+    "cleaner",
+    "semi_online",
 )
 
 

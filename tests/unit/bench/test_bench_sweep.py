@@ -169,3 +169,15 @@ def test_every_shipped_sweep_validates(path):
     # every arm x seed config of the committed presets loads (names, options, refused combinations)
     sweep = load_sweep(path)
     assert len(plan(sweep)) == len(sweep.arms) * len(sweep.seeds)
+
+
+def test_arms_may_differ_in_the_task_keys_that_shape_training_episodes_only(tmp_path):
+    """task.cleaner, task.semi_online and task.turn_budget change the training episodes, never the prompts
+    or the evaluation, so arms may differ in them (benchmarks/episodes_repair.toml); other task keys not."""
+    base = MINIMAL.replace('"model.name" = "tiny-s"', '"model.name" = "tiny-s"\n"task.name" = "calculator"')
+    for key in ("task.cleaner.enabled", "task.semi_online.enabled", "task.turn_budget.enabled"):
+        text = base.replace('"filter.names" = ["zero_variance"]', f'"{key}" = true')
+        assert len(plan(load_sweep(_write(tmp_path, text)), tmp_path / "out")) == 4
+    text = base.replace('"filter.names" = ["zero_variance"]', '"task.max_turns" = 2')
+    with pytest.raises(UserError, match=r"differ in task\.max_turns"):
+        plan(load_sweep(_write(tmp_path, text)), tmp_path / "out")
