@@ -195,6 +195,7 @@ def check(cfg) -> None:
     if declares_episodes(cfg):  # first: the episode pool replaces what later checks reason about
         check_episodes(cfg, True)
     check_episode_credit(cfg)
+    check_branching(cfg)
     adv_fn, adv_opts, _ = resolve(cfg, "advantage")
     if cfg.objective.name == "gspo" and getattr(adv_fn, "per_token", False):  # turn_return, gigpo: per turn
         raise UserError(
@@ -298,6 +299,46 @@ def check_episode_credit(cfg) -> None:
         f"{cfg.task.name!r} keys no state (its turns carry no anchor, see its module docstring): {name} would be "
         "episode-level GRPO; choose advantage.name = 'turn_return' or 'grpo'"
     )
+
+
+def check_branching(cfg) -> None:
+    """Episode branching (``task.branching.mode``, ``rollwise.generate.branching``) forks environments
+    mid-episode: refused on a single-turn task, on an environment task whose factory does not declare
+    ``Compat(forkable=True)`` (its environments cannot be copied, ``rollwise/envs/base.py``), with
+    ``task.episode_schedule = 'overlap'`` (trees grow in lockstep turns) and, for ``'aepo'`` (which reads
+    the sampler's entropies), with a backend that records none. An advantage with ``needs_branching``
+    (PORTool's fork-relative advantage) without branching would be a scaled trajectory GRPO: refused."""
+    mode, task = cfg.task.branching.mode, cfg.task.name
+    adv, name = resolve(cfg, "advantage")[0], cfg.advantage.name
+    if getattr(adv, "needs_branching", False) and mode == "off":
+        raise UserError(
+            f"advantage.name = {name!r} compares the branches of episode trees, and task.branching.mode = 'off' "
+            "grows none (its fork-relative advantage would be 0): set task.branching.mode = 'portool' or 'aepo'"
+        )
+    if mode == "off":
+        return
+    key = f"task.branching.mode = {mode!r}"
+    if not declares_episodes(cfg):
+        raise UserError(
+            f"{key} forks multi-turn episodes, and task.name = {task!r} makes single-turn rollouts: remove the "
+            "setting or choose an environment task (e.g. 'calculator')"
+        )
+    if not record(resolve(cfg, "task")[0]).forkable:
+        raise UserError(
+            f"{key} forks episodes at tool-call turns, and task.name = {task!r} declares environments that cannot "
+            "be forked (no Compat(forkable=True), rollwise/envs/base.py): set task.branching.mode = 'off' or choose "
+            "a forkable task (e.g. 'calculator', 'guess_number')"
+        )
+    if cfg.task.episode_schedule != "lockstep":
+        raise UserError(
+            f"{key} grows episode trees in lockstep turns, and task.episode_schedule = "
+            f"{cfg.task.episode_schedule!r}: set task.episode_schedule = 'lockstep'"
+        )
+    if mode == "aepo" and not record(backend_part(cfg)).sampler_entropy:
+        raise UserError(
+            f"{key} splits its budget by the sampler's entropies, which model.backend = {cfg.model.backend!r} does "
+            "not record: set model.backend = 'hf' or task.branching.mode = 'portool'"
+        )
 
 
 def wants_value(cfg, section: str) -> str | None:

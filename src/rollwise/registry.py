@@ -73,7 +73,10 @@ class Compat:
       ``rollwise.compat.declares_episodes``), nothing probes a task for it;
     - ``state_anchors``: its episodes' turns carry the environment state they acted on (``Turn.anchor``,
       ``rollwise/envs/tools.py``); False (``python_math``: an interpreter namespace) refuses GiGPO's
-      step groups (``rollwise.compat.check_episode_credit``).
+      step groups (``rollwise.compat.check_episode_credit``);
+    - ``forkable``: its environments can be forked mid-episode (``forkable = True`` and ``fork()`` on the
+      environment, ``rollwise/envs/base.py``), so ``task.branching`` may branch its episodes
+      (``rollwise.generate.branching``); False refuses that option at load (``rollwise.compat.check_branching``).
 
     Planning ahead (``train.async.max_staleness`` = η >= 1, ``rollwise/control/__init__.py``):
 
@@ -105,6 +108,7 @@ class Compat:
     replays_rows: bool = False
     episodes: bool = False
     state_anchors: bool = True
+    forkable: bool = False
     plans_ahead: bool = False
     keeps_plan_state: bool = False
 

@@ -1,5 +1,6 @@
-"""The presets of issue #44 (configs/hgpo.toml, configs/salt.toml, configs/turn_budget.toml) train a
-few steps of guess-the-number episodes on the tiny model, at small sizes."""
+"""The presets of issue #44 (configs/hgpo.toml, configs/salt.toml, configs/turn_budget.toml; on the
+calculator: configs/aepo.toml, configs/portool.toml) train a few steps of episodes on the tiny model, at
+small sizes."""
 
 import json
 from pathlib import Path
@@ -58,3 +59,17 @@ def test_turn_budget_preset_trains_and_caps_after_its_warm_up(tmp_path):
         assert m["turn_budget/capped"] == m.get("episodes/end_turn_cap", 0)
         assert m["turn_budget/saved_tokens_est"] >= 0.0 and m["turn_budget/saved_s_est"] >= 0.0
         assert m["episodes/turns"] <= 8 * m["turn_budget/cap"] + m["turn_budget/extensions"]
+
+
+@pytest.mark.parametrize("preset", ["aepo", "portool"])
+def test_branching_presets_train_and_grow_trees(tmp_path, preset):
+    """Calculator episodes grown as trees (task.branching): every group still has its 4 episodes,
+    counted as fresh starts plus branches."""
+    extra = {"model.warm_start.steps": 30, "sampling.max_new_tokens": 16}
+    cfg = load_config(CONFIGS / f"{preset}.toml", small(tmp_path, preset, **extra))
+    assert cfg.task.branching.mode == preset and cfg.task.name == "calculator"
+    res = rollwise.train(cfg, log=lambda m: None)
+    got = lines(res.run_dir)
+    assert len(got) == 2 and all(m["episodes/count"] == 8 for m in got)
+    assert all(m["branching/fresh"] + m["branching/branches"] == 8 for m in got)
+    assert all(0.0 <= m["reward/mean"] <= 1.0 for m in got)

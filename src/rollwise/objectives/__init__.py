@@ -11,6 +11,7 @@ OBJECTIVES.register("cispo", "rollwise.objectives.cispo:loss")
 OBJECTIVES.register("decoupled_ppo", "rollwise.objectives.decoupled_ppo:loss")
 OBJECTIVES.register("minpro", "rollwise.objectives.minpro:loss")
 OBJECTIVES.register("opmd", "rollwise.objectives.opmd:loss")
+OBJECTIVES.register("aepo", "rollwise.objectives.aepo:loss")
 
 ADVANTAGES = Registry("advantage")
 ADVANTAGES.register("grpo", "rollwise.objectives.advantages:grpo")
@@ -36,4 +37,5 @@ ADVANTAGES.register("turn_return", "rollwise.objectives.turn_return:turn_return"
 ADVANTAGES.register("gigpo", "rollwise.objectives.gigpo:gigpo")
 ADVANTAGES.register("hgpo", "rollwise.objectives.hgpo:hgpo")
 ADVANTAGES.register("salt", "rollwise.objectives.salt:salt")
+ADVANTAGES.register("portool", "rollwise.objectives.portool:portool")
 ADVANTAGES.register("opob", "rollwise.objectives.ess:opob")
