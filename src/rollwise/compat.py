@@ -302,22 +302,22 @@ def check_episode_credit(cfg) -> None:
 
 
 def check_branching(cfg) -> None:
-    """Episode branching (``task.branching.mode``, ``rollwise.generate.branching``) forks environments
+    """Episode branching (``sampling.branching.mode``, ``rollwise.generate.branching``) forks environments
     mid-episode: refused on a single-turn task, on an environment task whose factory does not declare
     ``Compat(forkable=True)`` (its environments cannot be copied, ``rollwise/envs/base.py``), with
     ``task.episode_schedule = 'overlap'`` (trees grow in lockstep turns) and, for ``'aepo'`` (which reads
     the sampler's entropies), with a backend that records none. An advantage with ``needs_branching``
     (PORTool's fork-relative advantage) without branching would be a scaled trajectory GRPO: refused."""
-    mode, task = cfg.task.branching.mode, cfg.task.name
+    mode, task = cfg.sampling.branching.mode, cfg.task.name
     adv, name = resolve(cfg, "advantage")[0], cfg.advantage.name
     if getattr(adv, "needs_branching", False) and mode == "off":
         raise UserError(
-            f"advantage.name = {name!r} compares the branches of episode trees, and task.branching.mode = 'off' "
-            "grows none (its fork-relative advantage would be 0): set task.branching.mode = 'portool' or 'aepo'"
+            f"advantage.name = {name!r} compares the branches of episode trees, and sampling.branching.mode = 'off' "
+            "grows none (its fork-relative advantage would be 0): set sampling.branching.mode = 'portool' or 'aepo'"
         )
     if mode == "off":
         return
-    key = f"task.branching.mode = {mode!r}"
+    key = f"sampling.branching.mode = {mode!r}"
     if not declares_episodes(cfg):
         raise UserError(
             f"{key} forks multi-turn episodes, and task.name = {task!r} makes single-turn rollouts: remove the "
@@ -326,8 +326,8 @@ def check_branching(cfg) -> None:
     if not record(resolve(cfg, "task")[0]).forkable:
         raise UserError(
             f"{key} forks episodes at tool-call turns, and task.name = {task!r} declares environments that cannot "
-            "be forked (no Compat(forkable=True), rollwise/envs/base.py): set task.branching.mode = 'off' or choose "
-            "a forkable task (e.g. 'calculator', 'guess_number')"
+            "be forked (no Compat(forkable=True), rollwise/envs/base.py): set sampling.branching.mode = 'off' or "
+            "choose a forkable task (e.g. 'calculator', 'guess_number')"
         )
     if cfg.task.episode_schedule != "lockstep":
         raise UserError(
@@ -337,7 +337,7 @@ def check_branching(cfg) -> None:
     if mode == "aepo" and not record(backend_part(cfg)).sampler_entropy:
         raise UserError(
             f"{key} splits its budget by the sampler's entropies, which model.backend = {cfg.model.backend!r} does "
-            "not record: set model.backend = 'hf' or task.branching.mode = 'portool'"
+            "not record: set model.backend = 'hf' or sampling.branching.mode = 'portool'"
         )
 
 

@@ -271,7 +271,7 @@ def engine_pool(cfg, backend, codec, task, sampling, tree=None):
     ``worker_engine``): an ``EpisodePool`` for an environment task (docs/architecture.md §11), else a
     ``LocalPool`` (``tree``: LATR's sampler, this process only)."""
     if declares_episodes(cfg):  # multi-turn episodes (the task's compatibility record)
-        if cfg.task.branching.mode != "off":  # episode trees (rollwise.generate.branching)
+        if cfg.sampling.branching.mode != "off":  # episode trees (rollwise.generate.branching)
             from rollwise.generate.branching import BranchingPool
 
             return BranchingPool.for_run(cfg, backend, codec, task, sampling)

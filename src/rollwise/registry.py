@@ -75,7 +75,7 @@ class Compat:
       ``rollwise/envs/tools.py``); False (``python_math``: an interpreter namespace) refuses GiGPO's
       step groups (``rollwise.compat.check_episode_credit``);
     - ``forkable``: its environments can be forked mid-episode (``forkable = True`` and ``fork()`` on the
-      environment, ``rollwise/envs/base.py``), so ``task.branching`` may branch its episodes
+      environment, ``rollwise/envs/base.py``), so ``sampling.branching`` may branch its episodes
       (``rollwise.generate.branching``); False refuses that option at load (``rollwise.compat.check_branching``).
 
     Planning ahead (``train.async.max_staleness`` = η >= 1, ``rollwise/control/__init__.py``):

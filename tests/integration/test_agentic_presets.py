@@ -63,11 +63,11 @@ def test_turn_budget_preset_trains_and_caps_after_its_warm_up(tmp_path):
 
 @pytest.mark.parametrize("preset", ["aepo", "portool"])
 def test_branching_presets_train_and_grow_trees(tmp_path, preset):
-    """Calculator episodes grown as trees (task.branching): every group still has its 4 episodes,
+    """Calculator episodes grown as trees (sampling.branching): every group still has its 4 episodes,
     counted as fresh starts plus branches."""
     extra = {"model.warm_start.steps": 30, "sampling.max_new_tokens": 16}
     cfg = load_config(CONFIGS / f"{preset}.toml", small(tmp_path, preset, **extra))
-    assert cfg.task.branching.mode == preset and cfg.task.name == "calculator"
+    assert cfg.sampling.branching.mode == preset and cfg.task.name == "calculator"
     res = rollwise.train(cfg, log=lambda m: None)
     got = lines(res.run_dir)
     assert len(got) == 2 and all(m["episodes/count"] == 8 for m in got)

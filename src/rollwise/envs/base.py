@@ -21,7 +21,7 @@ state can be copied mid-episode declares it: the class attribute ``forkable = Tr
 ``fork() -> Environment``, a new environment in the same state (everything a later ``step`` reads,
 deep-copied) that steps independently of the original from then on. The task's factory declares the
 same in its compatibility record (``Compat(forkable=True)``), which ``rollwise.compat.check_branching``
-reads at load: ``task.branching`` is refused for a task whose environments cannot be forked. An
+reads at load: ``sampling.branching`` is refused for a task whose environments cannot be forked. An
 environment without the attribute is not forkable (the branching pool reads the declaration, never
 probes for a ``fork`` method).
 """

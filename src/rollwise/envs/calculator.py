@@ -53,7 +53,7 @@ CALC = Tool.from_function(calc)
 
 class CalculatorTask(ToolTask):
     name = NAME
-    FORKABLE = True  # calc keeps no state: an episode forks by copying its ToolEnv (task.branching)
+    FORKABLE = True  # calc keeps no state: an episode forks by copying its ToolEnv (sampling.branching)
 
     def __init__(self, options: make.Options):
         self.options = o = options
@@ -118,5 +118,5 @@ class _Options(ToolOptions):
 
 make.Options = _Options
 # an environment task: rollwise.compat checks the episode keys from the config alone; its episodes fork
-# (task.branching, rollwise.generate.branching)
+# (sampling.branching, rollwise.generate.branching)
 make.compat = Compat(episodes=True, forkable=CalculatorTask.FORKABLE)

@@ -161,5 +161,5 @@ class _Options(BaseModel):
 
 make.Options = _Options
 # an environment task: rollwise.compat checks the episode keys from the config alone; its episodes fork
-# (GuessEnv.forkable; task.branching, rollwise.generate.branching)
+# (GuessEnv.forkable; sampling.branching, rollwise.generate.branching)
 make.compat = Compat(episodes=True, forkable=GuessEnv.forkable)

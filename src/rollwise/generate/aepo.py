@@ -1,4 +1,4 @@
-"""``task.branching.mode = "aepo"``: AEPO's entropy-balanced rollout on episode trees (issue #44).
+"""``sampling.branching.mode = "aepo"``: AEPO's entropy-balanced rollout on episode trees (issue #44).
 
 Paper: Dong et al., "Agentic Entropy-Balanced Policy Optimization", arXiv 2510.14545 (code:
 RUC-NLPIR/ARPO); the working specification is the AEPO entry of the project's agentic
@@ -13,7 +13,7 @@ specifications (issue #44). Its rollout half, on the branching primitive of
 2. **Branching at tool calls** with a **penalty on consecutive high-entropy branching**: the episodes
    that called a tool and go on are ranked by the mean entropy of that turn minus
    ``penalty * streak``, ``streak`` the consecutive fork points at which the episode's line already
-   branched; they fork in that order (``task.branching.fork_factor - 1`` branches each) while the tree
+   branched; they fork in that order (``sampling.branching.fork_factor - 1`` branches each) while the tree
    has room. A line that keeps branching is pushed down, so one uncertain chain does not take the
    whole budget (the paper's "entropy collapse" of over-branching).
 
@@ -49,7 +49,7 @@ def _mean(xs: list[float]) -> float | None:
 
 
 class AepoRule:
-    """The branching rule of ``task.branching.mode = "aepo"`` (module docstring)."""
+    """The branching rule of ``sampling.branching.mode = "aepo"`` (module docstring)."""
 
     needs_entropy = True
 

@@ -4,7 +4,7 @@ The primitive, :func:`fork_episode`, copies everything that decides how an episo
 
 - the environment's state: ``env.fork()`` of an environment that declares ``forkable = True``
   (``rollwise/envs/base.py``, "Forking"). The task's factory declares the same
-  (``Compat(forkable=True)``), and ``rollwise.compat.check_branching`` refuses ``task.branching`` at
+  (``Compat(forkable=True)``), and ``rollwise.compat.check_branching`` refuses ``sampling.branching`` at
   load for a task whose environments cannot be forked; the pool reads the declaration, never probes;
 - the token prefix: every policy and observation id so far with its sampler log-prob, loss mask and
   entropy, the turn records, the tool calls used and the turn limit (the prompt ids are shared);
@@ -14,7 +14,7 @@ The primitive, :func:`fork_episode`, copies everything that decides how an episo
   tested with the tiny model, ``tests/unit/generate/test_branching.py``).
 
 ``BranchingPool`` is the episode pool (``rollwise.generate.episodes``) of a run with
-``task.branching.mode`` set. It grows the ``req.n`` episodes of each request as a tree, in lockstep
+``sampling.branching.mode`` set. It grows the ``req.n`` episodes of each request as a tree, in lockstep
 turns:
 
 1. the mode's rule says how many of the ``n`` start fresh (``fresh(n)``): AEPO's entropy
@@ -133,8 +133,8 @@ class BranchingPool(EpisodePool):
 
     @classmethod
     def for_run(cls, cfg, backend, codec, task, sampling: Sampling) -> BranchingPool:
-        """The pool with the ``task`` section's limits and ``task.branching``'s rule."""
-        b = cfg.task.branching
+        """The pool with the ``task`` section's limits and ``sampling.branching``'s rule."""
+        b = cfg.sampling.branching
         if b.mode == "aepo":
             from rollwise.generate.aepo import AepoRule
 

@@ -1,4 +1,4 @@
-"""``task.branching.mode = "portool"``: PORTool's tree rollouts, forking at tool calls (issue #44).
+"""``sampling.branching.mode = "portool"``: PORTool's tree rollouts, forking at tool calls (issue #44).
 
 Paper: Wu et al., "PORTool: Tool-Use LLM Training with Rewarded Tree", arXiv 2510.26020; the working
 specification is the PORTool entry of the project's agentic specifications (issue #44). Its rollout
@@ -25,7 +25,7 @@ from rollwise.generate.branching import Candidate, fresh_share
 
 
 class PortoolRule:
-    """The branching rule of ``task.branching.mode = "portool"`` (module docstring)."""
+    """The branching rule of ``sampling.branching.mode = "portool"`` (module docstring)."""
 
     needs_entropy = False
 

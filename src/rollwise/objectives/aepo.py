@@ -3,7 +3,7 @@
 Paper: Dong et al., "Agentic Entropy-Balanced Policy Optimization", arXiv 2510.14545 (code:
 RUC-NLPIR/ARPO); the working specification is the AEPO entry of the project's agentic specifications
 (issue #44). Its update half; the rollout half (entropy pre-monitoring, branching at tool calls) is
-``task.branching.mode = "aepo"`` (``rollwise.generate.aepo``). Two changes to GRPO's clipped loss
+``sampling.branching.mode = "aepo"`` (``rollwise.generate.aepo``). Two changes to GRPO's clipped loss
 (``objectives/grpo.py``), for the tokens where the policy is uncertain:
 
 1. **Stop-gradient clipping of high-entropy tokens.** PPO's clip gives a token whose ratio ``r`` left

@@ -2,7 +2,7 @@
 
 Paper: Wu, Zhu, Zhang, Chatterjee, Zhu, Mo, Luo, Gao, "PORTool: Tool-Use LLM Training with Rewarded
 Tree", arXiv 2510.26020; the working specification is the PORTool entry of the project's agentic
-specifications (issue #44). Its credit half; the tree rollouts are ``task.branching.mode =
+specifications (issue #44). Its credit half; the tree rollouts are ``sampling.branching.mode =
 "portool"`` (``rollwise.generate.portool``, on the fork primitive of ``rollwise.generate.branching``).
 A group's episodes share the ids before each fork, so its tree is read from the completions:
 
@@ -26,7 +26,7 @@ weight (default 0.5); the tool term is 1 per successful turn times ``tool_weight
 correctness dominates); the fork-relative statistics are over distinct children (a child repeated by
 identical branches counts once). Without tree rollouts (no shared actions) every node is an only
 child, ``A^F = 0`` and ``portool`` is ``(1 - weight)`` times trajectory GRPO: refused at load
-without ``task.branching.mode`` (``rollwise.compat.check_branching``).
+without ``sampling.branching.mode`` (``rollwise.compat.check_branching``).
 """
 
 from __future__ import annotations

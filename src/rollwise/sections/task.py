@@ -32,34 +32,6 @@ class TurnBudgetConfig(Section):
     )
 
 
-class BranchingConfig(Section):
-    """Branching rollouts of environment tasks: episodes forked at tool-call turns
-    (``rollwise.generate.branching``, issue #44); refused for a task whose environments cannot be forked."""
-
-    mode: Literal["off", "aepo", "portool"] = Field(
-        "off",
-        description="Environment tasks: 'aepo' = AEPO's entropy pre-monitoring splits a group between fresh "
-        "episodes and branches at tool-call turns (rollwise.generate.aepo, arXiv 2510.14545); 'portool' = "
-        "PORTool's tree rollouts, forks at tool-call turns (rollwise.generate.portool, arXiv 2510.26020); "
-        "'off' = independent episodes.",
-    )
-    fork_factor: int = Field(
-        2, ge=2, le=16, description="Branches one fork makes (the forked episode and fork_factor - 1 copies)."
-    )
-    beta: float = Field(
-        1.0,
-        ge=0.0,
-        description="AEPO: fresh episodes m = ceil(n * sigmoid(beta * (H_root - H_tool))), the mean sampler "
-        "entropies of first turns and of turns after a tool call (0 = half the group).",
-    )
-    penalty: float = Field(
-        0.5,
-        ge=0.0,
-        description="AEPO: an episode's branching score (the entropy of its turn after a tool call) minus "
-        "penalty x the consecutive turns its line already branched at [reconstructed].",
-    )
-
-
 class TaskConfig(StrategyConfig):
     name: str = Field("arithmetic", description="'arithmetic', 'reasoning_gym:<dataset>' or 'jsonl:<path>'.")
     max_train_prompts: int = Field(
@@ -99,10 +71,6 @@ class TaskConfig(StrategyConfig):
         default_factory=TurnBudgetConfig,
         description="Environment tasks: a cap on turns set from the observed turn distribution, with extensions.",
     )
-    branching: BranchingConfig = Field(
-        default_factory=BranchingConfig,
-        description="Environment tasks: fork episodes at tool-call turns (AEPO, PORTool; rollwise.generate.branching).",
-    )
     episode_schedule: Literal["lockstep", "overlap"] = Field(
         "lockstep",
         description="Environment tasks: 'lockstep' = every turn waits for all environment steps (reproducible for a "
@@ -121,7 +89,6 @@ EPISODE_KEYS = (
     "tool_workers",
     "episode_schedule",
     "turn_budget",
-    "branching",
 )
 
 
