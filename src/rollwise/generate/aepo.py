@@ -58,6 +58,11 @@ class AepoRule:
         self.h_root: float | None = None
         self.h_tool: float | None = None
 
+    @classmethod
+    def for_config(cls, b) -> AepoRule:
+        """From ``sampling.branching``."""
+        return cls(b.beta, b.penalty)
+
     def fresh(self, n: int) -> int:
         return fresh_count(n, self.h_root, self.h_tool, self.beta)
 

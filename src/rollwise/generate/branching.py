@@ -48,7 +48,11 @@ from typing import Protocol
 import torch
 
 from rollwise.generate.episodes import EpisodeLimits, EpisodePool, _Live, _Tally
+from rollwise.registry import load_attr
 from rollwise.types import EntropyRecorder, Plan, Sampling
+
+# the rule of each sampling.branching.mode, loaded on use (the rule modules import this one)
+RULES = {"aepo": "rollwise.generate.aepo:AepoRule", "portool": "rollwise.generate.portool:PortoolRule"}
 
 
 def fork_episode(e: _Live, index: int) -> _Live:
@@ -135,14 +139,7 @@ class BranchingPool(EpisodePool):
     def for_run(cls, cfg, backend, codec, task, sampling: Sampling) -> BranchingPool:
         """The pool with the ``task`` section's limits and ``sampling.branching``'s rule."""
         b = cfg.sampling.branching
-        if b.mode == "aepo":
-            from rollwise.generate.aepo import AepoRule
-
-            rule = AepoRule(b.beta, b.penalty)
-        else:
-            from rollwise.generate.portool import PortoolRule
-
-            rule = PortoolRule(b.fork_factor)
+        rule = load_attr(RULES[b.mode]).for_config(b)
         limits = EpisodeLimits(**{f.name: getattr(cfg.task, f.name) for f in dataclasses.fields(EpisodeLimits)})
         return cls(backend, codec, task, sampling, limits, rule, b.fork_factor, max_batch=cfg.model.max_batch)
 

@@ -32,6 +32,11 @@ class PortoolRule:
     def __init__(self, fork_factor: int = 2):
         self.factor = fork_factor
 
+    @classmethod
+    def for_config(cls, b) -> PortoolRule:
+        """From ``sampling.branching``."""
+        return cls(b.fork_factor)
+
     def fresh(self, n: int) -> int:
         return fresh_share(n, 1.0 / self.factor)
 

@@ -7,8 +7,8 @@ import math
 
 import pytest
 import torch
-
 from objtest_utils import make_batch
+
 from rollwise.objectives import OBJECTIVES
 from rollwise.objectives.aepo import Options, entropy_weight, high_entropy, loss
 from rollwise.objectives.grpo import Options as GrpoOptions
