@@ -1,6 +1,7 @@
 """Per-run summary of an episode sweep (issue #30): held-out pass@1 curve, steps, policy and observation
 tokens, episodes, turns, tool calls and their outcomes, tool-error rate, wall seconds, how episodes
-ended, and, for runs with ``task.turn_budget``, its ``turn_budget/*`` fields (issue #44): one JSON.
+ended, and, for runs with ``task.turn_budget``, its ``turn_budget/*`` fields, for runs with
+``sampling.branching`` its ``branching/*`` counts (issue #44): one JSON.
 
     python benchmarks/episode_runs.py runs/compare/episodes_calc benchmarks/results/episodes_calc/runs.json
 
@@ -29,12 +30,15 @@ def run_summary(d: Path) -> dict:
     calls = sum(x["episodes/tool_calls"] for x in m)
     ends: dict[str, float] = {}  # episodes/end_<reason> summed over the run
     budget: dict[str, float] = {}  # turn_budget/* summed over the run (its cap per step is listed apart)
+    trees: dict[str, float] = {}  # branching/* summed over the run
     for line in m:
         for k, v in line.items():
             if k.startswith("episodes/end_"):
                 ends[k] = ends.get(k, 0) + v
             elif k.startswith("turn_budget/") and k != "turn_budget/cap":
                 budget[k] = budget.get(k, 0) + v
+            elif k.startswith("branching/"):
+                trees[k] = trees.get(k, 0) + v
     return {
         "curve": [(e["step"], e["eval/pass@1"]) for e in ev],
         "steps": len(m),
@@ -48,6 +52,7 @@ def run_summary(d: Path) -> dict:
         "wall_s": m[-1]["wall_s"],
         "ends": ends,
         **({"turn_budget": budget, "turn_budget_caps": [x["turn_budget/cap"] for x in m]} if budget else {}),
+        **({"branching": trees} if trees else {}),
     }
 
 
