@@ -1,7 +1,8 @@
 """Per-run summary of an episode sweep (issue #30): held-out pass@1 curve, steps, policy and observation
 tokens, episodes, turns, tool calls and their outcomes, tool-error rate, wall seconds, how episodes
 ended, and, for runs with ``task.turn_budget``, its ``turn_budget/*`` fields, for runs with ``task.cleaner``
-or ``task.semi_online`` their ``cleaner/*`` fields and ``episodes/patched`` (issue #44): one JSON.
+or ``task.semi_online`` their ``cleaner/*`` fields and ``episodes/patched``, for runs with
+``sampling.branching`` its ``branching/*`` counts (issue #44): one JSON.
 
     python benchmarks/episode_runs.py runs/compare/episodes_calc benchmarks/results/episodes_calc/runs.json
 
@@ -33,6 +34,7 @@ def run_summary(d: Path) -> dict:
     ends: dict[str, float] = {}  # episodes/end_<reason> summed over the run
     budget: dict[str, float] = {}  # turn_budget/* summed over the run (its cap per step is listed apart)
     repairs: dict[str, float] = {}  # cleaner/* and episodes/patched (UI-S1) summed over the run
+    trees: dict[str, float] = {}  # branching/* summed over the run
     for line in m:
         for k, v in line.items():
             if k.startswith("episodes/end_"):
@@ -41,6 +43,8 @@ def run_summary(d: Path) -> dict:
                 budget[k] = budget.get(k, 0) + v
             elif k.startswith("cleaner/") or k == "episodes/patched":
                 repairs[k] = repairs.get(k, 0) + v
+            elif k.startswith("branching/"):
+                trees[k] = trees.get(k, 0) + v
     return {
         "curve": [(e["step"], e["eval/pass@1"]) for e in ev],
         "steps": len(m),
@@ -56,6 +60,7 @@ def run_summary(d: Path) -> dict:
         "ends": ends,
         **({"turn_budget": budget, "turn_budget_caps": [x["turn_budget/cap"] for x in m]} if budget else {}),
         **({"repairs": repairs} if repairs else {}),
+        **({"branching": trees} if trees else {}),
     }
 
 

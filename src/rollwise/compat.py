@@ -196,6 +196,7 @@ def check(cfg) -> None:
         check_episodes(cfg, True)
     check_episode_credit(cfg)
     check_episode_transforms(cfg)
+    check_branching(cfg)
     adv_fn, adv_opts, _ = resolve(cfg, "advantage")
     if cfg.objective.name == "gspo" and getattr(adv_fn, "per_token", False):  # turn_return, gigpo: per turn
         raise UserError(
@@ -323,6 +324,51 @@ def check_episode_transforms(cfg) -> None:
         raise UserError(
             f"task.semi_online.enabled replays each prompt's expert trajectory, and task.name = {task.name!r} has no "
             "demonstrations; choose a task with them ('calculator', 'python_math') or turn task.semi_online.enabled off"
+        )
+
+
+def check_branching(cfg) -> None:
+    """Episode branching (``sampling.branching.mode``, ``rollwise.generate.branching``) forks environments
+    mid-episode: refused on a single-turn task, on an environment task whose factory does not declare
+    ``Compat(forkable=True)`` (its environments cannot be copied, ``rollwise/envs/base.py``), with
+    ``task.episode_schedule = 'overlap'`` (trees grow in lockstep turns) and, for ``'aepo'`` (which reads
+    the sampler's entropies), with a backend that records none. An advantage with ``needs_branching``
+    (PORTool's fork-relative advantage) without branching would be a scaled trajectory GRPO: refused."""
+    mode, task = cfg.sampling.branching.mode, cfg.task.name
+    adv, name = resolve(cfg, "advantage")[0], cfg.advantage.name
+    if getattr(adv, "needs_branching", False) and mode == "off":
+        raise UserError(
+            f"advantage.name = {name!r} compares the branches of episode trees, and sampling.branching.mode = 'off' "
+            "grows none (its fork-relative advantage would be 0): set sampling.branching.mode = 'portool' or 'aepo'"
+        )
+    if mode == "off":
+        return
+    key = f"sampling.branching.mode = {mode!r}"
+    if not declares_episodes(cfg):
+        raise UserError(
+            f"{key} forks multi-turn episodes, and task.name = {task!r} makes single-turn rollouts: remove the "
+            "setting or choose an environment task (e.g. 'calculator')"
+        )
+    if not record(resolve(cfg, "task")[0]).forkable:
+        raise UserError(
+            f"{key} forks episodes at tool-call turns, and task.name = {task!r} declares environments that cannot "
+            "be forked (no Compat(forkable=True), rollwise/envs/base.py): set sampling.branching.mode = 'off' or "
+            "choose a forkable task (e.g. 'calculator', 'guess_number')"
+        )
+    if cfg.task.semi_online.enabled:
+        raise UserError(
+            f"{key} forks episodes, and task.semi_online.enabled replays an expert trajectory whose patch budget "
+            "one fork would share with its branches: turn one of them off"
+        )
+    if cfg.task.episode_schedule != "lockstep":
+        raise UserError(
+            f"{key} grows episode trees in lockstep turns, and task.episode_schedule = "
+            f"{cfg.task.episode_schedule!r}: set task.episode_schedule = 'lockstep'"
+        )
+    if mode == "aepo" and not record(backend_part(cfg)).sampler_entropy:
+        raise UserError(
+            f"{key} splits its budget by the sampler's entropies, which model.backend = {cfg.model.backend!r} does "
+            "not record: set model.backend = 'hf' or sampling.branching.mode = 'portool'"
         )
 
 

@@ -271,6 +271,10 @@ def engine_pool(cfg, backend, codec, task, sampling, tree=None):
     ``worker_engine``): an ``EpisodePool`` for an environment task (docs/architecture.md §11), else a
     ``LocalPool`` (``tree``: LATR's sampler, this process only)."""
     if declares_episodes(cfg):  # multi-turn episodes (the task's compatibility record)
+        if cfg.sampling.branching.mode != "off":  # episode trees (rollwise.generate.branching)
+            from rollwise.generate.branching import BranchingPool
+
+            return BranchingPool.for_run(cfg, backend, codec, task, sampling)
         from rollwise.generate.episodes import EpisodePool
 
         return EpisodePool.for_run(cfg, backend, codec, task, sampling)

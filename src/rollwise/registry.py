@@ -78,6 +78,9 @@ class Compat:
       ``task.cleaner``, ``rollwise.compat.check_episode_transforms``);
     - ``demonstrations``: it gives every train prompt an expert trajectory (``demonstration(prompt)``),
       which UI-S1's semi-online replay follows (``task.semi_online``).
+    - ``forkable``: its environments can be forked mid-episode (``forkable = True`` and ``fork()`` on the
+      environment, ``rollwise/envs/base.py``), so ``sampling.branching`` may branch its episodes
+      (``rollwise.generate.branching``); False refuses that option at load (``rollwise.compat.check_branching``).
 
     Planning ahead (``train.async.max_staleness`` = η >= 1, ``rollwise/control/__init__.py``):
 
@@ -111,6 +114,7 @@ class Compat:
     state_anchors: bool = True
     tools: bool = False
     demonstrations: bool = False
+    forkable: bool = False
     plans_ahead: bool = False
     keeps_plan_state: bool = False
 

@@ -1,6 +1,6 @@
 """The presets of issue #44 (configs/hgpo.toml, configs/salt.toml, configs/turn_budget.toml on guess the
-number; configs/cleaner.toml, configs/ui_s1.toml on calculator) train a few steps of episodes on the tiny
-model, at small sizes."""
+number; on the calculator: configs/cleaner.toml, configs/ui_s1.toml, configs/aepo.toml, configs/portool.toml)
+train a few steps of episodes on the tiny model, at small sizes."""
 
 import json
 from pathlib import Path
@@ -72,3 +72,17 @@ def test_calculator_presets_train(tmp_path, preset):
     assert all(0.0 <= m["reward/mean"] <= 1.0 and "episodes/end_error" not in m for m in got)
     if preset == "ui_s1":  # the replay runs no tool: every call shown is the expert's output, replayed
         assert all(m.get("episodes/tool_ok", 0) == 0 and m["episodes/turns"] >= 8 for m in got)
+
+
+@pytest.mark.parametrize("preset", ["aepo", "portool"])
+def test_branching_presets_train_and_grow_trees(tmp_path, preset):
+    """Calculator episodes grown as trees (sampling.branching): every group still has its 4 episodes,
+    counted as fresh starts plus branches."""
+    extra = {"model.warm_start.steps": 30, "sampling.max_new_tokens": 16}
+    cfg = load_config(CONFIGS / f"{preset}.toml", small(tmp_path, preset, **extra))
+    assert cfg.sampling.branching.mode == preset and cfg.task.name == "calculator"
+    res = rollwise.train(cfg, log=lambda m: None)
+    got = lines(res.run_dir)
+    assert len(got) == 2 and all(m["episodes/count"] == 8 for m in got)
+    assert all(m["branching/fresh"] + m["branching/branches"] == 8 for m in got)
+    assert all(0.0 <= m["reward/mean"] <= 1.0 for m in got)

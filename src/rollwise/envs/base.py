@@ -15,6 +15,15 @@ it after the policy's tokens, never re-tokenising the conversation.
 ``step`` runs in a worker thread of the episode pool (environments of different episodes step
 concurrently), so an environment must not share mutable state with other episodes' environments.
 Tools that run model-written code run in the code verifier's sandbox (``rollwise.verify.sandbox``).
+
+**Forking** (episode branching, ``rollwise.generate.branching``, issue #44). An environment whose
+state can be copied mid-episode declares it: the class attribute ``forkable = True`` and
+``fork() -> Environment``, a new environment in the same state (everything a later ``step`` reads,
+deep-copied) that steps independently of the original from then on. The task's factory declares the
+same in its compatibility record (``Compat(forkable=True)``), which ``rollwise.compat.check_branching``
+reads at load: ``sampling.branching`` is refused for a task whose environments cannot be forked. An
+environment without the attribute is not forkable (the branching pool reads the declaration, never
+probes for a ``fork`` method).
 """
 
 from __future__ import annotations
@@ -46,6 +55,15 @@ class Environment(Protocol):
     def reset(self, seed: int) -> None: ...
 
     def step(self, action: str) -> StepResult: ...
+
+
+@runtime_checkable
+class ForkableEnvironment(Environment, Protocol):
+    """An environment that can be forked mid-episode (module docstring, "Forking")."""
+
+    forkable: bool  # True: declared, read by the branching pool
+
+    def fork(self) -> Environment: ...
 
 
 @runtime_checkable

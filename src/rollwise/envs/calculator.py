@@ -53,6 +53,7 @@ CALC = Tool.from_function(calc)
 
 class CalculatorTask(ToolTask):
     name = NAME
+    FORKABLE = True  # calc keeps no state: an episode forks by copying its ToolEnv (sampling.branching)
 
     def __init__(self, options: make.Options):
         self.options = o = options
@@ -117,5 +118,6 @@ class _Options(ToolOptions):
 
 make.Options = _Options
 # an environment task with a tool and a demonstration per prompt: rollwise.compat checks the episode keys
-# (task.cleaner and task.semi_online included) from the config alone
-make.compat = Compat(episodes=True, tools=True, demonstrations=True)
+# (task.cleaner and task.semi_online included) from the config alone; its episodes fork
+# (sampling.branching, rollwise.generate.branching)
+make.compat = Compat(episodes=True, tools=True, demonstrations=True, forkable=CalculatorTask.FORKABLE)

@@ -54,12 +54,19 @@ class GuessEnv:
     """One episode: the secret of its prompt, and the interval ``lo..hi`` the feedback so far
     leaves for it (the anchor, module docstring)."""
 
+    forkable = True  # its whole state is (secret, lo, hi): envs/base.py, "Forking"
+
     def __init__(self, secret: int, high: int):
         self.secret, self.high = secret, high
         self.lo, self.hi = 1, high
 
     def reset(self, seed: int) -> None:
         self.lo, self.hi = 1, self.high  # deterministic given the secret
+
+    def fork(self) -> GuessEnv:
+        twin = GuessEnv(self.secret, self.high)
+        twin.lo, twin.hi = self.lo, self.hi
+        return twin
 
     def step(self, action: str) -> StepResult:
         anchor = f"{self.lo}-{self.hi}"  # the state this guess is made in
@@ -153,6 +160,6 @@ class _Options(BaseModel):
 
 
 make.Options = _Options
-make.compat = Compat(
-    episodes=True
-)  # an environment task: rollwise.compat checks the episode keys from the config alone
+# an environment task: rollwise.compat checks the episode keys from the config alone; its episodes fork
+# (GuessEnv.forkable; sampling.branching, rollwise.generate.branching)
+make.compat = Compat(episodes=True, forkable=GuessEnv.forkable)

@@ -174,6 +174,8 @@ class PythonCells:
 class PythonMathTask(ToolTask):
     name = NAME
     STATE_ANCHORS = False  # the namespace is not keyed (module docstring, "No GiGPO anchors")
+    # FORKABLE stays False: the cells run so far live in the python tool (PythonCells), which a fork of the
+    # ToolEnv would share, so sampling.branching is refused (rollwise.compat.check_branching)
 
     def __init__(self, options: make.Options):
         self.options = o = options

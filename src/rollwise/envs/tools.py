@@ -52,6 +52,7 @@ show sets ``STATE_ANCHORS = False``: its turns get no anchor, and ``rollwise.com
 
 from __future__ import annotations
 
+import copy
 import inspect
 import json
 import re
@@ -292,6 +293,7 @@ class ToolEnv:
     verify: Callable[[Prompt, str], Verdict]
     make_runner: Callable[[], ToolRunner]
     anchored: bool = True  # key each turn by the observations so far (module docstring, "Anchor")
+    forkable: bool = False  # the task's FORKABLE: its tools keep no state of their own (envs/base.py, "Forking")
     runner: ToolRunner | None = field(default=None, init=False)
     told: str = field(default="", init=False)  # the observations of the episode so far
 
@@ -305,6 +307,16 @@ class ToolEnv:
         if self.runner is None:
             self.reset(0)
         self.runner.max_tool_calls, self.runner.timeout = self.runner.used + calls_left, timeout_s
+
+    def fork(self) -> ToolEnv:
+        """The same episode, stepped independently from here (``envs/base.py``, "Forking"): the calls
+        used and the limits are copied; the tools are shared, which is right only for tools that keep no
+        state (a task says so with ``FORKABLE = True``)."""
+        if not self.forkable:
+            raise TypeError(f"the environment of {self.prompt.id!r} is not forkable (its task's FORKABLE is False)")
+        twin = ToolEnv(self.prompt, self.verify, self.make_runner, self.anchored, self.forkable)
+        twin.runner, twin.told = copy.copy(self.runner), self.told
+        return twin
 
     def step(self, action: str) -> StepResult:
         if self.runner is None:
@@ -327,6 +339,7 @@ class ToolTask:
     name: str
     options: ToolOptions
     STATE_ANCHORS = True  # the tools' outputs are the environment's state (module docstring, "Anchor")
+    FORKABLE = False  # True: the tools keep no state, so an episode forks by copying its ToolEnv (envs/base.py)
     _train: tuple[Prompt, ...] = ()
     _heldout: tuple[Prompt, ...] = ()
 
@@ -355,7 +368,11 @@ class ToolTask:
 
     def environment(self, prompt: Prompt) -> ToolEnv:
         return ToolEnv(
-            prompt, self.verify, lambda: ToolRunner.from_options(self.tools(), self.options), self.STATE_ANCHORS
+            prompt,
+            self.verify,
+            lambda: ToolRunner.from_options(self.tools(), self.options),
+            self.STATE_ANCHORS,
+            self.FORKABLE,
         )
 
     def demonstration(self, prompt: Prompt) -> tuple[tuple[str, str, str], ...]:

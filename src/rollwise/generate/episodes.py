@@ -182,13 +182,7 @@ class EpisodePool:
         # the turn budget caps training episodes only, at one cap for the whole call (reproducible)
         cap = self.budget.cap() if self.budget is not None and charge else self.limits.max_turns
         make = self.task.environment if self.patch_budget is None or not charge else self._replay
-        live: list[_Live] = []
-        for req in plan.requests:
-            if req.prefix:
-                raise ValueError(f"request for {req.prompt.id!r} continues a prefix, which episodes do not do")
-            pids = self.codec.encode_prompt(req.prompt)
-            for _ in range(req.n):
-                live.append(self._start(len(live), req.prompt, pids, cap, make))
+        live = self._starts(plan, cap, make)
         tally = _Tally()
         self._run(live, sampling, generator, tally)
         out = [(e.prompt, self._rollout(e, version)) for e in live]
@@ -205,6 +199,18 @@ class EpisodePool:
         return self.task.replay_environment(prompt, self.patch_budget)
 
     # ------------------------------------------------------------ the turns
+
+    def _starts(self, plan: Plan, cap: int, make) -> list[_Live]:
+        """``req.n`` fresh episodes of every request (a branching pool starts fewer and forks the rest,
+        ``rollwise.generate.branching``)."""
+        live: list[_Live] = []
+        for req in plan.requests:
+            if req.prefix:
+                raise ValueError(f"request for {req.prompt.id!r} continues a prefix, which episodes do not do")
+            pids = self.codec.encode_prompt(req.prompt)
+            for _ in range(req.n):
+                live.append(self._start(len(live), req.prompt, pids, cap, make))
+        return live
 
     def _start(self, index: int, prompt: Prompt, pids, limit: int, make) -> _Live:
         e = _Live(index, prompt, pids, None, limit=limit)

@@ -1,5 +1,6 @@
 """The ``sampling`` section: training rollouts' sampling, LATR trees (``rollwise.generate.latr``) and ARRoL
-pruning (``rollwise.generate.arrol``, which aliases ``ArrolOptions``)."""
+pruning (``rollwise.generate.arrol``, which aliases ``ArrolOptions``) and branching episodes
+(``rollwise.generate.branching``)."""
 
 from __future__ import annotations
 
@@ -137,6 +138,34 @@ class ArrolConfig(ArrolOptions):
     )
 
 
+class BranchingConfig(Section):
+    """Branching rollouts of environment tasks (episodes): episodes forked at tool-call turns
+    (``rollwise.generate.branching``, issue #44); refused for a task whose environments cannot be forked."""
+
+    mode: Literal["off", "aepo", "portool"] = Field(
+        "off",
+        description="Environment tasks: 'aepo' = AEPO's entropy pre-monitoring splits a group between fresh "
+        "episodes and branches at tool-call turns (rollwise.generate.aepo, arXiv 2510.14545); 'portool' = "
+        "PORTool's tree rollouts, forks at tool-call turns (rollwise.generate.portool, arXiv 2510.26020); "
+        "'off' = independent episodes.",
+    )
+    fork_factor: int = Field(
+        2, ge=2, le=16, description="Branches one fork makes (the forked episode and fork_factor - 1 copies)."
+    )
+    beta: float = Field(
+        1.0,
+        ge=0.0,
+        description="AEPO: fresh episodes m = ceil(n * sigmoid(beta * (H_root - H_tool))), the mean sampler "
+        "entropies of first turns and of turns after a tool call (0 = half the group).",
+    )
+    penalty: float = Field(
+        0.5,
+        ge=0.0,
+        description="AEPO: an episode's branching score (the entropy of its turn after a tool call) minus "
+        "penalty x the consecutive turns its line already branched at [reconstructed].",
+    )
+
+
 class SamplingConfig(Section):
     temperature: float = Field(1.0, ge=0.0, description="Sampling temperature for training rollouts (0 = greedy).")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
@@ -146,4 +175,8 @@ class SamplingConfig(Section):
     )
     arrol: ArrolConfig = Field(
         default_factory=ArrolConfig, description="ARRoL online rollout pruning (off by default)."
+    )
+    branching: BranchingConfig = Field(
+        default_factory=BranchingConfig,
+        description="Environment tasks: episodes forked at tool-call turns (AEPO, PORTool; off by default).",
     )
