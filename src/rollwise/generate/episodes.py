@@ -212,10 +212,11 @@ class EpisodePool:
                 live.append(self._start(len(live), req.prompt, pids, cap, make))
         return live
 
-    def _start(self, index: int, prompt: Prompt, pids, limit: int, make) -> _Live:
+    def _start(self, index: int, prompt: Prompt, pids, limit: int, make=None) -> _Live:
+        """One fresh episode; ``make`` builds its environment (the task's, or UI-S1's replay)."""
         e = _Live(index, prompt, pids, None, limit=limit)
         try:
-            e.env = make(prompt)
+            e.env = (make or self.task.environment)(prompt)
             e.env.reset(int(prompt.metadata.get("seed", 0)))
         except Exception as err:  # noqa: BLE001  an environment that cannot start ends its episode, not the run
             e.end, e.error = "error", err
