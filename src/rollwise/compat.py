@@ -23,7 +23,7 @@ chosen), so this module imports no strategy, backend or pool module, and nothing
 assembler (``components``) imports this one except ``config.load_config``.
 
 What fails late without this table, refused here: ``entropy = 'sampler'`` (ETTRL, ECHO; MSSR on
-request) with an engine that records no sampler entropies (vLLM, Ray workers, LATR trees);
+request) with an engine that records no sampler entropies (vLLM, Ray workers, tree samplers);
 periodic asynchrony with a part that reads the whole batch (GDPO's batch normalisation, MSSR,
 ECHO, GDRO, ADHint, R3L, SCOPE), which would compute every step twice; and, once the tokenizer is
 known (:func:`check_engine_length`, before the warm start and the engine), a prompt plus
