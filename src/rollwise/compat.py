@@ -4,7 +4,8 @@ Every part a config can choose declares what it needs and supports in a frozen r
 (:class:`rollwise.registry.Compat`, attribute ``compat`` of its class or function, or ``COMPAT``
 of a pool's or rollout wrapper's module): the backend (``backends.REGISTRY``: hf, vllm), the pool
 (:data:`POOLS`: local, Ray workers, data-parallel, asynchronous, periodic), the rollout wrappers
-that drive the backend in the trainer's process (:data:`WRAPPERS`: ARRoL, the LATR tree sampler;
+that drive the backend in the trainer's process (:data:`WRAPPERS`: ARRoL, the tree samplers LATR, ETMR
+and EC-Tree;
 replay sources with ``wrap_pool``: APRIL, SPEC-RL), the controller, the advantage estimator and
 the objective (its options' ``needs_prox``: an off-policy correction). :func:`check` derives every
 refusal between parts from those records, naming the keys to change, before any model is loaded;
@@ -22,7 +23,7 @@ chosen), so this module imports no strategy, backend or pool module, and nothing
 assembler (``components``) imports this one except ``config.load_config``.
 
 What fails late without this table, refused here: ``entropy = 'sampler'`` (ETTRL, ECHO; MSSR on
-request) with an engine that records no sampler entropies (vLLM, Ray workers, LATR trees);
+request) with an engine that records no sampler entropies (vLLM, Ray workers, tree samplers);
 periodic asynchrony with a part that reads the whole batch (GDPO's batch normalisation, MSSR,
 ECHO, GDRO, ADHint, R3L, SCOPE), which would compute every step twice; and, once the tokenizer is
 known (:func:`check_engine_length`, before the warm start and the engine), a prompt plus
@@ -54,6 +55,9 @@ POOLS.register("periodic", "rollwise.trainer.streaming")
 WRAPPERS = Registry("rollout wrapper")
 WRAPPERS.register("sampling.arrol", "rollwise.generate.arrol")
 WRAPPERS.register("sampling.latr", "rollwise.generate.latr")
+WRAPPERS.register("sampling.etmr", "rollwise.generate.etmr")
+WRAPPERS.register("sampling.ec_tree", "rollwise.generate.ec_tree")
+SAMPLING_WRAPPERS = ("sampling.arrol", "sampling.latr", "sampling.etmr", "sampling.ec_tree")  # each has .enabled
 
 
 def _registries() -> dict[str, Registry]:
@@ -142,7 +146,7 @@ def wrappers(cfg) -> list[tuple[str, Compat]]:
     replay source that generates training rollouts itself (APRIL, SPEC-RL)."""
     out = [
         (f"{key}.enabled", record(WRAPPERS.get(key)))
-        for key in ("sampling.arrol", "sampling.latr")
+        for key in SAMPLING_WRAPPERS
         if getattr(cfg.sampling, key.split(".")[1]).enabled
     ]
     rep = record(resolve(cfg, "replay")[0])
@@ -488,21 +492,16 @@ def check_needs(cfg, section: str, rec: Compat) -> None:
 
 def check_wrappers(cfg) -> None:
     """Each wrapper's local check; at most one part makes the training rollouts."""
-    for key in ("sampling.arrol", "sampling.latr"):
-        local_check(WRAPPERS.get(key), cfg)  # ARRoL: its check point before sampling.max_new_tokens
+    for key in SAMPLING_WRAPPERS:
+        local_check(WRAPPERS.get(key), cfg)  # ARRoL: its check point; ETMR: whole trees per group
     rep = record(resolve(cfg, "replay")[0])
-    if cfg.sampling.arrol.enabled and cfg.sampling.latr.enabled:
+    on = [f"{key}.enabled" for key in SAMPLING_WRAPPERS if getattr(cfg.sampling, key.split(".")[1]).enabled]
+    if len(on) > 1:
+        raise UserError(f"{' cannot be combined with '.join(on)} (each owns training generation; turn all but one off)")
+    if on and rep.owns_generation:
         raise UserError(
-            "sampling.arrol.enabled cannot be combined with sampling.latr.enabled (both own training generation)"
-        )
-    if cfg.sampling.arrol.enabled and rep.owns_generation:
-        raise UserError(
-            f"sampling.arrol.enabled cannot be combined with replay {cfg.replay.name!r} (both own training generation)"
-        )
-    if cfg.sampling.latr.enabled and rep.owns_generation:
-        raise UserError(
-            f"sampling.latr.enabled cannot be combined with replay {cfg.replay.name!r} (it generates "
-            "training rollouts itself and would bypass the tree)"
+            f"{on[0]} cannot be combined with replay {cfg.replay.name!r} (both own training generation: the replay "
+            "would bypass the sampler)"
         )
 
 
@@ -608,7 +607,7 @@ def check_periodic(cfg) -> None:
     if cfg.control.dynamic_sampling.enabled:
         bad.append("control.dynamic_sampling.enabled (keeps a share of the batch)")
     if any(rec.needs_decode_hooks for key, rec in wrappers(cfg) if key.startswith("sampling.")):
-        bad.append("sampling.arrol / sampling.latr (drive the trainer's backend directly)")
+        bad.append("sampling.arrol / latr / etmr / ec_tree (drive the trainer's backend directly)")
     opts = resolve(cfg, "objective")[1]
     if not all(hasattr(opts, k) for k in ("aggregation", "norm_constant", "count_empty_rows")):
         bad.append(f"objective.name = {cfg.objective.name!r} (no common.aggregate denominator)")

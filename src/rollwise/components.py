@@ -479,7 +479,7 @@ def assemble(cfg, task, parts: Strategies, wiring: Wiring, dp=None, backend=None
     if describe is not None:  # e.g. which code sandbox is active (verify/sandbox.py), and its ledger facts
         log(describe())
         a.verifier_facts = task.verifier_facts()
-    tree = tree_sampler(cfg, a.backend, a.codec)  # LATR (sampling.latr), or None
+    tree = tree_sampler(cfg, a.backend, a.codec)  # LATR, ETMR or EC-Tree (sampling.*), or None
     a.pool = a.base_pool = base = build_pool(cfg, a.backend, a.codec, task, a.sampling, tree, a.model, log=log, dp=dp)
     wrappers = []
     for name, applies, wrap in ROLLOUT_WRAPPERS:
@@ -577,7 +577,17 @@ def _record_entropy(cfg, backend, parts: Strategies) -> None:
 
 
 def tree_sampler(cfg, backend, codec):
-    """LATR tree sampler (``sampling.latr``, generate/latr.py), or None when off."""
+    """The tree sampler the config turns on (at most one, ``compat.check_wrappers``): LATR
+    (``sampling.latr``, generate/latr.py), ETMR (``sampling.etmr``, generate/etmr.py), EC-Tree
+    (``sampling.ec_tree``, generate/ec_tree.py); or None."""
+    if cfg.sampling.etmr.enabled:
+        from rollwise.generate.etmr import EtmrSampler
+
+        return EtmrSampler(backend, cfg.sampling.etmr, max_batch=cfg.model.max_batch)
+    if cfg.sampling.ec_tree.enabled:
+        from rollwise.generate.ec_tree import EcTreeSampler
+
+        return EcTreeSampler(backend, cfg.sampling.ec_tree, max_batch=cfg.model.max_batch)
     tc = cfg.sampling.latr
     if not tc.enabled:
         return None

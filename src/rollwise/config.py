@@ -47,7 +47,14 @@ from rollwise.sections.reward import (
     TtrlOptions,
 )
 from rollwise.sections.run import RunConfig
-from rollwise.sections.sampling import ArrolConfig, ArrolOptions, SamplingConfig, TreeSamplingConfig
+from rollwise.sections.sampling import (
+    ArrolConfig,
+    ArrolOptions,
+    EcTreeConfig,
+    EtmrConfig,
+    SamplingConfig,
+    TreeSamplingConfig,
+)
 from rollwise.sections.task import TaskConfig
 from rollwise.sections.train import AsyncConfig, EssLrScalingConfig, EssOptions, GapGuardConfig, TrainConfig
 from rollwise.sections.value import ValueConfig
@@ -58,6 +65,8 @@ __all__ = [
     "ArrolOptions",
     "AsyncConfig",
     "BatchConfig",
+    "EcTreeConfig",
+    "EtmrConfig",
     "Config",
     "ControlConfig",
     "D3SConfig",

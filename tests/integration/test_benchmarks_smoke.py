@@ -186,6 +186,18 @@ def test_regime_probes_a_sweep_at_step_0(tmp_path):
     assert "step0" in _json(tmp_path / "regime.json")
 
 
+def test_tree_tokens(tmp_path):
+    bench(
+        tmp_path,
+        "tree_tokens.py",
+        *("--prompts", "1", "--etmr-roots", "1", "--ec-leaves", "2", "--set", "model.warm_start.steps=0"),
+        *("--out", tmp_path / "tree.json"),
+    )
+    res = _json(tmp_path / "tree.json")
+    assert set(res["samplers"]) == {"etmr", "ec_tree"} and res["machine"]
+    assert res["samplers"]["etmr"]["leaves_per_prompt"] == 5 and res["samplers"]["etmr"]["paper_ratio"] == 0.6
+
+
 def test_simulate_async(tmp_path):
     bench(
         tmp_path,
@@ -331,6 +343,7 @@ SMOKED = {
     "benchinfo.py": "imported by every script here; its helpers: tests/unit/bench/test_bench_scripts.py",
     "vs_trl.py": "test_vs_trl_runs_both_sides, test_vs_trl_forced_mode_trains_a_pretrained_model_through_the_...",
     "april_throughput.py": "test_april_throughput",
+    "tree_tokens.py": "test_tree_tokens",
     "code_sandbox.py": "test_code_sandbox",
     "code_sandbox_ab.py": "test_code_sandbox_ab_with_this_tree_on_both_sides",
     "compute_dtype_auto.py": "test_compute_dtype_auto",

@@ -41,7 +41,7 @@ class LocalPool:
         self.max_batch = max_batch
         self.verify_workers = verify_workers  # verifier calls in parallel (threads; e.g. sandboxed code checks)
         self._verify_pool = None
-        self.tree = tree  # LATR tree sampler (generate/latr.py) for training requests, or None
+        self.tree = tree  # a tree sampler (generate/latr.py, etmr.py, ec_tree.py) for training requests, or None
         self.cost = StepCost()
 
     def close(self) -> None:
@@ -60,7 +60,7 @@ class LocalPool:
         for req in plan.requests:
             pids = self.codec.encode_prompt(req.prompt)
             prefix = tuple(req.prefix or ())
-            # LATR: k of the n rollouts of a fresh training request come from a tree (k = 0: none)
+            # tree samplers: k of the n rollouts of a fresh training request come from a tree (k = 0: none)
             k = self.tree.tree_size(req.n, version) if self.tree is not None and charge and not prefix else 0
             if k:
                 tree_jobs.append((req, pids, k))
@@ -89,12 +89,12 @@ class LocalPool:
                     paths.append(path)
             decoded += tree_tokens
             if charge:
-                st = self.tree.last_stats
+                st, pre = self.tree.last_stats, getattr(self.tree, "metrics", "latr")  # etmr/*, ec_tree/*
                 self.cost.count(
                     **{
-                        "latr/tree_rollouts": sum(k for _, _, k in tree_jobs),
-                        "latr/branches_born": st.get("branches_born", 0),
-                        "latr/branches_pruned": st.get("branches_pruned", 0),
+                        f"{pre}/tree_rollouts": sum(k for _, _, k in tree_jobs),
+                        f"{pre}/branches_born": st.get("branches_born", 0),
+                        f"{pre}/branches_pruned": st.get("branches_pruned", 0),
                     }
                 )
         t1 = time.perf_counter()

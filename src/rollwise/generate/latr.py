@@ -61,6 +61,9 @@ training rollouts (a replay with ``wrap_pool``, APRIL or SPEC-RL, would bypass t
 carry no sampler entropies. That the backend it gets is hf is checked again when the sampler is
 built (``session.Run``).
 
+The continuation (6.), the tree paths and the backend check are the fork machinery LATR shares with
+ETMR and EC-Tree (``rollwise.generate.forks``).
+
 Deviations / reconstructions: the continuation uses the same HF sampler (the code hands it to
 vLLM); the exit threshold sums per-root ``min(branches, k)`` with k per root (the code has one
 k); pruning a child also removes its descendants [inferred]; the operator set for
@@ -77,7 +80,8 @@ from dataclasses import dataclass, field
 import torch
 
 from rollwise.backends.hf import HFBackend, sampling_logprobs
-from rollwise.registry import Compat, UserError
+from rollwise.generate.forks import check_backend, continue_prefixes, merge_unary
+from rollwise.registry import Compat
 from rollwise.types import Completion, Sampling, TreePath
 
 MATH_SYMBOLS = frozenset("+-*/=^()<>%")
@@ -211,6 +215,8 @@ class _Branch:
 class LatrSampler:
     """Generates the tree part of groups; ``pool.tree`` (``distributed.local``) routes to it."""
 
+    metrics = "latr"  # prefix of the pool's tree metrics
+
     def __init__(
         self, backend: HFBackend, opts, symbol_ids: frozenset[int] = frozenset(), max_batch: int | None = None
     ):
@@ -222,11 +228,7 @@ class LatrSampler:
 
     @staticmethod
     def check_backend(backend) -> None:
-        for need in ("forward_step", "left_pad", "generate"):
-            if not hasattr(backend, need):
-                raise UserError(
-                    f"sampling.latr.enabled needs the hf backend (its {need}); got {type(backend).__name__}"
-                )
+        check_backend(backend, "sampling.latr.enabled", ("forward_step", "left_pad", "generate"))
 
     def tree_size(self, n: int, step: int) -> int:
         return tree_size(n, mix_ratio(self.opts.schedule, step))
@@ -402,21 +404,13 @@ class LatrSampler:
                     items.extend((b, b.path + [(next(self._ids), at)]) for _ in range(copies[id(b)]))
             entries.append(items[: ks[r]])
         todo = [(r, i) for r, items in enumerate(entries) for i, (b, _) in enumerate(items) if b.finish is None]
-        conts: dict[tuple[int, int], Completion] = {}
-        cont_tokens = 0
-        if todo:
-            by_len: dict[int, list[tuple[int, int]]] = {}
-            for r, i in todo:
-                by_len.setdefault(len(entries[r][i][0].tokens), []).append((r, i))
-            for used, keys in by_len.items():
-                smp = Sampling(sampling.temperature, sampling.top_p, sampling.max_new_tokens - used)
-                seqs = [list(prompts[r]) + entries[r][i][0].tokens for r, i in keys]
-                for key, c in zip(keys, self.backend.generate(seqs, smp, generator)):
-                    conts[key] = c
-                    cont_tokens += len(c.token_ids)
+        done, cont_tokens = continue_prefixes(
+            self.backend, [prompts[r] for r, _ in todo], [entries[r][i][0].tokens for r, i in todo], sampling, generator
+        )
+        conts: dict[tuple[int, int], Completion] = dict(zip(todo, done))
         out = []
         for r, items in enumerate(entries):
-            paths = _merge_unary([p for _, p in items])
+            paths = merge_unary([p for _, p in items])
             group = []
             for i, (b, _) in enumerate(items):
                 c = conts.get((r, i))
@@ -433,21 +427,3 @@ def _remove(b: _Branch) -> None:
     b.pruned = True
     for c in b.children:
         _remove(c)
-
-
-def _merge_unary(paths: list[list[tuple[int, int]]]) -> list[TreePath]:
-    """Merge every node that is the only child of its parent into the parent (the parent keeps its
-    start), so each node is a maximal segment shared by a fixed set of rollouts."""
-    children: dict[int, set[int]] = {}
-    for p in paths:
-        for (a, _), (b, _) in zip(p, p[1:]):
-            children.setdefault(a, set()).add(b)
-    out = []
-    for p in paths:
-        nodes, starts = [p[0][0]], [p[0][1]]
-        for d in range(1, len(p)):
-            if len(children.get(p[d - 1][0], ())) > 1:
-                nodes.append(p[d][0])
-                starts.append(p[d][1])
-        out.append(TreePath(tuple(nodes), tuple(starts)))
-    return out

@@ -24,8 +24,9 @@ Signals: confidence is the probability of the sampled token under the sampler, `
 probability is not available from the backends). Entropy: ``"sampler"`` (full vocabulary,
 default) or a proxy (:mod:`rollwise.objectives.signals`).
 
-Differences: the entropy-confidence tree rollout (EC-Tree, §5.3.3) is **not built** (disabled in
-every released script and unable to fire with the shipped thresholds, §5.3.6); the additive
+Differences: the entropy-confidence tree rollout (EC-Tree, §5.3.3; disabled in every released script
+and unable to fire with the shipped thresholds, §5.3.6) is a separate sampler, ``sampling.ec_tree``
+(``rollwise.generate.ec_tree``, recalibrated), whose rows carry no sampler entropies; the additive
 ``add_coeff`` term (0 in the code) is not built. Effective released ECHO = TTRL + hybrid
 multiplier + CA-Clip, which is what these two pieces give with ``reward.ttrl.enabled = true``.
 """

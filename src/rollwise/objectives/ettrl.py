@@ -18,8 +18,9 @@ advantage's sign in the formula as written [DERIVED]; ``clamp = true`` (default,
 [RECON] recommendation) clamps ``Y_i >= 0``; the share of clamped rows is not logged (an estimator
 returns advantages only). A group with ``H_bar = 0`` keeps ``Y = 1``. The entropy flavour is an
 option (:mod:`rollwise.objectives.signals`); the paper's is the full-vocabulary entropy
-(``"sampler"``, default). ETMR (entropy-fork tree rollouts, §5.2.1) is not built here; LATR's tree
-sampler (``sampling.latr``) is the closest existing generator.
+(``"sampler"``, default). ETMR (entropy-fork tree rollouts, §5.2.1) is a sampler,
+``sampling.etmr`` (``rollwise.generate.etmr``); its rows carry no sampler entropies, so with it this
+advantage takes ``entropy = "surprisal"`` or ``"sampled_term"``.
 """
 
 from __future__ import annotations

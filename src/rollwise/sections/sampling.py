@@ -1,5 +1,6 @@
-"""The ``sampling`` section: training rollouts' sampling, LATR trees (``rollwise.generate.latr``) and ARRoL
-pruning (``rollwise.generate.arrol``, which aliases ``ArrolOptions``) and branching episodes
+"""The ``sampling`` section: training rollouts' sampling, the tree samplers (LATR, ``rollwise.generate.latr``;
+ETMR, ``rollwise.generate.etmr``; EC-Tree, ``rollwise.generate.ec_tree``), ARRoL pruning
+(``rollwise.generate.arrol``, which aliases ``ArrolOptions``) and branching episodes
 (``rollwise.generate.branching``)."""
 
 from __future__ import annotations
@@ -77,6 +78,85 @@ class TreeSamplingConfig(Section):
             raise ValueError(f"sampling.latr.schedule needs step keys >= 0 and eta values in [0, 1], got {bad}")
         if not self.lookahead or any(r < 1 for r in self.lookahead):
             raise ValueError(f"sampling.latr.lookahead must be a non-empty list of ages >= 1, got {self.lookahead}")
+        return self
+
+
+class EtmrConfig(Section):
+    """ETMR entropy-fork tree rollouts (ETTRL, arXiv 2508.11356; guidance.md §5.2.1;
+    ``rollwise.generate.etmr``). Defaults: the paper's N = 2, B = 2; the [RECON] details of the spec."""
+
+    enabled: bool = Field(
+        False,
+        description="Generate each training group as ETMR trees: M roots (M = n // (1 + branches * forks)), each "
+        "forked at its forks highest-entropy positions with branches new branches per fork, M (1 + B N) leaves "
+        "(hf backend only; evaluation never uses it; not with another tree sampler, sampling.arrol or a replay that "
+        "generates itself). control.rollouts_per_prompt must be a multiple of 1 + B N.",
+    )
+    forks: int = Field(2, ge=1, description="N: fork positions per root, its top-N sampler-entropy positions.")
+    branches: int = Field(2, ge=1, description="B: new branches sampled at each fork position.")
+    ignore_first: int = Field(
+        4, ge=0, description="Completion positions before this are never forks (spec [RECON]: the first 4 tokens)."
+    )
+    min_gap: int = Field(
+        1, ge=1, description="Fork positions of one root are at least this many tokens apart (spec [RECON]: 1)."
+    )
+
+
+class EcTreeConfig(Section):
+    """EC-Tree entropy-confidence tree rollouts (ECHO, arXiv 2602.02150; guidance.md §5.3.3;
+    ``rollwise.generate.ec_tree``). Entropy over the full vocabulary and the paper's confidence (mean top-k
+    probability), so the confidence thresholds are the spec's recalibration [RECON], not the released code's."""
+
+    enabled: bool = Field(
+        False,
+        description="Generate each training group as an EC-Tree: base completions branched once where entropy is "
+        "high, confidence low and entropy jumps; completions that fail an online-pruning test are dropped and the "
+        "group topped up with independent samples to n (hf backend only; evaluation never uses it; not with another "
+        "tree sampler, sampling.arrol or a replay that generates itself).",
+    )
+    roots: int = Field(1, ge=1, description="Base completions per prompt (released code: 1).")
+    min_depth: int = Field(4, ge=0, description="No branch or prune test before this completion position (code: 4).")
+    entropy_high: float = Field(3.5, ge=0.0, description="H_high: branch only where H_t >= this (code: 3.5).")
+    entropy_low: float = Field(1.0, ge=0.0, description="H_low of the width formula (code: 1.0).")
+    entropy_jump: float = Field(
+        0.2, description="Branch only where H_t - mean(H of the previous entropy_window steps) >= this (code: 0.2)."
+    )
+    entropy_window: int = Field(4, ge=1, description="Steps the entropy jump is measured against (code: 4).")
+    confidence_top_k: int = Field(5, ge=1, description="k of the confidence C_t = mean top-k probability (paper: 5).")
+    group_window: int = Field(
+        4, ge=1, description="W_G: grouped confidence C^G_t = mean C over the last W_G steps [RECON: 4]."
+    )
+    branch_threshold: float = Field(
+        0.1, gt=0.0, description="tau_b: branch only where C^G_t <= this (spec's recalibration for k = 5 [RECON])."
+    )
+    alpha: float = Field(2.0, description="alpha of the width formula (code: 2.0).")
+    beta: float = Field(1.0, description="beta of the width formula (code: 1.0).")
+    min_branches: int = Field(1, ge=1, description="Smallest width (candidates at the branch point, code: 1).")
+    max_branches: int = Field(4, ge=1, description="Largest width (code: 4).")
+    prune_threshold: float = Field(
+        0.05, ge=0.0, description="Prune once the running minimum of C^G is below this (recalibrated [RECON])."
+    )
+    tail_window: int = Field(8, ge=1, description="W_T: tail confidence C_tail = mean C over the last W_T steps.")
+    tail_threshold: float = Field(
+        0.075,
+        ge=0.0,
+        description="Prune once C_tail fell 3 steps running and is <= this (recalibrated between the prune and "
+        "branch thresholds [RECON]; code: 1.0 in DeepConf units).",
+    )
+    spike: float = Field(
+        0.5, description="Prune once the entropy jump was > 0 for 3 steps running and is > this (code: 0.5)."
+    )
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.min_branches > self.max_branches:
+            raise ValueError(
+                f"sampling.ec_tree.min_branches ({self.min_branches}) must be <= max_branches ({self.max_branches})"
+            )
+        if self.entropy_high <= self.entropy_low:
+            raise ValueError(
+                f"sampling.ec_tree.entropy_high ({self.entropy_high}) must be above entropy_low ({self.entropy_low})"
+            )
         return self
 
 
@@ -172,6 +252,12 @@ class SamplingConfig(Section):
     max_new_tokens: int = Field(8, ge=1, description="Most tokens generated per rollout.")
     latr: TreeSamplingConfig = Field(
         default_factory=TreeSamplingConfig, description="LATR tree rollouts (off by default)."
+    )
+    etmr: EtmrConfig = Field(
+        default_factory=EtmrConfig, description="ETMR entropy-fork tree rollouts (off by default)."
+    )
+    ec_tree: EcTreeConfig = Field(
+        default_factory=EcTreeConfig, description="EC-Tree entropy-confidence tree rollouts (off by default)."
     )
     arrol: ArrolConfig = Field(
         default_factory=ArrolConfig, description="ARRoL online rollout pruning (off by default)."
