@@ -73,7 +73,7 @@ from rollwise.verify import exact
 NAME = "arithmetic"
 LEVEL_SIZE = {1: 100, 2: 14_895, 3: 2_510_050, 4: 1_485_450, 5: 10_000}  # distinct expressions
 HELDOUT_SHARE = 0.25  # at most this share of a level's expressions is held out
-RAMBLE_MAX_SEGMENTS = 48  # re-checks in one ramble at most (~450 characters: past any cap the regimes use)
+RAMBLE_MAX_SEGMENTS = 48  # re-checks in one ramble at most (300-700 characters: past any cap the regimes use)
 SLIPS = (-2, -1, 1, 2)  # how far a re-check's result is off
 
 Expr = tuple  # (a, op, b) or (a, op, b, op, c); ints and "+", "-", "*"
