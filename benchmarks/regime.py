@@ -156,13 +156,15 @@ def probe(sweep_path: str, n_prompts: int, g: int, batch: int, overrides: list[s
             node = node[part]
         node[last] = json.loads(value) if value[:1] in "[{0123456789-tf" else value
     cfg = load_config(data=data)
-    run = Run(cfg, log=lambda *a: None)
-    prompts = list(run.task.train_prompts())[:n_prompts]
-    groups = []
-    for i in range(0, len(prompts), batch):
-        groups += run.pool.generate(Plan(tuple(Request(p, g) for p in prompts[i : i + batch])), [], 0)
-    run.close()
-    shutil.rmtree(tmp, ignore_errors=True)  # the probe's run directory: nothing in it is kept
+    try:
+        run = Run(cfg, log=lambda *a: None)  # the warm start: an interrupted one is kept (see main)
+        prompts = list(run.task.train_prompts())[:n_prompts]
+        groups = []
+        for i in range(0, len(prompts), batch):
+            groups += run.pool.generate(Plan(tuple(Request(p, g) for p in prompts[i : i + batch])), [], 0)
+        run.close()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # the probe's run directory: nothing in it is kept
     lengths = [len(r.completion_ids) for grp in groups for r in grp.rollouts]
     cut = sum(r.finish == "length" for grp in groups for r in grp.rollouts)
     by_level: dict = defaultdict(list)
@@ -218,7 +220,18 @@ def through_training(runs_dir: str, arm: str) -> dict:
     return out
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv=None) -> int:
+    """SIGTERM and SIGINT (even when a shell started the probe in the background, where SIGINT is
+    ignored) stop it as Ctrl-C does, so an interrupted warm start is saved in the cache at its last
+    step and the next probe of the same sweep continues it (rollwise.trainer.warm_start)."""
+    import signal
+
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     a = parse_args(argv)
     from rollwise.bench.sweep import load_sweep
 
