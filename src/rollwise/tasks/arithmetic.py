@@ -342,7 +342,8 @@ class _Options(BaseModel):
         description="chain of thought only: level -> share of that level's warm-start examples that ramble (a "
         "re-check loop that never reaches an answer; rollwise.tasks.arithmetic), e.g. {5 = 0.5}; each level one "
         "of 'levels', each share in [0, 1). Empty (the default): the examples are the traces. Gives the "
-        "warm-started model wrong attempts that run long (issue #43's length tail)",
+        "warm-started model wrong attempts that run long (issue #43's length tail). Set sampling.max_new_tokens with "
+        "it: left unset, it is derived from the longest warm-start example, which is then a ramble",
     )
     ramble_segments: float = Field(
         default=8.0,
