@@ -9,6 +9,12 @@ spread, per level when the task has levels, and response lengths in tokens (medi
 max, the share cut at ``max_new_tokens``, the share of tokens in the longest 5% of responses,
 p90/p50 and p99/p50).
 
+Warm-start examples: the supervised examples the sweep's warm start trains on (the task's
+``sft_examples``, as many and with the seed that ``rollwise.trainer.warm_start`` uses), without any
+model: per level, the share whose target does not verify (an arithmetic ramble, ``task.options.ramble``)
+and the target lengths in characters plus the end token (the built-in tiny model's tokens). Written
+whenever the task has such examples; cheap, so a candidate's traces can be read before its warm start runs.
+
 Through training: with ``--runs DIR``, each run's ``metrics.jsonl`` in DIR (the per-step
 ``groups/all_correct_frac``, ``groups/all_wrong_frac``, ``length/*`` written by every run) is
 summarised at the start, the middle and the end of the runs whose name starts with ``--arm``.
@@ -91,6 +97,38 @@ def group_stats(groups, g: int) -> dict:
     }
 
 
+def example_stats(examples, task, max_new_tokens: int) -> dict:
+    """Warm-start ``(prompt, target)`` examples: how many, the share whose target the task's verifier
+    scores 0 (overall and per ``kind_of``), and the target lengths (characters + 1 end token;
+    ``length_stats``, "truncated" = longer than ``max_new_tokens``)."""
+    lengths = [len(t) + 1 for _, t in examples]
+    wrong = [task.verify(p, t).score == 0.0 for p, t in examples]
+    by: dict = defaultdict(list)
+    for (p, _), w in zip(examples, wrong):
+        by[kind_of(p)].append(w)
+    return {
+        "n": len(examples),
+        "wrong_frac": round(sum(wrong) / len(wrong), 4),
+        "wrong_frac_by_level": {k: round(sum(v) / len(v), 4) for k, v in sorted(by.items())},
+        "lengths": length_stats(lengths, sum(n > max_new_tokens for n in lengths)),
+    }
+
+
+def warm_start_examples(sweep_path: str) -> dict | None:
+    """``example_stats`` of the examples the sweep's baseline warm start trains on (None: the task has none)."""
+    from rollwise.bench.sweep import load_sweep, plan
+    from rollwise.tasks import build
+
+    sweep = load_sweep(sweep_path)
+    cfg = next(s for s in plan(sweep) if s.arm == sweep.baseline).cfg
+    ws, task = cfg.model.warm_start, build(cfg)
+    try:
+        examples = task.sft_examples(ws.steps * ws.batch_size, ws.seed)
+    except (NotImplementedError, AttributeError):
+        return None
+    return example_stats(examples, task, cfg.sampling.max_new_tokens) if examples else None
+
+
 def kind_of(prompt) -> str:
     """A prompt's level (arithmetic), else its reasoning-gym source dataset (composite), else 'all'."""
     m = prompt.metadata
@@ -118,13 +156,15 @@ def probe(sweep_path: str, n_prompts: int, g: int, batch: int, overrides: list[s
             node = node[part]
         node[last] = json.loads(value) if value[:1] in "[{0123456789-tf" else value
     cfg = load_config(data=data)
-    run = Run(cfg, log=lambda *a: None)
-    prompts = list(run.task.train_prompts())[:n_prompts]
-    groups = []
-    for i in range(0, len(prompts), batch):
-        groups += run.pool.generate(Plan(tuple(Request(p, g) for p in prompts[i : i + batch])), [], 0)
-    run.close()
-    shutil.rmtree(tmp, ignore_errors=True)  # the probe's run directory: nothing in it is kept
+    try:
+        run = Run(cfg, log=lambda *a: None)  # the warm start: an interrupted one is kept (see main)
+        prompts = list(run.task.train_prompts())[:n_prompts]
+        groups = []
+        for i in range(0, len(prompts), batch):
+            groups += run.pool.generate(Plan(tuple(Request(p, g) for p in prompts[i : i + batch])), [], 0)
+        run.close()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # the probe's run directory: nothing in it is kept
     lengths = [len(r.completion_ids) for grp in groups for r in grp.rollouts]
     cut = sum(r.finish == "length" for grp in groups for r in grp.rollouts)
     by_level: dict = defaultdict(list)
@@ -180,12 +220,25 @@ def through_training(runs_dir: str, arm: str) -> dict:
     return out
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv=None) -> int:
+    """SIGTERM and SIGINT (even when a shell started the probe in the background, where SIGINT is
+    ignored) stop it as Ctrl-C does, so an interrupted warm start is saved in the cache at its last
+    step and the next probe of the same sweep continues it (rollwise.trainer.warm_start)."""
+    import signal
+
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     a = parse_args(argv)
     from rollwise.bench.sweep import load_sweep
 
     sweep = load_sweep(a.sweep)
     result = {"sweep": a.sweep, "date": benchinfo.stamp(), "machine": benchinfo.machine(), "git": benchinfo.git()}
+    if (examples := warm_start_examples(a.sweep)) is not None:
+        result["warm_start_examples"] = examples
     if a.prompts > 0:
         result["step0"] = probe(a.sweep, a.prompts, a.group_size, a.batch, a.set)
     if a.runs:
@@ -195,6 +248,7 @@ def main(argv=None) -> int:
         old = json.loads(out.read_text())
         result = {**{k: v for k, v in old.items() if k in ("step0", "through_training")}, **result}
     out.write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps({"warm_start_examples": result.get("warm_start_examples")}, indent=1))
     print(json.dumps({k: v for k, v in result.get("step0", {}).items() if k != "by_level"}, indent=1))
     for lv, s in result.get("step0", {}).get("by_level", {}).items():
         print(lv, {k: s[k] for k in ("groups", "all_correct_frac", "all_wrong_frac", "pass_rate_mean", "length_p50")})

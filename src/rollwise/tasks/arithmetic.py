@@ -33,6 +33,21 @@ digit trace ending in ``=ANSWER`` (``"47+85="`` -> ``"7+5+0=12,4+8+1=13,=132"``)
 response lengths that grow with the number of digits and operations; the verifier then reads the
 last integer of the completion (``metadata["cot"]``).
 
+Rambling traces (``ramble``, optional, chain of thought only; default none): for the levels named
+in ``ramble``, that share of the warm-start examples (``sft_examples``) is a *ramble* instead of
+the trace: the trace up to one of its digit steps, then a re-check loop that redoes that step with
+a slipped result (off by 1 or 2), again and again, and stops on ``?`` without ever writing
+``=ANSWER`` (``"47+85="`` -> ``"7+5+0=12,4+8+1=13?4+8+1=12?4+8+1=15?"``). The number of re-checks
+is geometric with mean ``ramble_segments`` (at most ``RAMBLE_MAX_SEGMENTS``): a constant chance
+of stopping at each ``?``, which a small model imitates as a constant hazard, so its rambles have a
+long right tail. Every slipped result differs from the answer, so a ramble, read by the verifier
+(its last integer), is always wrong. A model warm-started on these examples is unsure on those
+levels and, when it is, imitates the rambling: wrong attempts run long (some to
+``sampling.max_new_tokens``) and right ones stop, the length tail of published RLVR runs
+(docs/regime.md §7 "Lengths", §8 item 2: "let wrong paths retry more often, so failures run
+long"). Reference completions (``target``) and verdicts are unchanged; with ``ramble`` empty the
+warm-start examples are exactly the traces (byte for byte: no random draw is made).
+
 Two rewards (``second_reward``, optional; for GDPO, ``rollwise.objectives.gdpo``): verdicts then
 carry named rewards ``{"correct": score, "format" | "length": 0/1}`` (``Verdict.rewards``), where
 ``format`` is 1 for a well-formed answer (a bare integer; cot: the trace ends in ``=INTEGER``)
@@ -44,10 +59,11 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import re
 from collections.abc import Sequence
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rollwise.registry import UserError
 from rollwise.tasks._common import coerce_options, sample_prompts
@@ -57,6 +73,8 @@ from rollwise.verify import exact
 NAME = "arithmetic"
 LEVEL_SIZE = {1: 100, 2: 14_895, 3: 2_510_050, 4: 1_485_450, 5: 10_000}  # distinct expressions
 HELDOUT_SHARE = 0.25  # at most this share of a level's expressions is held out
+RAMBLE_MAX_SEGMENTS = 48  # re-checks in one ramble at most (300-700 characters: past any cap the regimes use)
+SLIPS = (-2, -1, 1, 2)  # how far a re-check's result is off
 
 Expr = tuple  # (a, op, b) or (a, op, b, op, c); ints and "+", "-", "*"
 
@@ -137,6 +155,40 @@ def _trace_op(a: int, op: str, b: int) -> str:
                 steps.append(f"{x}-{y}-{carry}={s}" + (f"+10={s + 10}" if s < 0 else ""))
                 carry = int(s < 0)
     return ",".join(steps) + f",={value((a, op, b))}"
+
+
+def _steps(text: str) -> tuple[list[str], list[int]]:
+    """A trace split into its pieces and separators (alternating, ``re.split`` with the group kept)
+    and the indices of its digit steps (the pieces that are not an operation's ``=RESULT``)."""
+    parts = re.split(r"([,;])", text)
+    return parts, [i for i in range(0, len(parts), 2) if not parts[i].startswith("=")]
+
+
+def ramble_trace(expr: Expr, step: int, slips: Sequence[int]) -> str:
+    """The trace of ``expr`` up to and including its digit step number ``step`` (0-based), then one
+    re-check of that step per entry of ``slips``, each with the step's result off by that much, and
+    a closing ``?`` (no answer). ``((47, "+", 85), 1, (-1, 2))`` ->
+    ``"7+5+0=12,4+8+1=13?4+8+1=12?4+8+1=15?"``."""
+    parts, steps = _steps(trace(expr))
+    i = steps[step]
+    head, result = parts[i].rsplit("=", 1)
+    return "".join(parts[: i + 1]) + "".join(f"?{head}={int(result) + d}" for d in slips) + "?"
+
+
+def draw_ramble(expr: Expr, rng: random.Random, mean_segments: float) -> str:
+    """A ramble of ``expr`` (``ramble_trace``) drawn with ``rng``: the step uniformly among the
+    trace's digit steps; the number of re-checks 1 + a geometric count, mean ``mean_segments``
+    (stop at each ``?`` with probability 1 / ``mean_segments``), at most ``RAMBLE_MAX_SEGMENTS``;
+    each slip uniform among ``SLIPS`` that keep the result >= 0 and away from the answer, so the
+    ramble's last integer is never the answer."""
+    parts, steps = _steps(trace(expr))
+    step = rng.randrange(len(steps))
+    result = int(parts[steps[step]].rsplit("=", 1)[1])
+    n = 1
+    while n < RAMBLE_MAX_SEGMENTS and rng.random() >= 1 / mean_segments:
+        n += 1
+    ok = [d for d in SLIPS if result + d >= 0 and result + d != value(expr)]  # never empty: +1 or +2 stays
+    return ramble_trace(expr, step, [rng.choice(ok) for _ in range(n)])
 
 
 # ---------------------------------------------------------------- splits
@@ -238,8 +290,20 @@ class ArithmeticTask:
         return trace(prompt.metadata["expr"]) if self.options.cot else str(prompt.answer)
 
     def sft_examples(self, n: int, seed: int) -> list[tuple[Prompt, str]]:
-        """``n`` (prompt, target) pairs from the train split, drawn by ``seed``."""
-        return [(p, self.target(p)) for p in sample_prompts(self._train, n, seed)]
+        """``n`` (prompt, target) pairs from the train split, drawn by ``seed``; with ``ramble``, a
+        prompt of a rambling level gets a ramble (``draw_ramble``) instead of its trace with the
+        level's probability, drawn by ``seed`` too, one draw per example (a prompt drawn twice may
+        get both)."""
+        pairs = [(p, self.target(p)) for p in sample_prompts(self._train, n, seed)]
+        share = self.options.ramble
+        if not share:
+            return pairs
+        rng = random.Random(f"rollwise-arithmetic-ramble-{seed}")
+        mean = self.options.ramble_segments
+        return [
+            (p, draw_ramble(p.metadata["expr"], rng, mean) if rng.random() < share.get(p.metadata["level"], 0.0) else t)
+            for p, t in pairs
+        ]
 
 
 def make(arg: str | None, options=None) -> ArithmeticTask:
@@ -273,6 +337,21 @@ class _Options(BaseModel):
         "completion has at most max_length characters; 'none' = only the score. The score stays correctness.",
     )
     max_length: int = Field(default=2, ge=1, description="characters allowed by second_reward = 'length'")
+    ramble: dict[int, float] = Field(
+        default_factory=dict,
+        description="chain of thought only: level -> share of that level's warm-start examples that ramble (a "
+        "re-check loop that never reaches an answer; rollwise.tasks.arithmetic), e.g. {5 = 0.5}; each level one "
+        "of 'levels', each share in [0, 1). Empty (the default): the examples are the traces. Gives the "
+        "warm-started model wrong attempts that run long (issue #43's length tail). Set sampling.max_new_tokens with "
+        "it: left unset, it is derived from the longest warm-start example, which is then a ramble",
+    )
+    ramble_segments: float = Field(
+        default=8.0,
+        ge=1.0,
+        le=RAMBLE_MAX_SEGMENTS,
+        description="mean number of re-checks in a ramble (geometric, at most "
+        f"{RAMBLE_MAX_SEGMENTS}); read only with 'ramble'",
+    )
 
     @field_validator("levels")
     @classmethod
@@ -283,6 +362,25 @@ class _Options(BaseModel):
         if len(set(v)) != len(v):
             raise ValueError(f"levels must not repeat (got {v})")
         return sorted(v)
+
+    @field_validator("ramble")
+    @classmethod
+    def _check_ramble_shares(cls, v: dict[int, float]) -> dict[int, float]:
+        bad = {lv: x for lv, x in v.items() if not 0.0 <= x < 1.0}
+        if bad:
+            raise ValueError(
+                f"ramble shares must be in [0, 1) (a level that always rambles is never solved); got {bad}"
+            )
+        return v
+
+    @model_validator(mode="after")
+    def _check_ramble(self):
+        if self.ramble and not self.cot:
+            raise ValueError("ramble needs cot = true (a ramble is a chain-of-thought trace that loops)")
+        other = sorted(set(self.ramble) - set(self.levels))
+        if other:
+            raise ValueError(f"ramble names level(s) {other} that are not in levels {self.levels}")
+        return self
 
 
 make.Options = _Options

@@ -313,3 +313,24 @@ def test_compute_dtype_run_summary_sums_phases_and_keeps_the_precision():
         "precision/bf16_speedup": 0.5,
         "precision/reason": "measured",
     }
+
+
+# ---------------------------------------------------------------- regime.py: warm-start examples
+
+
+def test_regime_example_stats_by_hand():
+    import regime
+
+    from rollwise.tasks import REGISTRY
+
+    task = REGISTRY.get("arithmetic")(None, {"levels": [2, 3], "cot": True, "n_train": 50, "n_heldout": 10})
+    p2 = next(p for p in task.train_prompts() if p.metadata["level"] == 2)
+    p3 = next(p for p in task.train_prompts() if p.metadata["level"] == 3)
+    # three examples: two right (a trace, a bare answer) and one ramble, which never verifies
+    examples = [(p2, task.target(p2)), (p3, p3.answer), (p3, "1+2+0=3?1+2+0=4?")]
+    out = regime.example_stats(examples, task, max_new_tokens=10)
+    lengths = sorted(len(t) + 1 for _, t in examples)
+    assert out["n"] == 3 and out["wrong_frac"] == round(1 / 3, 4)
+    assert out["wrong_frac_by_level"] == {"2": 0.0, "3": 0.5}
+    assert 17 in lengths and out["lengths"]["max"] == lengths[-1] and out["lengths"]["p50"] == lengths[1]  # 16 + end
+    assert out["lengths"]["truncated_frac"] == round(sum(n > 10 for n in lengths) / 3, 4)

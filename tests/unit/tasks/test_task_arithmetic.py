@@ -6,7 +6,7 @@ import pytest
 
 from rollwise.registry import UserError, validate_options
 from rollwise.tasks import REGISTRY
-from rollwise.tasks.arithmetic import allocate, draw, trace, value
+from rollwise.tasks.arithmetic import RAMBLE_MAX_SEGMENTS, allocate, draw, draw_ramble, ramble_trace, trace, value
 from rollwise.types import Task
 
 make = REGISTRY.get("arithmetic")
@@ -124,3 +124,93 @@ def test_cot_traces():
         assert t.verify(p, target).score == 1.0
     lengths = [len(target) for _, target in t.sft_examples(200, seed=0)]
     assert max(lengths) > 3 * min(lengths)  # long-tailed lengths
+
+
+# ---------------------------------------------------------------- rambling traces (issue #43 item 3)
+
+
+def test_ramble_trace_hand_examples():
+    # 47+85 = "7+5+0=12,4+8+1=13,=132": after its second digit step (4+8+1=13) the step is redone
+    # with 13-1 and 13+2, then '?' closes the ramble without '=132'
+    assert ramble_trace((47, "+", 85), 1, (-1, 2)) == "7+5+0=12,4+8+1=13?4+8+1=12?4+8+1=15?"
+    # a borrowing step's result is the one after '+10': 2-7-0=-5+10=5, re-checked as 6
+    assert ramble_trace((42, "-", 17), 0, (1,)) == "2-7-0=-5+10=5?2-7-0=-5+10=6?"
+    # 47*36: the third digit step is the sum of the partials, 282+1410=1692
+    assert ramble_trace((47, "*", 36), 2, (1,)) == "47*6=282,47*3=141,282+1410=1692?282+1410=1693?"
+    # 12+34-5: the operation results (=46) are not steps; the third digit step is 6-5-0=1
+    assert ramble_trace((12, "+", 34, "-", 5), 2, (2,)) == "2+4+0=6,1+3+0=4,=46;6-5-0=1?6-5-0=3?"
+
+
+def test_drawn_rambles_are_wrong_and_geometric():
+    import random
+    import statistics
+
+    from rollwise.verify import exact
+
+    rng = random.Random(0)
+    for expr in [(1, "+", 0), (9, "*", 1), (99, "*", 99), (12, "+", 34, "-", 5), (42, "-", 17)]:
+        for _ in range(200):
+            r = draw_ramble(expr, rng, 4.0)
+            checks = r.split("?")[1:-1]  # the re-checks: each one's result is off the answer
+            assert (
+                r.endswith("?")
+                and checks
+                and all(int(c.rsplit("=", 1)[1]) not in (value(expr), -1, -2) for c in checks)
+            )
+            assert exact.last_int(r) != value(expr)
+    # 1+0 = "1+0+0=1,=1": one step, result 1 = the answer, so every slip is +1 or +2 or -1 (0)
+    assert {exact.last_int(draw_ramble((1, "+", 0), rng, 2.0)) for _ in range(200)} == {0, 2, 3}
+    counts = [draw_ramble((47, "+", 85), rng, 5.0).count("?") - 1 for _ in range(4000)]  # re-checks
+    assert min(counts) == 1 and abs(statistics.mean(counts) - 5.0) < 0.3  # 1 + geometric: mean 5
+    assert sum(c == 1 for c in counts) / len(counts) == pytest.approx(0.2, abs=0.03)  # stop at the first '?': 1/5
+    assert max(draw_ramble((47, "+", 85), rng, 48.0).count("?") - 1 for _ in range(300)) == RAMBLE_MAX_SEGMENTS
+
+
+def test_ramble_examples_share_by_level_and_default_unchanged():
+    opts = {"levels": [2, 3], "cot": True, "n_train": 300, "n_heldout": 20}
+    plain = make(None, opts).sft_examples(3000, seed=1)
+    t = make(None, {**opts, "ramble": {3: 0.4}})
+    ex = t.sft_examples(3000, seed=1)
+    assert ex == t.sft_examples(3000, seed=1)  # drawn by the seed
+    assert [p.id for p, _ in ex] == [p.id for p, _ in plain]  # the same prompts, in the same order
+    rambles = [(p, s) for p, s in ex if s.endswith("?")]
+    assert all(p.metadata["level"] == 3 for p, _ in rambles)  # level 2 never rambles
+    level3 = sum(p.metadata["level"] == 3 for p, _ in ex)
+    assert len(rambles) / level3 == pytest.approx(0.4, abs=0.04)
+    assert all(t.verify(p, s).score == 0.0 for p, s in rambles)  # a ramble never answers
+    assert all(s == u for (_, s), (_, u) in zip(ex, plain) if not s.endswith("?"))  # the others are the traces
+    assert all(t.target(p) == trace(p.metadata["expr"]) for p, _ in rambles)  # references unchanged
+
+
+def test_default_warm_start_examples_are_byte_identical():
+    """Regime 1 (benchmarks/regime_cot.toml) and the embedded default keep their warm-start examples
+    (and so their cached warm starts): digests of 2,000 examples taken before the ramble option."""
+    import hashlib
+
+    def digest(opts):
+        ex = make(None, opts).sft_examples(2000, 0)
+        return hashlib.sha256(repr([(p.id, s) for p, s in ex]).encode()).hexdigest()
+
+    assert digest({"levels": [3, 4, 5], "cot": True}) == (
+        "c17340c5b718a8a0dd2db8cdf3748022074672cb740174086ac219de01286969"
+    )
+    assert digest({}) == "6cd612055b0040c84e7b5c120e7fcb1ce682aa85a28ce24b61585319fdbb35bd"
+    assert digest({"levels": [3, 4, 5], "cot": True, "ramble": {}}) == digest({"levels": [3, 4, 5], "cot": True})
+
+
+@pytest.mark.parametrize(
+    ("ramble", "extra", "match"),
+    [
+        ({5: 0.5}, {"cot": False}, "ramble needs cot = true"),
+        ({4: 0.5}, {}, r"ramble names level\(s\) \[4\] that are not in levels \[3, 5\]"),
+        ({5: 1.0}, {}, r"ramble.*\[0, 1\)"),
+        ({5: -0.1}, {}, r"ramble.*\[0, 1\)"),
+        ({"x": 0.5}, {}, "ramble"),
+    ],
+)
+def test_bad_ramble_options_name_the_key(ramble, extra, match):
+    with pytest.raises(UserError, match=match) as e:
+        make(None, {"levels": [3, 5], "cot": True, "ramble": ramble, **extra})
+    assert "task.options" in str(e.value)
+    with pytest.raises(UserError, match="task.options.ramble_segments"):
+        make(None, {"levels": [3, 5], "cot": True, "ramble": {5: 0.5}, "ramble_segments": 0.5})
