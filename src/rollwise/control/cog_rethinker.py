@@ -157,7 +157,9 @@ class CogRethinker(Uniform):
     Options = Options
     # finish_batch builds the SFT rows of the whole step; its advantage gives them lambda; the rounds
     # and the per-step stage context are set in plan and read by the same step's rounds and finish_batch
-    compat = Compat(batch_statistics=True, pairs_with=("advantage", "cog_rethinker"), dynamic_sampling=False)
+    compat = Compat(
+        batch_statistics=True, pairs_with=("advantage", "cog_rethinker"), dynamic_sampling=False, keeps_plan_state=True
+    )
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: Options | None, seed: int):
         super().__init__(prompts, cfg, options, seed)
