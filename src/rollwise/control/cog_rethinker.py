@@ -84,16 +84,18 @@ class Options(BaseModel):
         2, ge=0, description="Retrieved demonstrations (solved problem, correct output) prepended to each extra prompt."
     )
     decompose_prefix: str = Field(
-        "Split the problem into steps and solve each.\n",
+        "Split into steps: ",
         description="Instruction written before the demonstrations of a decomposition prompt.",
     )
     refine_prefix: str = Field(
-        "Wrong: {wrong}\n",
+        "Wrong: {wrong}. ",
         description="Written before the problem of a refinement prompt; {wrong} is the earlier wrong outputs.",
     )
     wrong_answers: int = Field(2, ge=1, description="Earlier wrong outputs shown in a refinement prompt.")
     demo_template: str = Field(
-        "{problem}{solution}\n", description="How one demonstration is written (fields {problem}, {solution})."
+        "{problem}{solution} ",
+        description="How one demonstration is written (fields {problem}, {solution}); the defaults use no newline, "
+        "which the built-in tiny model's character vocabulary lacks.",
     )
     max_prompt_chars: int = Field(
         4000, ge=1, description="Demonstrations are dropped (last first) while an extra prompt is longer than this."
@@ -130,8 +132,8 @@ def stage_prompt(
     """``prompt`` rewritten for an extra stage: ``preamble``, the demonstrations, ``after``, then the
     problem. A new id (the codec caches prompt ids by id and the pool merges groups by id);
     ``metadata["cog_of"]`` names the plain prompt. Chat prompts get the same text in their last user
-    message. Example: stage_prompt(Prompt('a', 't', '2+2=', '4'), 'refine', 'R\\n', [], '', 'Wrong: 5\\n').text
-    -> 'R\\nWrong: 5\\n2+2='."""
+    message. Example: stage_prompt(Prompt('a', 't', '2+2=', '4'), 'refine', '', [], '', 'Wrong: 5. ').text
+    -> 'Wrong: 5. 2+2='."""
     shots = "".join(template.format(problem=e.problem, solution=e.solution) for e in demos)
     head = preamble + shots + after
     messages = None

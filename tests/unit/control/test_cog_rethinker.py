@@ -63,7 +63,7 @@ def test_only_zero_accuracy_prompts_get_a_decomposition_rollout():
     (req,) = c.next_round(groups, ST).requests
     assert req.n == 3 and req.prompt.metadata["cog_of"] == "a" and req.prompt.metadata["cog_stage"] == "decompose"
     assert req.prompt.id.startswith("a#cog-decompose-")
-    assert req.prompt.text == "Split the problem into steps and solve each.\n1+1="  # empty buffer: no demonstrations
+    assert req.prompt.text == "Split into steps: 1+1="  # empty buffer: no demonstrations
     assert c.metrics["control/cog_zero_prompts"] == 1.0
 
 
@@ -72,7 +72,7 @@ def test_demonstrations_come_from_solved_prompts():
     c.plan([pa, pb], ST)
     c.observe([Group(pb, (_r("b", 1.0, "4"), _r("b", 0.0, "5")))], ST)  # an earlier step solved b
     (req,) = c.next_round([Group(pa, (_r("a", 0.0), _r("a", 0.0)))], ST).requests
-    assert req.prompt.text == "Split the problem into steps and solve each.\n2+2=4\n1+1="
+    assert req.prompt.text == "Split into steps: 2+2=4 1+1="
 
 
 def test_only_prompts_still_at_zero_get_a_refinement_rollout():
@@ -86,7 +86,7 @@ def test_only_prompts_still_at_zero_get_a_refinement_rollout():
     ]
     (req,) = c.next_round(direct + dec, ST).requests  # b's decomposition solved it: only a is refined
     assert req.n == 2 and req.prompt.metadata == {"cog_of": "a", "cog_stage": "refine"}
-    assert req.prompt.text == "Wrong: 3 | 5\n1+1="  # its first two wrong outputs, then the plain problem
+    assert req.prompt.text == "Wrong: 3 | 5. 1+1="  # its first two wrong outputs, then the plain problem
     assert c.metrics["control/cog_decompose_solved"] == 1.0
     assert not c.next_round(direct + dec, ST).requests  # three rounds per step
 
