@@ -24,7 +24,7 @@ def _backend():
         text = tok.decode(seq, skip_special_tokens=True)
         a, op, b = re.search(r"(-?\d+)([+-])(\d+)=$", text).groups()  # the plain problem ends every prompt
         ans = int(a) + int(b) if op == "+" else int(a) - int(b)
-        return tok.encode(str(ans if text.startswith("Wrong:") else ans + 1))  # only refinements are right
+        return tok.encode(str(ans if "Wrong:" in text else ans + 1))  # only refinements are right
 
     return ScriptedBackend(respond, tok.eos_token_id)
 
