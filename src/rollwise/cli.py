@@ -332,6 +332,46 @@ def export(
     console.print(f"[green]exported[/]: {out}/", highlight=False, soft_wrap=True)
 
 
+@app.command("distill-diagnose")
+def distill_diagnose(
+    run_dir: Path = typer.Argument(..., help="A run directory (runs/<name>): its checkpoint is the student."),
+    teacher: List[str] = typer.Option(
+        ...,
+        "--teacher",
+        help="A candidate teacher (repeatable): 'answer' (the student with the answer in its context) or "
+        "'checkpoint:PATH' (a checkpoints/step-<N> directory, or a run directory for its newest checkpoint).",
+    ),
+    out: Path = typer.Option(Path("distill-diagnose"), "--out", help="Where distill.json and distill.png go."),
+    step: Optional[int] = typer.Option(
+        None, "--step", help="Student checkpoint step (default: the newest that verifies)."
+    ),
+    n_prompts: int = typer.Option(16, "--prompts", min=1, help="Held-out prompts."),
+    samples: int = typer.Option(
+        8, "--samples", "-n", min=2, help="Student rollouts per prompt (the baseline needs 2)."
+    ),
+):
+    """Score distillation teachers by the alignment of their reverse-KL gradient with the student's success gradient,
+    on correct and incorrect rollouts (read-only: the run's files are left as they are)."""
+    from rollwise.bench.distill import diagnose
+
+    result = diagnose(
+        run_dir,
+        teacher,
+        out,
+        step=step,
+        n_prompts=n_prompts,
+        samples=samples,
+        log=lambda m: console.print(f"[dim]{escape(m)}[/]", highlight=False, soft_wrap=True),
+    )
+    for name, t in result["teachers"].items():
+        cells = []
+        for cls in ("correct", "incorrect"):
+            a = t["summary"][cls]["alignment_mean"]
+            cells.append(f"{cls} {'-' if a is None else f'{a:+.3f}'} ({t['summary'][cls]['with_signal']} rollouts)")
+        console.print(f"  {name:28s} alignment: {'   '.join(cells)}", markup=False, highlight=False, soft_wrap=True)
+    console.print(f"files: {out / 'distill.json'}, {out / 'distill.png'}", soft_wrap=True)
+
+
 @app.command()
 def runs(root: Path = typer.Argument(Path("runs"), help="Directory holding run directories (searched recursively).")):
     """List the runs in a directory: steps, generated tokens, last pass@1, newest checkpoint, state.

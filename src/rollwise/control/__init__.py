@@ -40,6 +40,7 @@ REGISTRY.register("scope", "rollwise.control.scope:SCOPE")
 REGISTRY.register("gdro", "rollwise.control.gdro:GDRO")
 REGISTRY.register("mssr", "rollwise.control.mssr:MSSR")
 REGISTRY.register("roc", "rollwise.control.roc:RoC")
+REGISTRY.register("cog_rethinker", "rollwise.control.cog_rethinker:CogRethinker")
 REGISTRY.hints["dapo"] = (
     "DAPO is a filter plus dynamic sampling, not a controller: set filter.names = ['zero_variance'] and "
     "control.dynamic_sampling.enabled = true (objective.name = 'dapo' for its clip-higher loss); "

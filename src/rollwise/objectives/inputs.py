@@ -117,6 +117,15 @@ def hint_tokens(rows: Sequence[Rollout]) -> torch.Tensor:
     )
 
 
+def sft_rows(rows: Sequence[Rollout]) -> torch.Tensor:
+    """(B,) bool: the rows marked ``Verdict.details["sft"]`` (Cog-Rethinker's re-templated outputs,
+    ``control/cog_rethinker.py``); False for the others."""
+    return torch.tensor(
+        [bool((r.verdict.details or {}).get("sft", False)) if r.verdict is not None else False for r in rows],
+        dtype=torch.bool,
+    )
+
+
 def named_rewards(rows: Sequence[Rollout]) -> dict[str, torch.Tensor]:
     """name -> (B,) float from each row's ``Verdict.rewards`` (GDPO, ``objectives/gdpo.py``); every
     row must carry the same names. ``{}`` for an empty batch."""
@@ -161,6 +170,7 @@ _INPUTS = {
     "completion_lengths": completion_lengths,
     "completion_ids": completion_ids,
     "hint_tokens": hint_tokens,
+    "sft_rows": sft_rows,
     "named_rewards": named_rewards,
     "completion_entropies": completion_entropies,
     "episodes": episodes,
