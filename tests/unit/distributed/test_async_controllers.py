@@ -64,7 +64,9 @@ ACCEPTED = [
     "mssr",
     "v05",
     "roc",
-]  # v05: priors kept per plan; roc: its draw is keyed by the group, not the plan
+    "wise3",
+]  # v05: priors kept per plan; roc: its draw is keyed by the group, not the plan; wise3: its skip and
+# top-ups read the history up to the last observed step (plans ahead choose from older statistics)
 NEEDS_VALUE = ["wise2"]  # reads the pass-rate predictor, which refuses asynchrony (value.enabled, compat.check_value)
 
 
