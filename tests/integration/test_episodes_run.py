@@ -172,6 +172,7 @@ def test_async_episodes_at_eta_zero_equal_the_synchronous_run_and_run_ahead_at_e
 NEEDS = {
     "wise2": {"value.enabled": True},
     "mssr": {"advantage.name": "mssr"},
+    "cog_rethinker": {"advantage.name": "cog_rethinker"},
     "speed": {"filter.names": ["speed_complete"], "control.rollouts_per_prompt": 8},
     "wise": {"filter.names": ["speed_complete"], "control.rollouts_per_prompt": 8},
 }

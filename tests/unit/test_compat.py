@@ -423,7 +423,19 @@ def test_planning_ahead_and_state_anchors_are_declared_in_the_records():
 
     assert [k for k in compat.POOLS.names() if compat.record(compat.POOLS.get(k)).plans_ahead] == ["async"]
     keeps = sorted(n for n in control.REGISTRY.names() if compat.record(control.REGISTRY.get(n)).keeps_plan_state)
-    assert keeps == ["ar3po", "cures", "dars", "dars_b", "dots", "gdro", "greso", "speed", "wise", "xrpo"]
+    assert keeps == [
+        "ar3po",
+        "cog_rethinker",
+        "cures",
+        "dars",
+        "dars_b",
+        "dots",
+        "gdro",
+        "greso",
+        "speed",
+        "wise",
+        "xrpo",
+    ]
     assert not any(hasattr(control.REGISTRY.get(n), "plans_ahead") for n in control.REGISTRY.names())
     python_math = tasks.REGISTRY.get("python_math")
     assert compat.record(python_math).state_anchors is False and not hasattr(python_math, "state_anchors")

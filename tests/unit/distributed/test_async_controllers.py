@@ -51,6 +51,7 @@ REFUSED = [  # (shipped config, control.name): every controller with per-plan st
     ("greso.toml", "greso"),
     ("dots_rr.toml", "dots"),
     ("ar3po.toml", "ar3po"),
+    ("cog_rethinker.toml", "cog_rethinker"),
 ]
 ACCEPTED = [
     "uniform",

@@ -263,7 +263,7 @@ def test_registry_names_resolve_and_validate_options():
     from rollwise.objectives import ADVANTAGES
     from rollwise.registry import UserError, validate_options
 
-    assert OBJECTIVES.names() == sorted(NAMES + ["minpro", "opmd"])
+    assert OBJECTIVES.names() == sorted(NAMES + ["minpro", "opmd", "aepo"])
     assert ADVANTAGES.names() == sorted(
         [
             "grpo",
@@ -289,6 +289,9 @@ def test_registry_names_resolve_and_validate_options():
             "hgpo",
             "salt",
             "opob",
+            "portool",
+            "ui_s1",
+            "cog_rethinker",
         ]
     )
     o = validate_options(
