@@ -64,7 +64,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from rollwise.collate import collate
 from rollwise.control.budget import StepBudget
 from rollwise.control.uniform import Uniform
-from rollwise.control.xrpo import Exemplar, ExemplarStore, problem_text, retrieve
+from rollwise.control.xrpo import Exemplar, ExemplarStore, exemplar_template, problem_text, retrieve
 from rollwise.registry import Compat, UserError
 from rollwise.types import Advantages, Group, Plan, Prompt, Request, Rollout
 
@@ -119,11 +119,7 @@ class Options(BaseModel):
     @field_validator("demo_template")
     @classmethod
     def _demo_fields(cls, v: str) -> str:
-        try:
-            v.format(problem="", solution="")
-        except (KeyError, IndexError, ValueError) as e:
-            raise ValueError(f"demo_template may only use the fields {{problem}} and {{solution}}: {e}") from None
-        return v
+        return exemplar_template(v, "demo_template")
 
 
 def stage_prompt(

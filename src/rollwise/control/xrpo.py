@@ -251,11 +251,7 @@ class XrpoOptions(BaseModel):
     @field_validator("icl_template")
     @classmethod
     def _template(cls, v: str) -> str:
-        try:
-            v.format(problem="", solution="")
-        except (KeyError, IndexError, ValueError) as e:
-            raise ValueError(f"icl_template may only use the fields {{problem}} and {{solution}}: {e}") from None
-        return v
+        return exemplar_template(v, "icl_template")
 
 
 def read_pool(path: str) -> list[Exemplar]:
@@ -331,6 +327,16 @@ def retrieve(
         if len(out) == m:
             break
     return out
+
+
+def exemplar_template(v: str, name: str) -> str:
+    """An option's template of one exemplar: it may use only ``{problem}`` and ``{solution}``
+    (also Cog-Rethinker's ``demo_template``)."""
+    try:
+        v.format(problem="", solution="")
+    except (KeyError, IndexError, ValueError) as e:
+        raise ValueError(f"{name} may only use the fields {{problem}} and {{solution}}: {e}") from None
+    return v
 
 
 def seeded_prompt(prompt: Prompt, exemplars: Sequence[Exemplar], template: str) -> Prompt:

@@ -40,6 +40,7 @@ from rollwise.objectives.common import (
     masked_sum,
     objective,
     safe_exp,
+    sequence_mean,
 )
 from rollwise.types import Batch, LossOut
 
@@ -75,7 +76,7 @@ def high_entropy(entropy: torch.Tensor, mask: torch.Tensor, q: float) -> torch.T
 
 def entropy_weight(entropy: torch.Tensor, mask: torch.Tensor, alpha: float) -> torch.Tensor:
     """(B, T) ``1 + alpha * clamp((H - row mean) / row mean, -1, 1)`` (module docstring, 2.)."""
-    mean = (entropy * mask).sum(1, keepdim=True) / mask.sum(1, keepdim=True).clamp_min(1.0)
+    mean = sequence_mean(entropy, mask).unsqueeze(1)
     rel = ((entropy - mean) / mean.clamp_min(1e-8)).clamp(-1.0, 1.0)
     return 1.0 + alpha * rel
 
