@@ -289,6 +289,9 @@ def plan(sweep: Sweep, out_dir: Path | None = None) -> list[RunSpec]:
                 raise UserError(f"sweep arm {arm.name!r}: {e}") from None
             specs.append(RunSpec(arm.name, seed, cfg))
     _check_comparable(specs)
+    # seed-major (s0 of every arm, then s1, ...): runs train in this order, so a sweep stopped part-way
+    # leaves whole seeds, paired across arms, rather than every seed of the first arms and none of the rest
+    specs.sort(key=lambda s: sweep.seeds.index(s.seed))
     return specs
 
 

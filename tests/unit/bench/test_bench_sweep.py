@@ -33,12 +33,13 @@ def test_example_sweep_plans_every_arm_and_seed(tmp_path):
     sweep = load_sweep(EXAMPLE)
     assert sweep.sweep_name() == "example" and sweep.baseline_arm == "grpo"
     specs = plan(sweep, tmp_path / "out")
-    assert [s.name for s in specs] == ["grpo-s0", "grpo-s1", "dapo-refill-s0", "dapo-refill-s1"]
+    # seed-major: a sweep stopped part-way leaves whole seeds, paired across arms
+    assert [s.name for s in specs] == ["grpo-s0", "dapo-refill-s0", "grpo-s1", "dapo-refill-s1"]
     for s in specs:
         assert s.dir == tmp_path / "out" / s.name
         assert s.cfg.run.seed == s.seed and s.cfg.train.budget_generated_tokens == 400
         assert s.cfg.train.budget_rollouts is None and s.cfg.model.name == "tiny-s"
-    assert specs[2].cfg.filter.names == ["zero_variance"] and specs[2].cfg.control.dynamic_sampling.enabled
+    assert specs[1].cfg.filter.names == ["zero_variance"] and specs[1].cfg.control.dynamic_sampling.enabled
     assert specs[0].cfg.filter.names == []
 
 
