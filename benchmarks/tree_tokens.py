@@ -14,7 +14,10 @@ cached one), with the options of the presets ``configs/etmr.toml`` and ``configs
 Reported per sampler: ``ratio_vs_independent`` = tree tokens / independent tokens (the issue's
 measure: what the tree costs against sampling its leaf count independently), ``ratio_within_tree``
 = tree tokens / the leaves' total length (the share not shared), and for ETMR the paper's formula
-``(1 + 0.5 B N) / (1 + B N)``. The CPU, torch threads and code commit are recorded.
+``(1 + 0.5 B N) / (1 + B N)``. For EC-Tree also ``signals``: on the independent samples (which are
+what its bases are), the share with a branch point (``ec_tree.branch_point``) and the deciles of the
+three signals its gate reads (entropy, grouped confidence, entropy jump) from ``min_depth`` on,
+which say which gate keeps it from branching. The CPU, torch threads and code commit are recorded.
 
 ``--regime cot``: regime 1 (longer chain-of-thought traces, ``docs/regime.md``): the run config is the
 ``[base]`` of ``benchmarks/regime_cot.toml`` (chain-of-thought arithmetic at levels 3-5, up to 256
@@ -59,6 +62,34 @@ def regime_base(name: str) -> dict:
     from rollwise.bench.sweep import base_data, load_sweep
 
     return base_data(load_sweep(sweep_file))
+
+
+def signal_summary(backend, prompts, comps, sampling, opts) -> dict:
+    """EC-Tree's branch signals on completions ``comps`` of ``prompts``: how many have a branch point,
+    and the 10th, 50th and 90th percentiles (and the extremes) of H, C^G and dH at positions
+    t >= ``min_depth`` (module docstring)."""
+    import statistics
+
+    from rollwise.generate.ec_tree import branch_point, signals
+    from rollwise.generate.forks import sampler_tables
+
+    sigs = [signals(t, opts) for t in sampler_tables(backend, prompts, [c.token_ids for c in comps], sampling)]
+
+    def spread(xs):
+        if len(xs) < 2:
+            return None
+        q = statistics.quantiles(xs, n=10)
+        return {"min": min(xs), "p10": q[0], "p50": q[4], "p90": q[8], "max": max(xs)}
+
+    d = opts.min_depth
+    return {
+        "completions": len(sigs),
+        "with_branch_point": sum(branch_point(s, opts) is not None for s in sigs),
+        "positions": sum(max(0, len(s.h) - d) for s in sigs),
+        "entropy": spread([x for s in sigs for x in s.h[d:]]),
+        "grouped_confidence": spread([x for s in sigs for x in s.cg[d:]]),
+        "entropy_jump": spread([x for s in sigs for x in s.dh[d:]]),
+    }
 
 
 def main(argv=None) -> dict:
@@ -116,6 +147,8 @@ def main(argv=None) -> dict:
             "stats": dict(sampler.last_stats),
         }
         out[name]["options"] = sampler.opts.model_dump()
+        if name == "ec_tree":
+            out[name]["signals"] = signal_summary(backend, [q for q in prompts for _ in range(n)], indep, smp, ec)
         if name == "etmr":
             out[name]["M"] = a.etmr_roots
             out[name]["paper_ratio"] = token_ratio(etmr.branches, etmr.forks)
