@@ -24,8 +24,10 @@ Cost: a branch decodes only its tokens from the fork on, so with forks spread un
 each branch is shared and the tokens relative to R independent samples are
 ``(1 + 0.5 B N) / (1 + B N)`` (:func:`token_ratio`: 0.6 for N = B = 2, 4/7 for N = 3, B = 2).
 ``generate`` returns the tokens actually decoded (roots, then each branch's first token and
-continuation), which the pool charges; the measured ratio on the embedded default is in
-``benchmarks/results/tree_tokens.json`` (``benchmarks/tree_tokens.py``).
+continuation), which the pool charges; the measured ratio is in
+``benchmarks/results/tree_tokens.json`` (the embedded default's 3-token answers: 0.80, the forks
+sit at the answers' last digits) and ``tree_tokens_cot.json`` (regime 1's ~37-token traces: 0.58)
+(``benchmarks/tree_tokens.py``).
 
 Log-probs: a branch's first token was drawn with the root's token excluded, so it is not a sample
 of the sampler's distribution; like LATR's chosen tokens it reports the sampler's log-prob of that
