@@ -29,7 +29,9 @@ ECHO, GDRO, ADHint, R3L, SCOPE), which would compute every step twice; and, once
 known (:func:`check_engine_length`, before the warm start and the engine), a prompt plus
 ``sampling.max_new_tokens`` longer than vLLM's ``max_model_len``. D3S's ``entropy = 'sampler'`` is
 not refused: it documents a fallback to a no-grad trainer forward (``batch/d3s.py``,
-``d3s/entropy_from_trainer``). Multi-turn episodes (an environment task, docs/architecture.md §11)
+``d3s/entropy_from_trainer``). A task may check its options against other sections the same way
+(``check_config(cfg, opts)`` on its factory: arithmetic's ``ramble`` needs ``sampling.max_new_tokens``
+set). Multi-turn episodes (an environment task, docs/architecture.md §11)
 refuse the parts that make single completions (:func:`check_episodes`; the assembler checks the
 built task again, so a task factory without the ``episodes`` attribute is caught before the model loads).
 """
@@ -219,6 +221,9 @@ def check(cfg) -> None:
             cls.check_config(
                 cfg, opts
             )  # the strategy's own options (e.g. APRIL's "tis" mode needs an objective weight)
+    task, task_opts, _ = resolve(cfg, "task")
+    if hasattr(task, "check_config"):  # a task's options against other sections (arithmetic's ramble: a length)
+        task.check_config(cfg, task_opts)
     build_filters(cfg)
     if cfg.control.dynamic_sampling.enabled and "zero_variance" not in cfg.filter.names:
         raise UserError(

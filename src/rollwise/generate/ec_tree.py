@@ -51,16 +51,25 @@ process, no other part making the training rollouts; its rows carry no sampler e
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
 from rollwise.backends.sampling import entropy
-from rollwise.generate.forks import check_backend, continue_prefixes, fork_paths, merge_unary, sampler_tables
+from rollwise.generate.forks import (
+    Fork,
+    ForkSampler,
+    Groups,
+    fork_paths,
+    grow_branches,
+    merge_unary,
+    sample_roots,
+    sampler_tables,
+    top_up,
+)
 from rollwise.registry import Compat
-from rollwise.types import Completion, Sampling, TreePath
+from rollwise.types import Completion
 
 COMPAT = Compat(needs_decode_hooks=True, owns_generation=True, sampler_entropy=False)  # module docstring
 KEY = "sampling.ec_tree"
@@ -138,41 +147,26 @@ def prune_at(s: Signals, opts) -> int | None:
     return None
 
 
-class EcTreeSampler:
+class EcTreeSampler(ForkSampler):
     """Generates EC-Tree groups for training requests; ``pool.tree`` (``distributed.local``) routes to it."""
 
+    key = KEY
     metrics = "ec_tree"  # prefix of the pool's tree metrics
-
-    def __init__(self, backend, opts, max_batch: int | None = None):
-        check_backend(backend, f"{KEY}.enabled")
-        self.backend, self.opts, self.max_batch = backend, opts, max_batch
-        self._ids = itertools.count()
-        self.last_stats: dict[str, float] = {}
 
     def tree_size(self, n: int, step: int) -> int:
         """The whole group comes from the sampler (bases, branches, top-ups)."""
         return n
 
-    @torch.no_grad()
-    def generate(
-        self,
-        prompts: Sequence[Sequence[int]],
-        ks: Sequence[int],
-        sampling: Sampling,
-        generator: torch.Generator | None = None,
-        max_batch: int | None = None,
-    ) -> tuple[list[list[tuple[Completion, TreePath | None]]], int]:
-        """For each prompt (ids) and group size k, exactly k rollouts with their tree paths (None: a
-        top-up row), and the number of tokens decoded."""
+    def grow(self, prompts, ks, sampling, generator, max_batch):
+        """For each prompt and group size k, exactly k rollouts: the surviving bases and branches (each
+        base followed by its branches), then the top-ups (module docstring)."""
         o, be = self.opts, self.backend
         eos = set(getattr(be, "_eos_set", ()))
         owners = [r for r, k in enumerate(ks) for _ in range(min(o.roots, k))]
-        bases = be.generate([prompts[r] for r in owners], sampling, generator)
-        decoded = sum(len(c.token_ids) for c in bases)
-        tables = sampler_tables(be, [prompts[r] for r in owners], [c.token_ids for c in bases], sampling)
+        base_prompts = [prompts[r] for r in owners]
+        bases, tables, decoded = sample_roots(be, base_prompts, sampling, generator)
         sigs = [signals(t, o) for t in tables]
-        # branch plan: (base index, position, token, its log-prob) per branch
-        firsts: list[tuple[int, int, int, float]] = []
+        firsts: list[Fork] = []
         for i, (c, s) in enumerate(zip(bases, sigs)):
             t = branch_point(s, o)
             if t is None:
@@ -182,28 +176,9 @@ class EcTreeSampler:
             own = c.token_ids[t]
             order = [tok for tok in lp.topk(min(w, lp.numel())).indices.tolist() if tok != own]
             firsts += [(i, t, tok, float(lp[tok])) for tok in order[: w - 1] if torch.isfinite(lp[tok])]
-        todo = [j for j, (i, t, tok, _) in enumerate(firsts) if tok not in eos and t + 1 < sampling.max_new_tokens]
-        conts, cont_tokens = continue_prefixes(
-            be,
-            [prompts[owners[firsts[j][0]]] for j in todo],
-            [bases[firsts[j][0]].token_ids[: firsts[j][1]] + (firsts[j][2],) for j in todo],
-            sampling,
-            generator,
-        )
-        decoded += len(firsts) + cont_tokens
-        cont_of = dict(zip(todo, conts))
-        branches: list[Completion] = []
-        for j, (i, t, tok, lp) in enumerate(firsts):
-            c = bases[i]
-            head_ids, head_lps = c.token_ids[:t] + (tok,), c.logprobs[:t] + (lp,)
-            rest = cont_of.get(j)
-            if rest is None:
-                branches.append(Completion(head_ids, head_lps, "stop" if tok in eos else "length"))
-            else:
-                branches.append(Completion(head_ids + rest.token_ids, head_lps + rest.logprobs, rest.finish))
-        b_tables = sampler_tables(
-            be, [prompts[owners[f[0]]] for f in firsts], [c.token_ids for c in branches], sampling
-        )
+        branches, branch_tokens = grow_branches(be, base_prompts, bases, firsts, sampling, generator, eos)
+        decoded += branch_tokens
+        b_tables = sampler_tables(be, [base_prompts[f[0]] for f in firsts], [c.token_ids for c in branches], sampling)
         # leaves per prompt, in order (base, its branches), with raw paths and their prune points
         leaves: list[list[tuple[Completion, list[tuple[int, int]], int | None]]] = [[] for _ in prompts]
         for i, c in enumerate(bases):
@@ -212,7 +187,7 @@ class EcTreeSampler:
             leaves[owners[i]].append((c, root_path, prune_at(sigs[i], o)))
             for j, path in zip(mine, branch_paths):
                 leaves[owners[i]].append((branches[j], path, prune_at(signals(b_tables[j], o), o)))
-        out: list[list[tuple[Completion, TreePath | None]]] = []
+        out: Groups = []
         pruned = tail_tokens = 0
         for r, k in enumerate(ks):
             kept = [(c, p) for c, p, at in leaves[r] if at is None][:k]
@@ -220,16 +195,12 @@ class EcTreeSampler:
             pruned += len(dropped)
             tail_tokens += sum(len(c.token_ids) - (at + 1) for c, at in dropped)
             out.append(list(zip([c for c, _ in kept], merge_unary([p for _, p in kept]))) if kept else [])
-        rows = [r for r, k in enumerate(ks) for _ in range(k - len(out[r]))]
-        if rows:  # top-ups: fresh independent samples, neither branched nor pruned
-            fresh = be.generate([prompts[r] for r in rows], sampling, generator)
-            decoded += sum(len(c.token_ids) for c in fresh)
-            for r, c in zip(rows, fresh):
-                out[r].append((c, None))
-        self.last_stats = {
+        # top-ups: fresh independent samples, neither branched nor pruned
+        topped, top_tokens = top_up(be, prompts, ks, out, sampling, generator)
+        stats = {
             "branches_born": len(firsts),
             "branches_pruned": pruned,
-            "topped_up": len(rows),
+            "topped_up": topped,
             "pruned_tail_tokens": tail_tokens,
         }
-        return out, decoded
+        return out, decoded + top_tokens, stats

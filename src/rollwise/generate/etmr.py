@@ -24,8 +24,10 @@ Cost: a branch decodes only its tokens from the fork on, so with forks spread un
 each branch is shared and the tokens relative to R independent samples are
 ``(1 + 0.5 B N) / (1 + B N)`` (:func:`token_ratio`: 0.6 for N = B = 2, 4/7 for N = 3, B = 2).
 ``generate`` returns the tokens actually decoded (roots, then each branch's first token and
-continuation), which the pool charges; the measured ratio on the embedded default is in
-``benchmarks/results/tree_tokens.json`` (``benchmarks/tree_tokens.py``).
+continuation), which the pool charges; the measured ratio is in
+``benchmarks/results/tree_tokens.json`` (the embedded default's 3-token answers: 0.80, the forks
+sit at the answers' last digits) and ``tree_tokens_cot.json`` (regime 1's ~37-token traces: 0.58)
+(``benchmarks/tree_tokens.py``).
 
 Log-probs: a branch's first token was drawn with the root's token excluded, so it is not a sample
 of the sampler's distribution; like LATR's chosen tokens it reports the sampler's log-prob of that
@@ -45,15 +47,21 @@ process, no other part making the training rollouts; its rows carry no sampler e
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 
-import torch
-
 from rollwise.backends.sampling import entropy
-from rollwise.generate.forks import check_backend, continue_prefixes, draw, fork_paths, merge_unary, sampler_tables
+from rollwise.generate.forks import (
+    Fork,
+    ForkSampler,
+    Groups,
+    draw,
+    fork_paths,
+    grow_branches,
+    merge_unary,
+    sample_roots,
+    top_up,
+)
 from rollwise.registry import Compat, UserError
-from rollwise.types import Completion, Sampling, TreePath
 
 COMPAT = Compat(needs_decode_hooks=True, owns_generation=True, sampler_entropy=False)  # module docstring
 KEY = "sampling.etmr"
@@ -99,94 +107,49 @@ def check_config(cfg) -> None:
         )
 
 
-class EtmrSampler:
+class EtmrSampler(ForkSampler):
     """Generates ETMR trees for training requests; ``pool.tree`` (``distributed.local``) routes to it."""
 
+    key = KEY
     metrics = "etmr"  # prefix of the pool's tree metrics
-
-    def __init__(self, backend, opts, max_batch: int | None = None):
-        check_backend(backend, f"{KEY}.enabled")
-        self.backend, self.opts, self.max_batch = backend, opts, max_batch
-        self._ids = itertools.count()
-        self.last_stats: dict[str, float] = {}
 
     def tree_size(self, n: int, step: int) -> int:
         """Rollouts of a group of n made as trees: the largest multiple of ``1 + B N`` <= n."""
         per = 1 + self.opts.branches * self.opts.forks
         return n // per * per
 
-    @torch.no_grad()
-    def generate(
-        self,
-        prompts: Sequence[Sequence[int]],
-        ks: Sequence[int],
-        sampling: Sampling,
-        generator: torch.Generator | None = None,
-        max_batch: int | None = None,
-    ) -> tuple[list[list[tuple[Completion, TreePath | None]]], int]:
-        """For each prompt (ids) and tree size k (a multiple of ``1 + B N``), k rollouts with their
-        tree paths (None: a top-up row), and the number of tokens decoded."""
+    def grow(self, prompts, ks, sampling, generator, max_batch):
+        """For each prompt and tree size k (a multiple of ``1 + B N``), k rollouts: its ``k / (1 + B N)``
+        roots, each followed by its branches (module docstring), then the top-ups."""
         o, be = self.opts, self.backend
         gen = generator or be.generator
         eos = set(getattr(be, "_eos_set", ()))
         per = 1 + o.branches * o.forks
         owners = [r for r, k in enumerate(ks) for _ in range(k // per)]  # the prompt of each root
-        roots = be.generate([prompts[r] for r in owners], sampling, generator)
-        decoded = sum(len(c.token_ids) for c in roots)
-        tables = sampler_tables(be, [prompts[r] for r in owners], [c.token_ids for c in roots], sampling)
-        # fork plan: (root index, position, first token) per branch
-        plan: list[tuple[int, int, int]] = []
+        root_prompts = [prompts[r] for r in owners]
+        roots, tables, decoded = sample_roots(be, root_prompts, sampling, generator)
+        firsts: list[Fork] = []
         for i, (c, table) in enumerate(zip(roots, tables)):
             if not len(c.token_ids):
                 continue
-            ts = fork_positions(entropy(table).tolist(), o.forks, o.ignore_first, o.min_gap)
-            for t in ts:
+            for t in fork_positions(entropy(table).tolist(), o.forks, o.ignore_first, o.min_gap):
                 probs = table[t].exp()
                 own = c.token_ids[t]
                 if float(probs.sum() - probs[own]) > 0:
                     probs[own] = 0.0
-                plan.extend((i, t, draw(probs, gen)) for _ in range(o.branches))
-        firsts = [(i, t, tok, float(tables[i][t, tok])) for i, t, tok in plan]
-        todo = [j for j, (i, t, tok, _) in enumerate(firsts) if tok not in eos and t + 1 < sampling.max_new_tokens]
-        conts, cont_tokens = continue_prefixes(
-            be,
-            [prompts[owners[firsts[j][0]]] for j in todo],
-            [roots[firsts[j][0]].token_ids[: firsts[j][1]] + (firsts[j][2],) for j in todo],
-            sampling,
-            generator,
-        )
-        decoded += len(firsts) + cont_tokens
-        cont_of = dict(zip(todo, conts))
-        out: list[list[tuple[Completion, TreePath | None]]] = [[] for _ in prompts]
+                firsts.extend(
+                    (i, t, tok, float(table[t, tok])) for tok in [draw(probs, gen) for _ in range(o.branches)]
+                )
+        branches, branch_tokens = grow_branches(be, root_prompts, roots, firsts, sampling, generator, eos)
+        decoded += branch_tokens
+        out: Groups = [[] for _ in prompts]
         for i, c in enumerate(roots):
             mine = [j for j, f in enumerate(firsts) if f[0] == i]
             root_path, branch_paths = fork_paths(self._ids, [firsts[j][1] for j in mine])
             paths = merge_unary([root_path, *branch_paths])
-            group = out[owners[i]]
-            group.append((c, paths[0]))
-            for j, path in zip(mine, paths[1:]):
-                _, t, tok, lp = firsts[j]
-                head_ids, head_lps = c.token_ids[:t] + (tok,), c.logprobs[:t] + (lp,)
-                rest = cont_of.get(j)
-                if rest is None:
-                    comp = Completion(head_ids, head_lps, "stop" if tok in eos else "length")
-                else:
-                    comp = Completion(head_ids + rest.token_ids, head_lps + rest.logprobs, rest.finish)
-                group.append((comp, path))
+            out[owners[i]].append((c, paths[0]))
+            out[owners[i]].extend((branches[j], path) for j, path in zip(mine, paths[1:]))
         # top-ups: a root too short for N fork points leaves its group short (module docstring)
-        short = [(r, k - len(out[r])) for r, k in enumerate(ks) if len(out[r]) < k]
-        topped = 0
-        if short:
-            rows = [r for r, d in short for _ in range(d)]
-            fresh = be.generate([prompts[r] for r in rows], sampling, generator)
-            decoded += sum(len(c.token_ids) for c in fresh)
-            for r, c in zip(rows, fresh):
-                out[r].append((c, None))
-            topped = len(rows)
-        self.last_stats = {
-            "tree_rollouts": sum(ks),
-            "branches_born": len(firsts),
-            "branches_pruned": 0,
-            "topped_up": topped,
-        }
-        return out, decoded
+        topped, top_tokens = top_up(be, prompts, ks, out, sampling, generator)
+        stats = {"tree_rollouts": sum(ks), "branches_born": len(firsts), "branches_pruned": 0, "topped_up": topped}
+        return out, decoded + top_tokens, stats

@@ -61,8 +61,9 @@ training rollouts (a replay with ``wrap_pool``, APRIL or SPEC-RL, would bypass t
 carry no sampler entropies. That the backend it gets is hf is checked again when the sampler is
 built (``session.Run``).
 
-The continuation (6.), the tree paths and the backend check are the fork machinery LATR shares with
-ETMR and EC-Tree (``rollwise.generate.forks``).
+The continuation (6.), the tree paths, the backend check and the sampler's constructor and
+``generate`` entry (``forks.ForkSampler``) are the fork machinery LATR shares with ETMR and EC-Tree
+(``rollwise.generate.forks``).
 
 Deviations / reconstructions: the continuation uses the same HF sampler (the code hands it to
 vLLM); the exit threshold sums per-root ``min(branches, k)`` with k per root (the code has one
@@ -73,16 +74,15 @@ filters and ``sample_nk`` variants are not implemented.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 
 from rollwise.backends.hf import HFBackend, sampling_logprobs
-from rollwise.generate.forks import check_backend, continue_prefixes, merge_unary
+from rollwise.generate.forks import ForkSampler, continue_prefixes, merge_unary
 from rollwise.registry import Compat
-from rollwise.types import Completion, Sampling, TreePath
+from rollwise.types import Completion, Sampling
 
 MATH_SYMBOLS = frozenset("+-*/=^()<>%")
 
@@ -212,39 +212,26 @@ class _Branch:
     pruned: bool = False
 
 
-class LatrSampler:
+class LatrSampler(ForkSampler):
     """Generates the tree part of groups; ``pool.tree`` (``distributed.local``) routes to it."""
 
+    key = "sampling.latr"
     metrics = "latr"  # prefix of the pool's tree metrics
+    needs = ("forward_step", "left_pad", "generate")  # its own decode loop (module docstring, 2.)
 
     def __init__(
         self, backend: HFBackend, opts, symbol_ids: frozenset[int] = frozenset(), max_batch: int | None = None
     ):
-        self.check_backend(backend)
-        self.backend, self.opts, self.symbol_ids = backend, opts, symbol_ids
-        self.max_batch = max_batch  # rows per tree-phase forward (None: the backend's max_batch)
-        self._ids = itertools.count()
-        self.last_stats: dict[str, float] = {}
-
-    @staticmethod
-    def check_backend(backend) -> None:
-        check_backend(backend, "sampling.latr.enabled", ("forward_step", "left_pad", "generate"))
+        super().__init__(backend, opts, max_batch)  # max_batch: rows per tree-phase forward
+        self.symbol_ids = symbol_ids
 
     def tree_size(self, n: int, step: int) -> int:
         return tree_size(n, mix_ratio(self.opts.schedule, step))
 
-    @torch.no_grad()
-    def generate(
-        self,
-        prompts: Sequence[Sequence[int]],
-        ks: Sequence[int],
-        sampling: Sampling,
-        generator: torch.Generator | None = None,
-        max_batch: int | None = None,
-    ) -> tuple[list[list[tuple[Completion, TreePath]]], int]:
-        """For each prompt (ids) and tree size k >= 1, k completions with their tree paths; plus the
-        number of tokens actually decoded (tree phase + continuation). ``max_batch``: most rows per
-        tree-phase forward (default: ``self.max_batch``, else the backend's; see the module doc)."""
+    def grow(self, prompts, ks, sampling, generator, max_batch):
+        """For each prompt and tree size k >= 1, k completions with their tree paths; the tokens
+        decoded (tree phase + continuation). ``max_batch``: most rows per tree-phase forward
+        (default: ``self.max_batch``, else the backend's; see the module doc)."""
         mb = max_batch or self.max_batch or getattr(self.backend, "max_batch", None)
         model = self.backend.model
         was_training = model.training
@@ -263,12 +250,12 @@ class LatrSampler:
             model.train(was_training)
         kept = [b for b in branches if not b.pruned]
         out, cont_tokens = self._fill_and_continue(prompts, ks, kept, sampling, generator)
-        self.last_stats = {
+        stats = {
             "tree_steps": steps,
             "branches_born": sum(b.parent is not None for b in branches),
             "branches_pruned": sum(b.pruned for b in branches),
         }
-        return out, decoded + cont_tokens
+        return out, decoded + cont_tokens, stats
 
     # ------------------------------------------------------------ phase 2-4
     def _tree_phase(self, prompts, ks, sampling: Sampling):

@@ -313,6 +313,23 @@ def make(arg: str | None, options=None) -> ArithmeticTask:
     return ArithmeticTask(coerce_options(make.Options, options, NAME))
 
 
+def check_config(cfg, opts: _Options) -> None:
+    """The task's check across sections (``rollwise.compat.check``, at config load, so before the
+    warm start): ``ramble`` needs ``sampling.max_new_tokens`` set. Left unset, the cap is derived
+    from the longest warm-start example (``rollwise.defaults``), which is then a ramble: the tail of
+    a geometric draw, not the answers' length. At the tail regime's options
+    (``benchmarks/regime_tail.toml`` without its ``sampling.max_new_tokens``: levels 2, 3, 5, ramble
+    {3 = 0.25, 5 = 0.6}) the longest is 410 characters and the derived cap 520 tokens, past the
+    built-in tiny models' 512 positions before the prompt is counted."""
+    if opts.ramble and "max_new_tokens" not in cfg.sampling.model_fields_set:
+        raise UserError(
+            f"task.options.ramble = {dict(opts.ramble)} makes warm-start examples that loop for up to hundreds of "
+            "tokens, and sampling.max_new_tokens is unset, so it would be derived from the longest of them, not from "
+            "the answers (520 tokens at benchmarks/regime_tail.toml's options, past the built-in tiny models' 512 "
+            "positions); set sampling.max_new_tokens (regime_tail.toml: 256)"
+        )
+
+
 class _Options(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -342,8 +359,8 @@ class _Options(BaseModel):
         description="chain of thought only: level -> share of that level's warm-start examples that ramble (a "
         "re-check loop that never reaches an answer; rollwise.tasks.arithmetic), e.g. {5 = 0.5}; each level one "
         "of 'levels', each share in [0, 1). Empty (the default): the examples are the traces. Gives the "
-        "warm-started model wrong attempts that run long (issue #43's length tail). Set sampling.max_new_tokens with "
-        "it: left unset, it is derived from the longest warm-start example, which is then a ramble",
+        "warm-started model wrong attempts that run long (issue #43's length tail). Needs sampling.max_new_tokens "
+        "set (refused at load otherwise: it would be derived from the longest warm-start example, a ramble)",
     )
     ramble_segments: float = Field(
         default=8.0,
@@ -384,3 +401,4 @@ class _Options(BaseModel):
 
 
 make.Options = _Options
+make.check_config = check_config

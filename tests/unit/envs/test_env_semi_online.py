@@ -4,45 +4,24 @@ patched, an exhausted budget ends the episode, evaluation runs the real environm
 
 import pytest
 
-from rollwise.backends.scripted import ScriptedBackend
+from calc_episodes import PROMPT, TASK, play, scripted, turn_texts
 from rollwise.config import load_config
-from rollwise.envs import calculator, python_math
+from rollwise.envs import python_math
 from rollwise.envs.semi_online import same_action
-from rollwise.generate.episodes import EpisodeLimits, EpisodePool
 from rollwise.registry import UserError
 from rollwise.sections.task import SemiOnlineConfig
-from rollwise.tokens import Codec
-from rollwise.trainer.tiny import char_tokenizer
-from rollwise.types import Plan, Request, Sampling
-
-TOK = char_tokenizer()
-CODEC = Codec(TOK, use_chat=False)
-TASK = calculator.make(None, {"n_train": 4, "n_heldout": 2})
-PROMPT = TASK._prompt("12+3")  # expert: <calc>12+3</calc> -> <out>15</out>, then 15
 
 
 def run(turns, budget=1, charge=True, costs=None):
-    backend = ScriptedBackend(lambda seq, i: TOK.encode(turns[i]), TOK.eos_token_id)
-    limits = EpisodeLimits(
-        max_turns=4, max_episode_tokens=200, semi_online=SemiOnlineConfig(enabled=True, patch_budget=budget)
-    )
-    pool = EpisodePool(backend, CODEC, TASK, Sampling(max_new_tokens=40), limits)
-    try:
-        ((_, r),) = pool.rollouts(Plan((Request(PROMPT, 1),)), 0, charge=charge)
-    finally:
-        pool.close()
+    r, cost = play(scripted(turns), charge, semi_online=SemiOnlineConfig(enabled=True, patch_budget=budget))
     if costs is not None:
-        costs.append(pool.take_cost())
+        costs.append(cost)
     return r
 
 
 def shown(r):
     """(action, observation, reward, patched) of each turn."""
-    ids = r.completion_ids
-    return [
-        (CODEC.decode(ids[t.start : t.end]), CODEC.decode(ids[t.end : t.obs_end]), t.reward, t.patched)
-        for t in r.episode.turns
-    ]
+    return [(a, o, t.reward, t.patched) for (a, o), t in zip(turn_texts(r), r.episode.turns)]
 
 
 def test_the_expert_trajectory_is_the_demonstration():

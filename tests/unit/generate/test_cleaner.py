@@ -6,21 +6,13 @@ import dataclasses
 
 import pytest
 
+from calc_episodes import TOK, play, says, turn_texts
 from rollwise.backends.scripted import ScriptedBackend
 from rollwise.config import load_config
-from rollwise.envs import calculator
 from rollwise.generate.cleaner import find_repairs, similarity
-from rollwise.generate.episodes import EpisodeLimits, EpisodePool
 from rollwise.registry import UserError
 from rollwise.sections.task import CleanerConfig
-from rollwise.tokens import Codec
-from rollwise.trainer.tiny import char_tokenizer
-from rollwise.types import Plan, Request, Sampling, ToolCall, Turn
-
-TOK = char_tokenizer()
-CODEC = Codec(TOK, use_chat=False)
-TASK = calculator.make(None, {"n_train": 4, "n_heldout": 2})
-PROMPT = TASK._prompt("12+3")
+from rollwise.types import ToolCall, Turn
 
 
 class Scoring(ScriptedBackend):
@@ -28,7 +20,7 @@ class Scoring(ScriptedBackend):
     can tell a re-scored position, and which position it was scored at, from a sampled one: -0.5)."""
 
     def __init__(self, turns):
-        super().__init__(lambda seq, i: TOK.encode(turns[i % len(turns)]), TOK.eos_token_id)
+        super().__init__(says(turns), TOK.eos_token_id)
         self.scored = []
 
     def score(self, sequences, starts, sampling, full=False):
@@ -38,22 +30,8 @@ class Scoring(ScriptedBackend):
 
 def run(turns, threshold=0.5, enabled=True, charge=True):
     backend = Scoring(turns)
-    limits = EpisodeLimits(
-        max_turns=4, max_episode_tokens=200, cleaner=CleanerConfig(enabled=enabled, threshold=threshold)
-    )
-    pool = EpisodePool(backend, CODEC, TASK, Sampling(max_new_tokens=40), limits)
-    try:
-        ((_, r),) = pool.rollouts(Plan((Request(PROMPT, 1),)), 0, charge=charge)
-    finally:
-        pool.close()
-    return r, backend, pool.take_cost()
-
-
-def texts(r):
-    return [
-        (CODEC.decode(r.completion_ids[t.start : t.end]), CODEC.decode(r.completion_ids[t.end : t.obs_end]))
-        for t in r.episode.turns
-    ]
+    r, cost = play(backend, charge, cleaner=CleanerConfig(enabled=enabled, threshold=threshold))
+    return r, backend, cost
 
 
 def untimed(r):
@@ -70,7 +48,7 @@ FAILED_THEN_FIXED = ["try <calc>12+</calc>", "fix <calc>12+3</calc>", "15"]
 
 def test_a_repaired_call_becomes_one_successful_call_shallow_keeps_the_failed_turns_reasoning():
     r, backend, cost = run(FAILED_THEN_FIXED, threshold=0.5)  # similarity("12+", "12+3") = 6/7 >= 0.5
-    assert texts(r) == [("try <calc>12+3</calc>", "<out>15</out>"), ("15", "")]
+    assert turn_texts(r) == [("try <calc>12+3</calc>", "<out>15</out>"), ("15", "")]
     assert [c.outcome for c in r.episode.tool_calls] == ["ok"] and r.reward == 1.0
     assert r.episode.turns[0].start == 0 and r.text == "try <calc>12+3</calc><out>15</out>15"
     # the ledger counted the calls that ran (the failure included) before the splice
@@ -83,7 +61,7 @@ def test_a_repaired_call_becomes_one_successful_call_shallow_keeps_the_failed_tu
 def test_deep_splice_below_the_threshold_takes_the_repairs_reasoning_too():
     assert similarity("12+", "12+3") == pytest.approx(6 / 7)
     r, _, cost = run(FAILED_THEN_FIXED, threshold=0.9)
-    assert texts(r) == [("fix <calc>12+3</calc>", "<out>15</out>"), ("15", "")]
+    assert turn_texts(r) == [("fix <calc>12+3</calc>", "<out>15</out>"), ("15", "")]
     assert cost.metrics["cleaner/deep"] == 1 and cost.metrics.get("cleaner/shallow", 0) == 0
 
 
@@ -101,7 +79,7 @@ def test_spliced_rows_are_rescored_from_the_splice_on_at_their_new_positions():
 def test_consecutive_failures_are_one_call_and_a_splice_after_a_good_turn_keeps_the_turns_before_it():
     turns = ["<calc>1+1</calc>", "<calc>12+</calc>", "<calc>12+ +</calc>", "<calc>12+3</calc>"]
     r, backend, _ = run([*turns, "15"][:4])
-    assert [t for t, _ in texts(r)] == ["<calc>1+1</calc>", "<calc>12+3</calc>"]
+    assert [t for t, _ in turn_texts(r)] == ["<calc>1+1</calc>", "<calc>12+3</calc>"]
     assert [c.outcome for c in r.episode.tool_calls] == ["ok", "ok"]
     ((_, starts),) = backend.scored
     first = r.episode.turns[1].start

@@ -6,28 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from rollwise.backends.hf import HFBackend
 from rollwise.config import EcTreeConfig, load_config
 from rollwise.generate.ec_tree import EcTreeSampler, Signals, branch_point, prune_at, signals, signals_from, width
 from rollwise.generate.forks import sampler_tables
 from rollwise.registry import UserError
-from rollwise.trainer.tiny import build_tiny
 from rollwise.types import Sampling
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    model, tok = build_tiny("tiny-s", seed=1)
-    return model.eval(), tok
-
-
-def _backend(tiny, seed=0):
-    model, tok = tiny
-    return HFBackend(model, [tok.eos_token_id], tok.pad_token_id, max_batch=64, seed=seed)
-
-
-def _prompts(tok):
-    return [[tok.bos_token_id] + tok.encode("12+34="), [tok.bos_token_id] + tok.encode("7+8=")]
 
 
 def _sig(h, cg, dh, tail=None):
@@ -99,13 +82,12 @@ def test_prune_tests_by_hand():
 GATES = dict(enabled=True, min_depth=1, entropy_high=4.0, entropy_jump=-1.0, branch_threshold=0.03)
 
 
-def test_a_base_branches_at_the_first_gated_position_and_branches_share_its_prefix(tiny):
-    model, tok = tiny
-    be = _backend(tiny)
+def test_a_base_branches_at_the_first_gated_position_and_branches_share_its_prefix(hf_backend, arith_prompts):
+    be = hf_backend()
     smp = Sampling(1.0, 1.0, 8)
     o = EcTreeConfig(**GATES, prune_threshold=0.0, tail_threshold=0.0, spike=100.0)  # no pruning
     s = EcTreeSampler(be, o)
-    prompts = _prompts(tok)
+    prompts = arith_prompts
     out, decoded = s.generate(prompts, [6, 6], smp)
     assert [len(g) for g in out] == [6, 6]  # base + 3 branches + 2 top-ups each
     tables = sampler_tables(be, prompts, [g[0][0].token_ids for g in out], smp)
@@ -131,12 +113,11 @@ def test_a_base_branches_at_the_first_gated_position_and_branches_share_its_pref
     assert s.last_stats == {"branches_born": 6, "branches_pruned": 0, "topped_up": 4, "pruned_tail_tokens": 0}
 
 
-def test_completions_below_the_confidence_gate_are_pruned_and_topped_up_to_n(tiny):
-    model, tok = tiny
+def test_completions_below_the_confidence_gate_are_pruned_and_topped_up_to_n(hf_backend, arith_prompts):
     smp = Sampling(1.0, 1.0, 8)
     o = EcTreeConfig(**GATES, prune_threshold=1.0)  # every C^G (~0.019) is below: all pruned at min_depth
-    s = EcTreeSampler(_backend(tiny), o)
-    out, decoded = s.generate(_prompts(tok), [3, 5], smp)
+    s = EcTreeSampler(hf_backend(), o)
+    out, decoded = s.generate(arith_prompts, [3, 5], smp)
     assert [len(g) for g in out] == [3, 5]  # the leaf count is kept
     assert all(p is None for g in out for _, p in g)  # ... by fresh independent samples
     st = s.last_stats
@@ -146,8 +127,8 @@ def test_completions_below_the_confidence_gate_are_pruned_and_topped_up_to_n(tin
     assert decoded > fresh  # the pruned tree's tokens are charged too
     # the same gates without pruning keep the tree
     kept, _ = EcTreeSampler(
-        _backend(tiny), EcTreeConfig(**GATES, prune_threshold=0.0, tail_threshold=0.0, spike=100.0)
-    ).generate(_prompts(tok), [3, 5], smp)
+        hf_backend(), EcTreeConfig(**GATES, prune_threshold=0.0, tail_threshold=0.0, spike=100.0)
+    ).generate(arith_prompts, [3, 5], smp)
     assert [sum(p is not None for _, p in g) for g in kept] == [3, 4]  # at most n; base + 3 branches
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from rollwise.backends.hf import HFBackend
 from rollwise.backends.sampling import entropy
 from rollwise.config import EtmrConfig, load_config
 from rollwise.distributed.local import LocalPool
@@ -13,24 +12,7 @@ from rollwise.generate.etmr import EtmrSampler, fork_positions, leaves, token_ra
 from rollwise.generate.forks import fork_paths, merge_unary, sampler_tables
 from rollwise.registry import UserError
 from rollwise.tokens import Codec
-from rollwise.trainer.tiny import build_tiny
 from rollwise.types import Plan, Prompt, Request, Sampling, TreePath, Verdict
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    model, tok = build_tiny("tiny-s", seed=1)
-    return model.eval(), tok
-
-
-def _backend(tiny, seed=0):
-    model, tok = tiny
-    return HFBackend(model, [tok.eos_token_id], tok.pad_token_id, max_batch=64, seed=seed)
-
-
-def _prompts(tok):
-    return [[tok.bos_token_id] + tok.encode("12+34="), [tok.bos_token_id] + tok.encode("7+8=")]
-
 
 # ---------------------------------------------------------------- the paper's numbers (spec §5.2.4)
 
@@ -63,13 +45,12 @@ def test_fork_paths_share_the_roots_nodes_before_each_fork():
 # ---------------------------------------------------------------- the sampler
 
 
-def test_each_root_forks_at_its_top_entropy_positions_and_branches_share_its_prefix(tiny):
-    model, tok = tiny
-    be = _backend(tiny)
+def test_each_root_forks_at_its_top_entropy_positions_and_branches_share_its_prefix(hf_backend, arith_prompts):
+    be = hf_backend()
     smp = Sampling(1.0, 1.0, 8)
     opts = EtmrConfig(enabled=True, forks=2, branches=2, ignore_first=1)
     s = EtmrSampler(be, opts)
-    prompts = _prompts(tok)
+    prompts = arith_prompts
     out, decoded = s.generate(prompts, [10, 5], smp)  # M = 2 and 1 roots of 1 + 2 * 2 = 5 leaves
     assert [len(g) for g in out] == [10, 5]
     roots = [g[i] for g in out for i in range(0, len(g), 5)]
@@ -99,15 +80,15 @@ def test_each_root_forks_at_its_top_entropy_positions_and_branches_share_its_pre
     assert s.last_stats["branches_born"] == 12 and s.last_stats["topped_up"] == 0
 
 
-def test_pool_routes_groups_to_etmr_and_charges_the_decoded_tokens(tiny):
-    model, tok = tiny
+def test_pool_routes_groups_to_etmr_and_charges_the_decoded_tokens(tiny, hf_backend):
+    _, tok = tiny
     codec = Codec(tok, use_chat=False)
     smp = Sampling(1.0, 1.0, 6)
     verify = lambda p, text: Verdict(1.0 if text.startswith("4") else 0.0)  # noqa: E731
     prompts = [Prompt(f"p{i}", "arithmetic", t, None) for i, t in enumerate(["12+34=", "7+8="])]
     plan = Plan((Request(prompts[0], 5), Request(prompts[1], 7)))  # 7 = one tree of 5 + 2 i.i.d.
-    tree = EtmrSampler(_backend(tiny), EtmrConfig(enabled=True, ignore_first=0))
-    pool = LocalPool(_backend(tiny), codec, verify, smp, tree=tree)
+    tree = EtmrSampler(hf_backend(), EtmrConfig(enabled=True, ignore_first=0))
+    pool = LocalPool(hf_backend(), codec, verify, smp, tree=tree)
     groups = sorted(pool.generate(plan, [], version=0), key=lambda g: g.prompt.id)
     assert [g.size for g in groups] == [5, 7]
     assert [sum(r.tree is not None for r in g.rollouts) for g in groups] == [5, 5]

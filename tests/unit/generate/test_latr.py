@@ -11,28 +11,12 @@ from rollwise.distributed.local import LocalPool
 from rollwise.generate import latr
 from rollwise.generate.latr import LatrSampler, _Branch, mix_ratio, tree_size
 from rollwise.tokens import Codec
-from rollwise.trainer.tiny import build_tiny
 from rollwise.types import Plan, Prompt, Request, Sampling, Verdict
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    model, tok = build_tiny("tiny-s", seed=1)
-    return model.eval(), tok
-
-
-def _backend(tiny, seed=0):
-    model, tok = tiny
-    return HFBackend(model, [tok.eos_token_id], tok.pad_token_id, max_batch=64, seed=seed)
 
 
 def _opts(**kw):
     base = dict(enabled=True, lookahead=[2, 4], keep_math_symbols=False)
     return TreeSamplingConfig(**(base | kw))
-
-
-def _prompts(tok):
-    return [[tok.bos_token_id] + tok.encode("12+34="), [tok.bos_token_id] + tok.encode("7+8=")]
 
 
 def _segments_agree(group):
@@ -82,11 +66,10 @@ def test_options_are_validated_with_the_key_named():
 # ---------------------------------------------------------------- property 1: tau_abs >= 1 never branches
 
 
-def test_tau_abs_one_never_branches_and_tree_phase_is_greedy(tiny):
-    model, tok = tiny
-    be = _backend(tiny)
+def test_tau_abs_one_never_branches_and_tree_phase_is_greedy(hf_backend, arith_prompts):
+    be = hf_backend()
     s = LatrSampler(be, _opts(tau_abs=1.0, force_return_step=4))
-    prompts = _prompts(tok)
+    prompts = arith_prompts
     out, decoded = s.generate(prompts, [4, 3], Sampling(1.0, 1.0, 8))
     assert s.last_stats["branches_born"] == 0
     for prompt, group, k in zip(prompts, out, (4, 3)):
@@ -99,24 +82,24 @@ def test_tau_abs_one_never_branches_and_tree_phase_is_greedy(tiny):
             assert len({p.nodes[1] for _, p in group}) == k
 
 
-def test_no_tree_phase_equals_plain_sampling_with_the_same_generator(tiny):
+def test_no_tree_phase_equals_plain_sampling_with_the_same_generator(tiny, hf_backend, arith_prompts):
     # force_return_step = 0: the tree phase is empty, the fill copies the prompt k times and the
     # continuation is exactly the backend's plain sampling of k rows with the same generator
     _, tok = tiny
-    prompts = _prompts(tok)
-    s = LatrSampler(_backend(tiny, seed=5), _opts(force_return_step=0))
+    prompts = arith_prompts
+    s = LatrSampler(hf_backend(5), _opts(force_return_step=0))
     out, decoded = s.generate(prompts[:1], [4], Sampling(1.0, 1.0, 8))
-    plain = _backend(tiny, seed=5).generate([prompts[0]] * 4, Sampling(1.0, 1.0, 8))
+    plain = hf_backend(5).generate([prompts[0]] * 4, Sampling(1.0, 1.0, 8))
     assert [c for c, _ in out[0]] == plain
     assert decoded == sum(len(c.token_ids) for c in plain)
 
 
-def test_logprobs_are_the_behaviour_logprobs_of_every_token(tiny):
+def test_logprobs_are_the_behaviour_logprobs_of_every_token(tiny, hf_backend, arith_prompts):
     model, tok = tiny
-    s = LatrSampler(_backend(tiny), _opts(tau_abs=0.0, tau_rel=1.0, ed_threshold=None, force_return_step=3))
+    s = LatrSampler(hf_backend(), _opts(tau_abs=0.0, tau_rel=1.0, ed_threshold=None, force_return_step=3))
     temp = 0.7
-    out, _ = s.generate(_prompts(tok), [3, 2], Sampling(temp, 1.0, 7))
-    for prompt, group in zip(_prompts(tok), out):
+    out, _ = s.generate(arith_prompts, [3, 2], Sampling(temp, 1.0, 7))
+    for prompt, group in zip(arith_prompts, out):
         for c, _ in group:
             full = torch.tensor([prompt + list(c.token_ids)])
             with torch.no_grad():
@@ -140,12 +123,12 @@ class _CapCheck(LatrSampler):
 
 
 @pytest.mark.parametrize("m", [2, 3])
-def test_live_branches_never_exceed_k_and_fill_gives_exactly_k(tiny, m):
+def test_live_branches_never_exceed_k_and_fill_gives_exactly_k(tiny, m, hf_backend, arith_prompts):
     _, tok = tiny
-    s = _CapCheck(_backend(tiny), _opts(tau_abs=0.0, tau_rel=1.0, max_branch_per_token=m, ed_threshold=None))
+    s = _CapCheck(hf_backend(), _opts(tau_abs=0.0, tau_rel=1.0, max_branch_per_token=m, ed_threshold=None))
     s.max_seen = {}
     ks = [5, 2]
-    out, decoded = s.generate(_prompts(tok), ks, Sampling(1.0, 1.0, 8))
+    out, decoded = s.generate(arith_prompts, ks, Sampling(1.0, 1.0, 8))
     assert [len(g) for g in out] == ks
     assert s.max_seen == {0: 5, 1: 2}  # always-branch thresholds fill every root up to its cap
     for g in out:
@@ -173,16 +156,16 @@ class _Recording(LatrSampler):
         return out, decoded
 
 
-def test_pool_returns_n_per_prompt_with_tree_paths_and_charges_decoded_tokens(tiny):
-    model, tok = tiny
+def test_pool_returns_n_per_prompt_with_tree_paths_and_charges_decoded_tokens(tiny, hf_backend):
+    _, tok = tiny
     codec = Codec(tok, use_chat=False)
     smp = Sampling(1.0, 1.0, 6)
     verify = lambda p, text: Verdict(1.0 if text.startswith("4") else 0.0)  # noqa: E731
     prompts = [Prompt(f"p{i}", "arithmetic", t, None) for i, t in enumerate(["12+34=", "7+8=", "5+5="])]
     plan = Plan(tuple(Request(p, 4) for p in prompts))
     opts = _opts(tau_abs=0.0, tau_rel=1.0, ed_threshold=None, schedule={0: 0.5, 3: 0.0})
-    tree = _Recording(_backend(tiny), opts)
-    pool = LocalPool(_backend(tiny), codec, verify, smp, tree=tree)
+    tree = _Recording(hf_backend(), opts)
+    pool = LocalPool(hf_backend(), codec, verify, smp, tree=tree)
     groups = pool.generate(plan, [], version=0)
     assert [g.size for g in groups] == [4, 4, 4]
     for g in groups:  # k = round(4 * 0.5) = 2 tree rollouts, 2 i.i.d.
@@ -193,8 +176,8 @@ def test_pool_returns_n_per_prompt_with_tree_paths_and_charges_decoded_tokens(ti
     assert cost.rollouts == 12 and cost.generated_tokens == iid + tree.returned[0]  # tree tokens are charged
     assert cost.metrics["latr/tree_rollouts"] == 6
     # eta = 0 at step 3: the pool output equals a pool without a tree (same generator seed)
-    a = LocalPool(_backend(tiny, seed=9), codec, verify, smp, tree=LatrSampler(_backend(tiny, seed=9), opts))
-    b = LocalPool(_backend(tiny, seed=9), codec, verify, smp)
+    a = LocalPool(hf_backend(9), codec, verify, smp, tree=LatrSampler(hf_backend(9), opts))
+    b = LocalPool(hf_backend(9), codec, verify, smp)
     assert a.generate(plan, [], version=3) == b.generate(plan, [], version=3)
     # evaluation (charge=False) never uses the tree
     ev = pool.rollouts(plan, 0, charge=False)
@@ -221,8 +204,8 @@ def _family(parent_tokens, child_tokens, birth):
     return root, child, grandchild
 
 
-def test_prune_only_at_lookahead_ages_only_children_and_only_past_threshold(tiny):
-    s = LatrSampler(_backend(tiny), _opts(lookahead=[2, 4], ed_threshold=0.4))
+def test_prune_only_at_lookahead_ages_only_children_and_only_past_threshold(hf_backend):
+    s = LatrSampler(hf_backend(), _opts(lookahead=[2, 4], ed_threshold=0.4))
     same = [7, 1, 2, 3, 4]
     # identical segments (distance 0) are pruned at an age in r, with the subtree
     root, child, grand = _family(same, same, birth=1)
@@ -241,22 +224,22 @@ def test_prune_only_at_lookahead_ages_only_children_and_only_past_threshold(tiny
     s._prune([root, child], t=5, eos={0})
     assert not child.pruned
     # all tests off: never pruned; math symbol at the divergence point: skipped
-    off = LatrSampler(_backend(tiny), _opts(lookahead=[4], ed_threshold=None))
+    off = LatrSampler(hf_backend(), _opts(lookahead=[4], ed_threshold=None))
     root, child, _ = _family(same, same, birth=1)
     off._prune([root, child], t=5, eos={0})
     assert not child.pruned
-    sym = LatrSampler(_backend(tiny), _opts(lookahead=[4], keep_math_symbols=True), symbol_ids=frozenset({1}))
+    sym = LatrSampler(hf_backend(), _opts(lookahead=[4], keep_math_symbols=True), symbol_ids=frozenset({1}))
     root, child, _ = _family(same, same, birth=1)
     sym._prune([root, child], t=5, eos={0})
     assert not child.pruned
 
 
-def test_pruning_in_the_sampler_keeps_group_sizes(tiny):
+def test_pruning_in_the_sampler_keeps_group_sizes(tiny, hf_backend, arith_prompts):
     # always branch, and prune every child at age 2: a normalised edit distance is <= 1 < 1.01, so the
     # test fires for every child whose 2-token segments hold no EOS
     _, tok = tiny
-    s = LatrSampler(_backend(tiny), _opts(tau_abs=0.0, tau_rel=1.0, ed_threshold=1.01, lookahead=[2]))
-    out, _ = s.generate(_prompts(tok), [4, 4], Sampling(1.0, 1.0, 8))
+    s = LatrSampler(hf_backend(), _opts(tau_abs=0.0, tau_rel=1.0, ed_threshold=1.01, lookahead=[2]))
+    out, _ = s.generate(arith_prompts, [4, 4], Sampling(1.0, 1.0, 8))
     assert s.last_stats["branches_pruned"] > 0
     assert s.last_stats["branches_born"] >= s.last_stats["branches_pruned"]
     assert [len(g) for g in out] == [4, 4]
@@ -303,12 +286,12 @@ def _row_backend(tiny, seed):
     return be
 
 
-def test_small_max_batch_gives_the_same_trees_as_one_batch(tiny):
+def test_small_max_batch_gives_the_same_trees_as_one_batch(tiny, arith_prompts):
     # always branch with equal k and no pruning: every root is full after the same step in either
     # chunking, so the per-chunk exit test leaves at the same step; the tree phase is greedy (no RNG)
     # and the continuation is one call over all chunks, so the same seed gives the same rollouts
     _, tok = tiny
-    prompts = _prompts(tok) + [[tok.bos_token_id] + tok.encode("123+456=")]
+    prompts = arith_prompts + [[tok.bos_token_id] + tok.encode("123+456=")]
     ks = [4, 4, 4]
     opts = _opts(tau_abs=0.0, tau_rel=1.0, ed_threshold=None, lookahead=[2])
     smp = Sampling(1.0, 1.0, 8)
@@ -323,12 +306,12 @@ def test_small_max_batch_gives_the_same_trees_as_one_batch(tiny):
             assert torch.allclose(torch.tensor(cb.logprobs), torch.tensor(cs.logprobs), atol=1e-4)
 
 
-def test_k_above_max_batch_caps_live_rows_and_fill_keeps_group_sizes(tiny):
+def test_k_above_max_batch_caps_live_rows_and_fill_keeps_group_sizes(tiny, arith_prompts):
     _, tok = tiny
     be = _row_backend(tiny, 0)
     s = _CapCheck(be, _opts(tau_abs=0.0, tau_rel=1.0, ed_threshold=None), max_batch=3)
     s.max_seen = {}
-    out, _ = s.generate(_prompts(tok), [5, 2], Sampling(1.0, 1.0, 8))
+    out, _ = s.generate(arith_prompts, [5, 2], Sampling(1.0, 1.0, 8))
     assert max(be.rows) <= 3  # the tree phase never decodes more than max_batch rows at once
     assert [len(g) for g in out] == [5, 2]  # the fill step tops the capped root up to k = 5
     for g in out:

@@ -214,3 +214,29 @@ def test_bad_ramble_options_name_the_key(ramble, extra, match):
     assert "task.options" in str(e.value)
     with pytest.raises(UserError, match="task.options.ramble_segments"):
         make(None, {"levels": [3, 5], "cot": True, "ramble": {5: 0.5}, "ramble_segments": 0.5})
+
+
+TAIL_OPTIONS = "task.options={cot = true, levels = [2, 3, 5], ramble = {3 = 0.25, 5 = 0.6}}"  # regime_tail's
+
+
+def test_ramble_without_max_new_tokens_is_refused_at_load_naming_both_keys():
+    """At config load (``compat.check``), so before any model is built or warm-started."""
+    from rollwise.config import Config, load_config
+    from rollwise.defaults import derive
+    from rollwise.tasks import build
+    from rollwise.trainer.tiny import build_tiny
+
+    # what the refusal prevents: unset, the cap follows the longest warm-start example, a 410-character
+    # ramble: (410 + 1) x 1.25 -> 520 tokens, past the tiny model's 512 positions
+    unchecked = Config.model_validate(
+        {"task": {"options": {"cot": True, "levels": [2, 3, 5], "ramble": {3: 0.25, 5: 0.6}}}}
+    )
+    assert derive(unchecked, build(unchecked))["sampling.max_new_tokens"][0] == 520
+    assert build_tiny("tiny")[0].config.max_position_embeddings == 512
+    with pytest.raises(
+        UserError, match=r"task\.options\.ramble = \{3: 0\.25, 5: 0\.6\}.*sampling\.max_new_tokens is unset"
+    ):
+        load_config(None, [TAIL_OPTIONS])
+    # set, the key is the user's: accepted, as is a ramble-free chain of thought with the cap derived
+    assert load_config(None, [TAIL_OPTIONS, "sampling.max_new_tokens=256"]).sampling.max_new_tokens == 256
+    assert load_config(None, ["task.options={cot = true, levels = [2, 3, 5]}"]).task.options["cot"] is True
