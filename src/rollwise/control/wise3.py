@@ -63,7 +63,7 @@ from rollwise.control.greso import skip_probability, streaks
 from rollwise.control.source import PromptSource, restore_rng
 from rollwise.control.uniform import Uniform
 from rollwise.outcomes import degenerate_prob
-from rollwise.registry import Compat
+from rollwise.registry import Compat, UserError
 from rollwise.types import Plan, Prompt, Request
 
 
@@ -113,6 +113,24 @@ class Wise3(Uniform):
 
     Options = Wise3Options
     compat = Compat(needs_value=("skip", "value"))
+
+    @staticmethod
+    def check_config(cfg, opts) -> None:
+        """``reuse`` and rollout replay's ``replay_fraction`` describe one batch from two sides (the
+        share this controller does not generate, the share the replay source fills): unequal, the batch
+        is not ``prompts_per_step`` groups (0.5 against 0.25: 16 fresh + 5 replayed = 21 instead of 32),
+        so both must be stated and equal."""
+        reuse = (opts or Wise3Options()).reuse
+        replayed = cfg.replay.name == "rollout_replay"
+        fraction = cfg.replay.options.get("replay_fraction") if replayed else None
+        if (reuse > 0 or replayed) and (fraction is None or not math.isclose(float(fraction), reuse)):
+            raise UserError(
+                f"control.options.reuse = {reuse} must equal replay.options.replay_fraction "
+                f"(now {'unset' if fraction is None else fraction}, replay.name = {cfg.replay.name!r}): the share of "
+                "each batch wise3 does not generate is the share rollout replay fills; set replay.name = "
+                f"'rollout_replay' with replay.options.replay_fraction = {reuse}"
+                + (" (or control.options.reuse to the replay's fraction)" if replayed else "")
+            )
 
     def __init__(self, prompts: Sequence[Prompt], cfg, options: Wise3Options | None, seed: int):
         self.cfg = cfg

@@ -191,3 +191,19 @@ def test_reuse_with_rollout_replay_in_the_loop_trains_full_batches_on_half_the_g
     gen = [b["cost/generated_tokens"] - a.get("cost/generated_tokens", 0) for a, b in zip([{}] + lines, lines)]
     trained = [b["cost/trained_tokens"] - a.get("cost/trained_tokens", 0) for a, b in zip([{}] + lines, lines)]
     assert trained[0] == gen[0] and all(t > g for t, g in zip(trained[1:], gen[1:]))
+
+
+def test_reuse_must_equal_the_replay_fraction():
+    # 0.5 left to a replay that fills 0.25 would train 16 fresh + 5 replayed groups, not 32
+    base = ['control.name="wise3"', 'control.options={skip = "off", reuse = 0.5}']
+    with pytest.raises(UserError, match=r"control.options.reuse = 0.5 must equal replay.options.replay_fraction"):
+        load_config(overrides=[*base, 'replay.name="rollout_replay"', "replay.options={replay_fraction = 0.25}"])
+    with pytest.raises(UserError, match=r"replay.options.replay_fraction \(now unset"):  # the default is not assumed
+        load_config(overrides=[*base, 'replay.name="rollout_replay"'])
+    with pytest.raises(UserError, match="replay.name = 'on_policy'"):  # reuse with nothing to replay
+        load_config(overrides=base)
+    with pytest.raises(UserError, match="control.options.reuse = 0.0"):  # a replay the controller leaves no room for
+        load_config(
+            overrides=['control.name="wise3"', 'replay.name="rollout_replay"', "replay.options={replay_fraction = 0.5}"]
+        )
+    load_config(overrides=[*base, 'replay.name="rollout_replay"', "replay.options={replay_fraction = 0.5}"])
