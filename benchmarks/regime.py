@@ -4,7 +4,8 @@ and how they move through training, beside the published figures of docs/regime.
 Step 0: the sweep's baseline arm is built as ``rollwise compare`` would build it (task, warm start,
 sampling), and ``--group-size`` rollouts are sampled for each of the first ``--prompts`` training
 prompts with the step-0 weights (no training). Reported: the share of all-correct (AC), all-wrong
-(AW) and zero-variance groups, the per-prompt pass-rate histogram (bins of 1/G) with its mean and
+(AW) and zero-variance groups, the AC and AW groups' shares of the generated tokens (what a perfect
+skip would not generate), the per-prompt pass-rate histogram (bins of 1/G) with its mean and
 spread, per level when the task has levels, and response lengths in tokens (median, p90, p95, p99,
 max, the share cut at ``max_new_tokens``, the share of tokens in the longest 5% of responses,
 p90/p50 and p99/p50).
@@ -83,6 +84,15 @@ def group_stats(groups, g: int) -> dict:
     ac, aw = m["groups/all_correct_frac"], m["groups/all_wrong_frac"]
     rates = [sum(x >= CORRECT for x in v) / len(v) for v in (grp.verified_rewards() for grp in groups) if len(v) >= 2]
     n = max(1, len(rates))
+    # the tokens of degenerate groups: what a perfect skip would not generate (its saving's cap is 1 / (1 - share))
+    tok = {"all_wrong": 0, "all_correct": 0, "all": 0}
+    for grp in groups:
+        v, t = grp.verified_rewards(), sum(len(r.completion_ids) for r in grp.rollouts)
+        tok["all"] += t
+        if len(v) >= 2 and all(x >= CORRECT for x in v):
+            tok["all_correct"] += t
+        elif len(v) >= 2 and not any(x >= CORRECT for x in v):
+            tok["all_wrong"] += t
     hist = [0] * (g + 1)
     for r in rates:
         hist[round(r * g)] += 1
@@ -94,6 +104,8 @@ def group_stats(groups, g: int) -> dict:
         "pass_rate_mean": round(sum(rates) / n, 4),
         "pass_rate_sd": round(statistics.pstdev(rates), 4) if rates else None,
         f"pass_rate_hist_k_of_{g}": hist,
+        "token_share_all_wrong": round(tok["all_wrong"] / max(1, tok["all"]), 4),
+        "token_share_all_correct": round(tok["all_correct"] / max(1, tok["all"]), 4),
     }
 
 

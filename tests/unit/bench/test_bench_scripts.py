@@ -334,3 +334,24 @@ def test_regime_example_stats_by_hand():
     assert out["wrong_frac_by_level"] == {"2": 0.0, "3": 0.5}
     assert 17 in lengths and out["lengths"]["max"] == lengths[-1] and out["lengths"]["p50"] == lengths[1]  # 16 + end
     assert out["lengths"]["truncated_frac"] == round(sum(n > 10 for n in lengths) / 3, 4)
+
+
+def test_regime_token_shares_of_degenerate_groups_by_hand():
+    import regime
+
+    from rollwise.types import Group, Prompt, Rollout, Verdict
+
+    def group(pid, lengths_scores):
+        return Group(
+            Prompt(pid, "arithmetic", "q", "a"),
+            tuple(
+                Rollout(pid, (1,), (7,) * n, (0.0,) * n, "stop", 0, verdict=Verdict(score))
+                for n, score in lengths_scores
+            ),
+        )
+
+    # all wrong (10 + 30 tokens), all correct (5 + 5), mixed (20 + 30): 100 tokens in all
+    groups = [group("w", [(10, 0.0), (30, 0.0)]), group("c", [(5, 1.0), (5, 1.0)]), group("m", [(20, 1.0), (30, 0.0)])]
+    out = regime.group_stats(groups, 2)
+    assert out["token_share_all_wrong"] == 0.4 and out["token_share_all_correct"] == 0.1
+    assert out["all_wrong_frac"] == round(1 / 3, 4) and out["pass_rate_hist_k_of_2"] == [1, 1, 1]
