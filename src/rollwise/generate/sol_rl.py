@@ -128,7 +128,9 @@ class SolRlPool:
 
     def __init__(self, pool, scorer, sampling, pool_factor: float):
         if pool_factor <= 1.0:
-            raise UserError(f"sampling.sol_rl.pool_factor must be > 1 (a pool larger than the group), got {pool_factor}")
+            raise UserError(
+                f"sampling.sol_rl.pool_factor must be > 1 (a pool larger than the group), got {pool_factor}"
+            )
         self.pool, self.scorer, self.sampling, self.pool_factor = pool, scorer, sampling, pool_factor
 
     @property
@@ -153,9 +155,7 @@ class SolRlPool:
                     "samples whole completions (check_config refuses prefix-continuing controllers)"
                 )
             wanted[req.prompt.id] = wanted.get(req.prompt.id, 0) + req.n
-        wide = Plan(
-            tuple(Request(r.prompt, pool_size(r.n, self.pool_factor)) for r in plan.requests if r.n > 0)
-        )
+        wide = Plan(tuple(Request(r.prompt, pool_size(r.n, self.pool_factor)) for r in plan.requests if r.n > 0))
         pairs = self.pool.rollouts(wide, version)  # FP8 candidates, verified and charged
         by_prompt: dict[str, list] = {}
         for prompt, rollout in pairs:
