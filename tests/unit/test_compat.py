@@ -69,8 +69,8 @@ def test_what_the_records_say():
     tree, arrol = (compat.record(compat.WRAPPERS.get(k)) for k in ("sampling.latr", "sampling.arrol"))
     assert tree.needs_decode_hooks and tree.owns_generation and not tree.sampler_entropy
     assert arrol.needs_decode_hooks and arrol.owns_generation and arrol.sampler_entropy
-    sol_rl = compat.record(compat.WRAPPERS.get("sampling.sol_rl"))  # scores with the trainer's module
-    assert sol_rl.needs_decode_hooks and sol_rl.owns_generation and not sol_rl.sampler_entropy
+    sol_rl = compat.record(compat.WRAPPERS.get("sampling.sol_rl"))  # scores with the trainer's module; its
+    assert sol_rl.needs_decode_hooks and sol_rl.owns_generation and sol_rl.sampler_entropy  # rows: the pool's
 
 
 def test_in_process_strategies_are_read_from_the_records():

@@ -44,6 +44,7 @@ pool is what was spent); ``sol_rl/fp8_tokens`` repeats the candidates' tokens (a
 ``cost/verify_tokens`` (tokens scored by a forward pass, as SPEC-RL's verification) and
 ``sol_rl/rescored_tokens``. ``sol_rl/pool_reward_mean`` and ``sol_rl/kept_reward_mean`` show the
 selection. Evaluation (``rollouts(..., charge=False)``) is the wrapped pool's: the FP8 sampler, no pool.
+Sampler entropies, where recorded (D3S), stay the FP8 sampler's.
 
 Refused at load (``check_config``, ``rollwise.compat.check_wrappers``): without FP8 rollouts, with the
 matched (quantised) trainer, with the other samplers that own training generation (ARRoL, the tree
