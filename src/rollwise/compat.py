@@ -59,7 +59,14 @@ WRAPPERS.register("sampling.arrol", "rollwise.generate.arrol")
 WRAPPERS.register("sampling.latr", "rollwise.generate.latr")
 WRAPPERS.register("sampling.etmr", "rollwise.generate.etmr")
 WRAPPERS.register("sampling.ec_tree", "rollwise.generate.ec_tree")
-SAMPLING_WRAPPERS = ("sampling.arrol", "sampling.latr", "sampling.etmr", "sampling.ec_tree")  # each has .enabled
+WRAPPERS.register("sampling.sol_rl", "rollwise.generate.sol_rl")
+SAMPLING_WRAPPERS = (
+    "sampling.arrol",
+    "sampling.latr",
+    "sampling.etmr",
+    "sampling.ec_tree",
+    "sampling.sol_rl",
+)  # each has .enabled
 
 
 def _registries() -> dict[str, Registry]:

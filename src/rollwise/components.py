@@ -647,6 +647,17 @@ def _wrap_arrol(cfg, a: Assembly, w: Wiring):
     return a.arrol
 
 
+def _wrap_sol_rl(cfg, a: Assembly, w: Wiring):
+    """Sol-RL's FP8 candidate pool, re-scored by the trainer's full-precision module (generate/sol_rl.py)."""
+    from rollwise.backends.hf import HFBackend
+    from rollwise.generate.sol_rl import SolRlPool
+
+    scorer = HFBackend(  # scoring only: the trainer's module (a.model), not the FP8 sampler's
+        a.model, a.codec.eos_ids, a.codec.pad_id, cfg.model.max_batch, cfg.run.seed, compute_dtype=a.compute_dtype
+    )
+    return SolRlPool(a.pool, scorer, a.sampling, cfg.sampling.sol_rl.pool_factor)
+
+
 def _wrap_replay(cfg, a: Assembly, w: Wiring):
     """Replay sources that schedule generation (APRIL, SPEC-RL; ``ReplaySource.schedules_generation``)."""
     return a.parts.replay.wrap_pool(a.pool, a.parts.controller, w.state)
@@ -663,6 +674,7 @@ def _wrap_ttrl(cfg, a: Assembly, w: Wiring):
 ROLLOUT_WRAPPERS: tuple[tuple[str, Callable, Callable], ...] = (
     ("async", lambda cfg, a: cfg.train.async_.on, _wrap_async),
     ("arrol", lambda cfg, a: cfg.sampling.arrol.enabled, _wrap_arrol),
+    ("sol_rl", lambda cfg, a: cfg.sampling.sol_rl.enabled, _wrap_sol_rl),
     ("replay", lambda cfg, a: a.parts.replay.schedules_generation and a.async_pool is None, _wrap_replay),
     ("ttrl", lambda cfg, a: cfg.reward.ttrl.enabled, _wrap_ttrl),
 )

@@ -37,7 +37,7 @@ def test_every_backend_pool_and_wrapper_declares_a_frozen_record():
 
     parts = [backends.REGISTRY.get(n) for n in ("hf", "vllm", "scripted")]
     parts += [compat.POOLS.get(n) for n in ("local", "ray", "data_parallel", "async", "periodic")]
-    parts += [compat.WRAPPERS.get(n) for n in ("sampling.arrol", "sampling.latr")]
+    parts += [compat.WRAPPERS.get(n) for n in ("sampling.arrol", "sampling.latr", "sampling.sol_rl")]
     for part in parts:
         rec = compat.record(part)
         assert isinstance(rec, Compat) and rec is not NEUTRAL, part
@@ -69,6 +69,8 @@ def test_what_the_records_say():
     tree, arrol = (compat.record(compat.WRAPPERS.get(k)) for k in ("sampling.latr", "sampling.arrol"))
     assert tree.needs_decode_hooks and tree.owns_generation and not tree.sampler_entropy
     assert arrol.needs_decode_hooks and arrol.owns_generation and arrol.sampler_entropy
+    sol_rl = compat.record(compat.WRAPPERS.get("sampling.sol_rl"))  # scores with the trainer's module; its
+    assert sol_rl.needs_decode_hooks and sol_rl.owns_generation and sol_rl.sampler_entropy  # rows: the pool's
 
 
 def test_in_process_strategies_are_read_from_the_records():

@@ -34,8 +34,10 @@ The sampler/trainer gap (``rollwise.trainer.mismatch``: ``mismatch/abs_mean``, `
 shows the difference: with FP8 rollouts and a full-precision trainer it is the quantisation error;
 with the matched trainer only the rounding between a cached decode and a full forward remains.
 
-Not built: real FP8 GEMMs (``torch._scaled_mm`` on H100/H200) and FP8 in the backward pass; the
-Sol-RL variant (an FP8 candidate pool re-scored or regenerated in full precision). Refused at load
+The Sol-RL variant (an FP8 candidate pool, its contrastive subset re-scored by the full-precision
+trainer) is ``rollwise.generate.sol_rl`` (``sampling.sol_rl``), on this module's sampler.
+
+Not built: real FP8 GEMMs (``torch._scaled_mm`` on H100/H200) and FP8 in the backward pass. Refused at load
 (``rollwise.compat.check_rollout_precision``): other backends than ``hf`` (vLLM quantises with its
 own kernels), rollout workers, FSDP and LoRA (adapter products would stay unquantised).
 """

@@ -1,7 +1,7 @@
 """The ``sampling`` section: training rollouts' sampling, the tree samplers (LATR, ``rollwise.generate.latr``;
 ETMR, ``rollwise.generate.etmr``; EC-Tree, ``rollwise.generate.ec_tree``), ARRoL pruning
-(``rollwise.generate.arrol``, which aliases ``ArrolOptions``) and branching episodes
-(``rollwise.generate.branching``)."""
+(``rollwise.generate.arrol``, which aliases ``ArrolOptions``), Sol-RL's FP8 candidate pool
+(``rollwise.generate.sol_rl``) and branching episodes (``rollwise.generate.branching``)."""
 
 from __future__ import annotations
 
@@ -218,6 +218,25 @@ class ArrolConfig(ArrolOptions):
     )
 
 
+class SolRlConfig(Section):
+    """Sol-RL's two-stage rollouts, an LLM analogue (arXiv 2604.06916; ``rollwise.generate.sol_rl``)."""
+
+    enabled: bool = Field(
+        False,
+        description="Sol-RL (arXiv 2604.06916; rollwise.generate.sol_rl): sample pool_factor * n candidates per "
+        "prompt with the FP8 sampler (needs model.rollout_precision = 'fp8' and train.matched_quantisation = false), "
+        "verify all, keep the n most contrastive (top and bottom by reward) and re-score them with the trainer's "
+        "full-precision forward, so the behaviour log-probs the trainer sees are the full-precision policy's. Every "
+        "candidate's tokens are charged (hf backend only; evaluation never uses it).",
+    )
+    pool_factor: float = Field(
+        4.0,
+        gt=1.0,
+        description="Candidates per prompt = ceil(pool_factor * n) for a request of n (the paper: 96 candidates, "
+        "24 trained on, i.e. 4).",
+    )
+
+
 class BranchingConfig(Section):
     """Branching rollouts of environment tasks (episodes): episodes forked at tool-call turns
     (``rollwise.generate.branching``, issue #44); refused for a task whose environments cannot be forked."""
@@ -261,6 +280,9 @@ class SamplingConfig(Section):
     )
     arrol: ArrolConfig = Field(
         default_factory=ArrolConfig, description="ARRoL online rollout pruning (off by default)."
+    )
+    sol_rl: SolRlConfig = Field(
+        default_factory=SolRlConfig, description="Sol-RL's FP8 candidate pool and contrastive subset (off by default)."
     )
     branching: BranchingConfig = Field(
         default_factory=BranchingConfig,

@@ -35,3 +35,15 @@ def test_means_over_steps_then_seeds(tmp_path):
     assert out["a"]["mismatch/abs_mean"] == pytest.approx(0.3)
     assert out["a"]["mismatch/abs_mean x1e6"] == pytest.approx(300000.0)
     assert out["b_x"]["mismatch/k3_kl x1e6"] == pytest.approx(200.0)
+
+
+def test_sol_rl_gap_and_steps_only_where_logged(tmp_path):
+    _run(tmp_path, "u-s0", [0.1, 0.3])  # no sol_rl/* metric: no such key for the arm
+    d = tmp_path / "sol-s0"
+    d.mkdir()
+    rows = [{"mismatch/abs_mean": 1e-7, "mismatch/k3_kl": 0.0, "sol_rl/fp8_gap_abs_mean": g} for g in (0.002, 0.004)]
+    (d / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
+    out = _module().summary(tmp_path)
+    assert "sol_rl/fp8_gap_abs_mean" not in out["u"] and out["u"]["seeds"]["0"]["steps"] == 3
+    assert out["sol"]["sol_rl/fp8_gap_abs_mean x1e6"] == pytest.approx(3000.0)
+    assert out["sol"]["seeds"]["0"]["steps"] == 2
