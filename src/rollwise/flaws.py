@@ -14,6 +14,9 @@ judge (e.g. nothing to check; read as not flawed, and counted). Chosen by name o
   number of its right side (chains ``a = b + c = d`` check each link). The first step with a false
   equation is the flaw. Built-in arithmetic with ``cot = true`` writes such traces
   (``"7+5+0=12,4+8+1=13,=132"``); an answer-only completion has nothing to check (``None``).
+- ``"genrm:<run dir>"`` (``rollwise.flaws_judge``): FAPO's generative judge, a run of the
+  ``fapo_judge`` task (trained with ``configs/fapo_judge.toml``), refused at load when the
+  directory is missing, not a judge run, or has no checkpoint.
 """
 
 from __future__ import annotations
@@ -82,5 +85,30 @@ def first_false_equation(prompt: Prompt | None, completion: str) -> int | None:
     return -1 if checked else None
 
 
-DETECTORS = Registry("flaw detector")
+class _Detectors(Registry):
+    """Detectors by name; one that takes an argument (``genrm:<run dir>``) is a factory class with a
+    ``check(arg)`` that ``resolve`` runs (so the config load refuses a bad argument before any work) and
+    that ``get`` builds once per argument (a judge model is loaded once, not per call)."""
+
+    def __init__(self, family: str):
+        super().__init__(family)
+        self._built: dict[str, object] = {}
+
+    def resolve(self, name: str):
+        res = super().resolve(name)
+        if res.arg is not None and hasattr(res.obj, "check"):
+            res.obj.check(res.arg)
+        return res
+
+    def get(self, name: str):
+        res = self.resolve(name)
+        if res.arg is None or not hasattr(res.obj, "check"):
+            return res.obj
+        if name not in self._built:
+            self._built[name] = res.obj(res.arg)
+        return self._built[name]
+
+
+DETECTORS = _Detectors("flaw detector")
 DETECTORS.register("rule", first_false_equation)
+DETECTORS.register("genrm", "rollwise.flaws_judge:GenRMDetector", takes_arg=True)  # FAPO's trained judge

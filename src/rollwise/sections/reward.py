@@ -69,7 +69,8 @@ class FapoConfig(Section):
     )
     detector: str = Field(
         "rule",
-        description="Flaw detector: 'rule' (first false integer equation in the working; built-in tasks) or "
+        description="Flaw detector: 'rule' (first false integer equation in the working; built-in tasks), "
+        "'genrm:<run dir>' (a FAPO judge trained with configs/fapo_judge.toml; rollwise.flaws_judge) or "
         "'package.module:attr', a callable (prompt, completion) -> earliest error step, -1, or None (cannot judge); "
         "resolved at load (rollwise.compat.check).",
     )

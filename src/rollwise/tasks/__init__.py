@@ -14,6 +14,7 @@ REGISTRY.register("hf", "rollwise.tasks.hf_dataset:make", takes_arg=True)
 REGISTRY.register("dataset", "rollwise.tasks.dataset:make", takes_arg=True)  # the Python API's rows
 REGISTRY.register("pyfunc", "rollwise.tasks.pyfunc:make")
 REGISTRY.register("humaneval", "rollwise.tasks.humaneval:make")
+REGISTRY.register("fapo_judge", "rollwise.tasks.fapo_judge:make")  # FAPO GenRM training (arXiv 2510.22543)
 # multi-turn environments (rollwise.envs, docs/architecture.md §11)
 REGISTRY.register("guess_number", "rollwise.envs.guess:make")
 REGISTRY.register("calculator", "rollwise.envs.calculator:make")

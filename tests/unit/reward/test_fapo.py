@@ -90,9 +90,12 @@ def test_baseline_without_penalty_is_plain_grpo():
 
 
 def test_unknown_detector_is_named_at_load():
-    with pytest.raises(UserError, match="known: rule") as e:
+    with pytest.raises(UserError, match="known: genrm:<arg>, rule") as e:
+        load_config(overrides=["reward.fapo.detector=judge"])
+    assert str(e.value).startswith("reward.fapo.detector = 'judge': ")  # the key, then the known names
+    with pytest.raises(UserError, match="needs an argument") as e:  # the judge needs its run directory
         load_config(overrides=["reward.fapo.detector=genrm"])
-    assert str(e.value).startswith("reward.fapo.detector = 'genrm': ")  # the key, then the known names
+    assert str(e.value).startswith("reward.fapo.detector = 'genrm': ")
 
 
 def test_a_plugin_detector_that_does_not_import_is_refused_naming_the_key():
