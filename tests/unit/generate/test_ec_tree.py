@@ -11,6 +11,7 @@ from rollwise.generate.ec_tree import EcTreeSampler, Signals, branch_point, prun
 from rollwise.generate.forks import sampler_tables
 from rollwise.registry import UserError
 from rollwise.types import Sampling
+from tree_fixtures import arith_prompts, hf_backend, tiny  # noqa: F401 (pytest fixtures)
 
 
 def _sig(h, cg, dh, tail=None):

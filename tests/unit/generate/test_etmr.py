@@ -13,6 +13,7 @@ from rollwise.generate.forks import fork_paths, merge_unary, sampler_tables
 from rollwise.registry import UserError
 from rollwise.tokens import Codec
 from rollwise.types import Plan, Prompt, Request, Sampling, TreePath, Verdict
+from tree_fixtures import arith_prompts, hf_backend, tiny  # noqa: F401 (pytest fixtures)
 
 # ---------------------------------------------------------------- the paper's numbers (spec §5.2.4)
 

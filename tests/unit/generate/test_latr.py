@@ -12,6 +12,7 @@ from rollwise.generate import latr
 from rollwise.generate.latr import LatrSampler, _Branch, mix_ratio, tree_size
 from rollwise.tokens import Codec
 from rollwise.types import Plan, Prompt, Request, Sampling, Verdict
+from tree_fixtures import arith_prompts, hf_backend, tiny  # noqa: F401 (pytest fixtures)
 
 
 def _opts(**kw):

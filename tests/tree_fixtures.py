@@ -1,4 +1,6 @@
-"""Fixtures of the tree-sampler tests (test_latr.py, test_etmr.py, test_ec_tree.py): the tiny model
+"""Fixtures of the tree-sampler tests (test_latr.py, test_etmr.py, test_ec_tree.py, test_forks.py), which
+import them by name (a module, not a conftest.py: a second conftest would shadow tests/conftest.py's
+helpers for every test module that imports ``from conftest`` in the same process): the tiny model
 with random weights (seed 1, eval mode, built once per test module), an hf backend over it and two
 arithmetic prompts."""
 
