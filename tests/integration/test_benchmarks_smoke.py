@@ -313,6 +313,7 @@ NEEDS = {
     "scale_out.py": "vLLM's engine and SmolLM2's weights, Ray",
     "gen_throughput_vllm.py": "vLLM's engine and SmolLM2's weights",
     "gen_compile.py": "SmolLM2's weights and torch.compile's minutes of compilation",
+    "fapo_judge.py": "a judge trained for 300 supervised and 20 GRPO steps (~18 minutes) before it is scored",
     "pretrained_lengths.py": "SmolLM2's weights",
     "gpu_check.py": "a CUDA GPU (its decode comparison runs on a CPU: test_gpu_check_smoke_decode_on_a_cpu)",
     "gpu_bundle.py": "SmolLM2's 94 MiB GGUF split into parts (its logic: tests/unit/bench/test_gpu_bundle.py)",
