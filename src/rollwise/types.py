@@ -416,6 +416,28 @@ class Pool(Protocol):
     def close(self) -> None: ...
 
 
+class PoolWrapper:
+    """A rollout wrapper around another pool (``self.pool``; ``components.ROLLOUT_WRAPPERS``): it
+    overrides ``generate`` for training groups, and the step's cost (``cost``, ``take_cost``),
+    evaluation (``rollouts``) and ``close`` are the wrapped pool's."""
+
+    def __init__(self, pool):
+        self.pool = pool
+
+    @property
+    def cost(self):
+        return self.pool.cost
+
+    def take_cost(self):
+        return self.pool.take_cost()
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def rollouts(self, *args, **kwargs):
+        return self.pool.rollouts(*args, **kwargs)
+
+
 @runtime_checkable
 class Stateful(Protocol):
     """A part whose state goes into checkpoints (controller, replay source, trainer, ledger, backend, ...)."""

@@ -69,7 +69,7 @@ import torch
 from rollwise.config import ArrolOptions as Options  # noqa: F401 (the schema lives in config.py)
 from rollwise.generate.common import merge_groups
 from rollwise.registry import Compat, UserError
-from rollwise.types import Group, Plan
+from rollwise.types import Group, Plan, PoolWrapper
 
 
 def check_step(opts: Options, max_new_tokens: int) -> int:
@@ -348,7 +348,7 @@ def trim_surplus(units: list[tuple[list[int], int]], hook: PruneHook, head, rho:
 # ---------------------------------------------------------------------------- the pool wrapper
 
 
-class ArrolPool:
+class ArrolPool(PoolWrapper):
     """Wraps a ``LocalPool``: training generation is pruned (module docstring), evaluation
     (``rollouts``) and the cost hand-over (``take_cost``) are the wrapped pool's."""
 
@@ -357,22 +357,10 @@ class ArrolPool:
             raise UserError(
                 f"sampling.arrol needs a backend with decode hooks (the hf backend), got {type(pool.backend).__name__}"
             )
-        self.pool, self.opts = pool, opts
+        super().__init__(pool)
+        self.opts = opts
         self.check_at = check_step(opts, max_new_tokens)
         self.head = QualityHead(opts, seed)
-
-    @property
-    def cost(self):
-        return self.pool.cost
-
-    def take_cost(self):
-        return self.pool.take_cost()
-
-    def close(self) -> None:
-        self.pool.close()
-
-    def rollouts(self, *args, **kwargs):
-        return self.pool.rollouts(*args, **kwargs)
 
     def generate(self, plan: Plan, groups: list[Group], version: int) -> list[Group]:
         pool, active = self.pool, self.head.trusted()

@@ -62,7 +62,7 @@ from collections.abc import Sequence
 
 from rollwise.generate.common import merge_groups
 from rollwise.registry import Compat, UserError
-from rollwise.types import Group, Plan, Request
+from rollwise.types import Group, Plan, PoolWrapper, Request
 
 # scores the kept rows with the trainer's module in this process (as a decode hook would); owns the
 # training rollouts (not with another sampler that does)
@@ -121,7 +121,7 @@ def contrastive_subset(rewards: Sequence[float | None], k: int) -> list[int]:
     return sorted(chosen)
 
 
-class SolRlPool:
+class SolRlPool(PoolWrapper):
     """Wraps a pool whose backend samples in FP8: training generation draws a candidate pool and
     keeps a re-scored contrastive subset (module docstring); evaluation (``rollouts``) and the cost
     hand-over (``take_cost``) are the wrapped pool's. ``scorer``: an object with the hf backend's
@@ -132,20 +132,8 @@ class SolRlPool:
             raise UserError(
                 f"sampling.sol_rl.pool_factor must be > 1 (a pool larger than the group), got {pool_factor}"
             )
-        self.pool, self.scorer, self.sampling, self.pool_factor = pool, scorer, sampling, pool_factor
-
-    @property
-    def cost(self):
-        return self.pool.cost
-
-    def take_cost(self):
-        return self.pool.take_cost()
-
-    def close(self) -> None:
-        self.pool.close()
-
-    def rollouts(self, *args, **kwargs):
-        return self.pool.rollouts(*args, **kwargs)
+        super().__init__(pool)
+        self.scorer, self.sampling, self.pool_factor = scorer, sampling, pool_factor
 
     def generate(self, plan: Plan, groups: list[Group], version: int) -> list[Group]:
         wanted: dict[str, int] = {}

@@ -42,7 +42,7 @@ from collections.abc import Sequence
 
 from rollwise.outcomes import majority_answer
 from rollwise.sections.reward import TtrlOptions as Options  # noqa: F401 (the schema lives in its section)
-from rollwise.types import Group, Plan, Rollout, Verdict
+from rollwise.types import Group, Plan, PoolWrapper, Rollout, Verdict
 
 
 def answer_of(r: Rollout) -> str | None:
@@ -109,22 +109,13 @@ def step_metrics(stats: Sequence[dict]) -> dict[str, float]:
     }
 
 
-class TtrlPool:
+class TtrlPool(PoolWrapper):
     """Wraps a pool: training groups get majority-vote pseudo-rewards (module docstring);
     evaluation (``rollouts``) and the cost hand-over are the wrapped pool's."""
 
     def __init__(self, pool, opts: Options):
-        self.pool, self.opts = pool, opts
-
-    @property
-    def cost(self):
-        return self.pool.cost
-
-    def take_cost(self):
-        return self.pool.take_cost()
-
-    def rollouts(self, *args, **kwargs):
-        return self.pool.rollouts(*args, **kwargs)
+        super().__init__(pool)
+        self.opts = opts
 
     def generate(self, plan: Plan, groups: list[Group], version: int) -> list[Group]:
         out, stats = [], []
