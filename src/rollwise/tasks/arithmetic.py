@@ -214,6 +214,14 @@ def allocate(total: int, capacity: dict[int, int], what: str) -> dict[int, int]:
     return quota
 
 
+def check_known_levels(levels: list[int]) -> None:
+    """Raise ``ValueError`` naming the levels that are not among ``LEVEL_SIZE``'s (an options validator's
+    message; pydantic adds the key)."""
+    bad = [lv for lv in levels if lv not in LEVEL_SIZE]
+    if bad:
+        raise ValueError(f"unknown level(s) {bad}; levels are {sorted(LEVEL_SIZE)}")
+
+
 def sample_distinct(level: int, k: int, rng: random.Random, seen: set[str]) -> list[Expr]:
     """``k`` expressions of ``level`` not in ``seen`` (which is updated). The caller checks that
     enough remain, so the rejection loop ends."""
@@ -373,9 +381,7 @@ class _Options(BaseModel):
     @field_validator("levels")
     @classmethod
     def _check_levels(cls, v: list[int]) -> list[int]:
-        bad = [lv for lv in v if lv not in LEVEL_SIZE]
-        if bad:
-            raise ValueError(f"unknown level(s) {bad}; levels are {sorted(LEVEL_SIZE)}")
+        check_known_levels(v)
         if len(set(v)) != len(v):
             raise ValueError(f"levels must not repeat (got {v})")
         return sorted(v)

@@ -41,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from rollwise.flaws import first_false_equation
 from rollwise.registry import UserError
 from rollwise.tasks._common import coerce_options, draw_splits, sample_prompts
-from rollwise.tasks.arithmetic import LEVEL_SIZE, SLIPS, draw, render, trace
+from rollwise.tasks.arithmetic import SLIPS, check_known_levels, draw, render, trace
 from rollwise.types import Prompt, Verdict
 
 NAME = "fapo_judge"
@@ -163,9 +163,7 @@ class _Options(BaseModel):
     @field_validator("levels")
     @classmethod
     def _check_levels(cls, v: list[int]) -> list[int]:
-        bad = [lv for lv in v if lv not in LEVEL_SIZE]
-        if bad:
-            raise ValueError(f"unknown level(s) {bad}; levels are {sorted(LEVEL_SIZE)}")
+        check_known_levels(v)
         return sorted(set(v))
 
 
