@@ -82,17 +82,17 @@ def group_stats(groups, g: int) -> dict:
 
     m = regime_metrics(groups)
     ac, aw = m["groups/all_correct_frac"], m["groups/all_wrong_frac"]
-    rates = [sum(x >= CORRECT for x in v) / len(v) for v in (grp.verified_rewards() for grp in groups) if len(v) >= 2]
-    n = max(1, len(rates))
-    # the tokens of degenerate groups: what a perfect skip would not generate (its saving's cap is 1 / (1 - share))
-    tok = {"all_wrong": 0, "all_correct": 0, "all": 0}
+    # per group with two or more verified rewards: its pass rate, and the tokens of the degenerate ones
+    # (what a perfect skip would not generate; its saving's cap is 1 / (1 - share))
+    rates, tok = [], {"all_wrong": 0, "all_correct": 0, "all": 0}
     for grp in groups:
         v, t = grp.verified_rewards(), sum(len(r.completion_ids) for r in grp.rollouts)
         tok["all"] += t
-        if len(v) >= 2 and all(x >= CORRECT for x in v):
-            tok["all_correct"] += t
-        elif len(v) >= 2 and not any(x >= CORRECT for x in v):
-            tok["all_wrong"] += t
+        if len(v) >= 2:
+            rates.append(sum(x >= CORRECT for x in v) / len(v))
+            tok["all_correct"] += t if rates[-1] == 1 else 0
+            tok["all_wrong"] += t if rates[-1] == 0 else 0
+    n = max(1, len(rates))
     hist = [0] * (g + 1)
     for r in rates:
         hist[round(r * g)] += 1
