@@ -44,7 +44,7 @@ from typing import Any
 from rollwise.registry import Compat, Registry, UserError, record, validate_options
 from rollwise.sections.filter import check_options_named
 from rollwise.sections.model import check_lora
-from rollwise.sections.task import check_single_turn
+from rollwise.sections.task import check_schedule, check_single_turn
 
 # Pools and rollout wrappers, by the name the table uses: "module" entries are the modules that
 # implement them (each declares ``COMPAT`` and may define a local ``check_config(cfg)``).
@@ -269,11 +269,13 @@ def check_episodes(cfg, env: bool) -> None:
     is the episode pool over its own weights) and TTRL (majority votes on one answer).
     ``distributed.request_seeds`` works (one seeded episode call per request). A single-turn task
     refuses episode keys changed from their defaults (the task section's own check,
-    ``rollwise.sections.task.check_single_turn``)."""
+    ``rollwise.sections.task.check_single_turn``); an environment task, a rollout-wise schedule without
+    environment slots (``check_schedule``)."""
     task = cfg.task
     if not env:
         check_single_turn(task)
         return
+    check_schedule(task)
     bad = [f"{key} (makes or continues single completions)" for key, _ in wrappers(cfg)]
     ctrl = resolve(cfg, "control")[0]
     if record(ctrl).continues_prefixes:
@@ -322,8 +324,10 @@ def check_episode_transforms(cfg) -> None:
     """CLEANER's splice (``task.cleaner``, ``rollwise.generate.cleaner``) repairs failed tool calls: refused
     on a task whose record does not declare ``tools``, and with a backend that cannot re-score the spliced
     tokens (vLLM). UI-S1's replay (``task.semi_online``, ``rollwise.envs.semi_online``) follows each prompt's
-    expert trajectory: refused on a task that does not declare ``demonstrations``. (A single-turn task
-    refuses both keys with every episode key, ``rollwise.sections.task.check_single_turn``.)"""
+    expert trajectory: refused on a task that does not declare ``demonstrations``. DART's high-entropy
+    turns (``task.high_entropy_turns``, ``rollwise.generate.entropy_turns``) rank turns by the sampler's
+    entropies: refused with an engine that records none (vLLM, Ray workers). (A single-turn task
+    refuses these keys with every episode key, ``rollwise.sections.task.check_single_turn``.)"""
     rec, task = record(resolve(cfg, "task")[0]), cfg.task
     if task.cleaner.enabled and rec.episodes and not rec.tools:
         raise UserError(
@@ -336,6 +340,15 @@ def check_episode_transforms(cfg) -> None:
             "task.cleaner.enabled re-scores the spliced tokens with the sampler, which model.backend = 'vllm' "
             "cannot do here; use model.backend = 'hf' or turn task.cleaner.enabled off"
         )
+    engines = [(f"model.backend = {cfg.model.backend!r}", record(backend_part(cfg)))]
+    engines += [(key, record(pool)) for key, pool in pools(cfg)[:1] if key != "local"]  # Ray workers
+    for key, r in engines if task.high_entropy_turns < 1.0 and rec.episodes else ():
+        if not r.sampler_entropy:
+            raise UserError(
+                f"task.high_entropy_turns = {task.high_entropy_turns} ranks turns by the sampler's entropies, "
+                f"which {key} does not record: set task.high_entropy_turns = 1, or sample with model.backend = "
+                "'hf' in this process"
+            )
     if task.semi_online.enabled and rec.episodes and not rec.demonstrations:
         raise UserError(
             f"task.semi_online.enabled replays each prompt's expert trajectory, and task.name = {task.name!r} has no "
@@ -380,6 +393,11 @@ def check_branching(cfg) -> None:
         raise UserError(
             f"{key} grows episode trees in lockstep turns, and task.episode_schedule = "
             f"{cfg.task.episode_schedule!r}: set task.episode_schedule = 'lockstep'"
+        )
+    if cfg.task.env_slots:
+        raise UserError(
+            f"{key} grows each group as one tree of episodes, and task.env_slots = {cfg.task.env_slots} queues "
+            "episodes for environments one by one (rollwise.generate.rollout_wise): set task.env_slots = 0"
         )
     if mode == "aepo" and not record(backend_part(cfg)).sampler_entropy:
         raise UserError(

@@ -275,6 +275,10 @@ def engine_pool(cfg, backend, codec, task, sampling, tree=None):
             from rollwise.generate.branching import BranchingPool
 
             return BranchingPool.for_run(cfg, backend, codec, task, sampling)
+        if cfg.task.env_slots:  # a fixed number of environments; DART's rollout-wise schedule
+            from rollwise.generate.rollout_wise import SlotPool
+
+            return SlotPool.for_run(cfg, backend, codec, task, sampling)
         from rollwise.generate.episodes import EpisodePool
 
         return EpisodePool.for_run(cfg, backend, codec, task, sampling)
@@ -565,13 +569,15 @@ def _precision(cfg, model, log):
 
 def _record_entropy(cfg, backend, parts: Strategies) -> None:
     """Turn on the sampler's entropy record where a strategy reads it: D3S token scores (batch/d3s.py),
-    ETTRL / ECHO / MSSR's ``entropy = "sampler"`` (objectives/signals.py)."""
+    ETTRL / ECHO / MSSR's ``entropy = "sampler"`` (objectives/signals.py), DART's high-entropy turns
+    (``task.high_entropy_turns``, generate/entropy_turns.py)."""
     from rollwise.types import EntropyRecorder
 
     d3s = cfg.batch.d3s
     wanted = (d3s.enabled and d3s.token_level and d3s.entropy == "sampler") or getattr(
         parts.advantage_options, "entropy", None
     ) == "sampler"
+    wanted = wanted or (declares_episodes(cfg) and cfg.task.high_entropy_turns < 1.0)  # entropy_turns.py
     if wanted and isinstance(backend, EntropyRecorder):
         backend.record_entropy = True
 

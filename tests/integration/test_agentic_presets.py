@@ -86,3 +86,21 @@ def test_branching_presets_train_and_grow_trees(tmp_path, preset):
     assert len(got) == 2 and all(m["episodes/count"] == 8 for m in got)
     assert all(m["branching/fresh"] + m["branching/branches"] == 8 for m in got)
     assert all(0.0 <= m["reward/mean"] <= 1.0 for m in got)
+
+
+def test_dart_preset_trains_rollout_wise_with_its_pool_and_high_entropy_turns(tmp_path):
+    """configs/dart.toml (issue #44 item 5): 8 episodes a step through 4 environment slots, rollout-wise; half
+    the turns (rounded up) trained; the success pool and the capped token ratio (tis_cap = 1) on."""
+    extra = {"sampling.max_new_tokens": 24, "task.max_turns": 3, "task.env_slots": 4, "task.tool_workers": 4}
+    cfg = load_config(CONFIGS / "dart.toml", small(tmp_path, "dart", **extra))
+    assert cfg.task.episode_schedule == "rollout_wise" and cfg.replay.name == "success_pool"
+    assert cfg.objective.options == {"tis_level": "token", "tis_cap": 1.0}
+    res = rollwise.train(cfg, log=lambda m: None)
+    got = lines(res.run_dir)
+    assert len(got) == 2 and all(m["episodes/count"] == 8 for m in got)
+    for m in got:
+        assert 0.0 < m["episodes/env_utilisation"] <= 1.0 and 0.0 < m["episodes/sampler_utilisation"] <= 1.0
+        assert m["episodes/slot_s"] == pytest.approx(4 * m["episodes/wall_s"])
+        scored = m["entropy_turns/kept"] + m["entropy_turns/dropped"]
+        assert scored == m["episodes/turns"] and m["entropy_turns/kept"] == -(-scored // 2)
+        assert "replay/injected" in m and 0.0 <= m["reward/mean"] <= 1.0

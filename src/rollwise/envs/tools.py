@@ -203,6 +203,13 @@ class ToolOptions(BaseModel):
     max_output_chars: int = Field(
         400, ge=1, le=1_000_000, description="characters of a tool's output shown; the rest is cut"
     )
+    latency_s: float = Field(
+        0.0,
+        ge=0.0,
+        le=60.0,
+        description="seconds each tool call waits before it runs: a slow tool or environment, to measure the "
+        "episode schedules against (task.env_slots; 0 = none). Counted in the call's seconds.",
+    )
 
 
 # ---------------------------------------------------------------- running calls
@@ -221,8 +228,10 @@ class ToolRunner:
         max_tool_calls: int = _TASK_DEFAULTS["max_tool_calls"].default,
         tool_timeout_s: float = _TASK_DEFAULTS["tool_timeout_s"].default,
         max_output_chars: int = 400,
+        latency_s: float = 0.0,
     ):
         self.tools = {t.name: t for t in tools}
+        self.latency_s = latency_s
         self.format = FORMATS[fmt]
         self.max_tool_calls, self.timeout, self.max_chars = max_tool_calls, tool_timeout_s, max_output_chars
         self.used = 0
@@ -230,7 +239,7 @@ class ToolRunner:
     @classmethod
     def from_options(cls, tools: Sequence[Tool], options: ToolOptions) -> ToolRunner:
         o = options
-        return cls(tools, o.format, max_output_chars=o.max_output_chars)
+        return cls(tools, o.format, max_output_chars=o.max_output_chars, latency_s=o.latency_s)
 
     def run(self, text: str) -> tuple[str, tuple[ToolCall, ...]] | None:
         """(observation, calls) for a turn with calls; None for a turn without one (the answer)."""
@@ -251,6 +260,8 @@ class ToolRunner:
             elif call.name not in self.tools:
                 outcome, out = "unknown_tool", f"unknown tool {call.name!r}; tools: {', '.join(self.tools)}"
             else:
+                if self.latency_s:  # ToolOptions.latency_s: a slow environment, simulated
+                    time.sleep(self.latency_s)
                 outcome, out = self._execute(self.tools[call.name], call.arguments)
         return ToolCall(call.name, call.raw, time.perf_counter() - t0, outcome), out
 
@@ -382,6 +393,7 @@ class ToolTask:
         expert (``rollwise.envs.semi_online``) are both these."""
         env = self.environment(prompt)
         env.reset(0)
+        env.runner.latency_s = 0.0  # the expert's outputs are computed here, not waited for (options.latency_s)
         inputs, answer = self.demo(prompt)
         tool, fmt = self.tools()[0], FORMATS[self.options.format]
         steps = []

@@ -53,7 +53,12 @@ Schedules (``task.episode_schedule``):
   episode order, so a run is reproducible for a seed (the backend calls and their order are fixed);
 - ``overlap``: episodes whose step is done generate their next turn while others still wait on
   slow tools. Which episodes share a backend call then depends on timing, so runs are NOT
-  bit-reproducible (sampling draws from one generator in call order).
+  bit-reproducible (sampling draws from one generator in call order);
+- ``rollout_wise`` with ``task.env_slots``: DART's schedule, in ``rollwise.generate.rollout_wise``
+  (``SlotPool``: episodes queue for a fixed number of environments, a freed one starts the next at once).
+
+``task.high_entropy_turns`` below 1 trains only the call's highest-entropy turns
+(``rollwise.generate.entropy_turns``, DART's curation).
 
 Costs: ``StepCost.generated_tokens`` stays the policy ids decoded; ``episodes``, ``turns``,
 ``tool_calls``, ``tool_s``, ``observation_tokens``, ``env_s`` and ``waiting_s`` (wall seconds
@@ -73,6 +78,7 @@ from typing import Any, Literal
 
 from rollwise.generate.cleaner import Cleaner
 from rollwise.generate.common import StepCost, merge_groups
+from rollwise.generate.entropy_turns import keep_high_entropy_turns
 from rollwise.generate.turn_budget import CAPPED, TurnBudget
 from rollwise.registry import Compat
 from rollwise.sections.task import CleanerConfig, SemiOnlineConfig, TurnBudgetConfig
@@ -92,7 +98,9 @@ class EpisodeLimits:
     max_observation_tokens: int | None = 64
     tool_timeout_s: float = 10.0
     tool_workers: int = 8
-    episode_schedule: Literal["lockstep", "overlap"] = "lockstep"
+    episode_schedule: Literal["lockstep", "overlap", "rollout_wise"] = "lockstep"
+    env_slots: int = 0  # environments live at once; 0 = one per episode (rollwise.generate.rollout_wise)
+    high_entropy_turns: float = 1.0  # the fraction of turns trained (rollwise.generate.entropy_turns)
     turn_budget: TurnBudgetConfig | None = None  # None or not enabled: every episode may use max_turns
     cleaner: CleanerConfig | None = None  # None or not enabled: episodes are trained as generated
     semi_online: SemiOnlineConfig | None = None  # None or not enabled: the task's own environments
@@ -192,6 +200,8 @@ class EpisodePool:
                 self._charge_budget(out, tally, cap)
             if self.cleaner is not None:  # after the ledger counted the calls that really ran
                 out = self.cleaner.apply(out, self.backend, sampling, self.codec.decode, self.cost)
+            if self.limits.high_entropy_turns < 1.0:  # DART's curation: the other turns leave the loss
+                out = keep_high_entropy_turns(out, self.limits.high_entropy_turns, self.cost)
         return out
 
     def _replay(self, prompt: Prompt):

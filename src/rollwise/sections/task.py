@@ -109,11 +109,28 @@ class TaskConfig(StrategyConfig):
         description="Tasks with demonstrations: training episodes replay expert trajectories, patched on a "
         "mismatch (UI-S1).",
     )
-    episode_schedule: Literal["lockstep", "overlap"] = Field(
+    episode_schedule: Literal["lockstep", "overlap", "rollout_wise"] = Field(
         "lockstep",
         description="Environment tasks: 'lockstep' = every turn waits for all environment steps (reproducible for a "
         "seed); 'overlap' = episodes whose step is done generate while others wait on slow tools (faster, not "
-        "bit-reproducible).",
+        "bit-reproducible); 'rollout_wise' = overlap, and a freed environment slot (task.env_slots) starts the next "
+        "queued episode at once (DART, arXiv 2509.23866; rollwise.generate.rollout_wise).",
+    )
+    env_slots: int = Field(
+        0,
+        ge=0,
+        description="Environment tasks: environments live at once (0 = one per episode of the call, all started "
+        "together). With slots, episodes queue for one: 'lockstep' starts them in waves of env_slots, each waiting "
+        "for its slowest episode; 'rollout_wise' starts the next one the moment an episode ends. Reports "
+        "episodes/env_utilisation and episodes/sampler_utilisation.",
+    )
+    high_entropy_turns: float = Field(
+        1.0,
+        gt=0.0,
+        le=1.0,
+        description="Environment tasks: train only this fraction of a call's turns, those with the highest mean "
+        "sampler entropy (DART; the others' tokens leave the loss; 1 = every turn) [reconstructed fraction: "
+        "the paper's is not published].",
     )
 
 
@@ -126,6 +143,8 @@ EPISODE_KEYS = (
     "tool_timeout_s",
     "tool_workers",
     "episode_schedule",
+    "env_slots",
+    "high_entropy_turns",
     "turn_budget",
     "cleaner",
     "semi_online",
@@ -141,4 +160,22 @@ def check_single_turn(task: TaskConfig) -> None:
         raise UserError(
             f"task.{changed[0]} applies to environment tasks (multi-turn episodes, e.g. 'guess_number') only; "
             f"task.name = {task.name!r} makes single-turn rollouts: remove the setting"
+        )
+
+
+def check_schedule(task: TaskConfig) -> None:
+    """``task.episode_schedule = 'rollout_wise'`` refills freed environment slots: without
+    ``task.env_slots`` every episode has its own environment from the start and nothing is refilled
+    (it would be ``'overlap'`` under another name)."""
+    if task.episode_schedule == "rollout_wise" and task.env_slots == 0:
+        raise UserError(
+            "task.episode_schedule = 'rollout_wise' starts queued episodes in freed environment slots, and "
+            "task.env_slots = 0 gives every episode its own from the start: set task.env_slots (e.g. 8) or "
+            "task.episode_schedule = 'overlap'"
+        )
+    if task.env_slots > task.tool_workers:
+        raise UserError(
+            f"task.env_slots = {task.env_slots} environments step in task.tool_workers = {task.tool_workers} "
+            "threads, so some would queue for a thread and not for the tool: set task.tool_workers to at least "
+            "task.env_slots"
         )
