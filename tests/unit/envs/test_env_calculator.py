@@ -95,3 +95,16 @@ def test_anchor_is_what_the_tool_answered_so_far():
     assert a[0] == b[0] == c[0] == ""
     assert a[1] == b[1] == "<out>6912</out>" and c[1] == "<out>-4444</out>"
     assert anchors(["<calc>1+1</calc>", "<calc>2*1</calc>", "2"])[2] == "<out>2</out><out>2</out>"
+
+
+def test_latency_option_delays_each_tool_call_and_leaves_the_demonstration_alone():
+    """options.latency_s (a slow environment, for the episode schedules, rollwise.generate.rollout_wise): a
+    tool call waits at least that long and counts it in its seconds; the demonstration (warm start, UI-S1's
+    replay) is the same as without it."""
+    slow, fast = task(latency_s=0.05), task()
+    p = slow.train_prompts()[0]
+    env = slow.environment(p)
+    env.reset(0)
+    r = env.step(f"<calc>{p.metadata['expr']}</calc>")
+    assert r.tool_calls[0].outcome == "ok" and r.tool_calls[0].seconds >= 0.05
+    assert slow.demonstration(p) == fast.demonstration(p)
