@@ -2,7 +2,10 @@
 tokens, episodes, turns, tool calls and their outcomes, tool-error rate, wall seconds, how episodes
 ended, and, for runs with ``task.turn_budget``, its ``turn_budget/*`` fields, for runs with ``task.cleaner``
 or ``task.semi_online`` their ``cleaner/*`` fields and ``episodes/patched``, for runs with
-``sampling.branching`` its ``branching/*`` counts (issue #44): one JSON.
+``sampling.branching`` its ``branching/*`` counts, for runs with ``task.env_slots`` the schedule's
+utilisation (DART: environment seconds over slot seconds, decode seconds over the calls' wall seconds,
+rows per backend call, all over the whole run) with ``replay/injected`` and ``entropy_turns/*`` summed
+(issue #44): one JSON.
 
     python benchmarks/episode_runs.py runs/compare/episodes_calc benchmarks/results/episodes_calc/runs.json
 
@@ -35,6 +38,7 @@ def run_summary(d: Path) -> dict:
     budget: dict[str, float] = {}  # turn_budget/* summed over the run (its cap per step is listed apart)
     repairs: dict[str, float] = {}  # cleaner/* and episodes/patched (UI-S1) summed over the run
     trees: dict[str, float] = {}  # branching/* summed over the run
+    dart: dict[str, float] = {}  # entropy_turns/* and replay/injected summed over the run
     for line in m:
         for k, v in line.items():
             if k.startswith("episodes/end_"):
@@ -45,6 +49,8 @@ def run_summary(d: Path) -> dict:
                 repairs[k] = repairs.get(k, 0) + v
             elif k.startswith("branching/"):
                 trees[k] = trees.get(k, 0) + v
+            elif k.startswith("entropy_turns/") or k == "replay/injected":
+                dart[k] = dart.get(k, 0) + v
     return {
         "curve": [(e["step"], e["eval/pass@1"]) for e in ev],
         "steps": len(m),
@@ -61,6 +67,23 @@ def run_summary(d: Path) -> dict:
         **({"turn_budget": budget, "turn_budget_caps": [x["turn_budget/cap"] for x in m]} if budget else {}),
         **({"repairs": repairs} if repairs else {}),
         **({"branching": trees} if trees else {}),
+        **({"schedule": schedule(m)} if "episodes/slot_s" in m[0] else {}),
+        **({"curation": dart} if dart else {}),
+    }
+
+
+def schedule(m: list[dict]) -> dict:
+    """A slotted run's utilisation over all its training calls (``rollwise.generate.rollout_wise``): the
+    sums of environment, slot, decode and wall seconds and of backend calls and rows, and their ratios."""
+    tot = {k: sum(x[f"episodes/{k}"] for x in m) for k in ("env_s", "slot_s", "wall_s", "backend_calls")}
+    gen = sum(x["time/generate_s"] for x in m)
+    rows = sum(x["episodes/turns"] for x in m)  # a turn is one row of one backend call
+    return {
+        **{k: round(v, 3) for k, v in tot.items()},
+        "generate_s": round(gen, 3),
+        "env_utilisation": round(tot["env_s"] / tot["slot_s"], 4) if tot["slot_s"] else None,
+        "sampler_utilisation": round(gen / tot["wall_s"], 4) if tot["wall_s"] else None,
+        "rows_per_call": round(rows / tot["backend_calls"], 2) if tot["backend_calls"] else None,
     }
 
 

@@ -272,10 +272,20 @@ def test_episode_runs_summarises_a_real_episode_run(tmp_path):
     o = tiny_overrides(tmp_path / "sweep", name="calc-s0", steps=1, **{"task.name": "calculator", **small})
     del o["task.options"]
     rollwise.train(load_config(overrides=as_sets(o)), log=lambda m: None)
+    slots = {"task.env_slots": 1, "task.episode_schedule": "rollout_wise", "task.high_entropy_turns": 0.5}
+    o = tiny_overrides(tmp_path / "sweep", name="slots-s0", steps=1, **{"task.name": "calculator", **small, **slots})
+    del o["task.options"]
+    rollwise.train(load_config(overrides=as_sets(o)), log=lambda m: None)
     bench(tmp_path, "episode_runs.py", tmp_path / "sweep", tmp_path / "runs.json")
-    run = _json(tmp_path / "runs.json")["runs"]["calc-s0"]
+    runs = _json(tmp_path / "runs.json")["runs"]
+    run = runs["calc-s0"]
     assert run["episodes"] == 2 and sum(run["ends"].values()) == 2  # how every episode ended (issue #44)
-    assert "turn_budget" not in run  # only runs with task.turn_budget report it
+    assert "turn_budget" not in run and "schedule" not in run  # only runs with these keys report them
+    s = runs["slots-s0"]["schedule"]  # one slot: the two episodes ran one after the other
+    assert s["slot_s"] == s["wall_s"] > 0 and 0 < s["env_utilisation"] <= 1 and 0 < s["sampler_utilisation"] <= 1
+    assert s["rows_per_call"] == 1.0  # one episode in the slot at a time: a row per call
+    cur = runs["slots-s0"]["curation"]
+    assert cur["entropy_turns/kept"] == -(-runs["slots-s0"]["turns"] // 2)
 
 
 # ---------------------------------------------------------------- scripts that need what a CPU test lacks

@@ -53,8 +53,12 @@ RESERVED = (
 )
 SHARED_SECTIONS = ("task", "eval")  # every arm is evaluated on the same held-out prompts the same way
 # Task keys that change only how *training* episodes are made (evaluation always runs the task's own
-# environment to task.max_turns): arms may differ in them, as they may in any training strategy.
-TRAINING_ONLY_TASK_KEYS = frozenset({"turn_budget", "cleaner", "semi_online"})
+# environment to task.max_turns), or only when episodes run and which share a backend call (the schedule
+# and the environment slots, rollwise.generate.rollout_wise: the same episodes, verified the same way):
+# arms may differ in them, as they may in any training strategy.
+TRAINING_ONLY_TASK_KEYS = frozenset(
+    {"turn_budget", "cleaner", "semi_online", "high_entropy_turns", "episode_schedule", "env_slots"}
+)
 # Paired seeds (issue #43): a seed fixes the warm start (the model and model.warm_start, seeded by
 # model.warm_start.seed, not run.seed), the held-out set and the train pool (task), and the order in
 # which the prompt stream visits the pool (run.seed); arms that share a seed must share all of them.
