@@ -556,6 +556,11 @@ def check_rollout_precision(cfg) -> None:
             "train.matched_quantisation = true quantises the trainer's forward to match FP8 rollouts: set "
             "model.rollout_precision = 'fp8', or train.matched_quantisation = false"
         )
+    if cfg.model.fp8_gemm != "emulated" and not fp8:
+        raise UserError(
+            f"model.fp8_gemm = {cfg.model.fp8_gemm!r} multiplies FP8 rollouts' operands, and model.rollout_precision "
+            "= 'model' has none: set model.rollout_precision = 'fp8', or remove model.fp8_gemm"
+        )
     if not fp8:
         return
     refused = [

@@ -303,11 +303,13 @@ def test_static_decode_cpu(tmp_path):
 
 
 def test_gpu_check_smoke_decode_on_a_cpu(tmp_path):
-    """The GPU check's decode comparison (eager, static, transformers' static cache) at toy sizes."""
+    """The GPU check's decode comparison (eager, static, transformers' static cache) and FP8 products at toy sizes."""
     bench(tmp_path, "gpu_check.py", "--smoke", "--out", tmp_path / "gc.json", timeout=600)
     rows = _json(tmp_path / "gc.json")["decode"]["rows"]
     assert [(r["batch"], r["path"]) for r in rows] == [(b, p) for b in (2, 4) for p in ("eager", "static", "library")]
     assert all("error" not in r and r["tokens_per_s"] > 0 and r["launches_per_step"]["cpu_ops"] > 0 for r in rows)
+    (fp8,) = _json(tmp_path / "gc.json")["fp8_gemm"]["rows"]  # the real FP8 products agree with the emulated ones
+    assert fp8["max_rel_diff_real_vs_emulated"] < 1e-5 and fp8["scaled_mm_blocks_s"] > 0
     # the static path decodes on its generation copy: fp32 here, so it shares every master tensor
     assert [r.get("generation_copy") for r in rows if r["path"] == "static"] == [
         {"linear_dtype": "float32", "own_mib": 0.0, "own_tensors": 0}

@@ -37,7 +37,16 @@ with the matched trainer only the rounding between a cached decode and a full fo
 The Sol-RL variant (an FP8 candidate pool, its contrastive subset re-scored by the full-precision
 trainer) is ``rollwise.generate.sol_rl`` (``sampling.sol_rl``), on this module's sampler.
 
-Not built: real FP8 GEMMs (``torch._scaled_mm`` on H100/H200) and FP8 in the backward pass. Refused at load
+Real FP8 GEMMs (``model.fp8_gemm = "scaled_mm"``, :func:`scaled_linear`): the same quantised operands,
+kept in ``float8_e4m3fn``, multiplied by ``torch._scaled_mm`` (FP8 tensor cores on H100/H200; torch's
+CPU kernel elsewhere) one ``block`` of the reduction axis at a time, each block's fp32 product scaled
+by its activation scales (per token) and weight scales (per output feature, from its tile) and the
+blocks summed in fp32. That is the emulated path's product up to the order of fp32 additions (tested),
+so the two differ in speed only. The backward of a matched trainer stays in high precision with the
+straight-through gradients of the emulated path (``_ScaledLinear``); the block loop is this build's,
+not DeepGEMM's single block-scaled kernel, so its speed is a lower bound (the GPU check times it).
+
+Not built: FP8 in the backward pass. Refused at load
 (``rollwise.compat.check_rollout_precision``): other backends than ``hf`` (vLLM quantises with its
 own kernels), rollout workers, FSDP and LoRA (adapter products would stay unquantised).
 """
@@ -112,6 +121,113 @@ def _fp8_forward(module: torch.nn.Linear, block: int, cache: _WeightCache, x: to
     return F.linear(qx, qw.to(qx.dtype) if qx.dtype != qw.dtype else qw, module.bias)
 
 
+def fp8_operand(x: torch.Tensor, block_rows: int, block: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x`` (R, C) as e4m3 codes and scales: ``(q, s)`` with ``q`` (R, C') ``float8_e4m3fn`` (C padded with
+    zeros to a multiple of ``block``) and ``s`` (ceil(R / block_rows), C' / block) fp32, one per tile, so
+    that ``q.float() * s`` (each scale spread over its tile) is :func:`fake_quantise`'s value."""
+    rows, cols = x.shape
+    pr, pc = -rows % block_rows, -cols % block
+    xf = F.pad(x.detach().float(), (0, pc, 0, pr))
+    tiles = xf.reshape((rows + pr) // block_rows, block_rows, (cols + pc) // block, block)
+    amax = tiles.abs().amax(dim=(1, 3), keepdim=True)
+    scale = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
+    q = (tiles / scale).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3).reshape(rows + pr, cols + pc)[:rows]
+    return q, scale[:, 0, :, 0]
+
+
+def k_blocks(q: torch.Tensor, block: int) -> torch.Tensor:
+    """(R, C') e4m3 codes as (C'/block, R', block) contiguous blocks of the reduction axis, rows padded
+    with zeros to a multiple of 16 (what the FP8 kernels take)."""
+    rows, cols = q.shape
+    pad = -rows % 16
+    if pad:
+        q = torch.cat([q, torch.zeros(pad, cols, dtype=q.dtype, device=q.device)])
+    return q.reshape(rows + pad, cols // block, block).transpose(0, 1).contiguous()
+
+
+def scaled_matmul(xb, xs, wb, ws, m: int, n: int, block: int) -> torch.Tensor:
+    """``x @ W.T`` (m, n) in fp32 from e4m3 codes in reduction blocks (:func:`k_blocks`): ``xb`` with
+    per-token scales ``xs`` (m, blocks), ``wb`` with tile scales ``ws`` (ceil(n/block), blocks); one
+    ``torch._scaled_mm`` per block (unit scales, fp32 out), scaled by the outer product of its scales,
+    summed in fp32."""
+    one = torch.ones((), device=xb.device)
+    out = None
+    for kb in range(xb.shape[0]):
+        part = torch._scaled_mm(xb[kb], wb[kb].t(), scale_a=one, scale_b=one, out_dtype=torch.float32)[:m, :n]
+        part = part * xs[:, kb : kb + 1] * ws[:, kb].repeat_interleave(block)[:n]
+        out = part if out is None else out + part
+    return out
+
+
+def _dequantised(b: torch.Tensor, s: torch.Tensor, rows: int, cols: int, block_rows: int, block: int):
+    """The high-precision value ``q * s`` (rows, cols) of codes in reduction blocks (:func:`k_blocks`)."""
+    q = b.transpose(0, 1).reshape(b.shape[1], -1)[:rows].float()
+    scale = s.repeat_interleave(block_rows, 0)[:rows].repeat_interleave(block, 1)
+    return (q * scale)[:, :cols]
+
+
+class _ScaledLinear(torch.autograd.Function):
+    """``F.linear`` of quantised operands through :func:`scaled_matmul`; the backward is the emulated
+    path's straight-through one, in high precision: ``dx = dy @ q(W)``, ``dW = dy.T @ q(x)``."""
+
+    @staticmethod
+    def forward(ctx, x, w, bias, wb, ws, block):
+        lead, k, n = x.shape[:-1], x.shape[-1], w.shape[0]
+        x2 = x.reshape(-1, k)
+        xq, xs = fp8_operand(x2, 1, block)
+        xb = k_blocks(xq, block)
+        y = scaled_matmul(xb, xs, wb, ws, x2.shape[0], n, block)
+        if bias is not None:
+            y = y + bias.float()
+        ctx.block, ctx.has_bias, ctx.m, ctx.k, ctx.n = block, bias is not None, x2.shape[0], k, n
+        ctx.save_for_backward(xb, xs, wb, ws)
+        ctx.x_dtype, ctx.w_dtype = x.dtype, w.dtype
+        return y.to(x.dtype).reshape(*lead, n)
+
+    @staticmethod
+    def backward(ctx, dy):
+        xb, xs, wb, ws = ctx.saved_tensors
+        block, k = ctx.block, ctx.k
+        d2 = dy.reshape(-1, dy.shape[-1]).float()
+        dx = dw = db = None
+        if ctx.needs_input_grad[0]:
+            dx = (d2 @ _dequantised(wb, ws, ctx.n, k, block, block)).to(ctx.x_dtype).reshape(*dy.shape[:-1], k)
+        if ctx.needs_input_grad[1]:
+            dw = (d2.t() @ _dequantised(xb, xs, ctx.m, k, 1, block)).to(ctx.w_dtype)
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            db = d2.sum(0).to(ctx.w_dtype)
+        return dx, dw, db, None, None, None
+
+
+class _Fp8WeightCache:
+    """The e4m3 codes (in reduction blocks) and tile scales of one weight, kept while its storage and
+    in-place version are the same."""
+
+    def __init__(self) -> None:
+        self.key = None
+        self.value = None
+
+    def get(self, w: torch.Tensor, block: int):
+        key = (w.data_ptr(), w._version, w.dtype, w.device, block)
+        if key != self.key:
+            with torch.no_grad():
+                q, scale = fp8_operand(w.detach(), block, block)
+                self.value = (k_blocks(q, block), scale)
+            self.key = key
+        return self.value
+
+
+def _scaled_forward(module: torch.nn.Linear, block: int, cache: _Fp8WeightCache, x: torch.Tensor) -> torch.Tensor:
+    wb, ws = cache.get(module.weight, block)
+    return _ScaledLinear.apply(x, module.weight, module.bias, wb, ws, block)
+
+
+def scaled_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, block: int) -> torch.Tensor:
+    """``F.linear(q(x), q(W), bias)`` with real FP8 products (module docstring)."""
+    q, scale = fp8_operand(w, block, block)
+    return _ScaledLinear.apply(x, w, bias, k_blocks(q, block), scale, block)
+
+
 def _head(model) -> torch.nn.Module | None:
     get = getattr(model, "get_output_embeddings", None)
     try:
@@ -125,26 +241,53 @@ def quantised(model) -> bool:
     return bool(getattr(model, "_rollwise_fp8_block", None))
 
 
-def quantise_linears(model, block: int = 128):
-    """Every ``nn.Linear`` of ``model`` except its LM head computes in fake e4m3 (module docstring);
-    returns ``model``. Idempotent; the weights themselves are not changed."""
+GEMMS = ("emulated", "scaled_mm")
+
+
+def quantise_linears(model, block: int = 128, gemm: str = "emulated"):
+    """Every ``nn.Linear`` of ``model`` except its LM head computes in e4m3 (module docstring): fake
+    quantisation (``gemm = "emulated"``) or real FP8 products (``"scaled_mm"``); returns ``model``.
+    Idempotent; the weights themselves are not changed."""
     if block < 1:
         raise ValueError(f"fp8 block size must be >= 1, got {block}")
+    if gemm not in GEMMS:
+        raise ValueError(f"fp8 gemm must be one of {GEMMS}, got {gemm!r}")
     if quantised(model):
         return model
     head = _head(model)
     for mod in model.modules():
         if isinstance(mod, torch.nn.Linear) and mod is not head:
-            mod.forward = functools.partial(_fp8_forward, mod, block, _WeightCache())
+            if gemm == "scaled_mm":
+                mod.forward = functools.partial(_scaled_forward, mod, block, _Fp8WeightCache())
+            else:
+                mod.forward = functools.partial(_fp8_forward, mod, block, _WeightCache())
     model._rollwise_fp8_block = block
     return model
 
 
-def sampler_copy(model, block: int = 128):
+def sampler_copy(model, block: int = 128, gemm: str = "emulated"):
     """The sampler's module: ``model``'s module tree sharing its parameters and buffers, with
     quantised linears (module docstring); ``model`` itself is not changed."""
     shared = {id(t): t for t in (*model.parameters(), *model.buffers())}
-    return quantise_linears(copy.deepcopy(model, memo=shared), block)
+    return quantise_linears(copy.deepcopy(model, memo=shared), block, gemm)
+
+
+def check_scaled_mm(device: torch.device) -> None:
+    """``model.fp8_gemm = "scaled_mm"`` needs ``torch._scaled_mm`` and, on a GPU, FP8 tensor cores (compute
+    capability 8.9 or newer: Ada, Hopper, Blackwell); a clear error otherwise."""
+    from rollwise.registry import UserError
+
+    if not hasattr(torch, "_scaled_mm"):
+        raise UserError(
+            f"model.fp8_gemm = 'scaled_mm' needs torch._scaled_mm, which torch {torch.__version__} lacks: "
+            "use model.fp8_gemm = 'emulated'"
+        )
+    if device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 9):
+        cap = ".".join(map(str, torch.cuda.get_device_capability(device)))
+        raise UserError(
+            f"model.fp8_gemm = 'scaled_mm' needs FP8 tensor cores (compute capability 8.9 or newer), and "
+            f"{torch.cuda.get_device_name(device)} has {cap}: use model.fp8_gemm = 'emulated'"
+        )
 
 
 def for_run(cfg, model, log=print):
@@ -154,13 +297,16 @@ def for_run(cfg, model, log=print):
     ``model``, unchanged."""
     if cfg.model.rollout_precision != "fp8":
         return model, model
-    block = cfg.model.fp8_block_size
-    sampler = sampler_copy(model, block)
+    block, gemm = cfg.model.fp8_block_size, cfg.model.fp8_gemm
+    if gemm == "scaled_mm":
+        check_scaled_mm(next(model.parameters()).device)
+    sampler = sampler_copy(model, block, gemm)
     matched = bool(cfg.train.matched_quantisation)
     if matched:
-        quantise_linears(model, block)
+        quantise_linears(model, block, gemm)
+    how = "emulated" if gemm == "emulated" else "in FP8 products (torch._scaled_mm)"
     log(
-        f"rollout precision: fp8 e4m3 emulated ({block}x{block} weight tiles, 1x{block} activation groups); "
+        f"rollout precision: fp8 e4m3 {how} ({block}x{block} weight tiles, 1x{block} activation groups); "
         f"trainer {'matched (same quantisation)' if matched else 'in model precision (unmatched)'}"
     )
     return sampler, model

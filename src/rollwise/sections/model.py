@@ -142,6 +142,13 @@ class ModelConfig(Section):
         description="Tile size of model.rollout_precision = 'fp8': one scale per block x block weight tile and per "
         "block consecutive input features of a token (128: the DeepSeek-V3 granularity Jet-RL builds on).",
     )
+    fp8_gemm: Literal["emulated", "scaled_mm"] = Field(
+        "emulated",
+        description="How model.rollout_precision = 'fp8' multiplies: 'emulated' (quantise to e4m3 and back, then "
+        "the model's own matmul; any device) or 'scaled_mm' (the e4m3 codes multiplied by torch._scaled_mm, FP8 "
+        "tensor cores on a GPU of compute capability 8.9 or newer, torch's CPU kernel on a CPU). The same "
+        "products up to the order of fp32 additions (rollwise.hardware.fp8).",
+    )
     device: str = Field(
         "auto",
         pattern=r"^(auto|cpu|cuda(:\d+)?)$",
