@@ -55,6 +55,7 @@ from __future__ import annotations
 import copy
 import inspect
 import json
+import random
 import re
 import threading
 import time
@@ -210,6 +211,12 @@ class ToolOptions(BaseModel):
         description="seconds each tool call waits before it runs: a slow tool or environment, to measure the "
         "episode schedules against (task.env_slots; 0 = none). Counted in the call's seconds.",
     )
+    latency_spread: Literal["fixed", "exponential"] = Field(
+        "fixed",
+        description="how latency_s is spent: 'fixed' (every call waits latency_s) or 'exponential' (each call "
+        "waits an independent exponential draw of mean latency_s, capped at 10 x latency_s, not seeded: "
+        "environments whose steps take unequal times, where a wave of episodes waits for its slowest).",
+    )
 
 
 # ---------------------------------------------------------------- running calls
@@ -229,9 +236,11 @@ class ToolRunner:
         tool_timeout_s: float = _TASK_DEFAULTS["tool_timeout_s"].default,
         max_output_chars: int = 400,
         latency_s: float = 0.0,
+        latency_spread: str = "fixed",
     ):
         self.tools = {t.name: t for t in tools}
-        self.latency_s = latency_s
+        self.latency_s, self.latency_spread = latency_s, latency_spread
+        self.rng = random.Random()  # the exponential latencies' draws: a simulated wait, not reproduced by a seed
         self.format = FORMATS[fmt]
         self.max_tool_calls, self.timeout, self.max_chars = max_tool_calls, tool_timeout_s, max_output_chars
         self.used = 0
@@ -239,7 +248,15 @@ class ToolRunner:
     @classmethod
     def from_options(cls, tools: Sequence[Tool], options: ToolOptions) -> ToolRunner:
         o = options
-        return cls(tools, o.format, max_output_chars=o.max_output_chars, latency_s=o.latency_s)
+        return cls(
+            tools, o.format, max_output_chars=o.max_output_chars, latency_s=o.latency_s, latency_spread=o.latency_spread
+        )
+
+    def latency(self) -> float:
+        """Seconds the next call waits (``ToolOptions.latency_s`` / ``latency_spread``)."""
+        if self.latency_spread == "exponential" and self.latency_s:
+            return min(self.rng.expovariate(1.0 / self.latency_s), 10 * self.latency_s)
+        return self.latency_s
 
     def run(self, text: str) -> tuple[str, tuple[ToolCall, ...]] | None:
         """(observation, calls) for a turn with calls; None for a turn without one (the answer)."""
@@ -261,7 +278,7 @@ class ToolRunner:
                 outcome, out = "unknown_tool", f"unknown tool {call.name!r}; tools: {', '.join(self.tools)}"
             else:
                 if self.latency_s:  # ToolOptions.latency_s: a slow environment, simulated
-                    time.sleep(self.latency_s)
+                    time.sleep(self.latency())
                 outcome, out = self._execute(self.tools[call.name], call.arguments)
         return ToolCall(call.name, call.raw, time.perf_counter() - t0, outcome), out
 

@@ -108,3 +108,16 @@ def test_latency_option_delays_each_tool_call_and_leaves_the_demonstration_alone
     r = env.step(f"<calc>{p.metadata['expr']}</calc>")
     assert r.tool_calls[0].outcome == "ok" and r.tool_calls[0].seconds >= 0.05
     assert slow.demonstration(p) == fast.demonstration(p)
+
+
+def test_exponential_latency_spreads_the_waits_around_their_mean():
+    """options.latency_spread = 'exponential': each call waits an exponential draw of mean latency_s, capped at
+    10 x latency_s (drawn here without sleeping: the runner's latency() is what a call sleeps)."""
+    runner = task(latency_s=0.2, latency_spread="exponential").environment(task().train_prompts()[0])
+    runner.reset(0)
+    waits = [runner.runner.latency() for _ in range(4000)]
+    assert 0.18 < sum(waits) / len(waits) < 0.22 and max(waits) <= 2.0 and min(waits) < 0.02
+    assert len(set(waits)) == len(waits)  # spread, not one value
+    fixed = task(latency_s=0.2).environment(task().train_prompts()[0])
+    fixed.reset(0)
+    assert {fixed.runner.latency() for _ in range(10)} == {0.2}
