@@ -1,11 +1,11 @@
 """Per-run summary of an episode sweep (issue #30): held-out pass@1 curve, steps, policy and observation
-tokens, episodes, turns, tool calls and their outcomes, tool-error rate, wall seconds, how episodes
-ended, and, for runs with ``task.turn_budget``, its ``turn_budget/*`` fields, for runs with ``task.cleaner``
-or ``task.semi_online`` their ``cleaner/*`` fields and ``episodes/patched``, for runs with
-``sampling.branching`` its ``branching/*`` counts, for runs with ``task.env_slots`` the schedule's
-utilisation (DART: environment seconds over slot seconds, decode seconds over the calls' wall seconds,
-rows per backend call, all over the whole run) with ``replay/injected`` and ``entropy_turns/*`` summed
-(issue #44): one JSON.
+tokens, episodes, turns, tool calls and their outcomes, tool-error rate, wall seconds, the gradient
+norm of each step, how episodes ended, and, for runs with ``task.turn_budget``, its ``turn_budget/*``
+fields, for runs with ``task.cleaner`` or ``task.semi_online`` their ``cleaner/*`` fields and
+``episodes/patched``, for runs with ``sampling.branching`` its ``branching/*`` counts, for runs with
+``task.env_slots`` the schedule's utilisation (DART: environment seconds over slot seconds, decode
+seconds over the calls' wall seconds, rows per backend call, all over the whole run) with
+``replay/injected`` and ``entropy_turns/*`` summed (issue #44): one JSON.
 
     python benchmarks/episode_runs.py runs/compare/episodes_calc benchmarks/results/episodes_calc/runs.json
 
@@ -63,6 +63,7 @@ def run_summary(d: Path) -> dict:
         # over the calls that ran: UI-S1's replayed calls (episodes/tool_replayed) ran no tool
         "tool_error_rate": round(1 - outcomes.get("episodes/tool_ok", 0) / ran, 4) if ran else None,
         "wall_s": m[-1]["wall_s"],
+        "grad_norm": [round(x["train/grad_norm"], 3) for x in m if "train/grad_norm" in x],  # per step
         "ends": ends,
         **({"turn_budget": budget, "turn_budget_caps": [x["turn_budget/cap"] for x in m]} if budget else {}),
         **({"repairs": repairs} if repairs else {}),

@@ -288,6 +288,26 @@ def test_episode_runs_summarises_a_real_episode_run(tmp_path):
     assert cur["entropy_turns/kept"] == -(-runs["slots-s0"]["turns"] // 2)
 
 
+def test_schedule_probe(tmp_path):
+    bench(
+        tmp_path,
+        "schedule_probe.py",
+        "--prompts",
+        "1",
+        "--samples",
+        "2",
+        "--warm-steps",
+        "2",
+        "--out",
+        tmp_path / "s.json",
+    )
+    rows = _json(tmp_path / "s.json")["rows"]
+    assert [r["variant"] for r in rows] == ["one_call", "one_row_per_call", "slots_lockstep", "slots_rollout_wise"]
+    assert all(len(r["pass@1_eval_seeds_0_1"]) == 2 for r in rows)
+    # a call's rows are decoded independently: one row per call draws what the batched call draws
+    assert rows[0]["pass@1_eval_seeds_0_1"] == rows[1]["pass@1_eval_seeds_0_1"]
+
+
 # ---------------------------------------------------------------- scripts that need what a CPU test lacks
 
 
