@@ -50,6 +50,7 @@ def main() -> None:
         "run.progress=false",
         f"eval.n_prompts={args.prompts}",
         f"eval.samples={args.samples}",
+        "eval.k=[1]",
     ]
     cfg0 = load_config(overrides=base)
     task = build_task(cfg0)

@@ -381,6 +381,7 @@ SMOKED = {
     "code_sandbox_ab.py": "test_code_sandbox_ab_with_this_tree_on_both_sides",
     "compute_dtype_auto.py": "test_compute_dtype_auto",
     "episode_runs.py": "test_episode_runs_summarises_a_real_episode_run",
+    "schedule_probe.py": "test_schedule_probe",
     "episode_tools.py": "test_episode_tools",
     "gen_throughput.py": "test_gen_throughput",
     "static_decode_cpu.py": "test_static_decode_cpu",
