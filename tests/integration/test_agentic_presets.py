@@ -104,3 +104,16 @@ def test_dart_preset_trains_rollout_wise_with_its_pool_and_high_entropy_turns(tm
         scored = m["entropy_turns/kept"] + m["entropy_turns/dropped"]
         assert scored == m["episodes/turns"] and m["entropy_turns/kept"] == -(-scored // 2)
         assert "replay/injected" in m and 0.0 <= m["reward/mean"] <= 1.0
+
+
+def test_dart_preset_runs_on_the_asynchronous_pool(tmp_path):
+    """DART's decoupling (issue #44 item 5): the slots and their rollout-wise schedule under train.async, whose
+    pool plans the next step's episodes while the trainer updates (the slot pool is its engine)."""
+    extra = {"sampling.max_new_tokens": 24, "task.max_turns": 3, "task.env_slots": 4, "task.tool_workers": 4}
+    extra.update({"train.async.max_staleness": 1, "train.async.on_new_weights": "finish"})
+    cfg = load_config(CONFIGS / "dart.toml", small(tmp_path, "dart_async", **extra))
+    assert cfg.train.async_.on
+    res = rollwise.train(cfg, log=lambda m: None)
+    got = lines(res.run_dir)
+    assert len(got) == 2 and all(m["episodes/count"] == 8 and m["episodes/rows_per_call"] > 0 for m in got)
+    assert all(m["entropy_turns/kept"] + m["entropy_turns/dropped"] == m["episodes/turns"] for m in got)

@@ -27,6 +27,8 @@ Where the seam is: inside one generation call of the episode pool, not in the as
 (``train.async.max_staleness``, which runs with episodes when ``on_new_weights = "finish"``) and so
 overlaps generation with training, DART's decoupling of the rollout service from the trainer; what it
 cannot see is the barrier inside a step's episodes, which is where the slots and their schedule sit.
+The two compose: under ``train.async`` the slot pool is the asynchronous pool's engine
+(``tests/integration/test_agentic_presets.py``).
 Per-worker weight sync (DART's third part) is not built: one sampler holds the weights here.
 
 Utilisation (per charged call, in ``metrics.jsonl``; ``wall`` = the seconds from the call's first
