@@ -179,6 +179,10 @@ def test_arms_may_differ_in_the_task_keys_that_shape_training_episodes_only(tmp_
     for key in ("task.cleaner.enabled", "task.semi_online.enabled", "task.turn_budget.enabled"):
         text = base.replace('"filter.names" = ["zero_variance"]', f'"{key}" = true')
         assert len(plan(load_sweep(_write(tmp_path, text)), tmp_path / "out")) == 4
+    # DART's keys (benchmarks/episodes_dart.toml): when episodes run and which turns train, not what is verified
+    dart = '"task.env_slots" = 4, "task.episode_schedule" = "rollout_wise", "task.high_entropy_turns" = 0.5'
+    text = base.replace('"filter.names" = ["zero_variance"]', dart)
+    assert len(plan(load_sweep(_write(tmp_path, text)), tmp_path / "out")) == 4
     text = base.replace('"filter.names" = ["zero_variance"]', '"task.max_turns" = 2')
     with pytest.raises(UserError, match=r"differ in task\.max_turns"):
         plan(load_sweep(_write(tmp_path, text)), tmp_path / "out")
