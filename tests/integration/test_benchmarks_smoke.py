@@ -364,8 +364,10 @@ def test_scripts_that_need_more_parse_their_arguments(tmp_path, script):
 def test_every_arm_of_a_compare_config_loads(toml):
     """``rollwise compare --config benchmarks/<toml>`` builds every arm x seed config (load_config and
     the compatibility check) before it runs any."""
+    from conftest import skip_without_judge_runs
     from rollwise.bench.sweep import load_sweep, plan
 
+    skip_without_judge_runs(BENCH / toml)
     specs = plan(load_sweep(BENCH / toml))
     assert specs and all(s.cfg.train.steps >= 1 for s in specs)
 
