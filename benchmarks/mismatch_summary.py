@@ -6,7 +6,9 @@ reads every run's ``metrics.jsonl`` (``<arm>-s<seed>/``) and writes, per arm, th
 steps and seeds of ``mismatch/abs_mean`` (mean |log pi_trainer - log mu| over loss tokens) and
 ``mismatch/k3_kl``, with the per-seed means (``rollwise.trainer.mismatch``); also in millionths. Runs of
 Sol-RL's pool (``sampling.sol_rl``) also give ``sol_rl/fp8_gap_abs_mean`` (mean |log mu_fp8 - log pi|
-over the kept tokens before their re-score), and every arm its steps per seed.
+over the kept tokens before their re-score), runs of FAPO (``reward.fapo``) the shares of checked rollouts
+its detector called flawed and could not decide (``fapo/flawed_frac``, ``fapo/undecided_frac``, issue #45
+item 3), and every arm its steps per seed.
 """
 
 from __future__ import annotations
@@ -15,7 +17,13 @@ import json
 import sys
 from pathlib import Path
 
-KEYS = ("mismatch/abs_mean", "mismatch/k3_kl", "sol_rl/fp8_gap_abs_mean")
+KEYS = (
+    "mismatch/abs_mean",
+    "mismatch/k3_kl",
+    "sol_rl/fp8_gap_abs_mean",
+    "fapo/flawed_frac",
+    "fapo/undecided_frac",
+)
 
 
 def summary(runs: Path) -> dict:

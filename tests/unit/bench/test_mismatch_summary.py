@@ -47,3 +47,14 @@ def test_sol_rl_gap_and_steps_only_where_logged(tmp_path):
     assert "sol_rl/fp8_gap_abs_mean" not in out["u"] and out["u"]["seeds"]["0"]["steps"] == 3
     assert out["sol"]["sol_rl/fp8_gap_abs_mean x1e6"] == pytest.approx(3000.0)
     assert out["sol"]["seeds"]["0"]["steps"] == 2
+
+
+def test_fapo_detector_shares(tmp_path):
+    # FAPO's detector: the share of checked rollouts called flawed / undecided, averaged over steps then seeds
+    for seed, flawed in ((0, (0.1, 0.3)), (1, (0.0, 0.0))):
+        d = tmp_path / f"judge-s{seed}"
+        d.mkdir()
+        rows = [{"fapo/flawed_frac": f, "fapo/undecided_frac": 0.5} for f in flawed]
+        (d / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
+    out = _module().summary(tmp_path)["judge"]
+    assert out["fapo/flawed_frac"] == pytest.approx(0.1) and out["fapo/undecided_frac"] == pytest.approx(0.5)
