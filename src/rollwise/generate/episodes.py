@@ -234,7 +234,14 @@ class EpisodePool:
 
     def _run(self, live: list[_Live], sampling: Sampling, generator, tally: _Tally) -> None:
         """Turns until every episode has ended (module docstring, "Schedules")."""
-        ready = [e for e in live if e.end is None]
+        self._drive([e for e in live if e.end is None], sampling, generator, tally)
+
+    def _drive(self, ready: list[_Live], sampling: Sampling, generator, tally: _Tally, refill=None) -> None:
+        """Turns of ``ready`` until no episode is ready or stepping: one backend call for the ready ones,
+        their environment steps on the tool threads, then the steps that finished (all of them under
+        ``lockstep``, the first under ``overlap``) observed in episode order. ``refill(ended, idle)``, when
+        given, is called after each wait with the episodes that just ended and whether none is left
+        running, and returns episodes that start now (``rollwise.generate.rollout_wise``'s slots)."""
         pending: dict = {}
         until = ALL_COMPLETED if self.limits.episode_schedule == "lockstep" else FIRST_COMPLETED
         while ready or pending:
@@ -246,11 +253,13 @@ class EpisodePool:
             t0 = time.perf_counter()
             done, _ = wait(list(pending), return_when=until)
             tally.waiting_s += time.perf_counter() - t0
+            ended = []
             for fut in sorted(done, key=lambda f: pending[f].index):
                 e = pending.pop(fut)
                 self._observe(e, *fut.result(), tally)
-                if e.end is None:
-                    ready.append(e)
+                (ready if e.end is None else ended).append(e)
+            if refill is not None:
+                ready += refill(ended, not (ready or pending))
 
     def _pool(self) -> ThreadPoolExecutor:
         if self._workers is None:

@@ -51,7 +51,6 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, wait
 
 from rollwise.generate.episodes import EpisodePool, _Live, _Tally
 from rollwise.types import Plan, Sampling
@@ -86,42 +85,29 @@ class SlotPool(EpisodePool):
         e.env, e.end, e.error = fresh.env, fresh.end, fresh.error
 
     def _run(self, live: list[_Live], sampling: Sampling, generator, tally: _Tally) -> None:
-        """Turns until every queued episode has taken a slot and ended (module docstring)."""
-        slots, schedule = self.limits.env_slots, self.limits.episode_schedule
-        until = ALL_COMPLETED if schedule == "lockstep" else FIRST_COMPLETED
-        queue, ready, pending = deque(live), [], {}
+        """Turns until every queued episode has taken a slot and ended (module docstring): the base pool's
+        turns, with the slots refilled from the queue as episodes end."""
+        slots, rollout_wise = self.limits.env_slots, self.limits.episode_schedule == "rollout_wise"
+        queue = deque(live)
         held = 0  # episodes holding a slot
         self._calls = self._rows = 0
 
-        def admit() -> None:
+        def refill(ended: list[_Live], idle: bool) -> list[_Live]:
+            """Free the ended episodes' slots; fill free slots from the queue when a slot frees
+            (rollout-wise) or at a wave's end (``idle``)."""
             nonlocal held
-            while held < slots and queue:
+            held -= len(ended)
+            started = []
+            while (rollout_wise or idle) and held < slots and queue:
                 e = queue.popleft()
                 self._open(e)
                 if e.end is None:
-                    ready.append(e)
+                    started.append(e)
                     held += 1
+            return started
 
         t_start = time.perf_counter()
-        admit()
-        while ready or pending:
-            if ready:
-                self._turn(ready, sampling, generator, tally)
-                for e in ready:
-                    pending[self._pool().submit(self._step, e)] = e
-                ready = []
-            t0 = time.perf_counter()
-            done, _ = wait(list(pending), return_when=until)
-            tally.waiting_s += time.perf_counter() - t0
-            for fut in sorted(done, key=lambda f: pending[f].index):
-                e = pending.pop(fut)
-                self._observe(e, *fut.result(), tally)
-                if e.end is None:
-                    ready.append(e)
-                else:
-                    held -= 1
-            if schedule == "rollout_wise" or not (ready or pending):  # a freed slot, or a wave's end
-                admit()
+        self._drive(refill([], True), sampling, generator, tally, refill)
         self._wall = time.perf_counter() - t_start
 
     def _turn(self, ready: list[_Live], sampling: Sampling, generator, tally: _Tally) -> None:
