@@ -832,7 +832,7 @@ def _fp8_row(device: str, m: int, k: int, n: int, block: int) -> dict:
     import torch
     import torch.nn.functional as F
 
-    from rollwise.hardware.fp8 import E4M3, fp8_operand, k_blocks, quantise_activation, scaled_matmul
+    from rollwise.hardware.fp8 import E4M3, fp8_operand, k_blocks, quantise_activation, quantise_weight, scaled_matmul
 
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     g = torch.Generator(device=device).manual_seed(m * 7 + k)
@@ -840,7 +840,7 @@ def _fp8_row(device: str, m: int, k: int, n: int, block: int) -> dict:
     w = torch.randn(n, k, device=device, dtype=dtype, generator=g) / k**0.5
     wq, ws = fp8_operand(w, block, block)
     wb = k_blocks(wq, block)
-    qw = (wq.float() * ws.repeat_interleave(block, 0)[:n].repeat_interleave(block, 1))[:, :k].to(dtype)
+    qw = quantise_weight(w, block)  # the same codes times their scales (tests/unit/hardware/test_fp8.py)
     x8, w8, one = x.to(E4M3), w.to(E4M3), torch.ones((), device=device)
 
     def emulated():

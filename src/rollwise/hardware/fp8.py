@@ -99,17 +99,19 @@ def _straight_through(x: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 
 
 class _WeightCache:
-    """``q(W)`` of one weight, kept while the weight's storage and in-place version are the same."""
+    """``make(W, block)`` of one weight (its fake-quantised value, or its e4m3 codes and scales), kept
+    while the weight's storage and in-place version are the same."""
 
-    def __init__(self) -> None:
+    def __init__(self, make=None) -> None:
+        self.make = make or quantise_weight
         self.key = None
         self.value = None
 
-    def get(self, w: torch.Tensor, block: int) -> torch.Tensor:
+    def get(self, w: torch.Tensor, block: int):
         key = (w.data_ptr(), w._version, w.dtype, w.device, block)
         if key != self.key:
             with torch.no_grad():
-                self.value = quantise_weight(w.detach(), block)
+                self.value = self.make(w.detach(), block)
             self.key = key
         return self.value
 
@@ -199,33 +201,20 @@ class _ScaledLinear(torch.autograd.Function):
         return dx, dw, db, None, None, None
 
 
-class _Fp8WeightCache:
-    """The e4m3 codes (in reduction blocks) and tile scales of one weight, kept while its storage and
-    in-place version are the same."""
-
-    def __init__(self) -> None:
-        self.key = None
-        self.value = None
-
-    def get(self, w: torch.Tensor, block: int):
-        key = (w.data_ptr(), w._version, w.dtype, w.device, block)
-        if key != self.key:
-            with torch.no_grad():
-                q, scale = fp8_operand(w.detach(), block, block)
-                self.value = (k_blocks(q, block), scale)
-            self.key = key
-        return self.value
+def _fp8_weight(w: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A weight's e4m3 codes in reduction blocks (:func:`k_blocks`) and its tile scales."""
+    q, scale = fp8_operand(w, block, block)
+    return k_blocks(q, block), scale
 
 
-def _scaled_forward(module: torch.nn.Linear, block: int, cache: _Fp8WeightCache, x: torch.Tensor) -> torch.Tensor:
+def _scaled_forward(module: torch.nn.Linear, block: int, cache: _WeightCache, x: torch.Tensor) -> torch.Tensor:
     wb, ws = cache.get(module.weight, block)
     return _ScaledLinear.apply(x, module.weight, module.bias, wb, ws, block)
 
 
 def scaled_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, block: int) -> torch.Tensor:
     """``F.linear(q(x), q(W), bias)`` with real FP8 products (module docstring)."""
-    q, scale = fp8_operand(w, block, block)
-    return _ScaledLinear.apply(x, w, bias, k_blocks(q, block), scale, block)
+    return _ScaledLinear.apply(x, w, bias, *_fp8_weight(w, block), block)
 
 
 def _head(model) -> torch.nn.Module | None:
@@ -258,7 +247,7 @@ def quantise_linears(model, block: int = 128, gemm: str = "emulated"):
     for mod in model.modules():
         if isinstance(mod, torch.nn.Linear) and mod is not head:
             if gemm == "scaled_mm":
-                mod.forward = functools.partial(_scaled_forward, mod, block, _Fp8WeightCache())
+                mod.forward = functools.partial(_scaled_forward, mod, block, _WeightCache(_fp8_weight))
             else:
                 mod.forward = functools.partial(_fp8_forward, mod, block, _WeightCache())
     model._rollwise_fp8_block = block
