@@ -834,7 +834,9 @@ def check_engine_length(cfg, task, codec, positions: int | None) -> None:
     if engine_kind(cfg) != "vllm":  # the backend's declared engine (Compat.engine), not a probe
         return
     limit, new = backend_part(cfg).engine_length(cfg.model.vllm, positions), cfg.sampling.max_new_tokens
-    prompts = [*task.train_prompts(), *task.heldout_prompts()[: cfg.eval.n_prompts]]
+    from rollwise.eval.evaluate import heldout_subset
+
+    prompts = [*task.train_prompts(), *heldout_subset(task.heldout_prompts(), cfg.eval.n_prompts)]
     longest, worst = max(((len(codec.encode_prompt(p)), p) for p in prompts), key=lambda x: x[0], default=(0, None))
     if longest + new > limit:
         cap = f" (at most the model's {positions} positions)" if positions else ""

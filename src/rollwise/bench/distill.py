@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from rollwise.eval.evaluate import heldout_subset
 from rollwise.registry import UserError
 
 ANSWER = "answer"
@@ -146,7 +147,7 @@ def diagnose(
     cfg, task, model, codec, state = _load(run_dir, ckpt)
     s = cfg.sampling
     sampling = Sampling(s.temperature, s.top_p, s.max_new_tokens)
-    prompts = list(task.heldout_prompts())[:n_prompts]
+    prompts = heldout_subset(task.heldout_prompts(), n_prompts)
     pool = components.build_pool(
         cfg, components.build_backend(cfg, model, codec, cfg.run.seed), codec, task, sampling, None, model, log=log
     )

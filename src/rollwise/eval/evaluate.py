@@ -14,12 +14,21 @@ from rollwise.eval.metrics import maj_at_k, pass_at_k
 from rollwise.types import Plan, Request, Sampling
 
 
+def heldout_subset(prompts, n: int) -> list:
+    """``eval.n_prompts`` of the held-out split: ``n`` prompts evenly spaced through it (all of them when
+    ``n`` covers it), so a split listed by level keeps every level in its share."""
+    prompts = list(prompts)
+    if n >= len(prompts):
+        return prompts
+    return [prompts[i * len(prompts) // n] for i in range(n)]
+
+
 def evaluate(
     pool, prompts, cfg, sampling: Sampling, seed: int, step: int, version: int, outcomes: dict | None = None
 ) -> dict[str, float]:
     """The held-out metrics (module docstring); ``outcomes``, when given, is filled with each prompt's
     correct flags (prompt id -> [bool], unverified samples left out) for the pass-rate predictor."""
-    prompts = list(prompts)[: cfg.n_prompts]
+    prompts = heldout_subset(prompts, cfg.n_prompts)
     temp = sampling.temperature if cfg.temperature is None else cfg.temperature
     smp = Sampling(temp, sampling.top_p, sampling.max_new_tokens)
     gen = torch.Generator().manual_seed(seed * 1_000_003 + step)

@@ -9,7 +9,9 @@ from rollwise.sections import Section
 
 class EvalConfig(Section):
     every: int = Field(50, ge=0, description="Evaluate every N steps (0 = only at start and end).")
-    n_prompts: int = Field(200, ge=1, description="Held-out prompts evaluated (first N of the held-out split).")
+    n_prompts: int = Field(
+        200, ge=1, description="Held-out prompts evaluated (N evenly spaced through the held-out split, or all)."
+    )
     samples: int = Field(4, ge=1, description="Samples per held-out prompt.")
     k: list[int] = Field(default_factory=lambda: [4], description="k values for pass@k and maj@k (each <= samples).")
     temperature: float | None = Field(

@@ -70,6 +70,13 @@ class TaskConfig(StrategyConfig):
         "(0 = all; like verl's data.train_max_samples): a small pool recurs every few steps, which "
         "history-based strategies (GRESO, SPEC-RL, replay) need. The warm start still uses the whole split.",
     )
+    train_mix: dict[str, float] = Field(
+        default_factory=dict,
+        description="RL draws its prompts by difficulty in these shares (prompt metadata 'difficulty', e.g. "
+        'arithmetic\'s level: {"5" = 0.75, "4" = 0.25}; shares sum to 1): the split\'s prompts in order, each '
+        "difficulty up to its share of task.max_train_prompts (needed). The warm start and the held-out split keep "
+        "the whole task (an RL prompt set harder than the supervised data, as practice has it). Empty: no mix.",
+    )
     # Multi-turn episodes (environment tasks, e.g. guess_number; rollwise.generate.episodes, docs/architecture.md §11).
     max_turns: int = Field(
         8, ge=1, description="Environment tasks: policy turns per episode at most (the episode ends 'max_turns')."

@@ -35,17 +35,63 @@ def build(cfg):
         raise UserError(f"task {cfg.task.name!r} has an empty train split")
     if not task.heldout_prompts():
         raise UserError(f"task {cfg.task.name!r} has an empty held-out split")
+    if cfg.task.train_mix:
+        return TrainSubset(task, cfg.task.max_train_prompts, mix_quotas(cfg.task.train_mix, cfg.task.max_train_prompts))
     if cfg.task.max_train_prompts:
         return TrainSubset(task, cfg.task.max_train_prompts)
     return task
 
 
-class TrainSubset:
-    """A task whose RL train split is the first ``n`` prompts of ``task``'s (``task.max_train_prompts``);
-    everything else, the warm-start examples included, is ``task``'s own."""
+def mix_quotas(mix: dict[str, float], n: int) -> dict[str, int]:
+    """``task.train_mix``'s shares as prompt counts summing to ``n`` (largest remainders; ties to the
+    difficulty named first); a clear error for a mix without ``task.max_train_prompts`` or with shares
+    that are not positive or do not sum to 1."""
+    if not n:
+        raise UserError("task.train_mix needs task.max_train_prompts > 0 (the number of RL prompts it shares out)")
+    bad = {d: x for d, x in mix.items() if not x > 0}
+    if bad:
+        raise UserError(f"task.train_mix shares must be > 0 (got {bad})")
+    if abs(sum(mix.values()) - 1.0) > 1e-6:
+        raise UserError(f"task.train_mix shares must sum to 1 (got {sum(mix.values()):g} from {mix})")
+    quotas = {d: int(n * x) for d, x in mix.items()}
+    order = sorted(mix, key=lambda d: -(n * mix[d] - quotas[d]))  # stable: ties keep the order named
+    for d in order[: n - sum(quotas.values())]:
+        quotas[d] += 1
+    return quotas
 
-    def __init__(self, task, n: int):
-        self._task, self._train = task, tuple(task.train_prompts()[:n])
+
+class TrainSubset:
+    """A task whose RL train split is the first ``n`` prompts of ``task``'s (``task.max_train_prompts``)
+    or, with ``quotas`` (difficulty -> count, ``task.train_mix``), the first prompts of each difficulty up
+    to its count (in the split's order), interleaved evenly; everything else, the warm-start examples and
+    the held-out split included, is ``task``'s own."""
+
+    def __init__(self, task, n: int, quotas: dict[str, int] | None = None):
+        self._task = task
+        if quotas is None:
+            self._train = tuple(task.train_prompts()[:n])
+            return
+        left, picked = dict(quotas), []
+        for p in task.train_prompts():
+            d = str(p.metadata.get("difficulty"))
+            if left.get(d, 0) > 0:
+                left[d] -= 1
+                picked.append((d, p))
+        short = {d: quotas[d] - k for d, k in left.items() if k}
+        if short:
+            have = sorted({str(p.metadata.get("difficulty")) for p in task.train_prompts()})
+            raise UserError(
+                f"task.train_mix asks for more prompts of difficulty {sorted(short)} than the train split holds "
+                f"(short by {short}; the split's difficulties: {have})"
+            )
+        # interleaved evenly: a difficulty's i-th prompt sits at (i + 1/2) / its count of the way through, so
+        # every stretch of the stream holds the mix (the split's order alone would put the scarce ones first)
+        # (ties to the difficulty named first in the mix)
+        named, rank, keyed = list(quotas), dict.fromkeys(quotas, 0), []
+        for d, p in picked:
+            keyed.append(((rank[d] + 0.5) / quotas[d], named.index(d), p))
+            rank[d] += 1
+        self._train = tuple(p for *_, p in sorted(keyed, key=lambda k: k[:2]))
 
     def train_prompts(self):
         return self._train
