@@ -18,7 +18,9 @@ whenever the task has such examples; cheap, so a candidate's traces can be read 
 
 Through training: with ``--runs DIR``, each run's ``metrics.jsonl`` in DIR (the per-step
 ``groups/all_correct_frac``, ``groups/all_wrong_frac``, ``length/*`` written by every run) is
-summarised at the start, the middle and the end of the runs whose name starts with ``--arm``.
+summarised at the start, the middle and the end of the runs whose name starts with ``--arm``, with
+what its levers did (``levers``: steps, degenerate share, prompts skipped, tokens ARRoL pruned) and
+their mean over the runs.
 
     python benchmarks/regime.py benchmarks/regime_cot.toml --prompts 256
     python benchmarks/regime.py benchmarks/regime_cot.toml --prompts 0 --runs runs/compare/regime_cot
@@ -229,7 +231,24 @@ def through_training(runs_dir: str, arm: str) -> dict:
         out[d.name]["mean_over_steps"] = {
             k.split("/")[-1]: round(sum(x[k] for x in lines) / len(lines), 4) for k in keys[:2]
         }
+        out[d.name]["levers"] = levers(lines)
+    runs = [v["levers"] for v in out.values()]
+    if runs:
+        out["levers_mean_over_runs"] = {k: round(sum(r[k] for r in runs) / len(runs), 4) for k in runs[0]}
     return out
+
+
+def levers(lines: list[dict]) -> dict:
+    """What a run's levers did, from its ledger: optimizer steps, the mean share of degenerate groups
+    trained, prompt visits a skip left out (``control/*_skipped``) and tokens ARRoL pruned."""
+    return {
+        "steps": len(lines),
+        "degenerate_frac_mean": round(sum(x.get("groups/degenerate_frac", 0.0) for x in lines) / len(lines), 4),
+        "skipped_prompts": sum(
+            v for x in lines for k, v in x.items() if k.startswith("control/") and k.endswith("_skipped")
+        ),
+        "arrol_pruned_tokens": sum(x.get("arrol/pruned_tokens", 0) for x in lines),
+    }
 
 
 def _interrupt(signum, frame) -> None:
