@@ -355,3 +355,19 @@ def test_regime_token_shares_of_degenerate_groups_by_hand():
     out = regime.group_stats(groups, 2)
     assert out["token_share_all_wrong"] == 0.4 and out["token_share_all_correct"] == 0.1
     assert out["all_wrong_frac"] == round(1 / 3, 4) and out["pass_rate_hist_k_of_2"] == [1, 1, 1]
+
+
+def test_regime_levers_of_a_run_by_hand():
+    import regime
+
+    # two steps: degenerate shares 0.5 and 0.25 (mean 0.375), 3 + 1 prompts skipped, 16 + 0 tokens pruned
+    lines = [
+        {"groups/degenerate_frac": 0.5, "control/wise3_skipped": 3.0, "arrol/pruned_tokens": 16},
+        {"groups/degenerate_frac": 0.25, "control/wise3_skipped": 1.0},
+    ]
+    assert regime.levers(lines) == {
+        "steps": 2,
+        "degenerate_frac_mean": 0.375,
+        "skipped_prompts": 4.0,
+        "arrol_pruned_tokens": 16,
+    }
