@@ -37,6 +37,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from rollwise.quota import proportional_quota
 from rollwise.types import Group, Plan, Request
 
 LENGTH_WINDOW = 4  # recorded steps whose rollouts give the mean completion length
@@ -57,18 +58,14 @@ def scale_plan(requests: Sequence[Request], budget: int) -> Plan:
     """Shrink every request in proportion so the total is ``min(total, budget)``.
 
     Each request gets ``floor(n * budget / total)``; the rollouts left over go one each to the
-    largest fractional parts (earlier requests win ties). Example: sizes (24, 11, 3), budget 19,
-    total 38: exact shares 12, 5.5, 1.5 -> floors 12, 5, 1 (18) -> the one left goes to 5.5
-    (the first of the two .5 remainders) -> (12, 6, 1)."""
+    largest fractional parts (earlier requests win ties; :func:`proportional_quota`). Example: sizes
+    (24, 11, 3), budget 19, total 38: exact shares 12, 5.5, 1.5 -> floors 12, 5, 1 (18) -> the one
+    left goes to 5.5 (the first of the two .5 remainders) -> (12, 6, 1)."""
     total = sum(r.n for r in requests)
     budget = max(0, budget)
     if total <= budget:
         return Plan(tuple(r for r in requests if r.n > 0))
-    exact = [r.n * budget / total for r in requests]
-    sizes = [math.floor(e) for e in exact]
-    order = sorted(range(len(requests)), key=lambda i: (-(exact[i] - sizes[i]), i))
-    for i in order[: budget - sum(sizes)]:
-        sizes[i] += 1
+    sizes = proportional_quota(budget, [r.n for r in requests])
     return Plan(tuple(dataclasses.replace(r, n=n) for r, n in zip(requests, sizes) if n > 0))
 
 

@@ -60,6 +60,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from rollwise.control.budget import StepBudget
 from rollwise.control.history import PromptHistory
 from rollwise.control.source import restore_rng
+from rollwise.quota import proportional_quota
 from rollwise.registry import Compat
 from rollwise.types import Controller, Group, Plan, Prompt, Request
 
@@ -89,25 +90,6 @@ def gradient_noise(a: float, gc2: float = 1.0, gw2: float = 1.0, gc: float = 1.0
     b = 1.0 - a
     var = a * b * b * gc2 + a * a * b * gw2 - a * a * b * b * (gc - gw) ** 2
     return math.sqrt(max(0.0, var))
-
-
-def proportional_quota(total: int, weights: Sequence[float]) -> list[int]:
-    """Integers ``m_i`` with ``Sum m_i = total`` and ``m_i ≈ total * w_i / Sum w`` (largest
-    remainders; earlier entries win ties); all 0 when ``Sum w = 0``. A weight 0 gets 0.
-
-    Example: total 16, w = [0.5, 0.433, 0] -> exact 8.57, 7.43, 0 -> floors 8, 7 -> the one
-    left goes to the larger remainder 0.57 -> [9, 7, 0].
-    """
-    s = sum(weights)
-    if total <= 0 or s <= 0:
-        return [0] * len(weights)
-    exact = [total * w / s for w in weights]
-    out = [math.floor(x) for x in exact]
-    left = total - sum(out)
-    order = sorted(range(len(weights)), key=lambda i: (-(exact[i] - out[i]), i))
-    for i in order[:left]:
-        out[i] += 1
-    return out
 
 
 class CuresOptions(BaseModel):

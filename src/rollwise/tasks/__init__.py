@@ -4,6 +4,7 @@ A task entry is a factory ``make(arg: str | None, options) -> Task`` with an ``O
 attribute (pydantic model) validated at config load time.
 """
 
+from rollwise.quota import proportional_quota
 from rollwise.registry import Registry, UserError, validate_options
 
 REGISTRY = Registry("task")
@@ -53,11 +54,7 @@ def mix_quotas(mix: dict[str, float], n: int) -> dict[str, int]:
         raise UserError(f"task.train_mix shares must be > 0 (got {bad})")
     if abs(sum(mix.values()) - 1.0) > 1e-6:
         raise UserError(f"task.train_mix shares must sum to 1 (got {sum(mix.values()):g} from {mix})")
-    quotas = {d: int(n * x) for d, x in mix.items()}
-    order = sorted(mix, key=lambda d: -(n * mix[d] - quotas[d]))  # stable: ties keep the order named
-    for d in order[: n - sum(quotas.values())]:
-        quotas[d] += 1
-    return quotas
+    return dict(zip(mix, proportional_quota(n, list(mix.values()))))
 
 
 class TrainSubset:
@@ -71,13 +68,12 @@ class TrainSubset:
         if quotas is None:
             self._train = tuple(task.train_prompts()[:n])
             return
-        left, picked = dict(quotas), []
+        by: dict[str, list] = {d: [] for d in quotas}
         for p in task.train_prompts():
             d = str(p.metadata.get("difficulty"))
-            if left.get(d, 0) > 0:
-                left[d] -= 1
-                picked.append((d, p))
-        short = {d: quotas[d] - k for d, k in left.items() if k}
+            if len(by.get(d, ())) < quotas.get(d, 0):
+                by[d].append(p)
+        short = {d: quotas[d] - len(ps) for d, ps in by.items() if len(ps) < quotas[d]}
         if short:
             have = sorted({str(p.metadata.get("difficulty")) for p in task.train_prompts()})
             raise UserError(
@@ -85,12 +81,9 @@ class TrainSubset:
                 f"(short by {short}; the split's difficulties: {have})"
             )
         # interleaved evenly: a difficulty's i-th prompt sits at (i + 1/2) / its count of the way through, so
-        # every stretch of the stream holds the mix (the split's order alone would put the scarce ones first)
-        # (ties to the difficulty named first in the mix)
-        named, rank, keyed = list(quotas), dict.fromkeys(quotas, 0), []
-        for d, p in picked:
-            keyed.append(((rank[d] + 0.5) / quotas[d], named.index(d), p))
-            rank[d] += 1
+        # every stretch of the stream holds the mix (the split's order alone would put the scarce ones first);
+        # ties go to the difficulty named first in the mix
+        keyed = [((i + 0.5) / quotas[d], j, p) for j, (d, ps) in enumerate(by.items()) for i, p in enumerate(ps)]
         self._train = tuple(p for *_, p in sorted(keyed, key=lambda k: k[:2]))
 
     def train_prompts(self):
