@@ -395,6 +395,7 @@ SMOKED = {
     "value_ceiling.py": "test_value_ceiling",
     "value_ledger.py": "its derivations on hand-worked ledgers: tests/unit/bench/test_value_ledger.py",
     "mismatch_summary.py": "its summary of hand-written ledgers: tests/unit/bench/test_mismatch_summary.py",
+    "skip_cap.py": "its figures on hand-worked ledgers: tests/unit/bench/test_skip_cap.py",
     "ledger_fingerprint.py": "test_ledger_fingerprint_runs_and_compares",
     **{k: "test_scripts_that_need_more_parse_their_arguments" for k in NEEDS},
 }
