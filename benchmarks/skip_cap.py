@@ -25,8 +25,9 @@ finished) and writes one JSON: the target (the sweep's rule over the baseline's 
 ``rollwise compare`` computes it), and per arm, the oracle included as ``oracle:<arm>``, tokens to
 target (mean curve, 95% CI, seeds reached), the paired saving against the baseline with its
 interval, final pass@1, and each arm's paired saving as a share of the oracle's (``of_cap``:
-log(saving) / log(oracle saving), 1 = the cap reached, 0 = no saving). Per DAPO run: steps, generated
-and trained tokens, and their ratio (the bill a perfect predictor avoids).
+log(saving) / log(oracle saving), 1 = the cap reached, 0 = no saving, below 0 a loss). Per DAPO run: steps,
+generated and trained tokens and their ratio (the bill a perfect predictor avoids), generation rounds and
+groups trained per step (refill stops at ``max_rounds``, so a step may train on fewer than its target).
 
     rollwise compare --config benchmarks/regime_hard_mix_long.toml -j 2
     python benchmarks/skip_cap.py benchmarks/regime_hard_mix_long.toml --arm filter \\
@@ -80,6 +81,13 @@ def run_facts(metrics: list[dict]) -> dict:
         "generated_per_trained": gen / tr if tr else None,
         "surplus_groups": sum(float(m.get("filter/surplus", 0)) for m in metrics),
         "rounds_mean": sum(float(m.get("control/rounds", 1)) for m in metrics) / len(metrics),
+        # groups trained per step: those generated less every filter's drops (refill stops at max_rounds,
+        # so a step can train on fewer than its target)
+        "kept_groups_mean": sum(
+            float(m.get("groups/count", 0)) - sum(float(v) for k, v in m.items() if k.startswith("filter/"))
+            for m in metrics
+        )
+        / len(metrics),
     }
 
 

@@ -18,7 +18,7 @@ def _eval(step, tokens, p1):
 
 
 def _metrics(gen, trained, surplus=0):
-    """One line per step, cumulative costs."""
+    """One line per step, cumulative costs; 52 groups generated, 15 + 6 dropped (+ surplus)."""
     return [
         {
             "step": i,
@@ -26,6 +26,9 @@ def _metrics(gen, trained, surplus=0):
             "cost/trained_tokens": t,
             "filter/surplus": surplus,
             "control/rounds": 2,
+            "groups/count": 52,
+            "filter/all_correct": 15,
+            "filter/all_wrong": 6,
         }
         for i, (g, t) in enumerate(zip(gen, trained))
     ]
@@ -78,3 +81,8 @@ def test_figures_on_two_seeds_worked_by_hand():
     assert out["dapo_runs"]["0"]["generated_per_trained"] == 4.0
     assert out["dapo_generated_per_trained_mean"] == 4.0
     assert out["dapo_runs"]["1"]["steps"] == 2 and out["dapo_runs"]["1"]["rounds_mean"] == 2.0
+    assert out["dapo_runs"]["1"]["kept_groups_mean"] == 52 - 15 - 6
+
+
+def test_kept_groups_count_the_surplus_as_dropped():
+    assert sc.run_facts(_metrics([10], [5], surplus=3))["kept_groups_mean"] == 52 - 15 - 6 - 3
