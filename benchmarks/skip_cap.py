@@ -27,7 +27,8 @@ target (mean curve, 95% CI, seeds reached), the paired saving against the baseli
 interval, final pass@1, and each arm's paired saving as a share of the oracle's (``of_cap``:
 log(saving) / log(oracle saving), 1 = the cap reached, 0 = no saving, below 0 a loss). Per DAPO run: steps,
 generated and trained tokens and their ratio (the bill a perfect predictor avoids), generation rounds and
-groups trained per step (refill stops at ``max_rounds``, so a step may train on fewer than its target).
+groups trained per step (refill stops at ``max_rounds``, so a step may train on fewer than its target),
+and their means over the runs.
 
     rollwise compare --config benchmarks/regime_hard_mix_long.toml -j 2
     python benchmarks/skip_cap.py benchmarks/regime_hard_mix_long.toml --arm filter \\
@@ -130,7 +131,9 @@ def figures(
             "of_cap": of_cap(paired.get("value"), cap_fig.get("value")) if paired and name != oracle else None,
         }
     facts = {str(seed): run_facts(metrics[seed]) for seed in sorted(metrics)}
-    ratios = [f["generated_per_trained"] for f in facts.values() if f["generated_per_trained"]]
+    keys = ("steps", "generated_per_trained", "rounds_mean", "kept_groups_mean")
+    runs = list(facts.values())
+    mean = {k: sum(r[k] for r in runs) / len(runs) if all(r[k] is not None for r in runs) else None for k in keys}
     return {
         "baseline": baseline,
         "dapo_arm": arm,
@@ -141,7 +144,7 @@ def figures(
         "warnings": res["warnings"],
         "arms": arms,
         "dapo_runs": facts,
-        "dapo_generated_per_trained_mean": sum(ratios) / len(ratios) if ratios else None,
+        "dapo_mean_over_runs": mean,
     }
 
 

@@ -79,7 +79,12 @@ def test_figures_on_two_seeds_worked_by_hand():
     assert out["arms"]["uniform"]["paired_saving"] is None and oracle["of_cap"] is None
     # the bill a perfect predictor avoids: 400 / 100 generated per trained token in both runs
     assert out["dapo_runs"]["0"]["generated_per_trained"] == 4.0
-    assert out["dapo_generated_per_trained_mean"] == 4.0
+    assert out["dapo_mean_over_runs"] == {
+        "steps": 2.0,
+        "generated_per_trained": 4.0,
+        "rounds_mean": 2.0,
+        "kept_groups_mean": 31.0,
+    }
     assert out["dapo_runs"]["1"]["steps"] == 2 and out["dapo_runs"]["1"]["rounds_mean"] == 2.0
     assert out["dapo_runs"]["1"]["kept_groups_mean"] == 52 - 15 - 6
 
