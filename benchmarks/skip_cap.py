@@ -40,10 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 X_TRAINED = "cost/trained_tokens"
 
@@ -155,7 +152,8 @@ def cap(sweep_path: Path, arm: str) -> dict:
     from rollwise.ledger import read_jsonl
 
     sweep = load_sweep(sweep_path)
-    specs = plan(sweep, sweep.default_out_dir())
+    runs_dir = sweep.default_out_dir()
+    specs = plan(sweep, runs_dir)
     names = [a.name for a in sweep.arms]
     if arm not in names:
         raise SystemExit(f"--arm {arm!r} is not an arm of {sweep_path} (arms: {', '.join(names)})")
@@ -168,7 +166,7 @@ def cap(sweep_path: Path, arm: str) -> dict:
     out = figures(collect(specs), metrics, sweep.baseline_arm, arm, sweep.budget.generated_tokens, sweep.target)
     return {
         "sweep": Path(sweep_path).as_posix(),
-        "runs_dir": sweep.default_out_dir().as_posix(),
+        "runs_dir": runs_dir.as_posix(),
         **out,
         "machine": machine_info(),
     }
